@@ -1,0 +1,380 @@
+"""``memstrata`` command line: demo, import, search, stats, worker, reindex, retry-failed."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from importlib import resources
+from typing import Any
+
+from .errors import MemstrataError
+
+__all__ = ["main"]
+
+
+def _memory(args: argparse.Namespace, **overrides: Any) -> Any:
+    from .memory import Memory
+
+    return Memory(args.db, embedder=args.embedder, project_id=args.project, **overrides)
+
+
+def _print_json(data: Any) -> None:
+    print(json.dumps(data, indent=2, ensure_ascii=False, default=str))
+
+
+# -- import ------------------------------------------------------------------------------
+
+
+def _read_jsonl(path: str) -> Iterator[tuple[int, dict[str, Any]]]:
+    stream = sys.stdin if path == "-" else open(path, encoding="utf-8")  # noqa: SIM115
+    try:
+        for lineno, line in enumerate(stream, start=1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise MemstrataError(f"{path}:{lineno}: not JSON ({exc.msg})") from None
+            if not isinstance(obj, dict):
+                raise MemstrataError(f"{path}:{lineno}: expected a JSON object per line")
+            yield lineno, obj
+    finally:
+        if stream is not sys.stdin:
+            stream.close()
+
+
+def import_jsonl(
+    mem: Any,
+    path: str,
+    *,
+    user_id: str | None,
+    session_id: str | None,
+    batch_size: int,
+    wait: bool,
+    progress: bool = True,
+) -> dict[str, int]:
+    """Import a JSONL file of messages; returns counts. Used by the CLI and bench/ingest.py.
+
+    Each line is a message object (``role``, ``content``, ``timestamp``, ``id`` ...) that may
+    also name its ``user_id`` and ``session_id``; the options supply defaults. Consecutive
+    lines of one session are sent together, ``batch_size`` at a time.
+    """
+    from tqdm import tqdm
+
+    total_lines = None
+    if path != "-":
+        with open(path, encoding="utf-8") as f:
+            total_lines = sum(1 for line in f if line.strip())
+    bar = tqdm(total=total_lines, unit="msg", desc="accepted", disable=not progress)
+    sessions: dict[str, str] = {}
+    counts = {"messages": 0, "duplicates": 0}
+    pending: list[dict[str, Any]] = []
+    pending_session: str | None = None
+
+    def flush() -> None:
+        nonlocal pending
+        if pending and pending_session is not None:
+            result = mem.add_messages(pending_session, pending)
+            counts["messages"] += len(result.message_ids)
+            counts["duplicates"] += len(result.duplicates)
+            bar.update(len(pending))
+        pending = []
+
+    for lineno, obj in _read_jsonl(path):
+        uid = obj.pop("user_id", None) or user_id
+        sid = obj.pop("session_id", None) or session_id or (f"import-{uid}" if uid else None)
+        if not uid:
+            raise MemstrataError(f"{path}:{lineno}: no user_id (give --user-id or a field)")
+        if sid not in sessions:
+            mem.sessions.create(user_id=uid, session_id=sid)
+            sessions[sid] = uid
+        elif sessions[sid] != uid:
+            raise MemstrataError(f"{path}:{lineno}: session {sid!r} belongs to {sessions[sid]!r}")
+        if sid != pending_session or len(pending) >= batch_size:
+            flush()
+            pending_session = sid
+        pending.append(obj)
+    flush()
+    bar.close()
+    if wait:
+        store = mem.store
+        remaining = store.unfinished_jobs()
+        done_bar = tqdm(
+            total=counts["messages"] - counts["duplicates"],
+            unit="msg",
+            desc="processed",
+            disable=not progress,
+        )
+        stop = threading.Event()
+
+        def watch() -> None:
+            last = 0
+            while not stop.wait(0.25):
+                stats = store.stats(mem.project_id)["messages"]
+                done = stats["processed"] + stats["failed"]
+                done_bar.update(max(0, done - last - done_bar.n + last))
+                last = done_bar.n
+
+        watcher = threading.Thread(target=watch, daemon=True)
+        if remaining:
+            watcher.start()
+        mem.wait()
+        stop.set()
+        if remaining:
+            watcher.join()
+        done_bar.n = done_bar.total
+        done_bar.refresh()
+        done_bar.close()
+    return counts
+
+
+def _cmd_import(args: argparse.Namespace) -> int:
+    started = time.perf_counter()
+    with _memory(args) as mem:
+        counts = import_jsonl(
+            mem,
+            args.file,
+            user_id=args.user_id,
+            session_id=args.session_id,
+            batch_size=args.batch_size,
+            wait=not args.no_wait,
+            progress=not args.quiet,
+        )
+    elapsed = time.perf_counter() - started
+    new = counts["messages"] - counts["duplicates"]
+    print(
+        f"imported {new} new messages ({counts['duplicates']} already stored) "
+        f"in {elapsed:.1f}s ({new / elapsed if elapsed else 0:.0f} msg/s)"
+    )
+    return 0
+
+
+# -- search / stats ----------------------------------------------------------------------
+
+
+def _cmd_search(args: argparse.Namespace) -> int:
+    filters = json.loads(args.filters) if args.filters else None
+    with _memory(args, workers=0) as mem:
+        hits = mem.search(
+            args.query,
+            user_id=args.user_id,
+            limit=args.limit,
+            filters=filters,
+            session_id=args.session_id,
+        )
+    if args.json:
+        _print_json([h.model_dump(mode="json") for h in hits])
+        return 0
+    if not hits:
+        print("no matches")
+    for i, h in enumerate(hits, start=1):
+        when = h.timestamp.strftime("%Y-%m-%d %H:%M") if h.timestamp else "undated"
+        who = f"event {h.event_type}" if h.event_type else h.role
+        print(f"{i:2d}. [{when}] {who}: {h.text}")
+        print(f"    score {h.score:.4f}  {h.layer} {h.id}  session {h.session_id}")
+    return 0
+
+
+def _cmd_stats(args: argparse.Namespace) -> int:
+    with _memory(args, workers=0) as mem:
+        stats = mem.stats()
+    if args.json:
+        _print_json(stats)
+        return 0
+    for key, value in stats.items():
+        if isinstance(value, dict):
+            value = ", ".join(f"{k}={v}" for k, v in value.items()) or "-"
+        print(f"{key:>20}: {value}")
+    return 0
+
+
+# -- worker / maintenance ----------------------------------------------------------------
+
+
+def _cmd_worker(args: argparse.Namespace) -> int:
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    mem = _memory(args, workers=args.threads)
+    logging.getLogger("memstrata").info("worker running; Ctrl-C to stop")
+    try:
+        while not stop.wait(0.5):
+            if args.exit_when_idle and mem.store.unfinished_jobs() == 0:
+                break
+    finally:
+        mem.close(timeout=args.drain_timeout)
+    return 0
+
+
+def _cmd_reindex(args: argparse.Namespace) -> int:
+    logging.getLogger("memstrata").setLevel(logging.INFO)
+    with _memory(args, workers=0, embedder_mismatch="reindex") as mem:
+        done = mem.reindex()
+        print(
+            f"vectors are now made by {mem.embedder.id}; "
+            f"{mem.stats()['vectors'].get(mem.embedder.id, 0)} stored ({done} added now)"
+        )
+    return 0
+
+
+def _cmd_retry(args: argparse.Namespace) -> int:
+    with _memory(args) as mem:
+        n = mem.retry_failed(args.user_id)
+        print(f"requeued {n} failed jobs")
+        if n and not args.no_wait:
+            mem.wait()
+    return 0
+
+
+# -- demo ----------------------------------------------------------------------------------
+
+DEMO_USER = "alex"
+DEMO_QUERIES = [
+    "Where does Alex live now?",
+    "What should I keep in mind when choosing a restaurant for Alex?",
+    "When is the Tokyo trip?",
+    "Which running shoes was Alex looking at?",
+    "学中文",
+]
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    tmp = None
+    db = args.db
+    if db is None:
+        tmp = tempfile.TemporaryDirectory(prefix="memstrata-demo-")
+        db = f"sqlite:///{os.path.join(tmp.name, 'demo.db')}"
+    try:
+        from .memory import Memory
+
+        demo = resources.files("memstrata._demo").joinpath("conversation.jsonl")
+        with (
+            resources.as_file(demo) as path,
+            Memory(db, embedder=args.embedder, project_id=args.project) as mem,
+        ):
+            print(f"memstrata demo: store {mem.store.url}")
+            print(f"embedder: {mem.embedder.name}\n")
+            started = time.perf_counter()
+            counts = import_jsonl(
+                mem,
+                str(path),
+                user_id=DEMO_USER,
+                session_id=None,
+                batch_size=64,
+                wait=True,
+                progress=False,
+            )
+            print(
+                f"stored and embedded {counts['messages']} messages of user '{DEMO_USER}' "
+                f"in {time.perf_counter() - started:.2f}s\n"
+            )
+            for query in DEMO_QUERIES:
+                t0 = time.perf_counter()
+                hits = mem.search(query, user_id=DEMO_USER, limit=3)
+                ms = (time.perf_counter() - t0) * 1000
+                print(f"? {query}   ({ms:.1f} ms)")
+                for h in hits:
+                    who = f"event {h.event_type}" if h.event_type else h.role
+                    print(f"    {h.timestamp:%Y-%m-%d} {who}: {h.text}")
+                print()
+            session = mem.sessions.get("demo-work")
+            ctx = session.get_memory(
+                "Plan a dinner and a trip for Alex",
+                recall_config={"message_recent_limit": 2, "message_semantic_top_k": 5},
+            )
+            print(
+                "formatted_context for 'Plan a dinner and a trip for Alex' "
+                f"(~{ctx.token_estimate} tokens):"
+            )
+            print("-" * 72)
+            print(ctx.formatted_context)
+            print("-" * 72)
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+    return 0
+
+
+# -- entry point -------------------------------------------------------------------------
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="memstrata", description="Layered long-term memory for LLM applications."
+    )
+    p.add_argument(
+        "--db", help="database URL (default: $MEMSTRATA_DATABASE_URL or sqlite:///./memstrata.db)"
+    )
+    p.add_argument("--embedder", help="auto | local | hash | openai:<model>")
+    p.add_argument("--project", help="project id (default: $MEMSTRATA_PROJECT_ID or 'default')")
+    p.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("demo", help="run the embedded default on a small bundled conversation")
+    s.set_defaults(func=_cmd_demo)
+
+    s = sub.add_parser("import", help="import messages from a JSONL file ('-' for stdin)")
+    s.add_argument("file")
+    s.add_argument("--user-id", help="user of lines that name none")
+    s.add_argument("--session-id", help="session of lines that name none")
+    s.add_argument("--batch-size", type=int, default=256)
+    s.add_argument(
+        "--no-wait", action="store_true", help="return once stored; a worker processes the rest"
+    )
+    s.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    s.set_defaults(func=_cmd_import)
+
+    s = sub.add_parser("search", help="search a user's memory")
+    s.add_argument("query")
+    s.add_argument("--user-id", required=True)
+    s.add_argument("--session-id")
+    s.add_argument("--limit", type=int, default=10)
+    s.add_argument("--filters", help='metadata filters as JSON, e.g. \'{"channel": "web"}\'')
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=_cmd_search)
+
+    s = sub.add_parser("stats", help="counts, processing state, embedder, schema version")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=_cmd_stats)
+
+    s = sub.add_parser("worker", help="process queued work until stopped")
+    s.add_argument("--threads", type=int, default=1)
+    s.add_argument("--exit-when-idle", action="store_true")
+    s.add_argument("--drain-timeout", type=float, default=30.0)
+    s.set_defaults(func=_cmd_worker)
+
+    s = sub.add_parser("reindex", help="re-embed all messages with the configured embedder")
+    s.set_defaults(func=_cmd_reindex)
+
+    s = sub.add_parser("retry-failed", help="requeue messages whose processing failed")
+    s.add_argument("--user-id")
+    s.add_argument("--no-wait", action="store_true")
+    s.set_defaults(func=_cmd_retry)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        return int(args.func(args) or 0)
+    except MemstrataError as exc:
+        print(f"memstrata: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

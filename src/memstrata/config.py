@@ -1,0 +1,98 @@
+"""Settings: one place for every option, from arguments and ``MEMSTRATA_*`` variables.
+
+Arguments passed to ``Memory(...)`` win over environment variables, which win over the
+defaults below. ``docs/configuration.md`` documents each field; keep the two in step.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from .errors import ConfigError
+
+__all__ = ["Settings", "load_settings"]
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="MEMSTRATA_", extra="forbid", frozen=True)
+
+    database_url: str = Field(
+        default="sqlite:///./memstrata.db",
+        description="sqlite:///path.db (embedded). postgresql:// and http(s):// arrive with "
+        "the PostgreSQL store and the server.",
+    )
+    project_id: str = Field(default="default", description="Project (tenant) this Memory acts in.")
+    embedder: str = Field(
+        default="auto", description="auto | local | hash | hash:<dim> | openai:<model>"
+    )
+    embedder_base_url: str | None = Field(default=None, description="OpenAI-compatible base URL.")
+    embedder_api_key: str | None = Field(default=None, description="Key for the embedder API.")
+    embedder_threads: int | None = Field(
+        default=None, ge=1, le=64, description="onnxruntime threads of the local model."
+    )
+    llm: str = Field(default="none", description="none (offline heuristic) | openai:<m> | ...")
+    workers: int = Field(
+        default=1,
+        ge=0,
+        le=64,
+        description="Background worker threads in this process; 0 = process in the caller "
+        "(sync=True, wait()) or by a separate `memstrata worker`.",
+    )
+    job_lease_seconds: float = Field(
+        default=60.0,
+        gt=0.5,
+        le=3600,
+        description="A job not heartbeated for this long is taken to belong to a dead worker.",
+    )
+    job_max_attempts: int = Field(default=8, ge=1, le=100)
+    job_backoff_seconds: float = Field(
+        default=2.0, ge=0.0, le=3600, description="First retry delay; doubles per attempt."
+    )
+    job_backoff_max_seconds: float = Field(default=600.0, ge=0.0)
+    batch_max_messages: int = Field(
+        default=256, ge=1, le=10_000, description="Messages one worker job covers at most."
+    )
+    max_content_chars: int = Field(default=32_000, ge=1, le=10_000_000)
+    max_messages_per_call: int = Field(default=1000, ge=1, le=100_000)
+    max_metadata_bytes: int = Field(default=16_384, ge=2, le=10_000_000)
+    sync_timeout_seconds: float = Field(
+        default=120.0, gt=0, description="How long add_messages(sync=True) waits for processing."
+    )
+    close_timeout_seconds: float = Field(
+        default=30.0,
+        ge=0,
+        description="On close()/exit, time allowed to finish queued work of this process; "
+        "the rest stays queued in the database and is processed on the next start.",
+    )
+    vector_index_threshold: int = Field(
+        default=20_000,
+        ge=0,
+        description="Above this many vectors in one user's scope, search uses an HNSW index "
+        "(usearch) instead of exact numpy search.",
+    )
+    token_budget: int = Field(default=800, ge=50, le=32_000)
+    sqlite_busy_timeout_ms: int = Field(default=30_000, ge=0)
+
+    @field_validator("database_url")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        v = v.strip()
+        if not v:
+            raise ValueError("must not be empty")
+        return v
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Build settings; ``None`` arguments mean "not given" so the environment still applies."""
+    given = {k: v for k, v in overrides.items() if v is not None}
+    try:
+        return Settings(**given)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            loc = ".".join(str(p) for p in err["loc"]) or "settings"
+            problems.append(f"{loc}: {err['msg']}")
+        raise ConfigError("invalid memstrata configuration:\n  " + "\n  ".join(problems)) from None

@@ -1,0 +1,242 @@
+"""Worker threads that claim batches from the store, run them, and commit or retry."""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import secrets
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import Protocol
+
+from ..errors import ProcessingError
+from ..store import ClaimedBatch, LeaseLostError, Store
+
+__all__ = ["BatchHandler", "WorkerPool", "backoff_delay"]
+
+log = logging.getLogger("memstrata.jobs")
+
+
+class BatchHandler(Protocol):
+    """Processes one claimed batch and commits its results through the store."""
+
+    def __call__(self, batch: ClaimedBatch) -> None: ...
+
+
+def backoff_delay(attempt: int, base: float, cap: float) -> float:
+    """Exponential backoff with +-20% jitter so retries of many jobs do not align."""
+    delay = min(cap, base * (2 ** max(0, attempt - 1)))
+    return delay * random.uniform(0.8, 1.2)
+
+
+class WorkerPool:
+    """``threads`` workers in this process; any number of processes may share a store."""
+
+    def __init__(
+        self,
+        store: Store,
+        handler: BatchHandler,
+        *,
+        threads: int = 1,
+        lease_seconds: float = 60.0,
+        max_attempts: int = 8,
+        backoff_seconds: float = 2.0,
+        backoff_max_seconds: float = 600.0,
+        batch_max_messages: int = 256,
+        poll_seconds: float = 0.5,
+    ) -> None:
+        self.store = store
+        self.handler = handler
+        self.threads = threads
+        self.lease_seconds = lease_seconds
+        self.max_attempts = max_attempts
+        self.backoff_seconds = backoff_seconds
+        self.backoff_max_seconds = backoff_max_seconds
+        self.batch_max_messages = batch_max_messages
+        self.poll_seconds = poll_seconds
+        self._prefix = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._progress = threading.Condition()
+        self._held: dict[str, list[int]] = {}
+        self._held_lock = threading.Lock()
+        self._workers: list[threading.Thread] = []
+        self._heartbeat: threading.Thread | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    @property
+    def running(self) -> bool:
+        return any(t.is_alive() for t in self._workers)
+
+    def start(self) -> None:
+        if self._workers or self.threads <= 0:
+            return
+        self._stop.clear()
+        for i in range(self.threads):
+            t = threading.Thread(
+                target=self._loop,
+                args=(f"{self._prefix}:{i}",),
+                name=f"memstrata-worker-{i}",
+                daemon=True,
+            )
+            t.start()
+            self._workers.append(t)
+        self._ensure_heartbeat()
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Stop after the batches in hand are finished (or ``timeout`` passes)."""
+        self._stop.set()
+        self._wake.set()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for t in self._workers:
+            t.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        beat = self._heartbeat
+        if beat is not None:
+            beat.join(1.0)
+        self._workers = [t for t in self._workers if t.is_alive()]
+
+    def notify(self) -> None:
+        """New work was queued in this process: wake an idle worker now, not at next poll."""
+        self._wake.set()
+
+    # -- the work ----------------------------------------------------------------------
+
+    def run_once(self, worker_id: str | None = None) -> bool:
+        """Claim and run one batch in the calling thread. False if nothing was ready."""
+        worker_id = worker_id or f"{self._prefix}:caller-{threading.get_ident()}"
+        batch = self.store.claim_batch(worker_id, self.lease_seconds, self.batch_max_messages)
+        if batch is None:
+            return False
+        with self._held_lock:
+            self._held[worker_id] = batch.job_ids
+        self._ensure_heartbeat()
+        try:
+            self._run(batch)
+        finally:
+            with self._held_lock:
+                self._held.pop(worker_id, None)
+            with self._progress:
+                self._progress.notify_all()
+        return True
+
+    def _run(self, batch: ClaimedBatch) -> None:
+        started = time.perf_counter()
+        try:
+            self.handler(batch)
+        except LeaseLostError:
+            log.warning("jobs %s were reclaimed by another worker; result discarded", batch.job_ids)
+            return
+        except Exception as exc:  # every failure is recorded and retried, never raised here
+            error = f"{type(exc).__name__}: {exc}"
+            retry_at = None
+            if batch.attempts < self.max_attempts:
+                retry_at = time.time() + backoff_delay(
+                    batch.attempts, self.backoff_seconds, self.backoff_max_seconds
+                )
+            try:
+                self.store.fail_batch(batch, error, retry_at)
+            except LeaseLostError:
+                return
+            if retry_at is None:
+                log.error(
+                    "jobs %s failed for good after %d attempts: %s",
+                    batch.job_ids,
+                    batch.attempts,
+                    error,
+                )
+            else:
+                log.warning(
+                    "jobs %s failed (attempt %d/%d), retrying in %.1fs: %s",
+                    batch.job_ids,
+                    batch.attempts,
+                    self.max_attempts,
+                    retry_at - time.time(),
+                    error,
+                )
+            return
+        log.debug(
+            "processed %d messages of %s/%s in %.1f ms",
+            len(batch.messages),
+            batch.project_id,
+            batch.user_id,
+            (time.perf_counter() - started) * 1000,
+        )
+
+    def _loop(self, worker_id: str) -> None:
+        while not self._stop.is_set():
+            try:
+                worked = self.run_once(worker_id)
+            except Exception:  # a store hiccup (e.g. disk full) must not kill the worker
+                log.exception("worker %s could not claim work", worker_id)
+                worked = False
+                self._stop.wait(self.poll_seconds)
+            if not worked and not self._stop.is_set():
+                self._wake.wait(self._idle_wait())
+                self._wake.clear()
+
+    def _idle_wait(self) -> float:
+        try:
+            due = self.store.next_job_time()
+        except Exception:
+            return self.poll_seconds
+        if due is None:
+            return self.poll_seconds
+        return max(0.01, min(self.poll_seconds, due - time.time()))
+
+    def _ensure_heartbeat(self) -> None:
+        with self._held_lock:
+            if self._heartbeat is None:
+                self._heartbeat = threading.Thread(
+                    target=self._beat, name="memstrata-heartbeat", daemon=True
+                )
+                self._heartbeat.start()
+
+    def _beat(self) -> None:
+        # Leases are extended while a batch is in hand, so only a dead holder's jobs expire.
+        interval = max(0.05, self.lease_seconds / 3)
+        while True:
+            stopping = self._stop.wait(interval)
+            with self._held_lock:
+                held = list(self._held.items())
+            for worker_id, job_ids in held:
+                try:
+                    self.store.extend_lease(job_ids, worker_id, self.lease_seconds)
+                except Exception:
+                    log.exception("could not extend the lease of jobs %s", job_ids)
+            with self._held_lock:
+                if not self._held and (stopping or not self.running):
+                    self._heartbeat = None
+                    return
+
+    # -- waiting -----------------------------------------------------------------------
+
+    def wait_until(self, done: Callable[[], bool], timeout: float | None, *, what: str) -> None:
+        """Block until ``done()``; without worker threads, do the work in this thread."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not done():
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                raise ProcessingError(
+                    f"timed out after {timeout:.1f}s waiting for {what}; the messages are "
+                    "stored and will be processed by a worker"
+                )
+            if self.running:
+                with self._progress:
+                    self._progress.wait(min(0.05, remaining) if remaining else 0.05)
+            elif not self.run_once():
+                time.sleep(min(0.02, remaining) if remaining else 0.02)
+
+    def wait_jobs(self, job_ids: Iterable[int], timeout: float | None) -> dict[int, str]:
+        ids = list(job_ids)
+        states: dict[int, str] = {}
+
+        def finished() -> bool:
+            states.update(self.store.job_states(ids))
+            return all(states.get(i) in ("done", "failed") for i in ids)
+
+        self.wait_until(finished, timeout, what=f"jobs {ids}")
+        return states

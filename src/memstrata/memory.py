@@ -1,0 +1,739 @@
+"""``Memory`` / ``AsyncMemory``: the facade that wires store, embedder, workers and recall."""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import hashlib
+import json
+import logging
+import re
+import secrets
+import threading
+import time
+import weakref
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import TypeAdapter
+from pydantic import ValidationError as PydanticValidationError
+
+from .config import Settings, load_settings
+from .embed import Embedder, make_embedder
+from .errors import (
+    ConfigError,
+    ConflictError,
+    EmbedderMismatchError,
+    EmbeddingError,
+    NotFoundError,
+    ProcessingError,
+    ValidationError,
+)
+from .jobs import WorkerPool
+from .pipeline import MessageProcessor, embedding_text
+from .recall import Recaller, message_from_row, parse_ts
+from .store import MessageRow, SearchFilters, SessionRow, Store, open_store, parse_metadata_filters
+from .types import (
+    ID_PATTERN,
+    ROLES,
+    AddResult,
+    Hit,
+    MemoryContext,
+    Message,
+    MessageInput,
+    RecallConfig,
+    Session,
+    _as_utc,
+    utcnow,
+)
+
+__all__ = ["AsyncMemory", "Memory"]
+
+log = logging.getLogger("memstrata")
+
+_ID_RE = re.compile(ID_PATTERN)
+_DATETIME = TypeAdapter(datetime)
+
+
+def _iso(dt: datetime) -> str:
+    return dt.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _new_id(prefix: str) -> str:
+    # Time-ordered so ids sort by creation, random so they never collide across processes.
+    return f"{prefix}_{int(time.time() * 1000):012x}{secrets.token_hex(6)}"
+
+
+def _check_id(value: Any, name: str) -> str:
+    if not isinstance(value, str) or not _ID_RE.match(value):
+        raise ValidationError(
+            f"invalid {name}",
+            [
+                f"{name}: expected 1-200 characters of letters, digits and ._:@/+=- "
+                f"starting with a letter or digit (got {value!r})"
+            ],
+        )
+    return value
+
+
+def _pydantic_problems(exc: PydanticValidationError, prefix: str) -> list[str]:
+    problems = []
+    for err in exc.errors():
+        loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"])
+        msg = err["msg"]
+        if err["type"] == "literal_error" and err["loc"][-1:] == ("role",):
+            msg = f"must be one of {', '.join(repr(r) for r in ROLES)}"
+        if err["type"] == "extra_forbidden":
+            msg = "unknown field"
+        given = err.get("input")
+        shown = "" if err["type"] in ("missing", "extra_forbidden") else f" (got {given!r:.60})"
+        problems.append(f"{prefix}{loc}: {msg}{shown}")
+    return problems
+
+
+def _content_hash(session_id: str, m: MessageInput) -> str:
+    key = json.dumps([session_id, m.role, m.content, m.event_type, m.page], ensure_ascii=False)
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def _session_from_row(row: SessionRow, memory: Memory | None) -> Session:
+    session = Session(
+        id=row.id,
+        project_id=row.project_id,
+        user_id=row.user_id,
+        title=row.title,
+        metadata=row.metadata,
+        created_at=parse_ts(row.created_at),  # type: ignore[arg-type]
+        updated_at=parse_ts(row.updated_at),  # type: ignore[arg-type]
+    )
+    session._memory = memory
+    return session
+
+
+class Sessions:
+    """``mem.sessions``: create and look up conversation threads."""
+
+    def __init__(self, memory: Memory) -> None:
+        self._m = memory
+
+    def create(
+        self,
+        user_id: str,
+        *,
+        title: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        session_id: str | None = None,
+    ) -> Session:
+        """Create a session (or return it if ``session_id`` exists for the same user)."""
+        m = self._m
+        _check_id(user_id, "user_id")
+        sid = _new_id("s") if session_id is None else _check_id(session_id, "session_id")
+        if title is not None and (not isinstance(title, str) or len(title) > 500):
+            raise ValidationError("invalid session", ["title: expected a string of at most 500"])
+        meta = m._check_metadata(metadata, "metadata")
+        now = _iso(utcnow())
+        row, created = m._store.create_session(
+            SessionRow(m.project_id, sid, user_id, title, meta, now, now)
+        )
+        if not created and row.user_id != user_id:
+            raise ConflictError(
+                f"session {sid!r} already exists for another user; session ids are unique "
+                "within a project"
+            )
+        return _session_from_row(row, m)
+
+    def get(self, session_id: str) -> Session:
+        row = self._m._store.get_session(self._m.project_id, _check_id(session_id, "session_id"))
+        if row is None:
+            raise NotFoundError(f"no session {session_id!r}")
+        return _session_from_row(row, self._m)
+
+    def list(
+        self, *, user_id: str | None = None, limit: int = 100, offset: int = 0
+    ) -> list[Session]:
+        rows = self._m._store.list_sessions(self._m.project_id, user_id, limit, offset)
+        return [_session_from_row(r, self._m) for r in rows]
+
+
+class Messages:
+    """``mem.messages``: stored messages with their processing status."""
+
+    def __init__(self, memory: Memory) -> None:
+        self._m = memory
+
+    def get(self, message_id: str) -> Message:
+        row = self._m._store.get_message(self._m.project_id, _check_id(message_id, "message_id"))
+        if row is None:
+            raise NotFoundError(f"no message {message_id!r}")
+        return message_from_row(row)
+
+    def list(
+        self,
+        *,
+        user_id: str | None = None,
+        session_id: str | None = None,
+        status: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> list[Message]:
+        if status is not None and status not in ("pending", "processed", "failed"):
+            raise ValidationError("invalid status", [f"status: got {status!r}"])
+        if not 1 <= limit <= 10_000 or offset < 0:
+            raise ValidationError("invalid paging", ["limit: 1..10000, offset: >= 0"])
+        rows = self._m._store.list_messages(
+            self._m.project_id,
+            user_id=user_id,
+            session_id=session_id,
+            status=status,
+            limit=limit,
+            offset=offset,
+        )
+        return [message_from_row(r) for r in rows]
+
+
+class _ReindexLog:
+    def __init__(self) -> None:
+        self.done = 0
+
+    def __call__(self, n: int) -> None:
+        self.done += n
+        log.info("re-embedded %d messages", self.done)
+
+
+def _close_at_exit(ref: weakref.ReferenceType[Memory]) -> None:
+    memory = ref()
+    if memory is not None:
+        memory.close()
+
+
+class Memory:
+    """Long-term memory for an application, embedded in this process.
+
+    ``Memory()`` opens ``./memstrata.db`` with the local embedder; every argument can also
+    come from a ``MEMSTRATA_*`` environment variable (arguments win). Background worker
+    threads process accepted messages; ``close()`` (or leaving a ``with`` block, or process
+    exit) lets them finish what this process queued, within ``close_timeout_seconds``.
+    """
+
+    def __init__(
+        self,
+        database_url: str | None = None,
+        *,
+        api_key: str | None = None,
+        project_id: str | None = None,
+        embedder: str | Embedder | None = None,
+        workers: int | None = None,
+        settings: Settings | None = None,
+        embedder_mismatch: Literal["error", "reindex"] = "error",
+        **options: Any,
+    ) -> None:
+        if settings is None:
+            settings = load_settings(
+                database_url=database_url,
+                project_id=project_id,
+                embedder=embedder if isinstance(embedder, str) else None,
+                workers=workers,
+                **options,
+            )
+        self.settings = settings
+        if api_key is not None and not settings.database_url.lower().startswith("http"):
+            log.debug("api_key is used only with a remote server URL; ignored")
+        self.project_id = _check_id(settings.project_id, "project_id")
+        self._closed = False
+        self._lock = threading.Lock()
+        self._store: Store = open_store(
+            settings.database_url,
+            busy_timeout_ms=settings.sqlite_busy_timeout_ms,
+            vector_index_threshold=settings.vector_index_threshold,
+        )
+        try:
+            self._embedder: Embedder = (
+                embedder
+                if embedder is not None and not isinstance(embedder, str)
+                else make_embedder(
+                    settings.embedder,
+                    base_url=settings.embedder_base_url,
+                    api_key=settings.embedder_api_key,
+                    threads=settings.embedder_threads,
+                )
+            )
+            if embedder_mismatch not in ("error", "reindex"):
+                raise ConfigError("embedder_mismatch must be 'error' or 'reindex'")
+            if embedder_mismatch == "error":
+                self._check_embedder()
+            elif self._store.get_meta("embedder") not in (None, self._embedder.id):
+                log.warning("re-embedding %s with %s", self._store.url, self._embedder.id)
+                self.reindex(progress=_ReindexLog())
+        except BaseException:
+            self._store.close()
+            raise
+        self._recaller = Recaller(self._store, self._embedder)
+        self._pool = WorkerPool(
+            self._store,
+            MessageProcessor(self._store, self._embedder),
+            threads=settings.workers,
+            lease_seconds=settings.job_lease_seconds,
+            max_attempts=settings.job_max_attempts,
+            backoff_seconds=settings.job_backoff_seconds,
+            backoff_max_seconds=settings.job_backoff_max_seconds,
+            batch_max_messages=settings.batch_max_messages,
+        )
+        self._my_jobs: set[int] = set()
+        self.sessions = Sessions(self)
+        self.messages = Messages(self)
+        self._pool.start()
+        atexit.register(_close_at_exit, weakref.ref(self))
+        log.info(
+            "memstrata ready: store=%s embedder=%s llm=none (offline: messages are stored, "
+            "embedded and searched; no LLM extraction) workers=%d project=%s",
+            self._store.url,
+            self._embedder.name,
+            settings.workers,
+            self.project_id,
+        )
+
+    # -- housekeeping ------------------------------------------------------------------
+
+    @property
+    def store(self) -> Store:
+        return self._store
+
+    @property
+    def embedder(self) -> Embedder:
+        return self._embedder
+
+    def _check_embedder(self) -> None:
+        stored = self._store.get_meta("embedder")
+        if stored is None:
+            return
+        try:
+            current = self._embedder.id
+        except EmbeddingError as exc:
+            log.warning("could not verify the embedder against the store yet: %s", exc)
+            return
+        if stored != current:
+            raise EmbedderMismatchError(
+                f"{self._store.url} holds vectors made by {stored!r} but the configured "
+                f"embedder is {current!r}. Open it with the original embedder "
+                f"(MEMSTRATA_EMBEDDER), or re-embed everything with `memstrata reindex` "
+                "(Memory.reindex())."
+            )
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ProcessingError("this Memory is closed")
+
+    def _check_metadata(self, metadata: Any, where: str) -> dict[str, Any]:
+        if metadata is None:
+            return {}
+        if not isinstance(metadata, dict):
+            raise ValidationError("invalid metadata", [f"{where}: expected an object"])
+        try:
+            size = len(json.dumps(metadata, ensure_ascii=False).encode())
+        except (TypeError, ValueError) as exc:
+            raise ValidationError("invalid metadata", [f"{where}: not JSON ({exc})"]) from None
+        if size > self.settings.max_metadata_bytes:
+            raise ValidationError(
+                "invalid metadata",
+                [f"{where}: {size} bytes of JSON; the limit is {self.settings.max_metadata_bytes}"],
+            )
+        return metadata
+
+    def close(self, timeout: float | None = None) -> None:
+        """Finish this process's queued work (bounded by ``timeout``), then release files.
+
+        Work not finished in time stays queued in the database; the next Memory or
+        ``memstrata worker`` on this store processes it.
+        """
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        timeout = self.settings.close_timeout_seconds if timeout is None else timeout
+        if self._pool.running and self._my_jobs:
+            try:
+                self._pool.wait_jobs(sorted(self._my_jobs), timeout)
+            except ProcessingError:
+                log.warning("closing with work still queued; it stays in %s", self._store.url)
+            except Exception:
+                log.exception("error while finishing queued work at close")
+        self._pool.stop(timeout=max(1.0, timeout))
+        self._store.close()
+
+    def __enter__(self) -> Memory:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- write -------------------------------------------------------------------------
+
+    def _validate_messages(self, session_id: str, messages: Any) -> list[tuple[MessageInput, str]]:
+        if isinstance(messages, (str, bytes, dict)) or not isinstance(messages, Sequence):
+            raise ValidationError(
+                "invalid messages", ["messages: expected a list of message objects"]
+            )
+        if not messages:
+            raise ValidationError("invalid messages", ["messages: the list is empty"])
+        limit = self.settings.max_messages_per_call
+        if len(messages) > limit:
+            raise ValidationError(
+                "too many messages",
+                [f"messages: {len(messages)} in one call; the limit is {limit} (send batches)"],
+            )
+        problems: list[str] = []
+        parsed: list[MessageInput] = []
+        for i, raw in enumerate(messages):
+            try:
+                m = raw if isinstance(raw, MessageInput) else MessageInput.model_validate(raw)
+            except PydanticValidationError as exc:
+                problems.extend(_pydantic_problems(exc, f"messages[{i}]"))
+                continue
+            if len(m.content) > self.settings.max_content_chars:
+                problems.append(
+                    f"messages[{i}].content: {len(m.content)} characters; the limit is "
+                    f"{self.settings.max_content_chars}"
+                )
+            try:
+                self._check_metadata(m.metadata, f"messages[{i}].metadata")
+            except ValidationError as exc:
+                problems.extend(exc.problems)
+            parsed.append(m)
+        seen: dict[str, int] = {}
+        for i, m in enumerate(parsed):
+            if m.id is not None:
+                if m.id in seen:
+                    problems.append(f"messages[{i}].id: {m.id!r} repeats messages[{seen[m.id]}]")
+                seen.setdefault(m.id, i)
+        if problems:
+            raise ValidationError("invalid messages; nothing was stored", problems)
+        return [(m, _content_hash(session_id, m)) for m in parsed]
+
+    def add_messages(
+        self,
+        session_id: str,
+        messages: Sequence[MessageInput | dict[str, Any]],
+        *,
+        sync: bool = False,
+    ) -> AddResult:
+        """Store messages durably and queue their processing, in one transaction.
+
+        Returns as soon as they are committed (``sync=False``) or once they are processed
+        (``sync=True``). Resending a message with the same ``id`` and content is a no-op.
+        """
+        self._check_open()
+        _check_id(session_id, "session_id")
+        validated = self._validate_messages(session_id, messages)
+        session = self._store.get_session(self.project_id, session_id)
+        if session is None:
+            raise NotFoundError(f"no session {session_id!r}; create it with mem.sessions.create")
+        now = utcnow()
+        created = _iso(now)
+        rows = [
+            MessageRow(
+                project_id=self.project_id,
+                id=m.id or _new_id("m"),
+                user_id=session.user_id,
+                session_id=session.id,
+                role=m.role,
+                content=m.content,
+                content_hash=digest,
+                ts=_iso(m.timestamp or now),
+                created_at=created,
+                process_id=m.process_id,
+                event_type=m.event_type,
+                page=m.page,
+                metadata=m.metadata,
+            )
+            for m, digest in validated
+        ]
+        outcome = self._store.add_messages(self.project_id, session, rows)
+        result = AddResult(
+            session_id=session.id,
+            message_ids=outcome.message_ids,
+            duplicates=outcome.duplicates,
+            job_id=outcome.job_id,
+        )
+        if outcome.job_id is not None:
+            with self._lock:
+                self._my_jobs.add(outcome.job_id)
+            self._pool.notify()
+        if sync:
+            self._wait_processed(result)
+        return result
+
+    def _wait_processed(self, result: AddResult) -> None:
+        ids = [] if result.job_id is None else [result.job_id]
+        # Duplicates may still be in flight from the first send: wait for those too.
+        if result.duplicates:
+            for mid in result.duplicates:
+                row = self._store.get_message(self.project_id, mid)
+                if row is not None and row.job_id is not None:
+                    ids.append(row.job_id)
+        states = self._pool.wait_jobs(ids, self.settings.sync_timeout_seconds)
+        self._forget_jobs(ids)
+        failed = [j for j, s in states.items() if s == "failed"]
+        if failed:
+            errors = [
+                m.error
+                for m in self._store.list_messages(
+                    self.project_id,
+                    session_id=result.session_id,
+                    status="failed",
+                    limit=5,
+                    newest_first=True,
+                )
+                if m.error
+            ]
+            raise ProcessingError(
+                f"processing failed for good after {self.settings.job_max_attempts} attempts "
+                f"({errors[0] if errors else 'see message errors'}); the messages are "
+                "stored with status 'failed' and can be retried with Memory.retry_failed()"
+            )
+        result.processed = True
+
+    def _forget_jobs(self, ids: Sequence[int]) -> None:
+        with self._lock:
+            self._my_jobs.difference_update(ids)
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Block until no work is queued or running in this store (scripts, tests).
+
+        Without worker threads (``workers=0``) the work is done in the calling thread.
+        Raises ``ProcessingError`` if ``timeout`` seconds pass first.
+        """
+        self._check_open()
+        self._pool.wait_until(
+            lambda: self._store.unfinished_jobs() == 0, timeout, what="queued work"
+        )
+        with self._lock:
+            self._my_jobs.clear()
+
+    def retry_failed(self, user_id: str | None = None) -> int:
+        """Queue messages whose processing failed for good again; returns jobs requeued."""
+        self._check_open()
+        count = self._store.retry_failed(self.project_id, user_id)
+        if count:
+            self._pool.notify()
+        return count
+
+    def reindex(self, *, batch_size: int = 256, progress: Any = None) -> int:
+        """Re-embed every processed message with the configured embedder.
+
+        Use after changing the embedder; vectors of the previous embedder are removed.
+        Returns the number of messages embedded. ``progress(n)`` is called per batch.
+        """
+        self._check_open()
+        embedder_id = self._embedder.id
+        self._store.drop_vectors_except(embedder_id)
+        done, after = 0, 0
+        while True:
+            rows = self._store.messages_missing_vectors(embedder_id, after, batch_size)
+            if not rows:
+                return done
+            vectors = self._embedder.embed([embedding_text(r) for r in rows])
+            self._store.put_message_vectors(embedder_id, rows, vectors)
+            after = rows[-1].pk or after
+            done += len(rows)
+            if progress is not None:
+                progress(len(rows))
+
+    # -- read --------------------------------------------------------------------------
+
+    def get_memory(
+        self,
+        session_id: str,
+        query: str | None = None,
+        *,
+        details: bool = False,
+        recall_config: RecallConfig | dict[str, Any] | None = None,
+        metadata_filters: dict[str, Any] | None = None,
+    ) -> MemoryContext:
+        """What to put before the next model call in this session."""
+        self._check_open()
+        if query is not None and not isinstance(query, str):
+            raise ValidationError("invalid query", [f"query: expected a string (got {query!r})"])
+        if query is not None and len(query) > self.settings.max_content_chars:
+            raise ValidationError("invalid query", ["query: too long"])
+        config = self._recall_config(recall_config)
+        session = self._store.get_session(self.project_id, _check_id(session_id, "session_id"))
+        if session is None:
+            raise NotFoundError(f"no session {session_id!r}")
+        filters = SearchFilters(metadata=parse_metadata_filters(metadata_filters))
+        return self._recaller.context(
+            project_id=self.project_id,
+            session=session,
+            query=query,
+            config=config,
+            filters=filters,
+            details=details,
+        )
+
+    @staticmethod
+    def _recall_config(value: RecallConfig | dict[str, Any] | None) -> RecallConfig:
+        if value is None:
+            return RecallConfig()
+        if isinstance(value, RecallConfig):
+            return value
+        if not isinstance(value, dict):
+            raise ValidationError("invalid recall_config", ["recall_config: expected an object"])
+        try:
+            return RecallConfig.model_validate(value)
+        except PydanticValidationError as exc:
+            raise ValidationError(
+                "invalid recall_config", _pydantic_problems(exc, "recall_config")
+            ) from None
+
+    def search(
+        self,
+        query: str,
+        *,
+        user_id: str,
+        limit: int = 10,
+        filters: dict[str, Any] | None = None,
+        session_id: str | None = None,
+        since: datetime | str | None = None,
+        until: datetime | str | None = None,
+        roles: Sequence[str] | None = None,
+        event_types: Sequence[str] | None = None,
+    ) -> list[Hit]:
+        """Ranked memories of ``user_id`` for ``query``, each traceable to its messages.
+
+        ``filters`` are metadata filters (see docs/api.md); the keyword filters narrow by
+        session, time window (``since`` inclusive, ``until`` exclusive), role and event type.
+        """
+        self._check_open()
+        problems = []
+        if not isinstance(query, str) or not query.strip():
+            problems.append("query: expected a non-empty string")
+        elif len(query) > self.settings.max_content_chars:
+            problems.append("query: too long")
+        if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 1000:
+            problems.append(f"limit: expected an integer from 1 to 1000 (got {limit!r})")
+        if roles is not None and any(r not in ROLES for r in roles):
+            problems.append(f"roles: each must be one of {', '.join(ROLES)}")
+        window: list[datetime | None] = []
+        for name, value in (("since", since), ("until", until)):
+            try:
+                window.append(None if value is None else _as_utc(_DATETIME.validate_python(value)))
+            except PydanticValidationError:
+                problems.append(f"{name}: expected an ISO-8601 datetime (got {value!r})")
+                window.append(None)
+        if problems:
+            raise ValidationError("invalid search", problems)
+        _check_id(user_id, "user_id")
+        if session_id is not None:
+            _check_id(session_id, "session_id")
+        search_filters = SearchFilters(
+            session_id=session_id,
+            roles=tuple(roles or ()),
+            event_types=tuple(event_types or ()),
+            since=window[0],
+            until=window[1],
+            metadata=parse_metadata_filters(filters),
+        )
+        return self._recaller.search_messages(
+            self.project_id, user_id, query, limit=limit, filters=search_filters
+        )
+
+    def stats(self) -> dict[str, Any]:
+        self._check_open()
+        data = self._store.stats(self.project_id)
+        data["embedder_configured"] = self._embedder.name
+        return data
+
+
+class AsyncSession:
+    """The asyncio face of :class:`~memstrata.types.Session`."""
+
+    def __init__(self, session: Session, owner: AsyncMemory) -> None:
+        self.data = session
+        self._owner = owner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.data, name)
+
+    async def add_messages(
+        self, messages: Sequence[MessageInput | dict[str, Any]], *, sync: bool = False
+    ) -> AddResult:
+        return await self._owner.add_messages(self.data.id, messages, sync=sync)
+
+    async def get_memory(self, query: str | None = None, **kwargs: Any) -> MemoryContext:
+        return await self._owner.get_memory(self.data.id, query, **kwargs)
+
+
+class _AsyncSessions:
+    def __init__(self, owner: AsyncMemory) -> None:
+        self._owner = owner
+
+    async def create(self, user_id: str, **kwargs: Any) -> AsyncSession:
+        s = await asyncio.to_thread(self._owner.sync.sessions.create, user_id, **kwargs)
+        return AsyncSession(s, self._owner)
+
+    async def get(self, session_id: str) -> AsyncSession:
+        s = await asyncio.to_thread(self._owner.sync.sessions.get, session_id)
+        return AsyncSession(s, self._owner)
+
+    async def list(self, **kwargs: Any) -> list[AsyncSession]:
+        rows = await asyncio.to_thread(self._owner.sync.sessions.list, **kwargs)
+        return [AsyncSession(s, self._owner) for s in rows]
+
+
+class _AsyncMessages:
+    def __init__(self, owner: AsyncMemory) -> None:
+        self._owner = owner
+
+    async def get(self, message_id: str) -> Message:
+        return await asyncio.to_thread(self._owner.sync.messages.get, message_id)
+
+    async def list(self, **kwargs: Any) -> list[Message]:
+        return await asyncio.to_thread(self._owner.sync.messages.list, **kwargs)
+
+
+class AsyncMemory:
+    """``Memory`` for asyncio code: the same methods as coroutines.
+
+    SQLite and the local model are blocking, so each call runs in a worker thread and the
+    event loop stays free; the engine underneath is the same ``Memory``.
+    """
+
+    def __init__(self, database_url: str | None = None, **kwargs: Any) -> None:
+        self.sync = Memory(database_url, **kwargs)
+        self.sessions = _AsyncSessions(self)
+        self.messages = _AsyncMessages(self)
+
+    @property
+    def project_id(self) -> str:
+        return self.sync.project_id
+
+    async def add_messages(
+        self, session_id: str, messages: Any, *, sync: bool = False
+    ) -> AddResult:
+        return await asyncio.to_thread(self.sync.add_messages, session_id, messages, sync=sync)
+
+    async def get_memory(
+        self, session_id: str, query: str | None = None, **kwargs: Any
+    ) -> MemoryContext:
+        return await asyncio.to_thread(self.sync.get_memory, session_id, query, **kwargs)
+
+    async def search(self, query: str, **kwargs: Any) -> list[Hit]:
+        return await asyncio.to_thread(self.sync.search, query, **kwargs)
+
+    async def wait(self, timeout: float | None = None) -> None:
+        await asyncio.to_thread(self.sync.wait, timeout)
+
+    async def retry_failed(self, user_id: str | None = None) -> int:
+        return await asyncio.to_thread(self.sync.retry_failed, user_id)
+
+    async def stats(self) -> dict[str, Any]:
+        return await asyncio.to_thread(self.sync.stats)
+
+    async def close(self, timeout: float | None = None) -> None:
+        await asyncio.to_thread(self.sync.close, timeout)
+
+    async def __aenter__(self) -> AsyncMemory:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

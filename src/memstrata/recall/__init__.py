@@ -1,0 +1,164 @@
+"""The read path: hybrid candidate search, fusion, and context assembly.
+
+Every search runs a vector retriever and a full-text retriever over the same scope and
+fuses them (reciprocal rank fusion by default). Full text sees a message the moment it is
+accepted; the vector side sees it once a worker has embedded it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from typing import Literal
+
+from ..embed import Embedder
+from ..store import MessageRow, SearchFilters, SessionRow, Store
+from ..store._text import fts_query_terms
+from ..types import Hit, MemoryContext, Message, RecallConfig
+from ._format import format_context
+from ._fusion import rrf, score_fusion
+from ._tokens import estimate_tokens
+
+__all__ = ["Recaller", "estimate_tokens", "message_from_row", "parse_ts"]
+
+Fusion = Literal["rrf", "score"]
+
+
+def parse_ts(value: str | None) -> datetime | None:
+    if value is None:
+        return None
+    return datetime.strptime(value, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc)
+
+
+def message_from_row(row: MessageRow) -> Message:
+    return Message(
+        id=row.id,
+        project_id=row.project_id,
+        user_id=row.user_id,
+        session_id=row.session_id,
+        role=row.role,
+        content=row.content,
+        timestamp=parse_ts(row.ts),  # type: ignore[arg-type]
+        event_type=row.event_type,
+        page=row.page,
+        process_id=row.process_id,
+        metadata=row.metadata,
+        status=row.status,
+        error=row.error,  # type: ignore[arg-type]
+        attempts=row.attempts,
+        created_at=parse_ts(row.created_at),  # type: ignore[arg-type]
+        processed_at=parse_ts(row.processed_at),
+    )
+
+
+def _hit(row: MessageRow, score: float, signals: dict[str, float]) -> Hit:
+    return Hit(
+        layer="message",
+        id=row.id,
+        text=row.content,
+        score=score,
+        message_ids=[row.id],
+        user_id=row.user_id,
+        session_id=row.session_id,
+        timestamp=parse_ts(row.ts),
+        role=row.role,
+        event_type=row.event_type,
+        metadata=row.metadata,
+        signals=signals,
+    )
+
+
+class Recaller:
+    def __init__(self, store: Store, embedder: Embedder, *, fusion: Fusion = "rrf") -> None:
+        self.store = store
+        self.embedder = embedder
+        self.fusion = fusion
+
+    def search_messages(
+        self,
+        project_id: str,
+        user_id: str,
+        query: str,
+        *,
+        limit: int,
+        filters: SearchFilters,
+        rrf_k: int = 60,
+        min_similarity: float = 0.0,
+        exclude: Sequence[str] = (),
+    ) -> list[Hit]:
+        if limit <= 0 or not query.strip():
+            return []
+        # Fetch more candidates than asked so fusion has overlap to work with.
+        candidates = max(20, limit * 3) + len(exclude)
+        terms = fts_query_terms(query)
+        fulltext = self.store.fulltext_messages(project_id, user_id, terms, candidates, filters)
+        qvec = self.embedder.embed([query])[0]
+        vector = self.store.vector_messages(
+            project_id, user_id, qvec, self.embedder.id, candidates, filters
+        )
+        # A non-positive cosine means "unrelated" for every embedder we ship: never a match.
+        floor = max(min_similarity, 1e-6)
+        vector = [(pk, s) for pk, s in vector if s >= floor]
+        lists = {"vector": vector, "fulltext": fulltext}
+        fused = rrf(lists, k=rrf_k) if self.fusion == "rrf" else score_fusion(lists)
+        signals: dict[int, dict[str, float]] = {}
+        for name, ranked in lists.items():
+            for rank, (pk, s) in enumerate(ranked, start=1):
+                signals.setdefault(pk, {})[name] = round(float(s), 6)
+                signals[pk][f"{name}_rank"] = float(rank)
+        rows = self.store.messages_by_pk([pk for pk, _ in fused[: limit + len(exclude)]])
+        skip = set(exclude)
+        hits = []
+        for pk, score in fused:
+            row = rows.get(pk)
+            if row is None or row.id in skip:
+                continue
+            hits.append(_hit(row, round(score, 6), signals.get(pk, {})))
+            if len(hits) >= limit:
+                break
+        return hits
+
+    def context(
+        self,
+        *,
+        project_id: str,
+        session: SessionRow,
+        query: str | None,
+        config: RecallConfig,
+        filters: SearchFilters,
+        details: bool,
+    ) -> MemoryContext:
+        history_rows = (
+            self.store.list_messages(
+                project_id,
+                session_id=session.id,
+                limit=config.message_recent_limit,
+                newest_first=True,
+            )
+            if config.message_recent_limit
+            else []
+        )
+        history = [message_from_row(r) for r in reversed(history_rows)]
+        matches: list[Hit] = []
+        if query and query.strip() and config.enable_long_term_recall:
+            matches = self.search_messages(
+                project_id,
+                session.user_id,
+                query,
+                limit=config.message_semantic_top_k,
+                filters=filters,
+                rrf_k=config.long_term_rrf_k,
+                min_similarity=config.message_semantic_min_score,
+                exclude=[m.id for m in history],
+            )
+        text, tokens = format_context(matches, history, config.token_budget)
+        return MemoryContext(
+            project_id=project_id,
+            user_id=session.user_id,
+            session_id=session.id,
+            query=query,
+            history=history,
+            formatted_context=text,
+            token_estimate=tokens,
+            matches=matches if details else None,
+        )

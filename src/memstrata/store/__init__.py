@@ -1,0 +1,189 @@
+"""The ``Store`` port: everything the engine needs from a database, and nothing more.
+
+Adapters (``sqlite.py`` now, ``postgres.py`` at scale) implement it; the engine never
+issues SQL itself. Rows cross the port as the small dataclasses below; the facade turns
+them into the public pydantic types.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from ._filters import MetadataCondition, SearchFilters, parse_metadata_filters
+
+__all__ = [
+    "AddOutcome",
+    "ClaimedBatch",
+    "LeaseLostError",
+    "MessageRow",
+    "MetadataCondition",
+    "SearchFilters",
+    "SessionRow",
+    "Store",
+    "open_store",
+    "parse_metadata_filters",
+]
+
+
+@dataclass(frozen=True)
+class SessionRow:
+    project_id: str
+    id: str
+    user_id: str
+    title: str | None
+    metadata: dict[str, Any]
+    created_at: str
+    updated_at: str
+
+
+@dataclass
+class MessageRow:
+    project_id: str
+    id: str
+    user_id: str
+    session_id: str
+    role: str
+    content: str
+    content_hash: str
+    ts: str
+    created_at: str
+    process_id: str | None = None
+    event_type: str | None = None
+    page: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    status: str = "pending"
+    error: str | None = None
+    attempts: int = 0
+    job_id: int | None = None
+    processed_at: str | None = None
+    pk: int | None = None
+
+
+@dataclass
+class AddOutcome:
+    message_ids: list[str]
+    duplicates: list[str]
+    job_id: int | None
+
+
+@dataclass
+class ClaimedBatch:
+    """Jobs one worker holds under a lease, and their messages in acceptance order."""
+
+    worker_id: str
+    project_id: str
+    user_id: str
+    job_ids: list[int]
+    messages: list[MessageRow]
+    attempts: int
+
+
+class LeaseLostError(Exception):
+    """The worker's lease expired and another worker reclaimed the job; its work is void."""
+
+
+@runtime_checkable
+class Store(Protocol):
+    url: str
+
+    def close(self) -> None: ...
+    def schema_version(self) -> int: ...
+    def get_meta(self, key: str) -> str | None: ...
+    def set_meta(self, key: str, value: str) -> None: ...
+
+    # sessions
+    def create_session(self, row: SessionRow) -> tuple[SessionRow, bool]: ...
+    def get_session(self, project_id: str, session_id: str) -> SessionRow | None: ...
+    def list_sessions(
+        self, project_id: str, user_id: str | None, limit: int, offset: int
+    ) -> list[SessionRow]: ...
+
+    # messages: accepted and queued in one transaction
+    def add_messages(
+        self, project_id: str, session: SessionRow, rows: Sequence[MessageRow]
+    ) -> AddOutcome: ...
+    def get_message(self, project_id: str, message_id: str) -> MessageRow | None: ...
+    def list_messages(
+        self,
+        project_id: str,
+        *,
+        user_id: str | None = None,
+        session_id: str | None = None,
+        status: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+        newest_first: bool = False,
+    ) -> list[MessageRow]: ...
+    def messages_by_pk(self, pks: Sequence[int]) -> dict[int, MessageRow]: ...
+
+    # durable jobs
+    def claim_batch(
+        self, worker_id: str, lease_seconds: float, max_messages: int
+    ) -> ClaimedBatch | None: ...
+    def extend_lease(
+        self, job_ids: Sequence[int], worker_id: str, lease_seconds: float
+    ) -> bool: ...
+    def complete_batch(
+        self, batch: ClaimedBatch, *, embedder: str, vectors: np.ndarray
+    ) -> None: ...
+    def fail_batch(self, batch: ClaimedBatch, error: str, retry_at: float | None) -> None: ...
+    def retry_failed(self, project_id: str, user_id: str | None = None) -> int: ...
+    def job_states(self, job_ids: Sequence[int]) -> dict[int, str]: ...
+    def unfinished_jobs(self, project_id: str | None = None) -> int: ...
+    def next_job_time(self) -> float | None: ...
+
+    # search
+    def fulltext_messages(
+        self,
+        project_id: str,
+        user_id: str,
+        terms: Sequence[str],
+        limit: int,
+        filters: SearchFilters,
+    ) -> list[tuple[int, float]]: ...
+    def vector_messages(
+        self,
+        project_id: str,
+        user_id: str,
+        query: np.ndarray,
+        embedder: str,
+        limit: int,
+        filters: SearchFilters,
+    ) -> list[tuple[int, float]]: ...
+
+    # vectors bookkeeping
+    def vector_embedders(self) -> dict[str, int]: ...
+    def drop_vectors_except(self, embedder: str) -> int: ...
+    def messages_missing_vectors(
+        self, embedder: str, after_pk: int, limit: int
+    ) -> list[MessageRow]: ...
+    def put_message_vectors(
+        self, embedder: str, rows: Sequence[MessageRow], vectors: np.ndarray
+    ) -> None: ...
+
+    def stats(self, project_id: str | None = None) -> dict[str, Any]: ...
+
+
+def open_store(url: str, **options: Any) -> Store:
+    """Open the store a database URL names (``sqlite:///path``; bare paths are SQLite)."""
+    from ..errors import ConfigError
+
+    lowered = url.lower()
+    if lowered.startswith("sqlite:") or "://" not in url:
+        from .sqlite import SQLiteStore
+
+        return SQLiteStore(url, **options)
+    if lowered.startswith(("postgresql:", "postgres:")):
+        raise ConfigError(
+            "PostgreSQL is not supported by this version of memstrata yet; "
+            "use sqlite:///path.db (the PostgreSQL store is planned, see docs/deployment.md)"
+        )
+    if lowered.startswith(("http:", "https:")):
+        raise ConfigError(
+            "a remote memstrata server is not supported by this version yet; use sqlite:///path.db"
+        )
+    raise ConfigError(f"unsupported database URL {url!r}: expected sqlite:///path.db")

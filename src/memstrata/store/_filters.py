@@ -1,0 +1,107 @@
+"""Search filters: validated once here, translated to SQL by each store adapter.
+
+Metadata filters use a small MongoDB-like vocabulary, documented in docs/api.md::
+
+    {"channel": "web"}                      equality
+    {"channel": {"$in": ["web", "ios"]}}    membership ($nin: not in)
+    {"stars": {"$gte": 3, "$lt": 5}}        ranges ($gt, $gte, $lt, $lte)
+    {"plan": {"$ne": "free"}}               inequality
+    {"coupon": {"$exists": true}}           presence
+    {"address.city": "Berlin"}              dotted paths reach nested objects
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from ..errors import ValidationError
+
+__all__ = ["MetadataCondition", "SearchFilters", "parse_metadata_filters"]
+
+_KEY = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_\-]{0,63}(\.[A-Za-z0-9_][A-Za-z0-9_\-]{0,63}){0,7}$")
+_OPS = {"$eq", "$ne", "$in", "$nin", "$gt", "$gte", "$lt", "$lte", "$exists"}
+Scalar = str | int | float | bool | None
+
+
+@dataclass(frozen=True)
+class MetadataCondition:
+    path: tuple[str, ...]
+    op: str
+    value: Any
+
+
+@dataclass(frozen=True)
+class SearchFilters:
+    session_id: str | None = None
+    roles: tuple[str, ...] = ()
+    event_types: tuple[str, ...] = ()
+    since: datetime | None = None
+    until: datetime | None = None
+    metadata: tuple[MetadataCondition, ...] = field(default_factory=tuple)
+
+    @property
+    def empty(self) -> bool:
+        return not (
+            self.session_id
+            or self.roles
+            or self.event_types
+            or self.since
+            or self.until
+            or self.metadata
+        )
+
+
+def _scalar(value: Any, where: str) -> Scalar:
+    if value is None or isinstance(value, (str, bool, int, float)):
+        return value
+    raise ValidationError(
+        "invalid metadata filter", [f"{where}: expected a string, number, boolean or null"]
+    )
+
+
+def parse_metadata_filters(filters: dict[str, Any] | None) -> tuple[MetadataCondition, ...]:
+    if not filters:
+        return ()
+    if not isinstance(filters, dict):
+        raise ValidationError("invalid metadata filter", ["metadata_filters: expected an object"])
+    out: list[MetadataCondition] = []
+    problems: list[str] = []
+    for key, spec in filters.items():
+        if not isinstance(key, str) or not _KEY.match(key):
+            problems.append(f"metadata_filters.{key}: keys are letters, digits, _ and - (dotted)")
+            continue
+        path = tuple(key.split("."))
+        if not isinstance(spec, dict):
+            out.append(MetadataCondition(path, "$eq", _scalar(spec, f"metadata_filters.{key}")))
+            continue
+        if not spec:
+            problems.append(f"metadata_filters.{key}: empty operator object")
+        for op, value in spec.items():
+            where = f"metadata_filters.{key}.{op}"
+            if op not in _OPS:
+                problems.append(f"{where}: unknown operator; use one of {sorted(_OPS)}")
+            elif op in ("$in", "$nin"):
+                if not isinstance(value, list) or not value or len(value) > 500:
+                    problems.append(f"{where}: expected a non-empty list (at most 500 values)")
+                else:
+                    vals = tuple(_scalar(v, where) for v in value)
+                    out.append(MetadataCondition(path, op, vals))
+            elif op == "$exists":
+                if not isinstance(value, bool):
+                    problems.append(f"{where}: expected true or false")
+                else:
+                    out.append(MetadataCondition(path, op, value))
+            else:
+                scalar = _scalar(value, where)
+                if op in ("$gt", "$gte", "$lt", "$lte") and (
+                    scalar is None or isinstance(scalar, bool)
+                ):
+                    problems.append(f"{where}: expected a number or string")
+                else:
+                    out.append(MetadataCondition(path, op, scalar))
+    if problems:
+        raise ValidationError("invalid metadata filter", problems)
+    return tuple(out)

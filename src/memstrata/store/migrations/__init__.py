@@ -1,0 +1,1 @@
+"""Versioned schema migrations, one directory per backend (SQL files named NNNN_name.sql)."""

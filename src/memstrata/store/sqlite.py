@@ -1,0 +1,901 @@
+"""SQLite adapter of the ``Store`` port: one file, WAL, FTS5, vectors searched in-process.
+
+Concurrency model: one connection per thread (sqlite3 connections are not shareable),
+writes in ``BEGIN IMMEDIATE`` transactions so writers queue on the database lock (with a
+busy timeout) instead of failing halfway, and several processes may open the same file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
+from importlib import resources
+from typing import Any
+
+import numpy as np
+
+from ..errors import ConfigError, ConflictError, EmbedderMismatchError, StoreError
+from . import AddOutcome, ClaimedBatch, LeaseLostError, MessageRow, SearchFilters, SessionRow
+from ._filters import MetadataCondition
+from ._text import fts_document, scope_token
+from ._vectors import VectorCache
+
+__all__ = ["SQLiteStore", "latest_schema_version", "sqlite_path"]
+
+_MESSAGE_COLUMNS = (
+    "pk, project_id, id, user_id, session_id, process_id, role, content, content_hash, ts, "
+    "event_type, page, metadata, status, error, attempts, job_id, created_at, processed_at"
+)
+
+
+def sqlite_path(url: str) -> str:
+    """File path of a ``sqlite:///relative`` / ``sqlite:////absolute`` URL or a bare path."""
+    path = url
+    if url.lower().startswith("sqlite:"):
+        rest = url[len("sqlite:") :]
+        if not rest.startswith("///"):
+            raise ConfigError(
+                f"invalid SQLite URL {url!r}: use sqlite:///relative.db or sqlite:////abs/path.db"
+            )
+        path = rest[3:]
+    if not path or path == ":memory:" or path.startswith("file:"):
+        raise ConfigError(
+            "memstrata needs a SQLite file (background workers share it through WAL); "
+            "for a throwaway store use a temporary path"
+        )
+    return os.path.expanduser(path)
+
+
+def _migrations() -> list[tuple[int, str, str]]:
+    folder = resources.files("memstrata.store.migrations.sqlite")
+    found = []
+    for entry in folder.iterdir():
+        name = entry.name
+        if name.endswith(".sql") and name[:4].isdigit():
+            found.append((int(name[:4]), name, entry.read_text(encoding="utf-8")))
+    return sorted(found)
+
+
+def latest_schema_version() -> int:
+    return _migrations()[-1][0]
+
+
+def _backfill_fts(conn: sqlite3.Connection) -> None:
+    rows = conn.execute("SELECT pk, project_id, user_id, content, event_type, page FROM messages")
+    conn.executemany(
+        "INSERT INTO messages_fts (rowid, body, scope) VALUES (?, ?, ?)",
+        (
+            (pk, _fts_body(content, event_type, page), scope_token(project, user))
+            for pk, project, user, content, event_type, page in rows
+        ),
+    )
+
+
+# Python steps that run right after the SQL file of the same version, in its transaction.
+_POST_STEPS = {2: _backfill_fts}
+
+
+def _fts_body(content: str, event_type: str | None, page: str | None) -> str:
+    parts = [content]
+    if event_type:
+        parts.append(event_type.replace("_", " "))
+    if page:
+        parts.append(page)
+    return fts_document("\n".join(parts))
+
+
+def _json_path(path: tuple[str, ...]) -> str:
+    return "$" + "".join(f'."{p}"' for p in path)
+
+
+def _metadata_sql(cond: MetadataCondition, column: str) -> tuple[str, list[Any]]:
+    path = _json_path(cond.path)
+    value = f"json_extract({column}, ?)"
+    op, arg = cond.op, cond.value
+    if op == "$exists":
+        sql = f"json_type({column}, ?) IS {'NOT ' if arg else ''}NULL"
+        return sql, [path]
+    if op == "$eq":
+        if arg is None:
+            return f"json_type({column}, ?) = 'null'", [path]
+        return f"{value} = ?", [path, arg]
+    if op == "$ne":
+        return f"({value} IS NULL OR {value} != ?)", [path, path, arg]
+    if op in ("$in", "$nin"):
+        marks = ",".join("?" * len(arg))
+        if op == "$in":
+            return f"{value} IN ({marks})", [path, *arg]
+        return f"({value} IS NULL OR {value} NOT IN ({marks}))", [path, path, *arg]
+    sql_op = {"$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}[op]
+    return f"{value} {sql_op} ?", [path, arg]
+
+
+def _filter_sql(filters: SearchFilters, alias: str = "m") -> tuple[str, list[Any]]:
+    clauses: list[str] = []
+    params: list[Any] = []
+    if filters.session_id:
+        clauses.append(f"{alias}.session_id = ?")
+        params.append(filters.session_id)
+    if filters.roles:
+        clauses.append(f"{alias}.role IN ({','.join('?' * len(filters.roles))})")
+        params.extend(filters.roles)
+    if filters.event_types:
+        clauses.append(f"{alias}.event_type IN ({','.join('?' * len(filters.event_types))})")
+        params.extend(filters.event_types)
+    if filters.since:
+        clauses.append(f"{alias}.ts >= ?")
+        params.append(_iso(filters.since))
+    if filters.until:
+        clauses.append(f"{alias}.ts < ?")
+        params.append(_iso(filters.until))
+    for cond in filters.metadata:
+        sql, args = _metadata_sql(cond, f"{alias}.metadata")
+        clauses.append(sql)
+        params.extend(args)
+    return " AND ".join(clauses), params
+
+
+def _iso(value: Any) -> str:
+    from ..types import _as_utc
+
+    return _as_utc(value).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _row_to_message(row: sqlite3.Row | tuple[Any, ...]) -> MessageRow:
+    (
+        pk,
+        project_id,
+        mid,
+        user_id,
+        session_id,
+        process_id,
+        role,
+        content,
+        content_hash,
+        ts,
+        event_type,
+        page,
+        metadata,
+        status,
+        error,
+        attempts,
+        job_id,
+        created_at,
+        processed_at,
+    ) = row
+    return MessageRow(
+        pk=pk,
+        project_id=project_id,
+        id=mid,
+        user_id=user_id,
+        session_id=session_id,
+        process_id=process_id,
+        role=role,
+        content=content,
+        content_hash=content_hash,
+        ts=ts,
+        event_type=event_type,
+        page=page,
+        metadata=json.loads(metadata),
+        status=status,
+        error=error,
+        attempts=attempts,
+        job_id=job_id,
+        created_at=created_at,
+        processed_at=processed_at,
+    )
+
+
+def _row_to_session(row: tuple[Any, ...]) -> SessionRow:
+    project_id, sid, user_id, title, metadata, created_at, updated_at = row
+    return SessionRow(
+        project_id=project_id,
+        id=sid,
+        user_id=user_id,
+        title=title,
+        metadata=json.loads(metadata),
+        created_at=created_at,
+        updated_at=updated_at,
+    )
+
+
+_SESSION_COLUMNS = "project_id, id, user_id, title, metadata, created_at, updated_at"
+
+
+class SQLiteStore:
+    """The embedded store. Thread-safe; several processes may share one file."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        busy_timeout_ms: int = 30_000,
+        synchronous: str = "NORMAL",
+        vector_index_threshold: int = 20_000,
+        migrate_to: int | None = None,
+    ) -> None:
+        self.path = sqlite_path(url)
+        self.url = f"sqlite:///{self.path}"
+        self._busy_timeout_ms = busy_timeout_ms
+        if synchronous.upper() not in ("OFF", "NORMAL", "FULL", "EXTRA"):
+            raise ConfigError(f"invalid SQLite synchronous mode {synchronous!r}")
+        self._synchronous = synchronous.upper()
+        self._local = threading.local()
+        self._connections: list[sqlite3.Connection] = []
+        self._conn_lock = threading.Lock()
+        self._closed = False
+        self.vectors = VectorCache(index_threshold=vector_index_threshold)
+        parent = os.path.dirname(os.path.abspath(self.path))
+        if not os.path.isdir(parent):
+            raise StoreError(f"cannot create {self.path!r}: directory {parent!r} does not exist")
+        self._migrate(migrate_to)
+
+    # -- connections -------------------------------------------------------------------
+
+    def _conn(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            return conn
+        if self._closed:
+            raise StoreError("the store is closed")
+        try:
+            conn = sqlite3.connect(
+                self.path,
+                isolation_level=None,
+                check_same_thread=False,
+                timeout=self._busy_timeout_ms / 1000,
+            )
+            conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute(f"PRAGMA synchronous = {self._synchronous}")
+            conn.execute("PRAGMA foreign_keys = ON")
+            conn.execute("PRAGMA temp_store = MEMORY")
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open SQLite database {self.path!r}: {exc}") from exc
+        self._local.conn = conn
+        with self._conn_lock:
+            self._connections.append(conn)
+        return conn
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        conn = self._conn()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        else:
+            conn.execute("COMMIT")
+
+    def close(self) -> None:
+        self._closed = True
+        with self._conn_lock:
+            conns, self._connections = self._connections, []
+        for conn in conns:
+            with suppress(sqlite3.Error):
+                conn.close()
+        self._local = threading.local()
+        self.vectors.clear()
+
+    # -- schema ----------------------------------------------------------------------
+
+    def _migrate(self, target: int | None) -> None:
+        migrations = _migrations()
+        latest = migrations[-1][0]
+        target = latest if target is None else target
+        conn = self._conn()
+        current = conn.execute("PRAGMA user_version").fetchone()[0]
+        if current > latest:
+            raise StoreError(
+                f"{self.path!r} has schema version {current}, newer than this memstrata "
+                f"understands ({latest}); upgrade memstrata"
+            )
+        if current >= target:
+            return
+        with self._write() as c:
+            # Re-read under the write lock: another process may have migrated meanwhile.
+            current = c.execute("PRAGMA user_version").fetchone()[0]
+            for version, name, sql in migrations:
+                if current < version <= target:
+                    for statement in _split_sql(sql):
+                        c.execute(statement)
+                    step = _POST_STEPS.get(version)
+                    if step is not None:
+                        step(c)
+                    c.execute(f"PRAGMA user_version = {version}")
+                    c.execute(
+                        "INSERT INTO meta (key, value) VALUES ('schema_migrated_' || ?, ?) "
+                        "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                        (name, _now_iso()),
+                    )
+
+    def schema_version(self) -> int:
+        return int(self._conn().execute("PRAGMA user_version").fetchone()[0])
+
+    def get_meta(self, key: str) -> str | None:
+        row = self._conn().execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else row[0]
+
+    def set_meta(self, key: str, value: str) -> None:
+        with self._write() as c:
+            c.execute(
+                "INSERT INTO meta (key, value) VALUES (?, ?) "
+                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                (key, value),
+            )
+
+    # -- sessions ----------------------------------------------------------------------
+
+    def create_session(self, row: SessionRow) -> tuple[SessionRow, bool]:
+        with self._write() as c:
+            cur = c.execute(
+                "INSERT INTO sessions (project_id, id, user_id, title, metadata, created_at, "
+                "updated_at) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (project_id, id) DO NOTHING",
+                (
+                    row.project_id,
+                    row.id,
+                    row.user_id,
+                    row.title,
+                    json.dumps(row.metadata),
+                    row.created_at,
+                    row.updated_at,
+                ),
+            )
+            created = cur.rowcount == 1
+            stored = c.execute(
+                f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE project_id = ? AND id = ?",
+                (row.project_id, row.id),
+            ).fetchone()
+        return _row_to_session(stored), created
+
+    def get_session(self, project_id: str, session_id: str) -> SessionRow | None:
+        row = (
+            self._conn()
+            .execute(
+                f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE project_id = ? AND id = ?",
+                (project_id, session_id),
+            )
+            .fetchone()
+        )
+        return None if row is None else _row_to_session(row)
+
+    def list_sessions(
+        self, project_id: str, user_id: str | None, limit: int, offset: int
+    ) -> list[SessionRow]:
+        sql = f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE project_id = ?"
+        params: list[Any] = [project_id]
+        if user_id is not None:
+            sql += " AND user_id = ?"
+            params.append(user_id)
+        sql += " ORDER BY pk LIMIT ? OFFSET ?"
+        params += [limit, offset]
+        return [_row_to_session(r) for r in self._conn().execute(sql, params)]
+
+    # -- messages ----------------------------------------------------------------------
+
+    def add_messages(
+        self, project_id: str, session: SessionRow, rows: Sequence[MessageRow]
+    ) -> AddOutcome:
+        ids = [r.id for r in rows]
+        now = time.time()
+        scope = scope_token(project_id, session.user_id)
+        with self._write() as c:
+            existing: dict[str, str] = {}
+            for i in range(0, len(ids), 500):
+                chunk = ids[i : i + 500]
+                marks = ",".join("?" * len(chunk))
+                existing.update(
+                    c.execute(
+                        f"SELECT id, content_hash FROM messages WHERE project_id = ? "
+                        f"AND id IN ({marks})",
+                        (project_id, *chunk),
+                    ).fetchall()
+                )
+            conflicts = [
+                r.id for r in rows if r.id in existing and existing[r.id] != r.content_hash
+            ]
+            if conflicts:
+                raise ConflictError(
+                    f"message id(s) already stored with different content: {conflicts[:10]}; "
+                    "an id may be resent only with the same session, role and content"
+                )
+            new = [r for r in rows if r.id not in existing]
+            job_id = None
+            if new:
+                job_id = c.execute(
+                    "INSERT INTO jobs (project_id, user_id, kind, status, run_after, created_at, "
+                    "size) VALUES (?, ?, 'process_messages', 'queued', ?, ?, ?)",
+                    (project_id, session.user_id, now, now, len(new)),
+                ).lastrowid
+                for r in new:
+                    pk = c.execute(
+                        "INSERT INTO messages (project_id, id, user_id, session_id, process_id, "
+                        "role, content, content_hash, ts, event_type, page, metadata, status, "
+                        "job_id, created_at) "
+                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?)",
+                        (
+                            project_id,
+                            r.id,
+                            session.user_id,
+                            session.id,
+                            r.process_id,
+                            r.role,
+                            r.content,
+                            r.content_hash,
+                            r.ts,
+                            r.event_type,
+                            r.page,
+                            json.dumps(r.metadata, ensure_ascii=False),
+                            job_id,
+                            r.created_at,
+                        ),
+                    ).lastrowid
+                    r.pk, r.job_id = pk, job_id
+                    c.execute(
+                        "INSERT INTO messages_fts (rowid, body, scope) VALUES (?, ?, ?)",
+                        (pk, _fts_body(r.content, r.event_type, r.page), scope),
+                    )
+                c.execute(
+                    "UPDATE sessions SET updated_at = ? WHERE project_id = ? AND id = ?",
+                    (_now_iso(), project_id, session.id),
+                )
+        dupes = [r.id for r in rows if r.id in existing]
+        return AddOutcome(message_ids=ids, duplicates=dupes, job_id=job_id)
+
+    def get_message(self, project_id: str, message_id: str) -> MessageRow | None:
+        row = (
+            self._conn()
+            .execute(
+                f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE project_id = ? AND id = ?",
+                (project_id, message_id),
+            )
+            .fetchone()
+        )
+        return None if row is None else _row_to_message(row)
+
+    def list_messages(
+        self,
+        project_id: str,
+        *,
+        user_id: str | None = None,
+        session_id: str | None = None,
+        status: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+        newest_first: bool = False,
+    ) -> list[MessageRow]:
+        sql = f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE project_id = ?"
+        params: list[Any] = [project_id]
+        for column, value in (("user_id", user_id), ("session_id", session_id), ("status", status)):
+            if value is not None:
+                sql += f" AND {column} = ?"
+                params.append(value)
+        sql += f" ORDER BY pk {'DESC' if newest_first else 'ASC'} LIMIT ? OFFSET ?"
+        params += [limit, offset]
+        return [_row_to_message(r) for r in self._conn().execute(sql, params)]
+
+    def messages_by_pk(self, pks: Sequence[int]) -> dict[int, MessageRow]:
+        out: dict[int, MessageRow] = {}
+        conn = self._conn()
+        pks = list(pks)
+        for i in range(0, len(pks), 500):
+            chunk = pks[i : i + 500]
+            marks = ",".join("?" * len(chunk))
+            for row in conn.execute(
+                f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE pk IN ({marks})", chunk
+            ):
+                out[row[0]] = _row_to_message(row)
+        return out
+
+    # -- jobs ----------------------------------------------------------------------
+
+    def claim_batch(
+        self, worker_id: str, lease_seconds: float, max_messages: int
+    ) -> ClaimedBatch | None:
+        now = time.time()
+        with self._write() as c:
+            # The earliest unfinished job of its user, ready to run: per-user order holds
+            # because a later job is never claimable while an earlier one is unfinished.
+            head = c.execute(
+                "SELECT j.id, j.project_id, j.user_id FROM jobs j "
+                "WHERE j.status IN ('queued', 'running') "
+                "AND ((j.status = 'queued' AND j.run_after <= ?) "
+                "     OR (j.status = 'running' AND j.lease_until < ?)) "
+                "AND NOT EXISTS (SELECT 1 FROM jobs e WHERE e.project_id = j.project_id "
+                "     AND e.user_id = j.user_id AND e.status IN ('queued', 'running') "
+                "     AND e.id < j.id) "
+                "ORDER BY j.id LIMIT 1",
+                (now, now),
+            ).fetchone()
+            if head is None:
+                return None
+            first_id, project_id, user_id = head
+            job_ids: list[int] = []
+            total = 0
+            for jid, status, run_after, lease_until, size in c.execute(
+                "SELECT id, status, run_after, lease_until, size FROM jobs "
+                "WHERE project_id = ? AND user_id = ? AND status IN ('queued', 'running') "
+                "AND id >= ? ORDER BY id LIMIT 256",
+                (project_id, user_id, first_id),
+            ).fetchall():
+                ready = (status == "queued" and run_after <= now) or (
+                    status == "running" and (lease_until or 0) < now
+                )
+                if not ready or (job_ids and total + size > max_messages):
+                    break
+                job_ids.append(jid)
+                total += size
+            marks = ",".join("?" * len(job_ids))
+            c.execute(
+                f"UPDATE jobs SET status = 'running', locked_by = ?, lease_until = ?, "
+                f"attempts = attempts + 1 WHERE id IN ({marks})",
+                (worker_id, now + lease_seconds, *job_ids),
+            )
+            c.execute(
+                f"UPDATE messages SET attempts = attempts + 1 WHERE job_id IN ({marks})", job_ids
+            )
+            attempts = c.execute(
+                f"SELECT max(attempts) FROM jobs WHERE id IN ({marks})", job_ids
+            ).fetchone()[0]
+            messages = [
+                _row_to_message(r)
+                for r in c.execute(
+                    f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE job_id IN ({marks}) "
+                    "ORDER BY pk",
+                    job_ids,
+                )
+            ]
+        return ClaimedBatch(
+            worker_id=worker_id,
+            project_id=project_id,
+            user_id=user_id,
+            job_ids=job_ids,
+            messages=messages,
+            attempts=int(attempts),
+        )
+
+    def _check_lease(self, c: sqlite3.Connection, batch: ClaimedBatch) -> None:
+        marks = ",".join("?" * len(batch.job_ids))
+        held = c.execute(
+            f"SELECT count(*) FROM jobs WHERE id IN ({marks}) AND status = 'running' "
+            "AND locked_by = ?",
+            (*batch.job_ids, batch.worker_id),
+        ).fetchone()[0]
+        if held != len(batch.job_ids):
+            raise LeaseLostError(f"worker {batch.worker_id} no longer holds jobs {batch.job_ids}")
+
+    def extend_lease(self, job_ids: Sequence[int], worker_id: str, lease_seconds: float) -> bool:
+        if not job_ids:
+            return True
+        marks = ",".join("?" * len(job_ids))
+        with self._write() as c:
+            cur = c.execute(
+                f"UPDATE jobs SET lease_until = ? WHERE id IN ({marks}) AND status = 'running' "
+                "AND locked_by = ?",
+                (time.time() + lease_seconds, *job_ids, worker_id),
+            )
+            return cur.rowcount == len(job_ids)
+
+    def _claim_embedder(self, c: sqlite3.Connection, embedder: str) -> None:
+        c.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('embedder', ?)", (embedder,))
+        stored = c.execute("SELECT value FROM meta WHERE key = 'embedder'").fetchone()[0]
+        if stored != embedder:
+            raise EmbedderMismatchError(
+                f"this store's vectors were made by {stored!r}, not {embedder!r}"
+            )
+
+    def _put_vectors(
+        self, c: sqlite3.Connection, embedder: str, rows: Sequence[MessageRow], vectors: np.ndarray
+    ) -> None:
+        if len(rows) != len(vectors):
+            raise ValueError("one vector per message is required")
+        self._claim_embedder(c, embedder)
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        dim = int(vectors.shape[1]) if vectors.ndim == 2 else 0
+        c.executemany(
+            "INSERT INTO vectors (project_id, user_id, kind, item_pk, embedder, dim, vec) "
+            "VALUES (?, ?, 'message', ?, ?, ?, ?) "
+            "ON CONFLICT (kind, item_pk, embedder) DO UPDATE SET vec = excluded.vec",
+            (
+                (r.project_id, r.user_id, r.pk, embedder, dim, vectors[i].tobytes())
+                for i, r in enumerate(rows)
+            ),
+        )
+
+    def complete_batch(self, batch: ClaimedBatch, *, embedder: str, vectors: np.ndarray) -> None:
+        now = time.time()
+        marks = ",".join("?" * len(batch.job_ids))
+        with self._write() as c:
+            self._check_lease(c, batch)
+            self._put_vectors(c, embedder, batch.messages, vectors)
+            c.execute(
+                f"UPDATE messages SET status = 'processed', error = NULL, processed_at = ? "
+                f"WHERE job_id IN ({marks})",
+                (_now_iso(), *batch.job_ids),
+            )
+            c.execute(
+                f"UPDATE jobs SET status = 'done', finished_at = ?, locked_by = NULL, "
+                f"lease_until = NULL, last_error = NULL WHERE id IN ({marks})",
+                (now, *batch.job_ids),
+            )
+
+    def fail_batch(self, batch: ClaimedBatch, error: str, retry_at: float | None) -> None:
+        marks = ",".join("?" * len(batch.job_ids))
+        error = error[:2000]
+        with self._write() as c:
+            self._check_lease(c, batch)
+            if retry_at is not None:
+                c.execute(
+                    f"UPDATE jobs SET status = 'queued', run_after = ?, locked_by = NULL, "
+                    f"lease_until = NULL, last_error = ? WHERE id IN ({marks})",
+                    (retry_at, error, *batch.job_ids),
+                )
+                c.execute(
+                    f"UPDATE messages SET error = ? WHERE job_id IN ({marks})",
+                    (error, *batch.job_ids),
+                )
+            else:
+                c.execute(
+                    f"UPDATE jobs SET status = 'failed', finished_at = ?, locked_by = NULL, "
+                    f"lease_until = NULL, last_error = ? WHERE id IN ({marks})",
+                    (time.time(), error, *batch.job_ids),
+                )
+                c.execute(
+                    f"UPDATE messages SET status = 'failed', error = ? WHERE job_id IN ({marks})",
+                    (error, *batch.job_ids),
+                )
+
+    def retry_failed(self, project_id: str, user_id: str | None = None) -> int:
+        """Queue terminally failed jobs again (after the cause was fixed)."""
+        now = time.time()
+        sql_user = " AND user_id = ?" if user_id is not None else ""
+        params: list[Any] = [project_id] + ([user_id] if user_id is not None else [])
+        with self._write() as c:
+            ids = [
+                r[0]
+                for r in c.execute(
+                    f"SELECT id FROM jobs WHERE status = 'failed' AND project_id = ?{sql_user}",
+                    params,
+                )
+            ]
+            if not ids:
+                return 0
+            marks = ",".join("?" * len(ids))
+            c.execute(
+                f"UPDATE jobs SET status = 'queued', attempts = 0, run_after = ?, "
+                f"finished_at = NULL WHERE id IN ({marks})",
+                (now, *ids),
+            )
+            c.execute(f"UPDATE messages SET status = 'pending' WHERE job_id IN ({marks})", ids)
+        return len(ids)
+
+    def job_states(self, job_ids: Sequence[int]) -> dict[int, str]:
+        if not job_ids:
+            return {}
+        marks = ",".join("?" * len(job_ids))
+        return dict(
+            self._conn()
+            .execute(f"SELECT id, status FROM jobs WHERE id IN ({marks})", list(job_ids))
+            .fetchall()
+        )
+
+    def unfinished_jobs(self, project_id: str | None = None) -> int:
+        sql = "SELECT count(*) FROM jobs WHERE status IN ('queued', 'running')"
+        params: tuple[Any, ...] = ()
+        if project_id is not None:
+            sql += " AND project_id = ?"
+            params = (project_id,)
+        return int(self._conn().execute(sql, params).fetchone()[0])
+
+    def next_job_time(self) -> float | None:
+        row = (
+            self._conn()
+            .execute(
+                "SELECT min(CASE status WHEN 'queued' THEN run_after ELSE lease_until END) "
+                "FROM jobs WHERE status IN ('queued', 'running')"
+            )
+            .fetchone()
+        )
+        return None if row is None or row[0] is None else float(row[0])
+
+    # -- search ----------------------------------------------------------------------
+
+    def fulltext_messages(
+        self,
+        project_id: str,
+        user_id: str,
+        terms: Sequence[str],
+        limit: int,
+        filters: SearchFilters,
+    ) -> list[tuple[int, float]]:
+        if not terms or limit <= 0:
+            return []
+        words = " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
+        match = f'scope : "{scope_token(project_id, user_id)}" AND ({words})'
+        where, params = _filter_sql(filters)
+        if where:
+            sql = (
+                "SELECT f.rowid, bm25(messages_fts, 1.0, 0.0) AS r FROM messages_fts f "
+                "JOIN messages m ON m.pk = f.rowid "
+                f"WHERE messages_fts MATCH ? AND {where} ORDER BY r LIMIT ?"
+            )
+            args = [match, *params, limit]
+        else:
+            sql = (
+                "SELECT rowid, bm25(messages_fts, 1.0, 0.0) AS r FROM messages_fts "
+                "WHERE messages_fts MATCH ? ORDER BY r LIMIT ?"
+            )
+            args = [match, limit]
+        try:
+            rows = self._conn().execute(sql, args).fetchall()
+        except sqlite3.OperationalError as exc:  # a malformed MATCH must not break recall
+            raise StoreError(f"full-text search failed: {exc}") from exc
+        return [(int(pk), -float(r)) for pk, r in rows]
+
+    def _generation(self, project_id: str, user_id: str, kind: str) -> int:
+        row = (
+            self._conn()
+            .execute(
+                "SELECT generation FROM vector_generations WHERE project_id = ? AND user_id = ? "
+                "AND kind = ?",
+                (project_id, user_id, kind),
+            )
+            .fetchone()
+        )
+        return 0 if row is None else int(row[0])
+
+    def vector_messages(
+        self,
+        project_id: str,
+        user_id: str,
+        query: np.ndarray,
+        embedder: str,
+        limit: int,
+        filters: SearchFilters,
+    ) -> list[tuple[int, float]]:
+        if limit <= 0:
+            return []
+        conn = self._conn()
+        generation = self._generation(project_id, user_id, "message")
+
+        def load(after_pk: int) -> Iterator[tuple[int, int, bytes]]:
+            return conn.execute(
+                "SELECT pk, item_pk, vec FROM vectors WHERE project_id = ? AND user_id = ? "
+                "AND kind = 'message' AND embedder = ? AND pk > ? ORDER BY pk",
+                (project_id, user_id, embedder, after_pk),
+            )
+
+        scope = self.vectors.scope(
+            (project_id, user_id, "message", embedder),
+            dim=int(query.shape[0]),
+            generation=generation,
+            load=load,
+        )
+        allowed = None
+        if not filters.empty:
+            where, params = _filter_sql(filters)
+            allowed = np.fromiter(
+                (
+                    r[0]
+                    for r in conn.execute(
+                        f"SELECT m.pk FROM messages m WHERE m.project_id = ? AND m.user_id = ? "
+                        f"AND {where}",
+                        (project_id, user_id, *params),
+                    )
+                ),
+                dtype=np.int64,
+            )
+        return scope.search(np.asarray(query, dtype=np.float32), limit, allowed)
+
+    # -- vectors bookkeeping -----------------------------------------------------------
+
+    def vector_embedders(self) -> dict[str, int]:
+        stored = self.get_meta("embedder")
+        return {} if stored is None else {stored: -1}
+
+    def drop_vectors_except(self, embedder: str) -> int:
+        with self._write() as c:
+            cur = c.execute("DELETE FROM vectors WHERE embedder != ?", (embedder,))
+            c.execute(
+                "INSERT INTO meta (key, value) VALUES ('embedder', ?) "
+                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                (embedder,),
+            )
+            c.execute(
+                "INSERT INTO vector_generations (project_id, user_id, kind, generation) "
+                "SELECT DISTINCT project_id, user_id, 'message', 1 FROM messages WHERE 1 "
+                "ON CONFLICT (project_id, user_id, kind) DO UPDATE "
+                "SET generation = generation + 1"
+            )
+        self.vectors.clear()
+        return cur.rowcount
+
+    def messages_missing_vectors(
+        self, embedder: str, after_pk: int, limit: int
+    ) -> list[MessageRow]:
+        return [
+            _row_to_message(r)
+            for r in self._conn().execute(
+                f"SELECT {_MESSAGE_COLUMNS} FROM messages m WHERE m.pk > ? "
+                "AND m.status = 'processed' AND NOT EXISTS (SELECT 1 FROM vectors v "
+                "WHERE v.kind = 'message' AND v.item_pk = m.pk AND v.embedder = ?) "
+                "ORDER BY m.pk LIMIT ?",
+                (after_pk, embedder, limit),
+            )
+        ]
+
+    def put_message_vectors(
+        self, embedder: str, rows: Sequence[MessageRow], vectors: np.ndarray
+    ) -> None:
+        with self._write() as c:
+            self._put_vectors(c, embedder, rows, vectors)
+
+    # -- stats -------------------------------------------------------------------------
+
+    def stats(self, project_id: str | None = None) -> dict[str, Any]:
+        conn = self._conn()
+        where, params = ("WHERE project_id = ?", (project_id,)) if project_id else ("", ())
+        messages = dict(
+            conn.execute(
+                f"SELECT status, count(*) FROM messages {where} GROUP BY status", params
+            ).fetchall()
+        )
+        jobs = dict(
+            conn.execute(
+                f"SELECT status, count(*) FROM jobs {where} GROUP BY status", params
+            ).fetchall()
+        )
+        users = conn.execute(
+            f"SELECT count(DISTINCT user_id) FROM sessions {where}", params
+        ).fetchone()[0]
+        sessions = conn.execute(f"SELECT count(*) FROM sessions {where}", params).fetchone()[0]
+        vectors = dict(
+            conn.execute(
+                f"SELECT embedder, count(*) FROM vectors {where} GROUP BY embedder", params
+            ).fetchall()
+        )
+        size = sum(os.path.getsize(p) for p in (self.path, self.path + "-wal") if os.path.exists(p))
+        return {
+            "store": "sqlite",
+            "path": os.path.abspath(self.path),
+            "schema_version": self.schema_version(),
+            "size_bytes": size,
+            "users": users,
+            "sessions": sessions,
+            "messages": {k: messages.get(k, 0) for k in ("pending", "processed", "failed")},
+            "jobs": {k: jobs.get(k, 0) for k in ("queued", "running", "done", "failed")},
+            "vectors": vectors,
+            "embedder": self.get_meta("embedder"),
+        }
+
+
+def _now_iso() -> str:
+    from datetime import datetime, timezone
+
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _split_sql(script: str) -> list[str]:
+    """Statements of a migration file (no semicolons inside our string literals)."""
+    statements, buf = [], []
+    for line in script.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("--") or not stripped:
+            continue
+        buf.append(line)
+        if stripped.endswith(";"):
+            statement = "\n".join(buf).strip()
+            if not sqlite3.complete_statement(statement):
+                continue
+            statements.append(statement)
+            buf = []
+    if buf:
+        statements.append("\n".join(buf))
+    return statements

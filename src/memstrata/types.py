@@ -1,0 +1,354 @@
+"""Public nouns of memstrata (DESIGN §1): what goes in, what is stored, what comes back.
+
+Input models (``MessageInput``) validate strictly and forbid unknown fields, so a typo is
+an error rather than silently dropped data. Output models (``Message``, ``Hit``,
+``MemoryContext`` ...) are plain data a caller can serialise with ``model_dump()``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any, Literal
+
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    StrictStr,
+    field_validator,
+)
+
+__all__ = [
+    "ROLES",
+    "AddResult",
+    "Fact",
+    "Hit",
+    "MemoryContext",
+    "Message",
+    "MessageInput",
+    "RecallConfig",
+    "Session",
+    "Summary",
+    "Topic",
+]
+
+Role = Literal["user", "assistant", "system", "tool"]
+ROLES: tuple[str, ...] = ("user", "assistant", "system", "tool")
+MessageStatus = Literal["pending", "processed", "failed"]
+Layer = Literal["topic", "summary", "fact", "message"]
+
+# Identifiers appear in URLs, logs and SQL parameters: printable, no whitespace.
+ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@/+=-]{0,199}$"
+JsonObject = dict[str, Any]
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _as_utc(value: datetime) -> datetime:
+    # Naive datetimes are taken as UTC (documented): guessing the server's local zone would
+    # make the same input mean different instants on different machines.
+    if value.tzinfo is None:
+        return value.replace(tzinfo=timezone.utc)
+    return value.astimezone(timezone.utc)
+
+
+class _Input(BaseModel):
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=False)
+
+
+class MessageInput(_Input):
+    """One message as a caller sends it: a chat turn or a behaviour event.
+
+    ``content`` is required and non-blank. ``id`` is optional; when given it makes resends
+    idempotent (the same id with the same content is accepted once). A behaviour event
+    (a search, a click, a tool call) sets ``event_type`` and usually ``page``.
+    """
+
+    id: StrictStr | None = Field(default=None, pattern=ID_PATTERN)
+    role: Role = "user"
+    content: StrictStr = Field(min_length=1)
+    timestamp: datetime | None = None
+    event_type: StrictStr | None = Field(default=None, min_length=1, max_length=64)
+    page: StrictStr | None = Field(default=None, max_length=2048)
+    process_id: StrictStr | None = Field(default=None, pattern=ID_PATTERN)
+    metadata: JsonObject = Field(default_factory=dict)
+
+    @field_validator("content")
+    @classmethod
+    def _not_blank(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("must not be blank")
+        if "\x00" in v:
+            raise ValueError("must not contain NUL characters")
+        return v
+
+    @field_validator("timestamp")
+    @classmethod
+    def _utc(cls, v: datetime | None) -> datetime | None:
+        return None if v is None else _as_utc(v)
+
+
+class Message(BaseModel):
+    """A stored message (the raw layer). Never edited after it is accepted."""
+
+    id: str
+    project_id: str
+    user_id: str
+    session_id: str
+    role: str
+    content: str
+    timestamp: datetime
+    event_type: str | None = None
+    page: str | None = None
+    process_id: str | None = None
+    metadata: JsonObject = Field(default_factory=dict)
+    status: MessageStatus = "pending"
+    error: str | None = None
+    attempts: int = 0
+    created_at: datetime
+    processed_at: datetime | None = None
+
+
+class Fact(BaseModel):
+    """A short, grounded statement extracted from messages (wire name: observation)."""
+
+    id: str
+    user_id: str
+    text: str
+    kind: Literal["fact", "preference", "plan", "constraint", "event", "identity", "behaviour"] = (
+        "fact"
+    )
+    message_ids: list[str] = Field(default_factory=list)
+    occurred_at: datetime | None = None
+    valid_from: datetime | None = None
+    valid_to: datetime | None = None
+    confidence: float = Field(default=1.0, ge=0.0, le=1.0)
+    status: str = "active"
+    superseded_by: str | None = None
+    created_at: datetime | None = None
+
+
+class Summary(BaseModel):
+    """Long-term memory compressed from facts (wire name: proposition)."""
+
+    id: str
+    user_id: str
+    text: str
+    fact_ids: list[str] = Field(default_factory=list)
+    message_ids: list[str] = Field(default_factory=list)
+    status: Literal["active", "deprioritized", "archived", "deleted", "superseded"] = "active"
+    valid_from: datetime | None = None
+    valid_to: datetime | None = None
+    confidence: float = Field(default=1.0, ge=0.0, le=1.0)
+    labels: list[str] = Field(default_factory=list)
+    version: int = 1
+    superseded_by: str | None = None
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+
+
+class Topic(BaseModel):
+    """An entry point for recall that groups summaries."""
+
+    id: str
+    user_id: str
+    name: str
+    description: str = ""
+    summary_ids: list[str] = Field(default_factory=list)
+
+
+class Hit(BaseModel):
+    """One ranked search result of any layer, with provenance down to messages."""
+
+    layer: Layer
+    id: str
+    text: str
+    score: float
+    message_ids: list[str] = Field(default_factory=list)
+    user_id: str
+    session_id: str | None = None
+    timestamp: datetime | None = None
+    role: str | None = None
+    event_type: str | None = None
+    metadata: JsonObject = Field(default_factory=dict)
+    # Per-retriever evidence (e.g. {"vector": 0.71, "fulltext": 3.2, "vector_rank": 1}).
+    signals: dict[str, float] = Field(default_factory=dict)
+
+
+class MemoryContext(BaseModel):
+    """What recall returns for one query (GUMem's ``context`` response, extended).
+
+    ``formatted_context`` is ready to put into a prompt; the other fields carry the same
+    content structured. ``matches`` is filled only when ``details=True``.
+    """
+
+    project_id: str
+    user_id: str
+    session_id: str
+    query: str | None = None
+    history: list[Message] = Field(default_factory=list)
+    facts: list[Fact] = Field(default_factory=list)
+    summary: str | None = None
+    topics: list[Topic] = Field(default_factory=list)
+    formatted_context: str = ""
+    token_estimate: int = 0
+    matches: list[Hit] | None = None
+
+
+class RecallConfig(_Input):
+    """Tuning of one recall, with GUM's snake_case keys and GUMem's PascalCase aliases.
+
+    Unknown keys are rejected. Keys that act on layers the pipeline has not produced yet
+    (observations, propositions, topics) are accepted and validated so that a client written
+    for GUMem works unchanged; they take effect as soon as those layers hold data.
+    """
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    message_recent_limit: int = Field(
+        default=6,
+        ge=0,
+        le=200,
+        validation_alias=AliasChoices("message_recent_limit", "MessageRecentLimit"),
+    )
+    message_semantic_top_k: int = Field(
+        default=8,
+        ge=0,
+        le=200,
+        validation_alias=AliasChoices("message_semantic_top_k", "MessageSemanticTopK"),
+    )
+    message_semantic_min_score: float = Field(
+        default=0.0,
+        ge=-1.0,
+        le=1.0,
+        validation_alias=AliasChoices("message_semantic_min_score", "MessageSemanticMinScore"),
+    )
+    observation_recent_limit: int = Field(
+        default=0,
+        ge=0,
+        le=200,
+        validation_alias=AliasChoices("observation_recent_limit", "ObservationRecentLimit"),
+    )
+    observation_semantic_top_k: int = Field(
+        default=8,
+        ge=0,
+        le=200,
+        validation_alias=AliasChoices("observation_semantic_top_k", "ObservationSemanticTopK"),
+    )
+    observation_semantic_min_score: float = Field(
+        default=0.0,
+        ge=-1.0,
+        le=1.0,
+        validation_alias=AliasChoices(
+            "observation_semantic_min_score", "ObservationSemanticMinScore"
+        ),
+    )
+    proposition_top_k: int = Field(
+        default=8,
+        ge=0,
+        le=200,
+        validation_alias=AliasChoices("proposition_top_k", "PropositionTopK"),
+    )
+    topic_top_k: int = Field(
+        default=3, ge=0, le=50, validation_alias=AliasChoices("topic_top_k", "TopicTopK")
+    )
+    observation_context_top_k: int = Field(
+        default=3,
+        ge=0,
+        le=50,
+        validation_alias=AliasChoices("observation_context_top_k", "ObservationContextTopK"),
+    )
+    long_term_rrf_k: int = Field(
+        default=60,
+        ge=1,
+        le=1000,
+        validation_alias=AliasChoices("long_term_rrf_k", "LongTermRrfK", "LongTermRRFK"),
+    )
+    enable_long_term_rerank: bool = Field(
+        default=False,
+        validation_alias=AliasChoices("enable_long_term_rerank", "EnableLongTermRerank"),
+    )
+    enable_long_term_recall: bool = Field(
+        default=True,
+        validation_alias=AliasChoices("enable_long_term_recall", "EnableLongTermRecall"),
+    )
+    query_router: Literal["single_hop_direct", "single_hop_parallel", "multi_hop_chain"] = Field(
+        default="single_hop_direct", validation_alias=AliasChoices("query_router", "QueryRouter")
+    )
+    token_budget: int = Field(
+        default=800, ge=50, le=32_000, validation_alias=AliasChoices("token_budget", "TokenBudget")
+    )
+
+
+class Session(BaseModel):
+    """A conversation thread of one user. Bound sessions (from ``mem.sessions``) also act.
+
+    ``add_messages`` and ``get_memory`` forward to the Memory that created the session.
+    """
+
+    id: str
+    project_id: str
+    user_id: str
+    title: str | None = None
+    metadata: JsonObject = Field(default_factory=dict)
+    created_at: datetime
+    updated_at: datetime
+
+    _memory: Any = PrivateAttr(default=None)
+
+    @property
+    def session_id(self) -> str:
+        return self.id
+
+    def _bound(self) -> Any:
+        if self._memory is None:
+            raise RuntimeError(
+                "this Session is plain data; get it from mem.sessions.create/get to call it"
+            )
+        return self._memory
+
+    def add_messages(
+        self, messages: list[MessageInput | dict[str, Any]], *, sync: bool = False
+    ) -> Any:
+        """Store messages durably and queue their processing; see ``Memory.add_messages``."""
+        return self._bound().add_messages(self.id, messages, sync=sync)
+
+    def get_memory(
+        self,
+        query: str | None = None,
+        *,
+        details: bool = False,
+        recall_config: RecallConfig | dict[str, Any] | None = None,
+        metadata_filters: dict[str, Any] | None = None,
+    ) -> MemoryContext:
+        """Recall what matters for ``query`` in this session; see ``Memory.get_memory``."""
+        return self._bound().get_memory(
+            self.id,
+            query,
+            details=details,
+            recall_config=recall_config,
+            metadata_filters=metadata_filters,
+        )
+
+    def messages(self, *, limit: int = 100, status: str | None = None) -> list[Message]:
+        """This session's messages in acceptance order (with processing status)."""
+        return self._bound().messages.list(session_id=self.id, limit=limit, status=status)
+
+
+class AddResult(BaseModel):
+    """What ``add_messages`` accepted: every message id in input order.
+
+    ``duplicates`` are ids that were already stored with the same content (a resend);
+    they are not stored or processed again. With ``sync=True`` ``processed`` is true once
+    every accepted message has been processed.
+    """
+
+    session_id: str
+    message_ids: list[str]
+    duplicates: list[str] = Field(default_factory=list)
+    job_id: int | None = None
+    processed: bool = False
