@@ -63,13 +63,14 @@ class _Input(BaseModel):
 class MessageInput(_Input):
     """One message as a caller sends it: a chat turn or a behaviour event.
 
-    ``content`` is required and non-blank. ``id`` is optional; when given it makes resends
-    idempotent (the same id with the same content is accepted once). A behaviour event
-    (a search, a click, a tool call) sets ``event_type`` and usually ``page``.
+    ``role`` and ``content`` are required; ``content`` must not be blank. ``id`` is
+    optional; when given it makes resends idempotent (the same id with the same content
+    is accepted once). A behaviour event (a search, a click, a tool call) sets
+    ``event_type`` and usually ``page``.
     """
 
     id: StrictStr | None = Field(default=None, pattern=ID_PATTERN)
-    role: Role = "user"
+    role: Role
     content: StrictStr = Field(min_length=1)
     timestamp: datetime | None = None
     event_type: StrictStr | None = Field(default=None, min_length=1, max_length=64)

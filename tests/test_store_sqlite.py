@@ -1,0 +1,289 @@
+"""The SQLite store: migrations, WAL, full text (CJK included), vectors, filters, scoping."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from typing import Any
+
+import numpy as np
+import pytest
+
+from memstrata import EmbedderMismatchError, Memory, StoreError
+from memstrata.store import SearchFilters, parse_metadata_filters
+from memstrata.store._text import fts_document, fts_query_terms
+from memstrata.store._vectors import VectorScope
+from memstrata.store.sqlite import SQLiteStore, latest_schema_version, sqlite_path
+
+
+def _conn(url: str) -> sqlite3.Connection:
+    return sqlite3.connect(sqlite_path(url))
+
+
+def test_wal_mode_and_schema_version(mem: Memory, db_url: str) -> None:
+    with _conn(db_url) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == latest_schema_version()
+    assert latest_schema_version() >= 2
+
+
+def test_migrations_upgrade_a_file_from_an_older_schema_in_place(db_url: str) -> None:
+    # Build a version-1 file the way version 1 of memstrata wrote it: no search tables.
+    SQLiteStore(db_url, migrate_to=1).close()
+    with _conn(db_url) as conn:
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+        assert "messages" in tables and "messages_fts" not in tables
+        conn.execute(
+            "INSERT INTO sessions (project_id, id, user_id, metadata, created_at, updated_at) "
+            "VALUES ('default', 'old-s', 'old-u', '{}', '2025-01-01T00:00:00.000000Z', "
+            "'2025-01-01T00:00:00.000000Z')"
+        )
+        conn.execute(
+            "INSERT INTO jobs (project_id, user_id, kind, size, status, run_after, created_at) "
+            "VALUES ('default', 'old-u', 'process_messages', 2, 'queued', 0, 0)"
+        )
+        for i, text in enumerate(["I adopted a greyhound named Pixel", "我住在上海"]):
+            conn.execute(
+                "INSERT INTO messages (project_id, id, user_id, session_id, role, content, "
+                "content_hash, ts, metadata, job_id, created_at) VALUES ('default', ?, 'old-u', "
+                "'old-s', 'user', ?, 'h', '2025-01-01T00:00:00.000000Z', '{}', 1, "
+                "'2025-01-01T00:00:00.000000Z')",
+                (f"old-{i}", text),
+            )
+    with Memory(db_url, embedder="hash") as mem:
+        assert mem.store.schema_version() == latest_schema_version()
+        # Old rows were back-filled into the new full-text index and the queued job ran.
+        assert mem.search("greyhound", user_id="old-u")[0].id == "old-0"
+        assert mem.search("上海", user_id="old-u")[0].id == "old-1"
+        mem.wait(timeout=30)
+        assert {m.status for m in mem.messages.list(user_id="old-u")} == {"processed"}
+        s = mem.sessions.get("old-s")
+        s.add_messages([{"role": "user", "content": "Pixel loves the beach"}], sync=True)
+        assert [h.id for h in mem.search("Pixel", user_id="old-u", limit=2)][1] == "old-0"
+    with _conn(db_url) as conn:
+        names = {r[0] for r in conn.execute("SELECT key FROM meta")}
+        assert {"schema_migrated_0001_core.sql", "schema_migrated_0002_search.sql"} <= names
+
+
+def test_a_file_from_a_newer_memstrata_is_refused(db_url: str) -> None:
+    SQLiteStore(db_url).close()
+    with _conn(db_url) as conn:
+        conn.execute("PRAGMA user_version = 99")
+    with pytest.raises(StoreError, match="schema version 99, newer"):
+        SQLiteStore(db_url)
+
+
+def test_missing_directory_is_a_clear_error(tmp_path: Any) -> None:
+    with pytest.raises(StoreError, match="does not exist"):
+        SQLiteStore(f"sqlite:///{tmp_path}/no/such/dir/x.db")
+
+
+@pytest.mark.parametrize(
+    ("text", "query"),
+    [
+        ("我上个月搬到了柏林,现在住在克罗伊茨贝格。", "柏林"),
+        ("我上个月搬到了柏林,现在住在克罗伊茨贝格。", "住在哪里"),  # shares the bigram 住在
+        ("来月、東京に引っ越します。", "東京"),
+        ("ラーメンが大好きです", "ラーメン"),
+        ("저는 서울에 살아요", "서울"),
+        ("北京烤鸭 and dumplings", "dumplings"),
+        ("猫", "猫"),  # a one-character text and query
+    ],
+)
+def test_cjk_full_text_search(make_memory: Any, text: str, query: str) -> None:
+    mem = make_memory(workers=0)  # no processing: only full text can find it
+    s = mem.sessions.create(user_id="u1")
+    s.add_messages(
+        [
+            {"role": "user", "content": "I like hiking in the Alps"},
+            {"role": "user", "content": text},
+        ]
+    )
+    hits = mem.search(query, user_id="u1")
+    assert hits and hits[0].text == text
+    assert "fulltext" in hits[0].signals and "vector" not in hits[0].signals
+
+
+def test_cjk_text_is_indexed_as_grams() -> None:
+    assert fts_document("我住在上海").split() == [
+        "我",
+        "住",
+        "在",
+        "上",
+        "海",
+        "我住",
+        "住在",
+        "在上",
+        "上海",
+    ]
+    assert fts_query_terms("Where does the user live?") == ["user", "live"]
+    assert fts_query_terms("上海在哪") == ["上海", "海在", "在哪"]
+    assert fts_query_terms("Who am I?") == ["who", "am", "i"]  # all stopwords: keep them
+    assert fts_query_terms('"; DROP TABLE messages; --') == ["drop", "table", "messages"]
+
+
+def test_english_stemming_and_punctuation(make_memory: Any) -> None:
+    mem = make_memory(workers=0)
+    s = mem.sessions.create(user_id="u1")
+    s.add_messages([{"role": "user", "content": "We were running along the canal."}])
+    assert mem.search("runs", user_id="u1")  # porter: running ~ runs
+    assert mem.search('canal" OR "x', user_id="u1")  # FTS syntax in a query is inert
+
+
+def test_users_and_projects_are_isolated(db_url: str) -> None:
+    with (
+        Memory(db_url, embedder="hash", project_id="p1") as p1,
+        Memory(db_url, embedder="hash", project_id="p2") as p2,
+    ):
+        p1.sessions.create(user_id="u1", session_id="s").add_messages(
+            [{"role": "user", "content": "secret plan alpha"}], sync=True
+        )
+        p1.sessions.create(user_id="u2", session_id="t").add_messages(
+            [{"role": "user", "content": "secret plan beta"}], sync=True
+        )
+        p2.sessions.create(user_id="u1", session_id="s").add_messages(
+            [{"role": "user", "content": "secret plan gamma"}], sync=True
+        )
+        assert [h.text for h in p1.search("secret plan", user_id="u1")] == ["secret plan alpha"]
+        assert [h.text for h in p2.search("secret plan", user_id="u1")] == ["secret plan gamma"]
+        assert p2.search("alpha", user_id="u2") == []
+
+
+def test_metadata_time_role_and_session_filters(mem: Memory) -> None:
+    s1 = mem.sessions.create(user_id="u1", session_id="s1")
+    s2 = mem.sessions.create(user_id="u1", session_id="s2")
+    s1.add_messages(
+        [
+            {
+                "role": "user",
+                "content": "order pizza margherita",
+                "timestamp": "2026-01-10T12:00:00Z",
+                "metadata": {"channel": "web", "stars": 5, "vip": True, "addr": {"city": "Berlin"}},
+            },
+            {
+                "role": "assistant",
+                "content": "pizza ordered",
+                "timestamp": "2026-02-10T12:00:00Z",
+                "metadata": {"channel": "ios", "stars": 3},
+            },
+        ]
+    )
+    s2.add_messages(
+        [
+            {
+                "role": "user",
+                "content": "pizza again please",
+                "timestamp": "2026-03-10T12:00:00Z",
+                "metadata": {"channel": "web", "stars": 1, "coupon": None},
+            },
+        ],
+        sync=True,
+    )
+    mem.wait()
+
+    def texts(**kw: Any) -> set[str]:
+        return {h.text for h in mem.search("pizza", user_id="u1", **kw)}
+
+    assert texts(filters={"channel": "web"}) == {"order pizza margherita", "pizza again please"}
+    assert texts(filters={"channel": {"$in": ["ios"]}}) == {"pizza ordered"}
+    assert texts(filters={"channel": {"$nin": ["ios"]}}) == {
+        "order pizza margherita",
+        "pizza again please",
+    }
+    assert texts(filters={"stars": {"$gte": 3, "$lt": 5}}) == {"pizza ordered"}
+    assert texts(filters={"stars": {"$gt": 4}}) == {"order pizza margherita"}
+    assert texts(filters={"stars": {"$lte": 1}}) == {"pizza again please"}
+    assert texts(filters={"vip": True}) == {"order pizza margherita"}
+    assert texts(filters={"channel": {"$ne": "web"}}) == {"pizza ordered"}
+    assert texts(filters={"coupon": {"$exists": True}}) == {"pizza again please"}
+    assert texts(filters={"coupon": None}) == {"pizza again please"}
+    assert texts(filters={"addr.city": "Berlin"}) == {"order pizza margherita"}
+    assert texts(since="2026-02-01T00:00:00Z") == {"pizza ordered", "pizza again please"}
+    assert texts(since="2026-02-01", until="2026-03-01") == {"pizza ordered"}
+    assert texts(roles=["assistant"]) == {"pizza ordered"}
+    assert texts(session_id="s2") == {"pizza again please"}
+
+
+def test_filters_apply_to_the_vector_side_too(mem: Memory) -> None:
+    s = mem.sessions.create(user_id="u1")
+    s.add_messages(
+        [{"role": "user", "content": f"note {i}", "metadata": {"i": i}} for i in range(30)],
+        sync=True,
+    )
+    store = mem.store
+    q = mem.embedder.embed(["note 7"])[0]
+    filters = SearchFilters(metadata=parse_metadata_filters({"i": {"$lt": 5}}))
+    found = store.vector_messages("default", "u1", q, mem.embedder.id, 10, filters)
+    assert len(found) == 5
+    rows = store.messages_by_pk([pk for pk, _ in found])
+    assert all(r.metadata["i"] < 5 for r in rows.values())
+
+
+def test_hnsw_index_agrees_with_exact_search() -> None:
+    rng = np.random.default_rng(7)
+    vecs = rng.normal(size=(3000, 64)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    ids = np.arange(1, 3001, dtype=np.int64)
+    exact = VectorScope(dim=64, index_threshold=10**9)
+    indexed = VectorScope(dim=64, index_threshold=1000)
+    for scope in (exact, indexed):
+        scope.add(ids[:2000], ids[:2000], vecs[:2000])
+        scope.add(ids[2000:], ids[2000:], vecs[2000:])  # incremental growth
+    assert exact.hnsw is None and indexed.hnsw is not None and indexed.hnsw_n == 3000
+    overlap = []
+    for q in vecs[rng.choice(3000, 50, replace=False)] + 0.1:
+        q = q / np.linalg.norm(q)
+        a = {i for i, _ in exact.search(q, 10)}
+        b = {i for i, _ in indexed.search(q, 10)}
+        overlap.append(len(a & b) / 10)
+    assert np.mean(overlap) >= 0.95
+    allowed = ids[::50]  # a selective filter falls back to exact search
+    got = indexed.search(vecs[0], 5, allowed)
+    assert {i for i, _ in got} <= set(allowed.tolist()) and len(got) == 5
+    assert got == exact.search(vecs[0], 5, allowed)
+
+
+def test_vector_index_follows_new_rows_and_other_processes(db_url: str) -> None:
+    reader = Memory(db_url, embedder="hash", workers=0)
+    writer = Memory(db_url, embedder="hash")
+    s = writer.sessions.create(user_id="u1")
+    s.add_messages([{"role": "user", "content": "first fact about tea"}], sync=True)
+    assert [h.text for h in reader.search("tea", user_id="u1")] == ["first fact about tea"]
+    s.add_messages([{"role": "user", "content": "second fact about tea"}], sync=True)
+    assert len(reader.search("tea", user_id="u1")) == 2  # cache picked up the new vector
+    writer.close()
+    reader.close()
+
+
+def test_embedder_mismatch_is_detected_not_mixed(db_url: str) -> None:
+    with Memory(db_url, embedder="hash:384") as mem:
+        mem.sessions.create(user_id="u1", session_id="s").add_messages(
+            [{"role": "user", "content": "I keep bees"}], sync=True
+        )
+    with pytest.raises(EmbedderMismatchError, match=r"'hash:v1:384' .* 'hash:v1:128'.*reindex"):
+        Memory(db_url, embedder="hash:128")
+    with Memory(db_url, embedder="hash:128", embedder_mismatch="reindex", workers=0) as mem:
+        assert mem.stats()["vectors"] == {"hash:v1:128": 1}
+        assert mem.search("bees", user_id="u1")[0].signals.get("vector", 0) > 0
+    with Memory(db_url, embedder="hash:128") as mem:  # now the stored embedder
+        assert mem.store.get_meta("embedder") == "hash:v1:128"
+
+
+def test_store_refuses_to_write_vectors_of_another_embedder(db_url: str) -> None:
+    with Memory(db_url, embedder="hash:384", workers=0) as mem:
+        mem.sessions.create(user_id="u1", session_id="s").add_messages(
+            [{"role": "user", "content": "one"}], sync=True
+        )
+        rows = mem.store.list_messages("default")
+        with pytest.raises(EmbedderMismatchError):
+            mem.store.put_message_vectors("other:7", rows, np.zeros((1, 7), np.float32))
+        assert mem.stats()["vectors"] == {"hash:v1:384": 1}
+
+
+def test_message_metadata_round_trips_unicode(mem: Memory) -> None:
+    s = mem.sessions.create(user_id="u1")
+    meta = {"城市": "東京", "nested": {"list": [1, 2.5, None, True]}}
+    s.add_messages([{"role": "user", "content": "x", "metadata": meta}])
+    assert mem.messages.list()[0].metadata == meta
+    with _conn(mem.store.url) as conn:
+        assert json.loads(conn.execute("SELECT metadata FROM messages").fetchone()[0]) == meta

@@ -1,0 +1,183 @@
+"""Every public entry point rejects bad input with a clear error and writes nothing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from memstrata import ConfigError, ConflictError, Memory, NotFoundError, ValidationError
+
+GOOD = {"role": "user", "content": "I moved to Berlin", "timestamp": "2026-04-24T10:30:00Z"}
+
+
+def _count(mem: Memory) -> int:
+    return sum(mem.stats()["messages"].values())
+
+
+@pytest.mark.parametrize(
+    ("bad", "expected"),
+    [
+        ({"content": "hi"}, "messages[1].role: Field required"),
+        ({"role": "user"}, "messages[1].content: Field required"),
+        ({"role": "user", "content": "   "}, "messages[1].content: Value error, must not be blank"),
+        ({"role": "user", "content": ""}, "messages[1].content: String should have at least 1"),
+        ({"role": "bot", "content": "hi"}, "messages[1].role: must be one of 'user', 'assistant'"),
+        ({"role": "user", "content": "hi", "timestamp": "yesterday"}, "messages[1].timestamp"),
+        ({"role": "user", "content": "hi", "timestamp": "2026-13-40T00:00:00Z"}, "timestamp"),
+        ({"role": "user", "content": 42}, "messages[1].content: Input should be a valid string"),
+        ({"role": "user", "content": ["a"]}, "messages[1].content: Input should be a valid str"),
+        ({"role": "user", "content": "hi", "metadata": ["x"]}, "messages[1].metadata"),
+        ({"role": "user", "content": "hi", "id": "has space"}, "messages[1].id: String should"),
+        ({"role": "user", "content": "hi", "id": 7}, "messages[1].id: Input should be a valid"),
+        ({"role": "user", "content": "hi", "colour": "red"}, "messages[1].colour: unknown field"),
+        ({"role": "user", "content": "a\x00b"}, "NUL"),
+        ({"role": "user", "content": "hi", "event_type": ""}, "messages[1].event_type"),
+        ("just a string", "messages[1]: Input should be a valid dictionary"),
+    ],
+)
+def test_bad_message_is_rejected_and_nothing_is_written(
+    mem: Memory, bad: Any, expected: str
+) -> None:
+    s = mem.sessions.create(user_id="u1")
+    with pytest.raises(ValidationError) as info:
+        s.add_messages([GOOD, bad])
+    assert expected in str(info.value), str(info.value)
+    assert "nothing was stored" in str(info.value)
+    assert _count(mem) == 0  # the good first message was not half-written either
+
+
+def test_oversized_content_and_metadata(make_memory: Any) -> None:
+    mem = make_memory(max_content_chars=100, max_metadata_bytes=64)
+    s = mem.sessions.create(user_id="u1")
+    with pytest.raises(ValidationError, match=r"content: 101 characters; the limit is 100"):
+        s.add_messages([{"role": "user", "content": "x" * 101}])
+    with pytest.raises(ValidationError, match=r"metadata: .* bytes of JSON; the limit is 64"):
+        s.add_messages([{"role": "user", "content": "x", "metadata": {"k": "v" * 100}}])
+    s.add_messages([{"role": "user", "content": "x" * 100}])
+    assert _count(mem) == 1
+
+
+def test_every_problem_is_reported_at_once(mem: Memory) -> None:
+    s = mem.sessions.create(user_id="u1")
+    with pytest.raises(ValidationError) as info:
+        s.add_messages([{"role": "x", "content": 1}, {"content": "ok"}])
+    assert len(info.value.problems) == 3
+    assert isinstance(info.value, ValueError)  # plain-Python callers can catch ValueError
+
+
+@pytest.mark.parametrize(
+    ("messages", "expected"),
+    [
+        ([], "the list is empty"),
+        ("hello", "expected a list"),
+        ({"role": "user", "content": "x"}, "expected a list"),
+        (None, "expected a list"),
+    ],
+)
+def test_messages_must_be_a_non_empty_list(mem: Memory, messages: Any, expected: str) -> None:
+    s = mem.sessions.create(user_id="u1")
+    with pytest.raises(ValidationError, match=expected):
+        s.add_messages(messages)
+
+
+def test_too_many_messages_in_one_call(make_memory: Any) -> None:
+    mem = make_memory(max_messages_per_call=3)
+    s = mem.sessions.create(user_id="u1")
+    with pytest.raises(ValidationError, match="4 in one call; the limit is 3"):
+        s.add_messages([GOOD] * 4)
+
+
+def test_repeated_id_within_one_call(mem: Memory) -> None:
+    s = mem.sessions.create(user_id="u1")
+    with pytest.raises(ValidationError, match=r"messages\[1\].id: 'a' repeats messages\[0\]"):
+        s.add_messages([{**GOOD, "id": "a"}, {**GOOD, "id": "a", "content": "other"}])
+
+
+def test_resent_id_with_other_content_is_a_conflict(mem: Memory) -> None:
+    s = mem.sessions.create(user_id="u1")
+    s.add_messages([{**GOOD, "id": "m1"}])
+    with pytest.raises(ConflictError, match="different content"):
+        s.add_messages([{**GOOD, "id": "m2"}, {**GOOD, "id": "m1", "content": "changed"}])
+    assert _count(mem) == 1  # m2 was not written either: one transaction
+
+
+def test_sessions_validation(mem: Memory) -> None:
+    with pytest.raises(ValidationError, match="user_id"):
+        mem.sessions.create(user_id="")
+    with pytest.raises(ValidationError, match="user_id"):
+        mem.sessions.create(user_id=None)  # type: ignore[arg-type]
+    with pytest.raises(ValidationError, match="session_id"):
+        mem.sessions.create(user_id="u1", session_id="a b")
+    with pytest.raises(ValidationError, match="metadata: expected an object"):
+        mem.sessions.create(user_id="u1", metadata=[1])  # type: ignore[arg-type]
+    with pytest.raises(NotFoundError, match="no session 'nope'"):
+        mem.sessions.get("nope")
+    with pytest.raises(NotFoundError, match="no session"):
+        mem.add_messages("nope", [GOOD])
+    s = mem.sessions.create(user_id="u1", session_id="s1")
+    assert mem.sessions.create(user_id="u1", session_id="s1").id == s.id  # idempotent
+    with pytest.raises(ConflictError, match="another user"):
+        mem.sessions.create(user_id="u2", session_id="s1")
+
+
+def test_search_and_recall_validation(mem: Memory) -> None:
+    s = mem.sessions.create(user_id="u1")
+    with pytest.raises(ValidationError, match="query: expected a non-empty string"):
+        mem.search("", user_id="u1")
+    with pytest.raises(ValidationError, match="limit"):
+        mem.search("x", user_id="u1", limit=0)
+    with pytest.raises(ValidationError, match="since: expected an ISO-8601"):
+        mem.search("x", user_id="u1", since="last spring")
+    with pytest.raises(ValidationError, match="roles"):
+        mem.search("x", user_id="u1", roles=["bot"])
+    with pytest.raises(ValidationError, match="unknown operator"):
+        mem.search("x", user_id="u1", filters={"a": {"$regex": "x"}})
+    with pytest.raises(ValidationError, match="keys are letters"):
+        mem.search("x", user_id="u1", filters={"a'); DROP": 1})
+    with pytest.raises(ValidationError, match=r"recall_config.colour: unknown field"):
+        s.get_memory("x", recall_config={"colour": 1})
+    with pytest.raises(ValidationError, match=r"recall_config.topic_top_k"):
+        s.get_memory("x", recall_config={"topic_top_k": -1})
+    with pytest.raises(ValidationError, match="query: expected a string"):
+        s.get_memory(5)  # type: ignore[arg-type]
+
+
+def test_recall_config_accepts_gum_and_gumem_keys(mem: Memory) -> None:
+    s = mem.sessions.create(user_id="u1")
+    s.add_messages([GOOD], sync=True)
+    ctx = s.get_memory("Berlin", recall_config={"MessageRecentLimit": 0, "topic_top_k": 2})
+    assert ctx.history == []
+    ctx = s.get_memory("Berlin", recall_config={"message_recent_limit": 1})
+    assert len(ctx.history) == 1
+
+
+def test_configuration_errors(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ConfigError, match="workers"):
+        Memory(f"sqlite:///{tmp_path}/a.db", embedder="hash", workers=-1)
+    with pytest.raises(ConfigError, match=r"unknown embedder spec"):
+        Memory(f"sqlite:///{tmp_path}/a.db", embedder="word2vec")
+    with pytest.raises(ConfigError, match="PostgreSQL"):
+        Memory("postgresql://localhost/x", embedder="hash")
+    with pytest.raises(ConfigError, match="SQLite file"):
+        Memory("sqlite:///:memory:", embedder="hash")
+    with pytest.raises(ConfigError, match="not_an_option"):
+        Memory(f"sqlite:///{tmp_path}/a.db", embedder="hash", not_an_option=1)
+    monkeypatch.setenv("MEMSTRATA_JOB_MAX_ATTEMPTS", "zero")
+    with pytest.raises(ConfigError, match="job_max_attempts"):
+        Memory(f"sqlite:///{tmp_path}/a.db", embedder="hash")
+
+
+def test_environment_configures_and_arguments_win(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MEMSTRATA_DATABASE_URL", f"sqlite:///{tmp_path}/env.db")
+    monkeypatch.setenv("MEMSTRATA_EMBEDDER", "hash:64")
+    monkeypatch.setenv("MEMSTRATA_PROJECT_ID", "p-env")
+    with Memory(workers=0) as mem:
+        assert mem.store.url.endswith("env.db")
+        assert mem.embedder.id == "hash:v1:64"
+        assert mem.project_id == "p-env"
+    with Memory(f"sqlite:///{tmp_path}/arg.db", project_id="p-arg", workers=0) as mem:
+        assert mem.store.url.endswith("arg.db")
+        assert mem.project_id == "p-arg"
