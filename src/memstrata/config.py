@@ -42,7 +42,7 @@ class Settings(BaseSettings):
         "(sync=True, wait()) or by a separate `memstrata worker`.",
     )
     job_lease_seconds: float = Field(
-        default=60.0,
+        default=30.0,
         gt=0.5,
         le=3600,
         description="A job not heartbeated for this long is taken to belong to a dead worker.",
