@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import functools
 import hashlib
 import json
 import logging
@@ -283,7 +284,9 @@ class Memory:
         self.sessions = Sessions(self)
         self.messages = Messages(self)
         self._pool.start()
-        atexit.register(_close_at_exit, weakref.ref(self))
+        self._warm_up()
+        self._atexit = functools.partial(_close_at_exit, weakref.ref(self))
+        atexit.register(self._atexit)
         log.info(
             "memstrata ready: store=%s embedder=%s llm=none (offline: messages are stored, "
             "embedded and searched; no LLM extraction) workers=%d project=%s",
@@ -302,6 +305,20 @@ class Memory:
     @property
     def embedder(self) -> Embedder:
         return self._embedder
+
+    def _warm_up(self) -> None:
+        # Loading the local model takes ~0.5 s: do it now, off the caller's thread, so the
+        # first search or batch does not pay for it.
+        load = getattr(self._embedder, "load", None)
+        if callable(load):
+
+            def run() -> None:
+                try:
+                    load()
+                except Exception as exc:  # the first real use reports it properly
+                    log.warning("could not load the embedder in the background: %s", exc)
+
+            threading.Thread(target=run, name="memstrata-warmup", daemon=True).start()
 
     def _check_embedder(self) -> None:
         stored = self._store.get_meta("embedder")
@@ -360,6 +377,7 @@ class Memory:
                 log.exception("error while finishing queued work at close")
         self._pool.stop(timeout=max(1.0, timeout))
         self._store.close()
+        atexit.unregister(self._atexit)
 
     def __enter__(self) -> Memory:
         return self

@@ -1,0 +1,124 @@
+"""The console script, run as a user would: a real subprocess on a real file."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+
+def run(*args: str, db: str | None = None, check: bool = True, **env: str) -> Any:
+    full = [sys.executable, "-m", "memstrata.cli"]
+    if db:
+        full += ["--db", db]
+    proc = subprocess.run(
+        [*full, *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **env},
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+@pytest.mark.slow
+def test_demo_runs_offline_and_prints_recalled_memory() -> None:
+    out = run("demo").stdout
+    assert "embedder: local all-MiniLM-L6-v2" in out
+    assert "stored and embedded 18 messages" in out
+    # The answers come back from memory, with their dates.
+    assert "2026-03-02 user: I'm vegetarian" in out
+    assert "2026-04-03 user: 下个月我想学中文" in out
+    assert "formatted_context for" in out and "Relevant memories (newest first):" in out
+
+
+def test_import_search_stats_and_worker(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'cli.db'}"
+    data = tmp_path / "messages.jsonl"
+    lines = [
+        {
+            "user_id": "u1",
+            "session_id": "a",
+            "role": "user",
+            "content": "I moved to Berlin",
+            "timestamp": "2026-04-24T10:30:00Z",
+            "id": "x1",
+        },
+        {"user_id": "u1", "session_id": "a", "role": "assistant", "content": "Welcome!"},
+        {"user_id": "u2", "role": "user", "content": "I live in Madrid", "metadata": {"k": 1}},
+    ]
+    data.write_text("\n".join(json.dumps(x) for x in lines) + "\n\n", encoding="utf-8")
+    out = run("--embedder", "hash", "import", str(data), "-q", db=db).stdout
+    assert "imported 3 new messages (0 already stored)" in out
+    out = run("--embedder", "hash", "import", str(data), "-q", "--user-id", "u1", db=db).stdout
+    assert "(1 already stored)" in out  # only x1 carries an id: the others are new again
+
+    hits = json.loads(
+        run("--embedder", "hash", "search", "Berlin", "--user-id", "u1", "--json", db=db).stdout
+    )
+    assert hits[0]["text"] == "I moved to Berlin" and hits[0]["message_ids"] == ["x1"]
+    text = run("--embedder", "hash", "search", "Madrid", "--user-id", "u2", db=db).stdout
+    assert "[2026-" in text and "I live in Madrid" in text
+    assert (
+        "no matches"
+        in run("--embedder", "hash", "search", "Madrid", "--user-id", "nobody", db=db).stdout
+    )
+
+    stats = json.loads(run("--embedder", "hash", "stats", "--json", db=db).stdout)
+    assert stats["messages"] == {"pending": 0, "processed": 5, "failed": 0}
+    assert stats["users"] == 2 and stats["schema_version"] >= 2
+    assert stats["embedder"] == "hash:v1:384"
+    assert "schema_version" in run("--embedder", "hash", "stats", db=db).stdout
+
+    # Accepted without waiting, then processed by a separate worker process.
+    run(
+        "--embedder",
+        "hash",
+        "import",
+        str(data),
+        "-q",
+        "--no-wait",
+        "--user-id",
+        "u3",
+        "--session-id",
+        "later",
+        db=db,
+    )
+    run("--embedder", "hash", "worker", "--exit-when-idle", db=db)
+    stats = json.loads(run("--embedder", "hash", "stats", "--json", db=db).stdout)
+    assert stats["messages"]["pending"] == 0
+
+
+def test_reindex_switches_embedder(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'r.db'}"
+    data = tmp_path / "m.jsonl"
+    data.write_text('{"role": "user", "content": "bees and honey"}\n', encoding="utf-8")
+    run("--embedder", "hash", "import", str(data), "-q", "--user-id", "u", db=db)
+    failed = run("--embedder", "hash:64", "search", "bees", "--user-id", "u", db=db, check=False)
+    assert failed.returncode == 2 and "memstrata reindex" in failed.stderr
+    assert "Traceback" not in failed.stderr
+    out = run("--embedder", "hash:64", "reindex", db=db).stdout
+    assert "vectors are now made by hash:v1:64; 1 stored" in out
+    assert "bees" in run("--embedder", "hash:64", "search", "bees", "--user-id", "u", db=db).stdout
+
+
+def test_bad_input_exits_2_with_a_message(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'bad.db'}"
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"role": "user", "content": "fine"}\n{oops\n', encoding="utf-8")
+    proc = run("--embedder", "hash", "import", str(bad), "-q", "--user-id", "u", db=db, check=False)
+    assert proc.returncode == 2 and "bad.jsonl:2: not JSON" in proc.stderr
+    proc = run("--embedder", "hash", "import", str(bad), "-q", db=db, check=False)
+    assert proc.returncode == 2 and "no user_id" in proc.stderr
+    bad.write_text('{"role": "robot", "content": "x"}\n', encoding="utf-8")
+    proc = run("--embedder", "hash", "import", str(bad), "-q", "--user-id", "u", db=db, check=False)
+    assert proc.returncode == 2 and "role: must be one of" in proc.stderr
+    proc = run("--embedder", "nope", "stats", db=db, check=False)
+    assert proc.returncode == 2 and "unknown embedder spec" in proc.stderr

@@ -1,0 +1,43 @@
+"""Packaging promises: fast import, no provider SDK or model loaded until used."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import memstrata
+
+
+def test_import_is_fast_and_loads_no_sdk_or_model() -> None:
+    code = (
+        "import json, sys, time\n"
+        "t = time.perf_counter()\n"
+        "import memstrata\n"
+        "from memstrata import Memory, AsyncMemory, RecallConfig\n"
+        "elapsed = time.perf_counter() - t\n"
+        "heavy = [m for m in ('openai', 'anthropic', 'google.genai', 'litellm', 'onnxruntime',"
+        " 'tokenizers', 'usearch', 'httpx', 'tqdm') if m in sys.modules]\n"
+        "print(json.dumps({'elapsed': elapsed, 'heavy': heavy}))\n"
+    )
+    best = min(
+        json.loads(
+            subprocess.run(
+                [sys.executable, "-c", code], capture_output=True, text=True, check=True
+            ).stdout
+        )["elapsed"]
+        for _ in range(3)
+    )
+    out = json.loads(
+        subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True
+        ).stdout
+    )
+    assert out["heavy"] == []
+    assert best < 1.0, f"import took {best:.2f}s"
+
+
+def test_public_names() -> None:
+    for name in memstrata.__all__:
+        assert getattr(memstrata, name) is not None
+    assert memstrata.ValidationError.__mro__[1] is memstrata.MemstrataError

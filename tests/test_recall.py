@@ -1,0 +1,146 @@
+"""Recall over messages: hybrid search, provenance, and a dated, bounded formatted_context."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from memstrata import AsyncMemory, Memory
+from memstrata.recall import estimate_tokens
+
+CONVERSATION = [
+    ("2026-03-02T09:14:00Z", "user", "Hi! I just moved from Lisbon to Berlin for a new job."),
+    ("2026-03-02T09:16:30Z", "user", "I'm vegetarian, please never suggest steak houses."),
+    ("2026-03-03T10:00:00Z", "assistant", "Noted, vegetarian restaurants only."),
+    ("2026-03-10T18:02:00Z", "user", "My sister Maya and I plan a trip to Tokyo in October."),
+    ("2026-04-02T08:40:00Z", "user", "At work I build the perception stack of a warehouse robot."),
+    ("2026-04-27T16:30:00Z", "user", "Finished the half marathon in 1:52!"),
+]
+
+
+@pytest.fixture
+def semantic(make_memory: Any, local_embedder: Any) -> Memory:
+    mem = make_memory(embedder=local_embedder)
+    s = mem.sessions.create(user_id="alex", session_id="chat")
+    s.add_messages(
+        [{"role": r, "content": c, "timestamp": t} for t, r, c in CONVERSATION], sync=True
+    )
+    return mem
+
+
+def test_vector_side_finds_paraphrases_without_shared_words(semantic: Memory) -> None:
+    hits = semantic.search("Which city is the user living in?", user_id="alex", limit=3)
+    assert "Berlin" in hits[0].text
+    assert hits[0].signals["vector"] > 0.2 and "fulltext" not in hits[0].signals
+    hits = semantic.search("food preferences and diet", user_id="alex", limit=2)
+    assert "vegetarian" in hits[0].text
+
+
+def test_hits_carry_provenance_and_both_signals(semantic: Memory) -> None:
+    hits = semantic.search("trip to Tokyo with my sister", user_id="alex")
+    top = hits[0]
+    assert "Tokyo" in top.text and top.layer == "message"
+    assert top.message_ids == [top.id]
+    assert semantic.messages.get(top.id).content == top.text
+    assert {"vector", "fulltext", "vector_rank", "fulltext_rank"} <= set(top.signals)
+    assert top.timestamp is not None and top.timestamp.isoformat().startswith("2026-03-10")
+    assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+
+
+def test_min_score_and_disabling_long_term_recall(semantic: Memory) -> None:
+    s = semantic.sessions.get("chat")
+    ctx = s.get_memory(
+        "robots",
+        details=True,
+        recall_config={"message_recent_limit": 0, "message_semantic_min_score": 0.99},
+    )
+    assert all("vector" not in h.signals for h in ctx.matches or [])
+    ctx = s.get_memory("robots", details=True, recall_config={"enable_long_term_recall": False})
+    assert ctx.matches == []
+
+
+def test_formatted_context_is_dated_ordered_bounded_and_deterministic(semantic: Memory) -> None:
+    s = semantic.sessions.get("chat")
+    cfg = {"message_recent_limit": 2, "message_semantic_top_k": 4}
+    ctx = s.get_memory(
+        "What should I know before planning Alex's dinner and trip?",
+        details=True,
+        recall_config=cfg,
+    )
+    text = ctx.formatted_context
+    assert (
+        text
+        == s.get_memory(
+            "What should I know before planning Alex's dinner and trip?", recall_config=cfg
+        ).formatted_context
+    )
+    memories, history = text.split("\n\n")
+    lines = memories.splitlines()[1:]
+    dates = [line[3:13] for line in lines]
+    assert dates == sorted(dates, reverse=True)  # newest first
+    assert all(line.startswith("- [2026-") for line in lines)
+    assert history.splitlines()[1:] == [
+        "- [2026-04-02 08:40] user: At work I build the perception stack of a warehouse robot.",
+        "- [2026-04-27 16:30] user: Finished the half marathon in 1:52!",
+    ]
+    # The recent turns are not repeated among the memories.
+    assert "marathon" not in memories
+    assert ctx.token_estimate == estimate_tokens(text) <= 800
+    assert ctx.matches is not None and len(ctx.matches) == 4
+    assert ctx.user_id == "alex" and ctx.session_id == "chat" and ctx.project_id == "default"
+
+
+@pytest.mark.parametrize("budget", [50, 80, 120, 200, 400])
+def test_token_budget_is_respected(mem: Memory, budget: int) -> None:
+    s = mem.sessions.create(user_id="u1")
+    s.add_messages(
+        [
+            {"role": "user", "content": f"Long note {i} about apples: " + "apple pie recipe " * 40}
+            for i in range(12)
+        ],
+        sync=True,
+    )
+    ctx = s.get_memory(
+        "apple pie", recall_config={"token_budget": budget, "message_recent_limit": 3}
+    )
+    assert 0 < ctx.token_estimate <= budget
+    assert "…" in ctx.formatted_context  # long items are shortened, not dropped whole
+
+
+def test_no_query_gives_history_only_and_empty_store_gives_empty_context(mem: Memory) -> None:
+    s = mem.sessions.create(user_id="u1")
+    ctx = s.get_memory("anything")
+    assert ctx.formatted_context == "" and ctx.history == [] and ctx.token_estimate == 0
+    s.add_messages([{"role": "user", "content": "hello there"}])
+    ctx = s.get_memory()
+    assert [m.content for m in ctx.history] == ["hello there"]
+    assert ctx.formatted_context.startswith("Recent conversation in this session:")
+
+
+def test_token_estimate_counts_cjk_per_character() -> None:
+    assert estimate_tokens("") == 0
+    assert estimate_tokens("我住在上海") == 5
+    assert estimate_tokens("hello world") >= 2
+
+
+def test_async_memory_mirrors_the_api(db_url: str) -> None:
+    async def scenario() -> None:
+        async with AsyncMemory(db_url, embedder="hash") as amem:
+            s = await amem.sessions.create(user_id="u1", session_id="s1")
+            assert s.id == "s1" and s.user_id == "u1"
+            result = await s.add_messages(
+                [{"role": "user", "content": "I love sailing"}], sync=True
+            )
+            assert result.processed
+            hits, ctx = await asyncio.gather(
+                amem.search("sailing", user_id="u1"), s.get_memory("sailing")
+            )
+            assert hits[0].text == "I love sailing"
+            assert "sailing" in ctx.formatted_context
+            assert (await amem.messages.list())[0].status == "processed"
+            await amem.wait()
+            assert (await amem.stats())["messages"]["processed"] == 1
+
+    asyncio.run(scenario())
