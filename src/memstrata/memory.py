@@ -257,6 +257,7 @@ class Memory:
                     base_url=settings.embedder_base_url,
                     api_key=settings.embedder_api_key,
                     threads=settings.embedder_threads,
+                    model_path=settings.local_model_path,
                 )
             )
             if embedder_mismatch not in ("error", "reindex"):
@@ -575,6 +576,8 @@ class Memory:
         if query is not None and len(query) > self.settings.max_content_chars:
             raise ValidationError("invalid query", ["query: too long"])
         config = self._recall_config(recall_config)
+        if "token_budget" not in config.model_fields_set:
+            config = config.model_copy(update={"token_budget": self.settings.token_budget})
         session = self._store.get_session(self.project_id, _check_id(session_id, "session_id"))
         if session is None:
             raise NotFoundError(f"no session {session_id!r}")
