@@ -475,8 +475,7 @@ class Memory:
             job_id=outcome.job_id,
         )
         if outcome.job_id is not None:
-            with self._lock:
-                self._my_jobs.add(outcome.job_id)
+            self._track_job(outcome.job_id)
             self._pool.notify()
         if sync:
             self._wait_processed(result)
@@ -511,6 +510,17 @@ class Memory:
                 "stored with status 'failed' and can be retried with Memory.retry_failed()"
             )
         result.processed = True
+
+    def _track_job(self, job_id: int) -> None:
+        # close() waits for the jobs this process queued; finished ones are dropped from the
+        # set now and then so a long-running process does not accumulate every job id.
+        with self._lock:
+            self._my_jobs.add(job_id)
+            prune = len(self._my_jobs) >= 1024
+            ids = sorted(self._my_jobs) if prune else []
+        if prune:
+            states = self._store.job_states(ids)
+            self._forget_jobs([j for j in ids if states.get(j) in ("done", "failed")])
 
     def _forget_jobs(self, ids: Sequence[int]) -> None:
         with self._lock:

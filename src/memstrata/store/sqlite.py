@@ -500,6 +500,18 @@ class SQLiteStore:
         self, worker_id: str, lease_seconds: float, max_messages: int
     ) -> ClaimedBatch | None:
         now = time.time()
+        # Idle workers poll: look without taking the write lock first.
+        if (
+            self._conn()
+            .execute(
+                "SELECT 1 FROM jobs WHERE (status = 'queued' AND run_after <= ?) "
+                "OR (status = 'running' AND lease_until < ?) LIMIT 1",
+                (now, now),
+            )
+            .fetchone()
+            is None
+        ):
+            return None
         with self._write() as c:
             # The earliest unfinished job of its user, ready to run: per-user order holds
             # because a later job is never claimable while an earlier one is unfinished.
