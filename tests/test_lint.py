@@ -26,7 +26,7 @@ def test_ruff_check() -> None:
 
 def test_ruff_format() -> None:
     proc = subprocess.run(
-        [*_ruff(), "format", "--check", "src", "tests", "bench"],
+        [*_ruff(), "format", "--check", *PATHS],
         cwd=REPO,
         capture_output=True,
         text=True,
