@@ -9,26 +9,21 @@ import pytest
 
 from conftest import REPO
 
+PATHS = [p for p in ("src", "tests", "bench") if (REPO / p).is_dir()]
 
-def _ruff() -> list[str]:
+
+def _ruff(*args: str) -> subprocess.CompletedProcess[str]:
     exe = shutil.which("ruff")
     if exe is None:
         pytest.fail("ruff is a test dependency: pip install -e '.[test]'")
-    return [exe]
+    return subprocess.run([exe, *args, *PATHS], cwd=REPO, capture_output=True, text=True)
 
 
 def test_ruff_check() -> None:
-    proc = subprocess.run(
-        [*_ruff(), "check", "src", "tests", "bench"], cwd=REPO, capture_output=True, text=True
-    )
+    proc = _ruff("check")
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 def test_ruff_format() -> None:
-    proc = subprocess.run(
-        [*_ruff(), "format", "--check", *PATHS],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-    )
+    proc = _ruff("format", "--check")
     assert proc.returncode == 0, proc.stdout + proc.stderr
