@@ -181,3 +181,16 @@ def test_environment_configures_and_arguments_win(
     with Memory(f"sqlite:///{tmp_path}/arg.db", project_id="p-arg", workers=0) as mem:
         assert mem.store.url.endswith("arg.db")
         assert mem.project_id == "p-arg"
+
+
+def test_listing_validation(mem: Memory) -> None:
+    with pytest.raises(ValidationError, match="limit: expected an integer from 1 to 10000"):
+        mem.messages.list(limit=0)
+    with pytest.raises(ValidationError, match="offset"):
+        mem.sessions.list(offset=-1)
+    with pytest.raises(ValidationError, match="status"):
+        mem.messages.list(status="done")
+    with pytest.raises(ValidationError, match="user_id"):
+        mem.messages.list(user_id="a b")
+    with pytest.raises(NotFoundError, match="no message"):
+        mem.messages.get("missing")

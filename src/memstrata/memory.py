@@ -78,6 +78,16 @@ def _check_id(value: Any, name: str) -> str:
     return value
 
 
+def _check_paging(limit: Any, offset: Any) -> None:
+    problems = []
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
+        problems.append(f"limit: expected an integer from 1 to 10000 (got {limit!r})")
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+        problems.append(f"offset: expected an integer >= 0 (got {offset!r})")
+    if problems:
+        raise ValidationError("invalid paging", problems)
+
+
 def _pydantic_problems(exc: PydanticValidationError, prefix: str) -> list[str]:
     problems = []
     for err in exc.errors():
@@ -153,6 +163,9 @@ class Sessions:
     def list(
         self, *, user_id: str | None = None, limit: int = 100, offset: int = 0
     ) -> list[Session]:
+        _check_paging(limit, offset)
+        if user_id is not None:
+            _check_id(user_id, "user_id")
         rows = self._m._store.list_sessions(self._m.project_id, user_id, limit, offset)
         return [_session_from_row(r, self._m) for r in rows]
 
@@ -180,8 +193,10 @@ class Messages:
     ) -> list[Message]:
         if status is not None and status not in ("pending", "processed", "failed"):
             raise ValidationError("invalid status", [f"status: got {status!r}"])
-        if not 1 <= limit <= 10_000 or offset < 0:
-            raise ValidationError("invalid paging", ["limit: 1..10000, offset: >= 0"])
+        _check_paging(limit, offset)
+        for name, value in (("user_id", user_id), ("session_id", session_id)):
+            if value is not None:
+                _check_id(value, name)
         rows = self._m._store.list_messages(
             self._m.project_id,
             user_id=user_id,
