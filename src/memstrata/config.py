@@ -25,6 +25,20 @@ class Settings(BaseSettings):
         "the PostgreSQL store and the server.",
     )
     project_id: str = Field(default="default", description="Project (tenant) this Memory acts in.")
+    llm: str = Field(
+        default="none",
+        description="none (offline heuristics) | openai:<model> (any OpenAI-compatible "
+        "server) | anthropic:<model>",
+    )
+    llm_base_url: str | None = Field(default=None, description="Base URL of the LLM API.")
+    llm_api_key: str | None = Field(default=None, description="Key of the LLM API.")
+    llm_timeout_seconds: float = Field(default=60.0, gt=0, le=3600)
+    llm_max_retries: int = Field(
+        default=3, ge=0, le=20, description="SDK retries on 429/5xx/timeouts per call."
+    )
+    extract_chunk_messages: int = Field(
+        default=30, ge=1, le=500, description="Messages per extraction call."
+    )
     embedder: str = Field(
         default="auto", description="auto | local | hash | hash:<dim> | openai:<model>"
     )

@@ -31,20 +31,34 @@ from .errors import (
     ProcessingError,
     ValidationError,
 )
+from .hooks import Hooks
 from .jobs import WorkerPool
-from .pipeline import MessageProcessor, embedding_text
+from .llm import ChatModel, make_chat_model
+from .pipeline import Pipeline, embedding_text
 from .recall import Recaller, message_from_row, parse_ts
-from .store import MessageRow, SearchFilters, SessionRow, Store, open_store, parse_metadata_filters
+from .store import (
+    FactRow,
+    MessageRow,
+    SearchFilters,
+    SessionRow,
+    Store,
+    SummaryRow,
+    open_store,
+    parse_metadata_filters,
+)
 from .types import (
     ID_PATTERN,
     ROLES,
     AddResult,
+    Fact,
     Hit,
     MemoryContext,
     Message,
     MessageInput,
     RecallConfig,
     Session,
+    Summary,
+    Topic,
     _as_utc,
     utcnow,
 )
@@ -217,6 +231,137 @@ class _ReindexLog:
         log.info("re-embedded %d messages", self.done)
 
 
+def _ts(value: str | None) -> datetime | None:
+    return parse_ts(value) if value else None
+
+
+def fact_from_row(r: FactRow) -> Fact:
+    return Fact(
+        id=r.id,
+        user_id=r.user_id,
+        text=r.text,
+        kind=r.kind,  # type: ignore[arg-type]
+        message_ids=r.message_ids,
+        occurred_at=_ts(r.occurred_at),
+        valid_from=_ts(r.valid_from),
+        valid_to=_ts(r.valid_to),
+        confidence=r.confidence,
+        status=r.status,
+        superseded_by=r.superseded_by,
+        labels=r.labels,
+        model=r.model,
+        prompt_version=r.prompt_version,
+        created_at=_ts(r.created_at),
+    )
+
+
+def summary_from_row(r: SummaryRow) -> Summary:
+    return Summary(
+        id=r.id,
+        user_id=r.user_id,
+        text=r.text,
+        fact_ids=r.fact_ids,
+        message_ids=r.message_ids,
+        status=r.status,  # type: ignore[arg-type]
+        valid_from=_ts(r.valid_from),
+        valid_to=_ts(r.valid_to),
+        confidence=r.confidence,
+        labels=r.labels,
+        version=r.version,
+        superseded_by=r.superseded_by,
+        model=r.model,
+        prompt_version=r.prompt_version,
+        created_at=_ts(r.created_at),
+        updated_at=_ts(r.updated_at),
+    )
+
+
+class Facts:
+    """``mem.facts``: the facts extracted from a user's messages, with provenance."""
+
+    def __init__(self, memory: Memory) -> None:
+        self._m = memory
+
+    def list(self, *, user_id: str | None = None, limit: int = 100, offset: int = 0) -> list[Fact]:
+        _check_paging(limit, offset)
+        if user_id is not None:
+            _check_id(user_id, "user_id")
+        rows = self._m._store.list_facts(self._m.project_id, user_id, limit=limit, offset=offset)
+        return [fact_from_row(r) for r in rows]
+
+    def get(self, fact_id: str) -> Fact:
+        rows = self._m._store.get_facts(self._m.project_id, [_check_id(fact_id, "fact_id")])
+        if not rows:
+            raise NotFoundError(f"no fact {fact_id!r}")
+        return fact_from_row(rows[0])
+
+
+class Summaries:
+    """``mem.summaries``: long-term memory, with status, evidence and version history."""
+
+    STATUSES = ("active", "deprioritized", "archived", "deleted", "superseded")
+
+    def __init__(self, memory: Memory) -> None:
+        self._m = memory
+
+    def list(
+        self,
+        *,
+        user_id: str | None = None,
+        status: str | Sequence[str] | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> list[Summary]:
+        _check_paging(limit, offset)
+        if user_id is not None:
+            _check_id(user_id, "user_id")
+        wanted = (status,) if isinstance(status, str) else tuple(status or ())
+        bad = [s for s in wanted if s not in self.STATUSES]
+        if bad:
+            raise ValidationError(
+                "invalid status", [f"status: {bad[0]!r} is not one of {', '.join(self.STATUSES)}"]
+            )
+        rows = self._m._store.list_summaries(
+            self._m.project_id, user_id, status=wanted, limit=limit, offset=offset
+        )
+        return [summary_from_row(r) for r in rows]
+
+    def get(self, summary_id: str) -> Summary:
+        rows = self._m._store.get_summaries(
+            self._m.project_id, [_check_id(summary_id, "summary_id")]
+        )
+        if not rows:
+            raise NotFoundError(f"no summary {summary_id!r}")
+        return summary_from_row(rows[0])
+
+    def history(self, summary_id: str) -> list[dict[str, Any]]:
+        """Every version of a summary: text, status, confidence, evidence, reason, when."""
+        self.get(summary_id)
+        return self._m._store.summary_history(self._m.project_id, summary_id)
+
+
+class Topics:
+    """``mem.topics``: the entry points that group a user's summaries."""
+
+    def __init__(self, memory: Memory) -> None:
+        self._m = memory
+
+    def list(self, *, user_id: str) -> list[Topic]:
+        _check_id(user_id, "user_id")
+        return [
+            Topic(
+                id=t.id,
+                user_id=t.user_id,
+                name=t.name,
+                description=t.description,
+                summary_ids=t.summary_ids,
+                created_at=_ts(t.created_at),
+                updated_at=_ts(t.updated_at),
+            )
+            for t in self._m._store.list_topics(self._m.project_id, user_id)
+        ]
+
+
 def _close_at_exit(ref: weakref.ReferenceType[Memory]) -> None:
     memory = ref()
     if memory is not None:
@@ -285,10 +430,29 @@ class Memory:
         except BaseException:
             self._store.close()
             raise
+        try:
+            self._llm: ChatModel | None = make_chat_model(
+                settings.llm,
+                base_url=settings.llm_base_url,
+                api_key=settings.llm_api_key,
+                timeout=settings.llm_timeout_seconds,
+                max_retries=settings.llm_max_retries,
+            )
+        except BaseException:
+            self._store.close()
+            raise
+        self.hooks = Hooks()
+        self._pipeline = Pipeline(
+            self._store,
+            self._embedder,
+            self._llm,
+            self.hooks,
+            extract_chunk=settings.extract_chunk_messages,
+        )
         self._recaller = Recaller(self._store, self._embedder)
         self._pool = WorkerPool(
             self._store,
-            MessageProcessor(self._store, self._embedder),
+            self._pipeline,
             threads=settings.workers,
             lease_seconds=settings.job_lease_seconds,
             max_attempts=settings.job_max_attempts,
@@ -299,20 +463,33 @@ class Memory:
         self._my_jobs: set[int] = set()
         self.sessions = Sessions(self)
         self.messages = Messages(self)
+        self.facts = Facts(self)
+        self.summaries = Summaries(self)
+        self.topics = Topics(self)
         self._pool.start()
         self._warm_up()
         self._atexit = functools.partial(_close_at_exit, weakref.ref(self))
         atexit.register(self._atexit)
         log.info(
-            "memstrata ready: store=%s embedder=%s llm=none (offline: messages are stored, "
-            "embedded and searched; no LLM extraction) workers=%d project=%s",
+            "memstrata ready: store=%s embedder=%s llm=%s workers=%d project=%s",
             self._store.url,
             self._embedder.name,
+            self.mode,
             settings.workers,
             self.project_id,
         )
 
     # -- housekeeping ------------------------------------------------------------------
+
+    @property
+    def mode(self) -> str:
+        """Which write path is active, as the startup log states it."""
+        if self._llm is None:
+            return (
+                "none (offline heuristics: sentence-level facts, similarity-grouped "
+                "summaries, keyword topics)"
+            )
+        return self._llm.name
 
     @property
     def store(self) -> Store:
@@ -679,7 +856,7 @@ class Memory:
             until=window[1],
             metadata=parse_metadata_filters(filters),
         )
-        return self._recaller.search_messages(
+        return self._recaller.search(
             self.project_id, user_id, query, limit=limit, filters=search_filters
         )
 

@@ -130,6 +130,9 @@ class Fact(BaseModel):
     confidence: float = Field(default=1.0, ge=0.0, le=1.0)
     status: str = "active"
     superseded_by: str | None = None
+    labels: list[str] = Field(default_factory=list)
+    model: str | None = None
+    prompt_version: str | None = None
     created_at: datetime | None = None
 
 
@@ -148,6 +151,8 @@ class Summary(BaseModel):
     labels: list[str] = Field(default_factory=list)
     version: int = 1
     superseded_by: str | None = None
+    model: str | None = None
+    prompt_version: str | None = None
     created_at: datetime | None = None
     updated_at: datetime | None = None
 
@@ -160,6 +165,8 @@ class Topic(BaseModel):
     name: str
     description: str = ""
     summary_ids: list[str] = Field(default_factory=list)
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
 
 
 class Hit(BaseModel):

@@ -7,33 +7,31 @@ Usage::
         ...
         server.fail_next(2, status=500)     # the next two POSTs answer HTTP 500
         server.respond_raw_next(b"{oops")   # the next POST answers these exact bytes
+        server.delay_next(2.0)              # the next POST is answered after 2 s
         server.hold.clear()                 # POSTs now wait at the gate ...
         server.held.wait(5)                 # ... until one is waiting
         server.hold.set()                   # ... and let them through
 
-Endpoints are a registry by path (:meth:`FakeOpenAIServer.route`); ``/v1/embeddings`` is
-built in, so ``/v1/chat/completions`` can be added later without touching the plumbing.
+        server.chat_replies.append('{"a": 1}')           # next chat answer (FIFO)
+        server.chat_script = lambda body: '{"b": 2}'     # answer when the queue is empty
+        server.reject_response_format({"json_schema"})   # such requests answer HTTP 400
+
+Endpoints are a registry by path (:meth:`FakeOpenAIServer.route`); ``/v1/embeddings`` and
+``/v1/chat/completions`` are built in. The plumbing lives in :mod:`fakes._http`.
 """
 
 from __future__ import annotations
 
 import base64
-import contextlib
 import hashlib
-import json
-import socket
+import itertools
 import struct
-import threading
-from collections import deque
-from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
+import time
 from typing import Any
 
-__all__ = ["FakeOpenAIServer", "Handler", "fake_vector"]
+from ._http import ChatReply, ChatScript, FakeHTTPServer, Handler, estimate_tokens
 
-#: A route handler: parsed JSON body -> (HTTP status, JSON-serialisable response).
-Handler = Callable[[Any], tuple[int, Any]]
+__all__ = ["ChatReply", "ChatScript", "FakeOpenAIServer", "Handler", "fake_vector"]
 
 
 def fake_vector(text: str, dim: int, model: str = "") -> list[float]:
@@ -43,219 +41,79 @@ def fake_vector(text: str, dim: int, model: str = "") -> list[float]:
     return [v / 2**31 - 1.0 for v in struct.unpack(f"<{dim}I", raw)]
 
 
-def _error_body(message: str, kind: str = "server_error") -> dict[str, Any]:
-    return {"error": {"message": message, "type": kind, "param": None, "code": None}}
+def _error_body(
+    message: str, kind: str = "server_error", param: str | None = None
+) -> dict[str, Any]:
+    return {"error": {"message": message, "type": kind, "param": param, "code": None}}
 
 
-class _Server(ThreadingHTTPServer):
-    # Request threads are joined on close, and open keep-alive connections are shut down
-    # first so that joining cannot hang on a client that keeps its connection idle.
-    daemon_threads = False
-    block_on_close = True
-
-    def __init__(self, address: tuple[str, int], fake: FakeOpenAIServer) -> None:
-        self.fake = fake
-        self.connections: set[socket.socket] = set()
-        self.connections_lock = threading.Lock()
-        super().__init__(address, _RequestHandler)
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        with self.connections_lock:
-            self.connections.add(request)
-        super().process_request(request, client_address)
-
-    def shutdown_request(self, request: Any) -> None:
-        with self.connections_lock:
-            self.connections.discard(request)
-        super().shutdown_request(request)
-
-    def close_connections(self) -> None:
-        with self.connections_lock:
-            connections = list(self.connections)
-        for conn in connections:
-            with contextlib.suppress(OSError):  # already closed by the client
-                conn.shutdown(socket.SHUT_RDWR)
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        # Clients hanging up (and our own shutdown) are normal here; stay quiet.
-        pass
+def _message_text(content: Any) -> str:
+    """The text of a chat message's ``content``: a string or a list of content parts."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(part.get("text", "") for part in content if isinstance(part, dict))
+    return ""
 
 
-class _RequestHandler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"  # keep-alive, as the SDK's HTTP client expects
-    server: _Server
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-    def _send(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        for key, value in (headers or {}).items():
-            self.send_header(key, value)
-        self.end_headers()
-        self.wfile.write(body)
-
-    def do_GET(self) -> None:
-        self._send(404, json.dumps(_error_body(f"no route GET {self.path}")).encode())
-
-    def do_POST(self) -> None:
-        fake = self.server.fake
-        length = int(self.headers.get("Content-Length") or 0)
-        raw = self.rfile.read(length)
-        try:
-            body: Any = json.loads(raw) if raw else None
-        except ValueError:
-            body = None
-        fake.requests.append((self.path, body))
-        with fake._in_flight():
-            status, payload, headers = fake._dispatch(self.path, body)
-            self._send(status, payload, headers)
-
-
-class FakeOpenAIServer:
+class FakeOpenAIServer(FakeHTTPServer):
     """OpenAI-compatible server on 127.0.0.1 in a background thread (a context manager).
 
     ``requests`` records every POST as ``(path, parsed JSON body)``. Embeddings are
     :func:`fake_vector` of each input, ``dim`` components (or the request's
     ``dimensions``), in the real response shape; ``encoding_format: "base64"`` is honoured.
+
+    Chat completions answer in the real ``chat.completion`` shape with the content that
+    ``chat_replies`` (consumed first) or ``chat_script`` give, ``"{}"`` by default; a
+    ``dict`` reply is sent as the whole response, a ``(status, body)`` reply as is. Usage
+    is :func:`~fakes._http.estimate_tokens` of the messages' contents (summed) and of the
+    reply. :meth:`reject_response_format` makes requests with some ``response_format``
+    types answer HTTP 400, as local servers do.
+
     Scripted failures carry ``retry-after-ms`` (``retry_after_ms``, default 1) so the SDK
     retries at once instead of backing off for seconds; ``None`` omits the header.
     """
 
-    def __init__(self, dim: int = 8, *, port: int = 0, retry_after_ms: int | None = 1) -> None:
-        self.dim = dim
-        self.retry_after_ms = retry_after_ms
-        self.requests: list[tuple[str, Any]] = []
-        #: Gate for POSTs: cleared -> requests wait until it is set again. Set initially.
-        self.hold = threading.Event()
-        self.hold.set()
-        #: Set while at least one request is waiting at the gate.
-        self.held = threading.Event()
-        self._waiting = 0
-        self._lock = threading.Lock()
-        self._active = 0
-        self._idle = threading.Condition(self._lock)
-        self._scripted: deque[tuple[int, bytes]] = deque()
-        self._closing = False
-        self._routes: dict[str, Handler] = {"/v1/embeddings": self._embeddings}
-        self._server = _Server(("127.0.0.1", port), self)
-        self._thread: threading.Thread | None = None
+    thread_name = "fake-openai-server"
 
-    @property
-    def port(self) -> int:
-        return self._server.server_address[1]
+    def __init__(self, dim: int = 8, *, port: int = 0, retry_after_ms: int | None = 1) -> None:
+        super().__init__(port=port, retry_after_ms=retry_after_ms)
+        self.dim = dim
+        #: ``response_format.type`` values answered with HTTP 400 (see
+        #: :meth:`reject_response_format`).
+        self.rejected_formats: frozenset[str] = frozenset()
+        self._ids = itertools.count(1)
+        self.route("/v1/embeddings", self._embeddings)
+        self.route("/v1/chat/completions", self._chat_completions)
 
     @property
     def base_url(self) -> str:
         """What to pass as the SDK's ``base_url``, e.g. ``http://127.0.0.1:PORT/v1``."""
-        return f"http://127.0.0.1:{self.port}/v1"
+        return f"{self.origin}/v1"
 
-    def route(self, path: str, handler: Handler) -> None:
-        """Serve POST ``path`` (e.g. ``"/v1/chat/completions"``) with ``handler``."""
-        self._routes[path] = handler
+    def error_body(self, status: int, message: str, kind: str | None = None) -> dict[str, Any]:
+        if kind is None:
+            kind = "invalid_request_error" if 400 <= status < 500 else "server_error"
+            if status == 429:
+                kind = "rate_limit_exceeded"
+        return _error_body(message, kind)
 
-    def fail_next(self, n: int = 1, status: int = 500) -> None:
-        """Answer the next ``n`` POSTs with HTTP ``status`` and an OpenAI-style error body."""
-        body = json.dumps(_error_body(f"injected failure (HTTP {status})")).encode()
-        with self._lock:
-            self._scripted.extend([(status, body)] * n)
-
-    def respond_raw_next(self, body: bytes, status: int = 200) -> None:
-        """Answer the next POST with exactly ``body`` (e.g. malformed JSON)."""
-        with self._lock:
-            self._scripted.append((status, body))
+    def reject_response_format(self, kinds: set[str] | frozenset[str]) -> None:
+        """From now on, answer chat requests whose ``response_format.type`` is in
+        ``kinds`` (e.g. ``{"json_schema", "json_object"}``) with HTTP 400 and an
+        OpenAI-style ``invalid_request_error`` naming ``response_format``. An empty set
+        accepts every format again."""
+        self.rejected_formats = frozenset(kinds)
 
     def embedding_requests(self) -> list[Any]:
         """Bodies of the ``/v1/embeddings`` requests received so far."""
-        return [body for path, body in self.requests if path.endswith("/embeddings")]
+        return self.bodies("/embeddings")
 
-    def start(self) -> FakeOpenAIServer:
-        if self._thread is None:
-            self._thread = threading.Thread(
-                target=self._server.serve_forever,
-                kwargs={"poll_interval": 0.05},
-                name="fake-openai-server",
-                daemon=True,
-            )
-            self._thread.start()
-        return self
+    def chat_requests(self) -> list[Any]:
+        """Bodies of the ``/v1/chat/completions`` requests received so far."""
+        return self.bodies("/chat/completions")
 
-    def close(self) -> None:
-        """Stop serving, release held requests, close connections and join all threads."""
-        self._closing = True
-        self.hold.set()
-        if self._thread is not None:
-            self._server.shutdown()
-            self._thread.join(timeout=5)
-            self._thread = None
-        # Let released requests send their answers before their connections are cut.
-        with self._idle:
-            self._idle.wait_for(lambda: self._active == 0, timeout=5)
-        self._server.close_connections()
-        self._server.server_close()
-
-    def __enter__(self) -> FakeOpenAIServer:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    # -- request handling (runs on the server's request threads) --
-
-    @contextlib.contextmanager
-    def _in_flight(self) -> Iterator[None]:
-        with self._lock:
-            self._active += 1
-        try:
-            yield
-        finally:
-            with self._idle:
-                self._active -= 1
-                self._idle.notify_all()
-
-    def _wait_at_gate(self) -> None:
-        if self.hold.is_set():
-            return
-        with self._lock:
-            self._waiting += 1
-            self.held.set()
-        try:
-            while not self.hold.wait(0.05) and not self._closing:
-                pass
-        finally:
-            with self._lock:
-                self._waiting -= 1
-                if self._waiting == 0:
-                    self.held.clear()
-
-    def _dispatch(self, path: str, body: Any) -> tuple[int, bytes, dict[str, str]]:
-        self._wait_at_gate()
-        with self._lock:
-            scripted = self._scripted.popleft() if self._scripted else None
-        if scripted is not None:
-            status, raw = scripted
-            headers = {}
-            if status >= 400 and self.retry_after_ms is not None:
-                headers["retry-after-ms"] = str(self.retry_after_ms)
-            return status, raw, headers
-        handler = self._routes.get(path)
-        if handler is None:
-            status, payload = 404, _error_body(f"no route POST {path}", "invalid_request_error")
-        elif not isinstance(body, dict):
-            status, payload = (
-                400,
-                _error_body("body must be a JSON object", "invalid_request_error"),
-            )
-        else:
-            status, payload = handler(body)
-        return status, json.dumps(payload).encode(), {}
+    # -- routes (run on the server's request threads) --
 
     def _embeddings(self, body: dict[str, Any]) -> tuple[int, Any]:
         model = body.get("model")
@@ -284,4 +142,52 @@ class FakeOpenAIServer:
             "data": data,
             "model": model,
             "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+        }
+
+    def _chat_completions(self, body: dict[str, Any]) -> tuple[int, Any]:
+        model = body.get("model")
+        messages = body.get("messages")
+        if not isinstance(model, str) or not model or not isinstance(messages, list):
+            return 400, _error_body("'model' and 'messages' are required", "invalid_request_error")
+        if not messages or not all(isinstance(m, dict) and "role" in m for m in messages):
+            return 400, _error_body(
+                "'messages' must be a non-empty list of messages with a role",
+                "invalid_request_error",
+                "messages",
+            )
+        response_format = body.get("response_format")
+        if response_format is not None:
+            kind = response_format.get("type") if isinstance(response_format, dict) else None
+            if kind in self.rejected_formats:
+                return 400, _error_body(
+                    f"Invalid parameter: 'response_format' of type '{kind}' is not "
+                    "supported with this model.",
+                    "invalid_request_error",
+                    "response_format",
+                )
+        reply = self.next_chat_reply(body)
+        if isinstance(reply, tuple):
+            return reply
+        if isinstance(reply, dict):
+            return 200, reply
+        prompt_tokens = sum(estimate_tokens(_message_text(m.get("content"))) for m in messages)
+        completion_tokens = estimate_tokens(reply)
+        return 200, {
+            "id": f"chatcmpl-fake{next(self._ids):06d}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": reply, "refusal": None},
+                    "logprobs": None,
+                    "finish_reason": "stop",
+                }
+            ],
+            "usage": {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens,
+            },
         }

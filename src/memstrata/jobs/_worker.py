@@ -138,7 +138,8 @@ class WorkerPool:
                     batch.attempts, self.backoff_seconds, self.backoff_max_seconds
                 )
             try:
-                self.store.fail_batch(batch, error, retry_at)
+                calls = getattr(exc, "memstrata_calls", ())
+                self.store.fail_batch(batch, error, retry_at, calls)
             except LeaseLostError:
                 return
             if retry_at is None:

@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 from typing import Literal
 
 from ..embed import Embedder
-from ..store import MessageRow, SearchFilters, SessionRow, Store
+from ..store import MessageRow, SearchFilters, SessionRow, Store, SummaryRow
 from ..store._text import fts_query_terms
 from ..types import Hit, MemoryContext, Message, RecallConfig
 from ._format import format_context
@@ -68,13 +68,27 @@ def _hit(row: MessageRow, score: float, signals: dict[str, float]) -> Hit:
     )
 
 
+def _summary_hit(row: SummaryRow, score: float, signals: dict[str, float]) -> Hit:
+    return Hit(
+        layer="summary",
+        id=row.id,
+        text=row.text,
+        score=score,
+        message_ids=row.message_ids,
+        user_id=row.user_id,
+        timestamp=parse_ts(row.valid_from or row.updated_at),
+        metadata={"status": row.status, "confidence": row.confidence, "version": row.version},
+        signals=signals,
+    )
+
+
 class Recaller:
     def __init__(self, store: Store, embedder: Embedder, *, fusion: Fusion = "rrf") -> None:
         self.store = store
         self.embedder = embedder
         self.fusion = fusion
 
-    def search_messages(
+    def search(
         self,
         project_id: str,
         user_id: str,
@@ -85,38 +99,72 @@ class Recaller:
         rrf_k: int = 60,
         min_similarity: float = 0.0,
         exclude: Sequence[str] = (),
+        layers: Sequence[str] = ("summary", "message"),
     ) -> list[Hit]:
+        """Hybrid search over the layers named, fused into one ranking.
+
+        Summaries take part only when no message-level filter (session, role, event type,
+        time, metadata) is given, since those filters describe messages.
+        """
         if limit <= 0 or not query.strip():
             return []
         # Fetch more candidates than asked so fusion has overlap to work with.
         candidates = max(20, limit * 3) + len(exclude)
         terms = fts_query_terms(query)
-        fulltext = self.store.fulltext_messages(project_id, user_id, terms, candidates, filters)
         qvec = self.embedder.embed([query])[0]
-        vector = self.store.vector_messages(
-            project_id, user_id, qvec, self.embedder.id, candidates, filters
-        )
         # A non-positive cosine means "unrelated" for every embedder we ship: never a match.
         floor = max(min_similarity, 1e-6)
-        vector = [(pk, s) for pk, s in vector if s >= floor]
-        lists = {"vector": vector, "fulltext": fulltext}
+        lists: dict[str, list[tuple[tuple[str, int], float]]] = {}
+        if "message" in layers:
+            vector = self.store.vector_messages(
+                project_id, user_id, qvec, self.embedder.id, candidates, filters
+            )
+            lists["message.vector"] = [(("message", pk), s) for pk, s in vector if s >= floor]
+            lists["message.fulltext"] = [
+                (("message", pk), s)
+                for pk, s in self.store.fulltext_messages(
+                    project_id, user_id, terms, candidates, filters
+                )
+            ]
+        if "summary" in layers and filters.empty:
+            vector = self.store.vector_summaries(
+                project_id, user_id, qvec, self.embedder.id, candidates
+            )
+            lists["summary.vector"] = [(("summary", pk), s) for pk, s in vector if s >= floor]
+            lists["summary.fulltext"] = [
+                (("summary", pk), s)
+                for pk, s in self.store.fulltext_summaries(project_id, user_id, terms, candidates)
+            ]
         fused = rrf(lists, k=rrf_k) if self.fusion == "rrf" else score_fusion(lists)
-        signals: dict[int, dict[str, float]] = {}
+        signals: dict[tuple[str, int], dict[str, float]] = {}
         for name, ranked in lists.items():
-            for rank, (pk, s) in enumerate(ranked, start=1):
-                signals.setdefault(pk, {})[name] = round(float(s), 6)
-                signals[pk][f"{name}_rank"] = float(rank)
-        rows = self.store.messages_by_pk([pk for pk, _ in fused[: limit + len(exclude)]])
+            retriever = name.split(".", 1)[1]
+            for rank, (key, s) in enumerate(ranked, start=1):
+                signals.setdefault(key, {})[retriever] = round(float(s), 6)
+                signals[key][f"{retriever}_rank"] = float(rank)
+        head = fused[: limit + len(exclude)]
+        messages = self.store.messages_by_pk([pk for (layer, pk), _ in head if layer == "message"])
+        summaries = self.store.summaries_by_pk(
+            [pk for (layer, pk), _ in head if layer == "summary"]
+        )
         skip = set(exclude)
         hits = []
-        for pk, score in fused:
-            row = rows.get(pk)
-            if row is None or row.id in skip:
-                continue
-            hits.append(_hit(row, round(score, 6), signals.get(pk, {})))
-            if len(hits) >= limit:
-                break
-        return hits
+        for key, score in head:
+            layer, pk = key
+            if layer == "message":
+                row = messages.get(pk)
+                if row is None or row.id in skip:
+                    continue
+                hits.append(_hit(row, round(score, 6), signals.get(key, {})))
+            else:
+                summary = summaries.get(pk)
+                if summary is None:
+                    continue
+                if summary.status == "deprioritized":
+                    score *= 0.5
+                hits.append(_summary_hit(summary, round(score, 6), signals.get(key, {})))
+        hits.sort(key=lambda h: -h.score)
+        return hits[:limit]
 
     def context(
         self,
@@ -141,7 +189,7 @@ class Recaller:
         history = [message_from_row(r) for r in reversed(history_rows)]
         matches: list[Hit] = []
         if query and query.strip() and config.enable_long_term_recall:
-            matches = self.search_messages(
+            matches = self.search(
                 project_id,
                 session.user_id,
                 query,

@@ -20,6 +20,8 @@ def _day(ts: datetime | None) -> str:
 
 
 def _memory_line(hit: Hit) -> str:
+    if hit.layer != "message":
+        return f"- [{_day(hit.timestamp)}] "
     who = f"event {hit.event_type}" if hit.event_type else (hit.role or "user")
     return f"- [{_day(hit.timestamp)}] {who}: "
 

@@ -17,13 +17,21 @@ from ._filters import MetadataCondition, SearchFilters, parse_metadata_filters
 
 __all__ = [
     "AddOutcome",
+    "CallWrite",
     "ClaimedBatch",
+    "FactRow",
+    "FactWrite",
+    "LayerWrite",
     "LeaseLostError",
     "MessageRow",
     "MetadataCondition",
     "SearchFilters",
     "SessionRow",
     "Store",
+    "SummaryRow",
+    "SummaryWrite",
+    "TopicRow",
+    "TopicWrite",
     "open_store",
     "parse_metadata_filters",
 ]
@@ -82,6 +90,130 @@ class ClaimedBatch:
     attempts: int
 
 
+@dataclass
+class FactWrite:
+    id: str
+    text: str
+    kind: str
+    message_ids: list[str]
+    confidence: float
+    model: str
+    prompt_version: str
+    vector: np.ndarray
+    occurred_at: str | None = None
+    valid_from: str | None = None
+    valid_to: str | None = None
+    labels: list[str] = field(default_factory=list)
+
+
+@dataclass
+class SummaryWrite:
+    """A change to the summary layer: ``add`` a summary, ``strengthen`` one with new
+    evidence (optionally rewording it), or ``supersede`` one with a new summary."""
+
+    action: str
+    id: str
+    text: str
+    confidence: float
+    fact_ids: list[str]
+    message_ids: list[str]
+    model: str
+    prompt_version: str
+    reason: str
+    vector: np.ndarray | None = None
+    supersedes: str | None = None
+    valid_from: str | None = None
+    valid_to: str | None = None
+    labels: list[str] = field(default_factory=list)
+
+
+@dataclass
+class TopicWrite:
+    id: str
+    name: str
+    description: str
+    summary_ids: list[str]
+    is_new: bool
+
+
+@dataclass
+class CallWrite:
+    stage: str
+    model: str
+    prompt_version: str
+    prompt_tokens: int
+    completion_tokens: int
+    latency_ms: float
+    ok: bool
+
+
+@dataclass
+class LayerWrite:
+    """Everything one batch derived, committed atomically with the batch's completion."""
+
+    facts: list[FactWrite] = field(default_factory=list)
+    summaries: list[SummaryWrite] = field(default_factory=list)
+    topics: list[TopicWrite] = field(default_factory=list)
+    calls: list[CallWrite] = field(default_factory=list)
+
+
+@dataclass
+class SummaryRow:
+    pk: int
+    project_id: str
+    id: str
+    user_id: str
+    text: str
+    status: str
+    confidence: float
+    version: int
+    fact_ids: list[str]
+    message_ids: list[str]
+    labels: list[str]
+    valid_from: str | None
+    valid_to: str | None
+    superseded_by: str | None
+    model: str
+    prompt_version: str
+    created_at: str
+    updated_at: str
+
+
+@dataclass
+class FactRow:
+    pk: int
+    project_id: str
+    id: str
+    user_id: str
+    text: str
+    kind: str
+    confidence: float
+    status: str
+    message_ids: list[str]
+    labels: list[str]
+    occurred_at: str | None
+    valid_from: str | None
+    valid_to: str | None
+    superseded_by: str | None
+    model: str
+    prompt_version: str
+    created_at: str
+
+
+@dataclass
+class TopicRow:
+    pk: int
+    project_id: str
+    id: str
+    user_id: str
+    name: str
+    description: str
+    status: str
+    summary_ids: list[str]
+    created_at: str
+    updated_at: str
+
+
 class LeaseLostError(Exception):
     """The worker's lease expired and another worker reclaimed the job; its work is void."""
 
@@ -128,9 +260,51 @@ class Store(Protocol):
         self, job_ids: Sequence[int], worker_id: str, lease_seconds: float
     ) -> bool: ...
     def complete_batch(
-        self, batch: ClaimedBatch, *, embedder: str, vectors: np.ndarray
+        self,
+        batch: ClaimedBatch,
+        *,
+        embedder: str,
+        vectors: np.ndarray,
+        layers: LayerWrite | None = None,
     ) -> None: ...
-    def fail_batch(self, batch: ClaimedBatch, error: str, retry_at: float | None) -> None: ...
+    def fail_batch(
+        self,
+        batch: ClaimedBatch,
+        error: str,
+        retry_at: float | None,
+        calls: Sequence[CallWrite] = (),
+    ) -> None: ...
+
+    # derived layers
+    def context_messages(
+        self, project_id: str, user_id: str, before_pk: int, limit: int
+    ) -> list[MessageRow]: ...
+    def similar_summaries(
+        self, project_id: str, user_id: str, query: np.ndarray, embedder: str, limit: int
+    ) -> list[tuple[SummaryRow, float]]: ...
+    def get_summaries(self, project_id: str, ids: Sequence[str]) -> list[SummaryRow]: ...
+    def list_summaries(
+        self,
+        project_id: str,
+        user_id: str | None,
+        *,
+        status: Sequence[str] = (),
+        limit: int = 100,
+        offset: int = 0,
+    ) -> list[SummaryRow]: ...
+    def summary_history(self, project_id: str, summary_id: str) -> list[dict[str, Any]]: ...
+    def list_facts(
+        self, project_id: str, user_id: str | None, *, limit: int = 100, offset: int = 0
+    ) -> list[FactRow]: ...
+    def get_facts(self, project_id: str, ids: Sequence[str]) -> list[FactRow]: ...
+    def list_topics(self, project_id: str, user_id: str) -> list[TopicRow]: ...
+    def fulltext_summaries(
+        self, project_id: str, user_id: str, terms: Sequence[str], limit: int
+    ) -> list[tuple[int, float]]: ...
+    def vector_summaries(
+        self, project_id: str, user_id: str, query: np.ndarray, embedder: str, limit: int
+    ) -> list[tuple[int, float]]: ...
+    def summaries_by_pk(self, pks: Sequence[int]) -> dict[int, SummaryRow]: ...
     def retry_failed(self, project_id: str, user_id: str | None = None) -> int: ...
     def job_states(self, job_ids: Sequence[int]) -> dict[int, str]: ...
     def unfinished_jobs(self, project_id: str | None = None) -> int: ...

@@ -30,7 +30,8 @@ _CJK_RUN = re.compile(f"[{_CJK}]+")
 _TOKEN = re.compile(f"[{_CJK}]+|[^\\W_]+(?:['’][^\\W_]+)*", re.UNICODE)
 
 # Words that carry no topic: matching them would rank by noise. Kept short on purpose;
-# content words like "live", "work", "like" stay searchable.
+# content words like "live", "work", "like" stay searchable. "user" is here because every
+# fact and summary is written about "User ...": in a query it matches everything.
 _STOPWORDS = frozenset(
     """
     a about above after again against all am an and any are as at be because been before
@@ -40,7 +41,7 @@ _STOPWORDS = frozenset(
     other our ours ourselves out over own same she should so some such than that the their
     theirs them themselves then there these they this those through to too under until up
     very was we were what when where which while who whom why will with would you your yours
-    yourself yourselves s t don didn doesn isn wasn ve ll re d m o y also
+    yourself yourselves s t don didn doesn isn wasn ve ll re d m o y also user users
     """.split()  # noqa: SIM905
 )
 

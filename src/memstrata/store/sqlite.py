@@ -20,7 +20,19 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError, ConflictError, EmbedderMismatchError, StoreError
-from . import AddOutcome, ClaimedBatch, LeaseLostError, MessageRow, SearchFilters, SessionRow
+from . import (
+    AddOutcome,
+    CallWrite,
+    ClaimedBatch,
+    FactRow,
+    LayerWrite,
+    LeaseLostError,
+    MessageRow,
+    SearchFilters,
+    SessionRow,
+    SummaryRow,
+    TopicRow,
+)
 from ._filters import MetadataCondition
 from ._text import fts_document, scope_token
 from ._vectors import VectorCache
@@ -205,6 +217,59 @@ def _row_to_session(row: tuple[Any, ...]) -> SessionRow:
 
 
 _SESSION_COLUMNS = "project_id, id, user_id, title, metadata, created_at, updated_at"
+_SUMMARY_COLUMNS = (
+    "pk, project_id, id, user_id, text, status, confidence, version, fact_ids, message_ids, "
+    "labels, valid_from, valid_to, superseded_by, model, prompt_version, created_at, updated_at"
+)
+_FACT_COLUMNS = (
+    "pk, project_id, id, user_id, text, kind, confidence, status, message_ids, labels, "
+    "occurred_at, valid_from, valid_to, superseded_by, model, prompt_version, created_at"
+)
+
+
+def _row_to_summary(r: tuple[Any, ...]) -> SummaryRow:
+    return SummaryRow(
+        pk=r[0],
+        project_id=r[1],
+        id=r[2],
+        user_id=r[3],
+        text=r[4],
+        status=r[5],
+        confidence=r[6],
+        version=r[7],
+        fact_ids=json.loads(r[8]),
+        message_ids=json.loads(r[9]),
+        labels=json.loads(r[10]),
+        valid_from=r[11],
+        valid_to=r[12],
+        superseded_by=r[13],
+        model=r[14],
+        prompt_version=r[15],
+        created_at=r[16],
+        updated_at=r[17],
+    )
+
+
+def _row_to_fact(r: tuple[Any, ...]) -> FactRow:
+    return FactRow(
+        pk=r[0],
+        project_id=r[1],
+        id=r[2],
+        user_id=r[3],
+        text=r[4],
+        kind=r[5],
+        confidence=r[6],
+        status=r[7],
+        message_ids=json.loads(r[8]),
+        labels=json.loads(r[9]),
+        occurred_at=r[10],
+        valid_from=r[11],
+        valid_to=r[12],
+        superseded_by=r[13],
+        model=r[14],
+        prompt_version=r[15],
+        created_at=r[16],
+    )
 
 
 class SQLiteStore:
@@ -621,12 +686,22 @@ class SQLiteStore:
             ),
         )
 
-    def complete_batch(self, batch: ClaimedBatch, *, embedder: str, vectors: np.ndarray) -> None:
+    def complete_batch(
+        self,
+        batch: ClaimedBatch,
+        *,
+        embedder: str,
+        vectors: np.ndarray,
+        layers: LayerWrite | None = None,
+    ) -> None:
         now = time.time()
         marks = ",".join("?" * len(batch.job_ids))
         with self._write() as c:
             self._check_lease(c, batch)
             self._put_vectors(c, embedder, batch.messages, vectors)
+            if layers is not None:
+                self._write_layers(c, batch, embedder, layers)
+                self._record_calls(c, batch, layers.calls)
             c.execute(
                 f"UPDATE messages SET status = 'processed', error = NULL, processed_at = ? "
                 f"WHERE job_id IN ({marks})",
@@ -638,11 +713,19 @@ class SQLiteStore:
                 (now, *batch.job_ids),
             )
 
-    def fail_batch(self, batch: ClaimedBatch, error: str, retry_at: float | None) -> None:
+    def fail_batch(
+        self,
+        batch: ClaimedBatch,
+        error: str,
+        retry_at: float | None,
+        calls: Sequence[CallWrite] = (),
+    ) -> None:
         marks = ",".join("?" * len(batch.job_ids))
         error = error[:2000]
         with self._write() as c:
             self._check_lease(c, batch)
+            # Tokens spent on a failed attempt were still spent: account for them.
+            self._record_calls(c, batch, calls)
             if retry_at is not None:
                 c.execute(
                     f"UPDATE jobs SET status = 'queued', run_after = ?, locked_by = NULL, "
@@ -849,6 +932,513 @@ class SQLiteStore:
         with self._write() as c:
             self._put_vectors(c, embedder, rows, vectors)
 
+    # -- derived layers: writes (inside complete_batch's transaction) --------------------
+
+    def _insert_vectors(
+        self,
+        c: sqlite3.Connection,
+        embedder: str,
+        kind: str,
+        project_id: str,
+        user_id: str,
+        items: Sequence[tuple[int, np.ndarray]],
+    ) -> None:
+        if not items:
+            return
+        self._claim_embedder(c, embedder)
+        c.executemany(
+            "INSERT INTO vectors (project_id, user_id, kind, item_pk, embedder, dim, vec) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT (kind, item_pk, embedder) DO UPDATE SET vec = excluded.vec",
+            (
+                (
+                    project_id,
+                    user_id,
+                    kind,
+                    pk,
+                    embedder,
+                    int(v.shape[0]),
+                    np.ascontiguousarray(v, dtype=np.float32).tobytes(),
+                )
+                for pk, v in items
+            ),
+        )
+
+    def _write_layers(
+        self, c: sqlite3.Connection, batch: ClaimedBatch, embedder: str, layers: LayerWrite
+    ) -> None:
+        project, user = batch.project_id, batch.user_id
+        scope = scope_token(project, user)
+        now = _now_iso()
+        message_pks = {m.id: m.pk for m in batch.messages}
+        fact_vectors: list[tuple[int, np.ndarray]] = []
+        for f in layers.facts:
+            pk = c.execute(
+                "INSERT INTO facts (project_id, id, user_id, text, kind, occurred_at, "
+                "valid_from, valid_to, confidence, message_ids, labels, model, prompt_version, "
+                "created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    project,
+                    f.id,
+                    user,
+                    f.text,
+                    f.kind,
+                    f.occurred_at,
+                    f.valid_from,
+                    f.valid_to,
+                    f.confidence,
+                    json.dumps(f.message_ids),
+                    json.dumps(f.labels),
+                    f.model,
+                    f.prompt_version,
+                    now,
+                ),
+            ).lastrowid
+            c.executemany(
+                "INSERT OR IGNORE INTO fact_sources (fact_pk, message_pk) VALUES (?, ?)",
+                [(pk, message_pks[m]) for m in f.message_ids if m in message_pks],
+            )
+            c.execute(
+                "INSERT INTO facts_fts (rowid, body, scope) VALUES (?, ?, ?)",
+                (pk, fts_document(f.text), scope),
+            )
+            fact_vectors.append((pk, f.vector))
+        self._insert_vectors(c, embedder, "fact", project, user, fact_vectors)
+
+        summary_vectors: list[tuple[int, np.ndarray]] = []
+        for w in layers.summaries:
+            if w.action in ("add", "supersede"):
+                pk = c.execute(
+                    "INSERT INTO summaries (project_id, id, user_id, text, status, valid_from, "
+                    "valid_to, confidence, labels, version, fact_ids, message_ids, model, "
+                    "prompt_version, created_at, updated_at) "
+                    "VALUES (?, ?, ?, ?, 'active', ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?)",
+                    (
+                        project,
+                        w.id,
+                        user,
+                        w.text,
+                        w.valid_from,
+                        w.valid_to,
+                        w.confidence,
+                        json.dumps(w.labels),
+                        json.dumps(w.fact_ids),
+                        json.dumps(w.message_ids),
+                        w.model,
+                        w.prompt_version,
+                        now,
+                        now,
+                    ),
+                ).lastrowid
+                self._history(
+                    c, pk, 1, w.text, "active", w.confidence, w.fact_ids, w.reason, w.model, now
+                )
+                c.execute(
+                    "INSERT INTO summaries_fts (rowid, body, scope) VALUES (?, ?, ?)",
+                    (pk, fts_document(w.text), scope),
+                )
+                if w.vector is not None:
+                    summary_vectors.append((pk, w.vector))
+                if w.action == "supersede" and w.supersedes:
+                    old = self._summary_by_id(c, project, w.supersedes)
+                    if old is None or old.user_id != user:
+                        raise ValueError(f"cannot supersede unknown summary {w.supersedes!r}")
+                    c.execute(
+                        "UPDATE summaries SET status = 'superseded', superseded_by = ?, "
+                        "version = version + 1, updated_at = ? WHERE pk = ?",
+                        (w.id, now, old.pk),
+                    )
+                    self._history(
+                        c,
+                        old.pk,
+                        old.version + 1,
+                        old.text,
+                        "superseded",
+                        old.confidence,
+                        old.fact_ids,
+                        w.reason,
+                        w.model,
+                        now,
+                    )
+                    # The successor belongs where its predecessor did.
+                    c.execute(
+                        "INSERT OR IGNORE INTO topic_summaries (topic_pk, summary_pk) "
+                        "SELECT topic_pk, ? FROM topic_summaries WHERE summary_pk = ?",
+                        (pk, old.pk),
+                    )
+            elif w.action == "strengthen":
+                old = self._summary_by_id(c, project, w.id)
+                if old is None or old.user_id != user:
+                    raise ValueError(f"cannot strengthen unknown summary {w.id!r}")
+                fact_ids = list(dict.fromkeys([*old.fact_ids, *w.fact_ids]))
+                message_ids = list(dict.fromkeys([*old.message_ids, *w.message_ids]))
+                c.execute(
+                    "UPDATE summaries SET text = ?, confidence = ?, fact_ids = ?, "
+                    "message_ids = ?, version = version + 1, updated_at = ?, "
+                    "valid_from = coalesce(valid_from, ?), valid_to = coalesce(?, valid_to) "
+                    "WHERE pk = ?",
+                    (
+                        w.text,
+                        w.confidence,
+                        json.dumps(fact_ids),
+                        json.dumps(message_ids),
+                        now,
+                        w.valid_from,
+                        w.valid_to,
+                        old.pk,
+                    ),
+                )
+                self._history(
+                    c,
+                    old.pk,
+                    old.version + 1,
+                    w.text,
+                    old.status,
+                    w.confidence,
+                    fact_ids,
+                    w.reason,
+                    w.model,
+                    now,
+                )
+                if w.text != old.text:
+                    c.execute(
+                        "UPDATE summaries_fts SET body = ? WHERE rowid = ?",
+                        (fts_document(w.text), old.pk),
+                    )
+                    if w.vector is not None:
+                        summary_vectors.append((old.pk, w.vector))
+            else:
+                raise ValueError(f"unknown summary action {w.action!r}")
+        self._insert_vectors(c, embedder, "summary", project, user, summary_vectors)
+
+        for t in layers.topics:
+            if t.is_new:
+                c.execute(
+                    "INSERT INTO topics (project_id, id, user_id, name, description, "
+                    "created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (project, t.id, user, t.name, t.description, now, now),
+                )
+            else:
+                c.execute(
+                    "UPDATE topics SET description = ?, updated_at = ? WHERE project_id = ? "
+                    "AND id = ? AND user_id = ?",
+                    (t.description, now, project, t.id, user),
+                )
+            topic_pk = c.execute(
+                "SELECT pk FROM topics WHERE project_id = ? AND id = ? AND user_id = ?",
+                (project, t.id, user),
+            ).fetchone()
+            if topic_pk is None:
+                raise ValueError(f"unknown topic {t.id!r}")
+            for sid in t.summary_ids:
+                row = self._summary_by_id(c, project, sid)
+                if row is None or row.user_id != user:
+                    raise ValueError(f"topic {t.name!r} names unknown summary {sid!r}")
+                c.execute(
+                    "INSERT OR IGNORE INTO topic_summaries (topic_pk, summary_pk) VALUES (?, ?)",
+                    (topic_pk[0], row.pk),
+                )
+
+    @staticmethod
+    def _history(
+        c: sqlite3.Connection,
+        summary_pk: int,
+        version: int,
+        text: str,
+        status: str,
+        confidence: float,
+        fact_ids: list[str],
+        reason: str,
+        actor: str,
+        when: str,
+    ) -> None:
+        c.execute(
+            "INSERT INTO summary_history (summary_pk, version, text, status, confidence, "
+            "fact_ids, reason, actor, changed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                summary_pk,
+                version,
+                text,
+                status,
+                confidence,
+                json.dumps(fact_ids),
+                reason,
+                actor,
+                when,
+            ),
+        )
+
+    def _record_calls(
+        self, c: sqlite3.Connection, batch: ClaimedBatch, calls: Sequence[CallWrite]
+    ) -> None:
+        now = time.time()
+        c.executemany(
+            "INSERT INTO llm_calls (project_id, user_id, stage, model, prompt_version, "
+            "prompt_tokens, completion_tokens, latency_ms, ok, created_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [
+                (
+                    batch.project_id,
+                    batch.user_id,
+                    k.stage,
+                    k.model,
+                    k.prompt_version,
+                    k.prompt_tokens,
+                    k.completion_tokens,
+                    k.latency_ms,
+                    int(k.ok),
+                    now,
+                )
+                for k in calls
+            ],
+        )
+
+    # -- derived layers: reads -------------------------------------------------------------
+
+    def _summary_by_id(
+        self, c: sqlite3.Connection, project_id: str, summary_id: str
+    ) -> SummaryRow | None:
+        row = c.execute(
+            f"SELECT {_SUMMARY_COLUMNS} FROM summaries WHERE project_id = ? AND id = ?",
+            (project_id, summary_id),
+        ).fetchone()
+        return None if row is None else _row_to_summary(row)
+
+    def context_messages(
+        self, project_id: str, user_id: str, before_pk: int, limit: int
+    ) -> list[MessageRow]:
+        rows = (
+            self._conn()
+            .execute(
+                f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE project_id = ? AND user_id = ? "
+                "AND pk < ? ORDER BY pk DESC LIMIT ?",
+                (project_id, user_id, before_pk, limit),
+            )
+            .fetchall()
+        )
+        return [_row_to_message(r) for r in reversed(rows)]
+
+    def _vector_scope(
+        self, project_id: str, user_id: str, kind: str, embedder: str, dim: int
+    ) -> Any:
+        conn = self._conn()
+
+        def load(after_pk: int) -> Iterator[tuple[int, int, bytes]]:
+            return conn.execute(
+                "SELECT pk, item_pk, vec FROM vectors WHERE project_id = ? AND user_id = ? "
+                "AND kind = ? AND embedder = ? AND pk > ? ORDER BY pk",
+                (project_id, user_id, kind, embedder, after_pk),
+            )
+
+        return self.vectors.scope(
+            (project_id, user_id, kind, embedder),
+            dim=dim,
+            generation=self._generation(project_id, user_id, kind),
+            load=load,
+        )
+
+    def similar_summaries(
+        self, project_id: str, user_id: str, query: np.ndarray, embedder: str, limit: int
+    ) -> list[tuple[SummaryRow, float]]:
+        """Current (active or deprioritized) summaries nearest to ``query``."""
+        conn = self._conn()
+        current = np.fromiter(
+            (
+                r[0]
+                for r in conn.execute(
+                    "SELECT pk FROM summaries WHERE project_id = ? AND user_id = ? "
+                    "AND status IN ('active', 'deprioritized')",
+                    (project_id, user_id),
+                )
+            ),
+            dtype=np.int64,
+        )
+        if len(current) == 0:
+            return []
+        scope = self._vector_scope(project_id, user_id, "summary", embedder, int(query.shape[0]))
+        found = scope.search(np.asarray(query, dtype=np.float32), limit, current)
+        rows = self._rows_by_pk("summaries", _SUMMARY_COLUMNS, [pk for pk, _ in found])
+        return [(_row_to_summary(rows[pk]), sim) for pk, sim in found if pk in rows]
+
+    def _rows_by_pk(self, table: str, columns: str, pks: Sequence[int]) -> dict[int, Any]:
+        if not pks:
+            return {}
+        marks = ",".join("?" * len(pks))
+        return {
+            r[0]: r
+            for r in self._conn().execute(
+                f"SELECT {columns} FROM {table} WHERE pk IN ({marks})", list(pks)
+            )
+        }
+
+    def get_summaries(self, project_id: str, ids: Sequence[str]) -> list[SummaryRow]:
+        if not ids:
+            return []
+        marks = ",".join("?" * len(ids))
+        rows = (
+            self._conn()
+            .execute(
+                f"SELECT {_SUMMARY_COLUMNS} FROM summaries "
+                f"WHERE project_id = ? AND id IN ({marks})",
+                (project_id, *ids),
+            )
+            .fetchall()
+        )
+        by_id = {r[2]: _row_to_summary(r) for r in rows}
+        return [by_id[i] for i in ids if i in by_id]
+
+    def list_summaries(
+        self,
+        project_id: str,
+        user_id: str | None,
+        *,
+        status: Sequence[str] = (),
+        limit: int = 100,
+        offset: int = 0,
+    ) -> list[SummaryRow]:
+        sql = f"SELECT {_SUMMARY_COLUMNS} FROM summaries WHERE project_id = ?"
+        params: list[Any] = [project_id]
+        if user_id is not None:
+            sql += " AND user_id = ?"
+            params.append(user_id)
+        if status:
+            sql += f" AND status IN ({','.join('?' * len(status))})"
+            params.extend(status)
+        sql += " ORDER BY pk LIMIT ? OFFSET ?"
+        params += [limit, offset]
+        return [_row_to_summary(r) for r in self._conn().execute(sql, params)]
+
+    def summary_history(self, project_id: str, summary_id: str) -> list[dict[str, Any]]:
+        rows = (
+            self._conn()
+            .execute(
+                "SELECT h.version, h.text, h.status, h.confidence, h.fact_ids, h.reason, h.actor, "
+                "h.changed_at FROM summary_history h JOIN summaries s ON s.pk = h.summary_pk "
+                "WHERE s.project_id = ? AND s.id = ? ORDER BY h.version, h.pk",
+                (project_id, summary_id),
+            )
+            .fetchall()
+        )
+        keys = (
+            "version",
+            "text",
+            "status",
+            "confidence",
+            "fact_ids",
+            "reason",
+            "actor",
+            "changed_at",
+        )
+        out = []
+        for r in rows:
+            item = dict(zip(keys, r, strict=True))
+            item["fact_ids"] = json.loads(item["fact_ids"])
+            out.append(item)
+        return out
+
+    def list_facts(
+        self, project_id: str, user_id: str | None, *, limit: int = 100, offset: int = 0
+    ) -> list[FactRow]:
+        sql = f"SELECT {_FACT_COLUMNS} FROM facts WHERE project_id = ?"
+        params: list[Any] = [project_id]
+        if user_id is not None:
+            sql += " AND user_id = ?"
+            params.append(user_id)
+        sql += " ORDER BY pk LIMIT ? OFFSET ?"
+        params += [limit, offset]
+        return [_row_to_fact(r) for r in self._conn().execute(sql, params)]
+
+    def get_facts(self, project_id: str, ids: Sequence[str]) -> list[FactRow]:
+        if not ids:
+            return []
+        marks = ",".join("?" * len(ids))
+        rows = (
+            self._conn()
+            .execute(
+                f"SELECT {_FACT_COLUMNS} FROM facts WHERE project_id = ? AND id IN ({marks})",
+                (project_id, *ids),
+            )
+            .fetchall()
+        )
+        by_id = {r[2]: _row_to_fact(r) for r in rows}
+        return [by_id[i] for i in ids if i in by_id]
+
+    def list_topics(self, project_id: str, user_id: str) -> list[TopicRow]:
+        conn = self._conn()
+        rows = conn.execute(
+            "SELECT pk, project_id, id, user_id, name, description, status, created_at, "
+            "updated_at FROM topics WHERE project_id = ? AND user_id = ? AND status = 'active' "
+            "ORDER BY pk",
+            (project_id, user_id),
+        ).fetchall()
+        out = []
+        for pk, proj, tid, uid, name, desc, status, created, updated in rows:
+            ids = [
+                r[0]
+                for r in conn.execute(
+                    "SELECT s.id FROM topic_summaries ts JOIN summaries s ON s.pk = ts.summary_pk "
+                    "WHERE ts.topic_pk = ? ORDER BY s.pk",
+                    (pk,),
+                )
+            ]
+            out.append(TopicRow(pk, proj, tid, uid, name, desc, status, ids, created, updated))
+        return out
+
+    def fulltext_summaries(
+        self, project_id: str, user_id: str, terms: Sequence[str], limit: int
+    ) -> list[tuple[int, float]]:
+        """Current summaries of a user matching any of ``terms``, best first (BM25)."""
+        if not terms or limit <= 0:
+            return []
+        words = " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
+        match = f'scope : "{scope_token(project_id, user_id)}" AND ({words})'
+        rows = (
+            self._conn()
+            .execute(
+                "SELECT f.rowid, bm25(summaries_fts, 1.0, 0.0) AS r FROM summaries_fts f "
+                "JOIN summaries s ON s.pk = f.rowid "
+                "WHERE summaries_fts MATCH ? AND s.status IN ('active', 'deprioritized') "
+                "ORDER BY r LIMIT ?",
+                (match, limit),
+            )
+            .fetchall()
+        )
+        return [(int(pk), -float(r)) for pk, r in rows]
+
+    def vector_summaries(
+        self, project_id: str, user_id: str, query: np.ndarray, embedder: str, limit: int
+    ) -> list[tuple[int, float]]:
+        """Current summaries of a user nearest to ``query``: (pk, cosine similarity)."""
+        return [
+            (row.pk, sim)
+            for row, sim in self.similar_summaries(project_id, user_id, query, embedder, limit)
+        ]
+
+    def summaries_by_pk(self, pks: Sequence[int]) -> dict[int, SummaryRow]:
+        rows = self._rows_by_pk("summaries", _SUMMARY_COLUMNS, list(pks))
+        return {pk: _row_to_summary(r) for pk, r in rows.items()}
+
+    def llm_usage(self, project_id: str | None = None) -> dict[str, Any]:
+        where, params = ("WHERE project_id = ?", (project_id,)) if project_id else ("", ())
+        rows = (
+            self._conn()
+            .execute(
+                f"SELECT stage, model, count(*), sum(prompt_tokens), sum(completion_tokens), "
+                f"sum(1 - ok) FROM llm_calls {where} GROUP BY stage, model ORDER BY stage, model",
+                params,
+            )
+            .fetchall()
+        )
+        return {
+            f"{stage} {model}": {
+                "calls": n,
+                "prompt_tokens": p or 0,
+                "completion_tokens": k or 0,
+                "failed": f or 0,
+            }
+            for stage, model, n, p, k, f in rows
+        }
+
     # -- stats -------------------------------------------------------------------------
 
     def stats(self, project_id: str | None = None) -> dict[str, Any]:
@@ -873,7 +1463,16 @@ class SQLiteStore:
                 f"SELECT embedder, count(*) FROM vectors {where} GROUP BY embedder", params
             ).fetchall()
         )
-        size = sum(os.path.getsize(p) for p in (self.path, self.path + "-wal") if os.path.exists(p))
+        facts = conn.execute(f"SELECT count(*) FROM facts {where}", params).fetchone()[0]
+        summaries = dict(
+            conn.execute(
+                f"SELECT status, count(*) FROM summaries {where} GROUP BY status", params
+            ).fetchall()
+        )
+        topic_where = f"{where} {'AND' if where else 'WHERE'} status = 'active'"
+        topics = conn.execute(f"SELECT count(*) FROM topics {topic_where}", params).fetchone()[0]
+        files = (self.path, self.path + "-wal")
+        size = sum(os.path.getsize(p) for p in files if os.path.exists(p))
         return {
             "store": "sqlite",
             "path": os.path.abspath(self.path),
@@ -883,8 +1482,12 @@ class SQLiteStore:
             "sessions": sessions,
             "messages": {k: messages.get(k, 0) for k in ("pending", "processed", "failed")},
             "jobs": {k: jobs.get(k, 0) for k in ("queued", "running", "done", "failed")},
+            "facts": facts,
+            "summaries": summaries,
+            "topics": topics,
             "vectors": vectors,
             "embedder": self.get_meta("embedder"),
+            "llm_usage": self.llm_usage(project_id),
         }
 
 

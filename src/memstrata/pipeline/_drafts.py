@@ -1,0 +1,52 @@
+"""What the write path's steps hand each other before anything is stored.
+
+A draft is validated (``FactDraft.check``) the same way whether it came from the LLM,
+from the offline heuristics or from a ``before_add`` hook: the source ids must be messages
+of the batch being processed, so no step can attach a fact to another user's or another
+batch's messages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass, field
+from datetime import datetime
+
+__all__ = ["FACT_KINDS", "FactDraft"]
+
+FACT_KINDS = ("fact", "preference", "plan", "constraint", "event", "identity", "behaviour")
+MAX_FACT_CHARS = 1000
+
+
+@dataclass
+class FactDraft:
+    """A fact about the user, grounded in ``message_ids`` (ids of messages in the batch)."""
+
+    text: str
+    kind: str
+    message_ids: list[str]
+    confidence: float = 0.8
+    occurred_at: datetime | None = None  # when the event happened / was stated to happen
+    valid_from: datetime | None = None  # when the fact started to hold
+    valid_to: datetime | None = None  # when it stopped (or will stop) holding
+    labels: list[str] = field(default_factory=list)
+
+    def problems(self, allowed_ids: Collection[str]) -> list[str]:
+        """Why this draft must be rejected (empty when it is fine)."""
+        out = []
+        if not isinstance(self.text, str) or not self.text.strip():
+            out.append("text is empty")
+        elif len(self.text) > MAX_FACT_CHARS:
+            out.append(f"text longer than {MAX_FACT_CHARS} characters")
+        if self.kind not in FACT_KINDS:
+            out.append(f"kind {self.kind!r} is not one of {', '.join(FACT_KINDS)}")
+        if not self.message_ids:
+            out.append("no source message ids")
+        foreign = [m for m in self.message_ids if m not in allowed_ids]
+        if foreign:
+            out.append(f"source ids {foreign[:5]} are not messages of this batch")
+        if not 0.0 <= float(self.confidence) <= 1.0:
+            out.append("confidence outside 0..1")
+        if self.valid_from and self.valid_to and self.valid_to < self.valid_from:
+            out.append("valid_to is before valid_from")
+        return out

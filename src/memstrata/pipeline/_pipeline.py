@@ -1,0 +1,844 @@
+"""Message → Facts → Summary → Topic for one claimed batch of one user.
+
+Everything a batch derives is computed first and committed in one transaction together
+with the batch's completion, so a batch is either wholly applied or not at all; a failure
+anywhere (LLM down, unusable JSON after repair) raises, and the job queue retries the whole
+batch later with backoff. With an LLM configured each stage is one call per chunk of
+messages; without one, the offline heuristics in ``_heuristics`` do the same work.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ValidationError as PydanticValidationError
+
+from ..embed import Embedder
+from ..hooks import HookContext, Hooks
+from ..llm import CallLog, ChatModel, LLMError, complete_json
+from ..store import (
+    CallWrite,
+    ClaimedBatch,
+    FactWrite,
+    LayerWrite,
+    MessageRow,
+    Store,
+    SummaryRow,
+    SummaryWrite,
+    TopicWrite,
+)
+from . import _heuristics as heuristics
+from ._drafts import FactDraft
+from .prompts import CONSOLIDATE, EXTRACT, HEURISTIC_VERSION, TOPICS
+
+__all__ = ["Pipeline", "embedding_text"]
+
+log = logging.getLogger("memstrata.pipeline")
+
+# Offline consolidation thresholds on cosine similarity (calibrated on the local MiniLM
+# model): a near-paraphrase strengthens; a correction of a related summary supersedes it.
+STRENGTHEN_SIMILARITY = 0.86
+SUPERSEDE_SIMILARITY = 0.45
+CANDIDATES_PER_FACT = 3
+
+
+def embedding_text(message: MessageRow) -> str:
+    """The text a message is embedded as: behaviour events carry their kind and page."""
+    if message.event_type:
+        parts = [f"{message.event_type.replace('_', ' ')}: {message.content}"]
+        if message.page:
+            parts.append(f"(page: {message.page})")
+        return " ".join(parts)
+    return message.content
+
+
+def _new_id(prefix: str) -> str:
+    return f"{prefix}_{int(time.time() * 1000):012x}{secrets.token_hex(6)}"
+
+
+def _iso(dt: datetime | None) -> str | None:
+    if dt is None:
+        return None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=timezone.utc)
+    return dt.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _line(m: MessageRow) -> str:
+    who = m.role if not m.event_type else f"{m.role} event {m.event_type}"
+    page = f" page={m.page}" if m.page else ""
+    return f"[{m.id}] ({m.ts[:16].replace('T', ' ')} UTC) {who}{page}: {m.content}"
+
+
+# -- what the LLM answers, validated ---------------------------------------------------------
+
+
+class _LLMFact(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    text: str = Field(min_length=1, max_length=1000)
+    kind: str
+    source_ids: list[str] = Field(min_length=1)
+    confidence: float = Field(ge=0.0, le=1.0)
+    occurred_at: datetime | None = None
+    valid_from: datetime | None = None
+    valid_to: datetime | None = None
+
+
+class _Extraction(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    facts: list[_LLMFact]
+
+
+class _Decision(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    fact_ids: list[str] = Field(min_length=1)
+    action: str
+    summary_id: str | None = None
+    text: str | None = None
+
+
+class _Consolidation(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    decisions: list[_Decision]
+
+
+class _Assignment(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    summary_id: str
+    topic: str = Field(min_length=1, max_length=80)
+    description: str | None = None
+
+
+class _Topics(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    assignments: list[_Assignment]
+
+
+@dataclass
+class _NewFact:
+    write: FactWrite
+    draft: FactDraft
+
+
+def _draft_problems(drafts: Sequence[FactDraft], batch_ids: set[str]) -> list[str]:
+    return [f"facts[{i}]: {p}" for i, d in enumerate(drafts) for p in d.problems(batch_ids)]
+
+
+class Pipeline:
+    """Processes one claimed batch; raises (so the queue retries) when it cannot finish."""
+
+    def __init__(
+        self,
+        store: Store,
+        embedder: Embedder,
+        llm: ChatModel | None = None,
+        hooks: Hooks | None = None,
+        *,
+        extract_chunk: int = 30,
+        context_messages: int = 4,
+        max_tokens: int = 4096,
+    ) -> None:
+        self.store = store
+        self.embedder = embedder
+        self.llm = llm
+        self.hooks = hooks or Hooks()
+        self.extract_chunk = extract_chunk
+        self.context_messages = context_messages
+        self.max_tokens = max_tokens
+
+    @property
+    def model_id(self) -> str:
+        return self.llm.id if self.llm is not None else "heuristic"
+
+    def __call__(self, batch: ClaimedBatch) -> None:
+        calls: list[CallWrite] = []
+        try:
+            vectors = self.embedder.embed([embedding_text(m) for m in batch.messages])
+            layers = self.derive(batch, calls)
+        except Exception as exc:
+            # The worker records the tokens a failed attempt spent along with the failure.
+            exc.memstrata_calls = calls  # type: ignore[attr-defined]
+            raise
+        self.store.complete_batch(batch, embedder=self.embedder.id, vectors=vectors, layers=layers)
+
+    # -- orchestration ---------------------------------------------------------------------
+
+    def derive(self, batch: ClaimedBatch, calls: list[CallWrite]) -> LayerWrite:
+        ctx = HookContext(
+            project_id=batch.project_id,
+            user_id=batch.user_id,
+            session_ids=tuple(dict.fromkeys(m.session_id for m in batch.messages)),
+            message_ids=tuple(m.id for m in batch.messages),
+        )
+        drafts = self._extract(batch, ctx, calls)
+        facts = self._fact_writes(drafts)
+        summaries = self._consolidate(batch, ctx, facts, calls)
+        topics = self._topics(batch, ctx, summaries, calls)
+        return LayerWrite(
+            facts=[f.write for f in facts], summaries=summaries, topics=topics, calls=calls
+        )
+
+    def _ask(
+        self,
+        stage: str,
+        prompt: Any,
+        user: str,
+        validate: Any,
+        calls: list[CallWrite],
+    ) -> tuple[Any, str]:
+        assert self.llm is not None
+        log_ = CallLog()
+        try:
+            value, raw = complete_json(
+                self.llm,
+                prompt.system,
+                user,
+                schema=prompt.schema,
+                validate=validate,
+                max_tokens=self.max_tokens,
+                calls=log_,
+            )
+        except LLMError:
+            self._account(stage, prompt.version, log_, calls, failed=True)
+            raise
+        self._account(stage, prompt.version, log_, calls, failed=False)
+        return value, raw
+
+    def _account(
+        self, stage: str, version: str, log_: CallLog, calls: list[CallWrite], *, failed: bool
+    ) -> None:
+        for i, c in enumerate(log_.calls):
+            ok = not (failed and i == len(log_.calls) - 1)
+            calls.append(
+                CallWrite(
+                    stage,
+                    self.model_id,
+                    version,
+                    c.prompt_tokens,
+                    c.completion_tokens,
+                    c.latency_ms,
+                    ok,
+                )
+            )
+        if failed and not log_.calls:
+            calls.append(CallWrite(stage, self.model_id, version, 0, 0, 0.0, False))
+
+    # -- Message -> Facts ------------------------------------------------------------------
+
+    def _extract(
+        self, batch: ClaimedBatch, ctx: HookContext, calls: list[CallWrite]
+    ) -> list[FactDraft]:
+        batch_ids = {m.id for m in batch.messages}
+        if self.llm is None:
+            drafts = heuristics.extract_facts(batch.messages)
+        else:
+            drafts = []
+            for start in range(0, len(batch.messages), self.extract_chunk):
+                chunk = batch.messages[start : start + self.extract_chunk]
+                drafts.extend(self._extract_llm(batch, chunk, ctx, calls))
+        problems = _draft_problems(drafts, batch_ids)
+        if problems:
+            # The engine's own output breaking its rules is a bug or a confused model: fail
+            # the batch (it is retried) rather than store ungrounded facts.
+            raise ValueError("extracted facts failed validation: " + "; ".join(problems[:5]))
+        replaced = self.hooks.before_add(
+            "fact",
+            ctx,
+            [_fact_wire(d) for d in drafts],
+            validate=lambda items: _validated_drafts(items, batch_ids),
+        )
+        return drafts if replaced is None else _validated_drafts(replaced, batch_ids)
+
+    def _extract_llm(
+        self,
+        batch: ClaimedBatch,
+        chunk: Sequence[MessageRow],
+        ctx: HookContext,
+        calls: list[CallWrite],
+    ) -> list[FactDraft]:
+        first_pk = chunk[0].pk or 0
+        context = self.store.context_messages(
+            batch.project_id, batch.user_id, first_pk, self.context_messages
+        )
+        chunk_ids = {m.id for m in chunk}
+        instruction = self.hooks.before_llm(
+            "fact", ctx, {"messages": [_message_wire(m) for m in chunk]}
+        )
+        user = "CONTEXT (earlier messages, for reference only):\n"
+        user += "\n".join(_line(m) for m in context) or "(none)"
+        user += "\n\nMESSAGES:\n" + "\n".join(_line(m) for m in chunk)
+        if instruction:
+            user += "\n\nAdditional instructions:\n" + instruction
+
+        def validate(obj: dict[str, Any]) -> list[FactDraft]:
+            parsed = _Extraction.model_validate(obj)
+            drafts = [
+                FactDraft(
+                    text=f.text.strip(),
+                    kind=f.kind,
+                    message_ids=list(dict.fromkeys(f.source_ids)),
+                    confidence=f.confidence,
+                    occurred_at=f.occurred_at,
+                    valid_from=f.valid_from,
+                    valid_to=f.valid_to,
+                )
+                for f in parsed.facts
+            ]
+            problems = _draft_problems(drafts, chunk_ids)
+            if problems:
+                raise ValueError("; ".join(problems[:5]))
+            return drafts
+
+        drafts, raw = self._ask("extract", EXTRACT, user, validate, calls)
+        self.hooks.after_llm(
+            "fact", ctx, {"raw_output": raw, "observations": [_fact_wire(d) for d in drafts]}
+        )
+        return drafts
+
+    def _fact_writes(self, drafts: Sequence[FactDraft]) -> list[_NewFact]:
+        if not drafts:
+            return []
+        vectors = self.embedder.embed([d.text for d in drafts])
+        version = EXTRACT.version if self.llm is not None else HEURISTIC_VERSION
+        return [
+            _NewFact(
+                FactWrite(
+                    id=_new_id("f"),
+                    text=d.text,
+                    kind=d.kind,
+                    message_ids=d.message_ids,
+                    confidence=float(d.confidence),
+                    model=self.model_id,
+                    prompt_version=version,
+                    vector=vectors[i],
+                    occurred_at=_iso(d.occurred_at),
+                    valid_from=_iso(d.valid_from),
+                    valid_to=_iso(d.valid_to),
+                    labels=list(d.labels),
+                ),
+                d,
+            )
+            for i, d in enumerate(drafts)
+        ]
+
+    # -- Facts -> Summary ------------------------------------------------------------------
+
+    def _candidates(
+        self, batch: ClaimedBatch, facts: Sequence[_NewFact]
+    ) -> dict[str, list[tuple[SummaryRow, float]]]:
+        out = {}
+        for f in facts:
+            out[f.write.id] = self.store.similar_summaries(
+                batch.project_id,
+                batch.user_id,
+                f.write.vector,
+                self.embedder.id,
+                CANDIDATES_PER_FACT,
+            )
+        return out
+
+    def _consolidate(
+        self,
+        batch: ClaimedBatch,
+        ctx: HookContext,
+        facts: Sequence[_NewFact],
+        calls: list[CallWrite],
+    ) -> list[SummaryWrite]:
+        if not facts:
+            return []
+        candidates = self._candidates(batch, facts)
+        existing = {s.id: s for rows in candidates.values() for s, _ in rows}
+        if self.llm is None:
+            writes = self._consolidate_offline(facts, candidates)
+        else:
+            writes = self._consolidate_llm(ctx, facts, existing, calls)
+        fact_ids = {f.write.id for f in facts}
+        replaced = self.hooks.before_add(
+            "summary",
+            ctx,
+            [_summary_wire(w) for w in writes],
+            validate=lambda items: _validated_summaries(
+                items, fact_ids, set(existing), facts, self.model_id
+            ),
+        )
+        if replaced is not None:
+            writes = _validated_summaries(replaced, fact_ids, set(existing), facts, self.model_id)
+        self._embed_summaries(writes, {sid: s.text for sid, s in existing.items()})
+        return writes
+
+    def _embed_summaries(self, writes: list[SummaryWrite], stored: dict[str, str]) -> None:
+        # New summaries need a vector; a strengthened one only if its text was reworded
+        # (otherwise its stored vector stays valid).
+        todo = [
+            w
+            for w in writes
+            if w.vector is None and (w.action != "strengthen" or w.text != stored.get(w.id))
+        ]
+        if todo:
+            vectors = self.embedder.embed([w.text for w in todo])
+            for w, v in zip(todo, vectors, strict=True):
+                w.vector = v
+
+    def _consolidate_offline(
+        self,
+        facts: Sequence[_NewFact],
+        candidates: dict[str, list[tuple[SummaryRow, float]]],
+    ) -> list[SummaryWrite]:
+        writes: list[SummaryWrite] = []
+        # Summaries created or changed in this batch, so later facts can build on them.
+        pending: dict[str, tuple[SummaryWrite, np.ndarray]] = {}
+        retired: set[str] = set()
+        for f in facts:
+            w, d = f.write, f.draft
+            options: list[tuple[str, str, float, float, list[str]]] = [
+                (s.id, s.text, sim, s.confidence, s.fact_ids)
+                for s, sim in candidates[w.id]
+                if s.id not in retired
+            ]
+            for sid, (pw, vec) in pending.items():
+                if sid not in retired:
+                    options.append((sid, pw.text, float(vec @ w.vector), pw.confidence, []))
+            best = max(options, key=lambda o: o[2], default=None)
+            correction = "correction" in d.labels or heuristics.is_correction(d.text)
+            if best is not None and best[2] >= STRENGTHEN_SIMILARITY and not correction:
+                sid, text, _, conf, _ = best
+                merged = 1.0 - (1.0 - conf) * (1.0 - w.confidence)
+                if sid in pending:
+                    pw, _ = pending[sid]
+                    pw.fact_ids.append(w.id)
+                    pw.message_ids.extend(m for m in w.message_ids if m not in pw.message_ids)
+                    pw.confidence = round(merged, 4)
+                    continue
+                sw = SummaryWrite(
+                    action="strengthen",
+                    id=sid,
+                    text=text,
+                    confidence=round(merged, 4),
+                    fact_ids=[w.id],
+                    message_ids=list(w.message_ids),
+                    model=self.model_id,
+                    prompt_version=HEURISTIC_VERSION,
+                    reason=f"strengthened by fact {w.id}",
+                )
+                writes.append(sw)
+                pending[sid] = (sw, w.vector)
+                continue
+            supersedes = None
+            if best is not None and correction and best[2] >= SUPERSEDE_SIMILARITY:
+                supersedes = best[0]
+                retired.add(supersedes)
+            sw = SummaryWrite(
+                action="supersede" if supersedes else "add",
+                id=_new_id("s"),
+                text=w.text,
+                confidence=w.confidence,
+                fact_ids=[w.id],
+                message_ids=list(w.message_ids),
+                model=self.model_id,
+                prompt_version=HEURISTIC_VERSION,
+                reason=(f"superseded by fact {w.id}" if supersedes else f"from fact {w.id}"),
+                vector=w.vector,
+                supersedes=supersedes,
+                valid_from=w.valid_from or w.occurred_at,
+                valid_to=w.valid_to,
+                labels=[d.kind],
+            )
+            writes.append(sw)
+            pending[sw.id] = (sw, w.vector)
+        return writes
+
+    def _consolidate_llm(
+        self,
+        ctx: HookContext,
+        facts: Sequence[_NewFact],
+        existing: dict[str, SummaryRow],
+        calls: list[CallWrite],
+    ) -> list[SummaryWrite]:
+        by_id = {f.write.id: f for f in facts}
+        instruction = self.hooks.before_llm(
+            "summary",
+            ctx,
+            {
+                "observations": [_fact_wire(f.draft, f.write.id) for f in facts],
+                "propositions": [_row_wire(s) for s in existing.values()],
+            },
+        )
+        user = "EXISTING SUMMARIES:\n" + (
+            "\n".join(f"[{s.id}] {s.text}" for s in existing.values()) or "(none)"
+        )
+        user += "\n\nNEW FACTS:\n" + "\n".join(
+            f"[{f.write.id}] ({f.write.kind}"
+            + (f", {f.write.occurred_at[:10]}" if f.write.occurred_at else "")
+            + f") {f.write.text}"
+            for f in facts
+        )
+        if instruction:
+            user += "\n\nAdditional instructions:\n" + instruction
+
+        def validate(obj: dict[str, Any]) -> list[_Decision]:
+            parsed = _Consolidation.model_validate(obj)
+            problems = []
+            seen: set[str] = set()
+            for i, d in enumerate(parsed.decisions):
+                if d.action not in ("add", "strengthen", "supersede", "none"):
+                    problems.append(f"decisions[{i}].action {d.action!r} is unknown")
+                unknown = [f for f in d.fact_ids if f not in by_id]
+                if unknown:
+                    problems.append(f"decisions[{i}] names unknown facts {unknown[:3]}")
+                if d.action in ("strengthen", "supersede") and d.summary_id not in existing:
+                    problems.append(f"decisions[{i}] names unknown summary {d.summary_id!r}")
+                if d.action in ("add", "supersede") and not (d.text and d.text.strip()):
+                    problems.append(f"decisions[{i}] has no text")
+                seen.update(d.fact_ids)
+            if problems:
+                raise ValueError("; ".join(problems[:5]))
+            # A fact the model did not mention is kept as its own summary: never dropped.
+            for fid in by_id:
+                if fid not in seen:
+                    parsed.decisions.append(_Decision(fact_ids=[fid], action="add"))
+            return parsed.decisions
+
+        decisions, raw = self._ask("consolidate", CONSOLIDATE, user, validate, calls)
+        writes: list[SummaryWrite] = []
+        retired: set[str] = set()
+        for d in decisions:
+            if d.action == "none":
+                continue
+            group = [by_id[f] for f in d.fact_ids]
+            fact_ids = [f.write.id for f in group]
+            message_ids = list(dict.fromkeys(m for f in group for m in f.write.message_ids))
+            conf = max(f.write.confidence for f in group)
+            text = (d.text or group[0].write.text).strip()
+            if d.action == "strengthen" and d.summary_id not in retired:
+                old = existing[d.summary_id]  # type: ignore[index]
+                merged = 1.0 - (1.0 - old.confidence) * (1.0 - conf)
+                writes.append(
+                    SummaryWrite(
+                        action="strengthen",
+                        id=old.id,
+                        text=text or old.text,
+                        confidence=round(merged, 4),
+                        fact_ids=fact_ids,
+                        message_ids=message_ids,
+                        model=self.model_id,
+                        prompt_version=CONSOLIDATE.version,
+                        reason=f"strengthened by {', '.join(fact_ids)}",
+                    )
+                )
+                continue
+            supersedes = d.summary_id if d.action == "supersede" else None
+            if supersedes in retired:
+                supersedes = None
+            if supersedes:
+                retired.add(supersedes)
+            first = group[0].write
+            writes.append(
+                SummaryWrite(
+                    action="supersede" if supersedes else "add",
+                    id=_new_id("s"),
+                    text=text,
+                    confidence=conf,
+                    fact_ids=fact_ids,
+                    message_ids=message_ids,
+                    model=self.model_id,
+                    prompt_version=CONSOLIDATE.version,
+                    reason=(
+                        f"superseded by {', '.join(fact_ids)}"
+                        if supersedes
+                        else f"from {', '.join(fact_ids)}"
+                    ),
+                    supersedes=supersedes,
+                    valid_from=first.valid_from or first.occurred_at,
+                    valid_to=first.valid_to,
+                    labels=sorted({f.write.kind for f in group}),
+                )
+            )
+        self.hooks.after_llm(
+            "summary",
+            ctx,
+            {"raw_output": raw, "propositions": [_summary_wire(w) for w in writes]},
+        )
+        return writes
+
+    # -- Summary -> Topic ------------------------------------------------------------------
+
+    def _topics(
+        self,
+        batch: ClaimedBatch,
+        ctx: HookContext,
+        summaries: Sequence[SummaryWrite],
+        calls: list[CallWrite],
+    ) -> list[TopicWrite]:
+        # A superseding summary inherits its predecessor's topics in the store; only new
+        # summaries (and successors of topic-less ones) need a place.
+        new = [s for s in summaries if s.action == "add" or s.action == "supersede"]
+        if not new:
+            return []
+        existing = self.store.list_topics(batch.project_id, batch.user_id)
+        inherited = set()
+        for s in new:
+            if s.supersedes and any(s.supersedes in t.summary_ids for t in existing):
+                inherited.add(s.id)
+        todo = [s for s in new if s.id not in inherited]
+        if not todo:
+            return []
+        if self.llm is None:
+            pairs = []
+            names = [t.name for t in existing]
+            for s in todo:
+                name, description = heuristics.topic_for([s.text], names)
+                pairs.append((s.id, name, description))
+                if name not in names:
+                    names.append(name)
+        else:
+            pairs = self._topics_llm(ctx, todo, existing, calls)
+        by_name = {t.name.lower(): t for t in existing}
+        grouped: dict[str, TopicWrite] = {}
+        for sid, name, description in pairs:
+            key = name.strip().lower()
+            if key not in grouped:
+                old = by_name.get(key)
+                grouped[key] = TopicWrite(
+                    id=old.id if old else _new_id("t"),
+                    name=old.name if old else name.strip(),
+                    description=(old.description if old and old.description else description),
+                    summary_ids=[],
+                    is_new=old is None,
+                )
+            grouped[key].summary_ids.append(sid)
+        topics = list(grouped.values())
+        summary_ids = {s.id for s in todo}
+        replaced = self.hooks.before_add(
+            "topic",
+            ctx,
+            [_topic_wire(t) for t in topics],
+            validate=lambda items: _validated_topics(items, summary_ids, by_name),
+        )
+        return topics if replaced is None else _validated_topics(replaced, summary_ids, by_name)
+
+    def _topics_llm(
+        self,
+        ctx: HookContext,
+        todo: Sequence[SummaryWrite],
+        existing: Sequence[Any],
+        calls: list[CallWrite],
+    ) -> list[tuple[str, str, str]]:
+        ids = {s.id for s in todo}
+        user = "EXISTING TOPICS:\n" + (
+            "\n".join(f"- {t.name}: {t.description}" for t in existing) or "(none)"
+        )
+        user += "\n\nSUMMARIES TO FILE:\n" + "\n".join(f"[{s.id}] {s.text}" for s in todo)
+
+        def validate(obj: dict[str, Any]) -> list[_Assignment]:
+            parsed = _Topics.model_validate(obj)
+            unknown = [a.summary_id for a in parsed.assignments if a.summary_id not in ids]
+            if unknown:
+                raise ValueError(f"assignments name unknown summaries {unknown[:3]}")
+            return parsed.assignments
+
+        assignments, _ = self._ask("topics", TOPICS, user, validate, calls)
+        placed = {a.summary_id for a in assignments}
+        pairs = [(a.summary_id, a.topic, a.description or "") for a in assignments]
+        names = [t.name for t in existing]
+        for s in todo:  # a summary the model forgot still gets a topic
+            if s.id not in placed:
+                name, description = heuristics.topic_for([s.text], names)
+                pairs.append((s.id, name, description))
+        return pairs
+
+
+# -- wire shapes for hooks, and validation of what hooks send back ---------------------------
+
+
+def _message_wire(m: MessageRow) -> dict[str, Any]:
+    return {
+        "id": m.id,
+        "role": m.role,
+        "content": m.content,
+        "timestamp": m.ts,
+        "session_id": m.session_id,
+        "event_type": m.event_type,
+        "page": m.page,
+        "metadata": m.metadata,
+    }
+
+
+def _fact_wire(d: FactDraft, fact_id: str | None = None) -> dict[str, Any]:
+    wire = {
+        "text": d.text,
+        "kind": d.kind,
+        "message_ids": list(d.message_ids),
+        "confidence": d.confidence,
+        "occurred_at": _iso(d.occurred_at),
+        "valid_from": _iso(d.valid_from),
+        "valid_to": _iso(d.valid_to),
+        "labels": list(d.labels),
+    }
+    if fact_id:
+        wire["id"] = fact_id
+    return wire
+
+
+def _validated_drafts(items: list[Any], batch_ids: set[str]) -> list[FactDraft]:
+    drafts = []
+    for i, item in enumerate(items):
+        try:
+            f = _LLMFact.model_validate(
+                {**item, "source_ids": item.get("message_ids") or item.get("source_ids")}
+                if isinstance(item, dict)
+                else item
+            )
+        except PydanticValidationError as exc:
+            raise ValueError(f"observations[{i}]: {exc.errors()[0]['msg']}") from None
+        labels = item.get("labels") if isinstance(item.get("labels"), list) else []
+        drafts.append(
+            FactDraft(
+                text=f.text.strip(),
+                kind=f.kind,
+                message_ids=list(dict.fromkeys(f.source_ids)),
+                confidence=f.confidence,
+                occurred_at=f.occurred_at,
+                valid_from=f.valid_from,
+                valid_to=f.valid_to,
+                labels=[str(x) for x in labels][:10],
+            )
+        )
+    problems = _draft_problems(drafts, batch_ids)
+    if problems:
+        raise ValueError("; ".join(problems[:5]))
+    return drafts
+
+
+def _summary_wire(w: SummaryWrite) -> dict[str, Any]:
+    return {
+        "action": w.action,
+        "id": w.id,
+        "text": w.text,
+        "confidence": w.confidence,
+        "fact_ids": list(w.fact_ids),
+        "message_ids": list(w.message_ids),
+        "supersedes": w.supersedes,
+        "valid_from": w.valid_from,
+        "valid_to": w.valid_to,
+        "labels": list(w.labels),
+    }
+
+
+def _row_wire(s: SummaryRow) -> dict[str, Any]:
+    return {
+        "id": s.id,
+        "text": s.text,
+        "status": s.status,
+        "confidence": s.confidence,
+        "fact_ids": s.fact_ids,
+    }
+
+
+class _SummaryItem(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    action: str
+    id: str | None = None
+    text: str = Field(min_length=1, max_length=2000)
+    confidence: float = Field(default=0.8, ge=0.0, le=1.0)
+    fact_ids: list[str] = Field(min_length=1)
+    supersedes: str | None = None
+    labels: list[str] = Field(default_factory=list)
+
+
+def _validated_summaries(
+    items: list[Any],
+    fact_ids: set[str],
+    existing: set[str],
+    facts: Sequence[_NewFact],
+    model: str,
+) -> list[SummaryWrite]:
+    by_fact = {f.write.id: f.write for f in facts}
+    out: list[SummaryWrite] = []
+    created: set[str] = set()
+    for i, raw in enumerate(items):
+        try:
+            item = _SummaryItem.model_validate(raw)
+        except PydanticValidationError as exc:
+            raise ValueError(f"propositions[{i}]: {exc.errors()[0]['msg']}") from None
+        if item.action not in ("add", "strengthen", "supersede"):
+            raise ValueError(f"propositions[{i}].action {item.action!r} is unknown")
+        foreign = [f for f in item.fact_ids if f not in fact_ids]
+        if foreign:
+            raise ValueError(f"propositions[{i}] cites facts outside this batch: {foreign[:3]}")
+        if item.action == "strengthen" and item.id not in existing | created:
+            raise ValueError(f"propositions[{i}] strengthens unknown summary {item.id!r}")
+        if item.action == "supersede" and item.supersedes not in existing | created:
+            raise ValueError(f"propositions[{i}] supersedes unknown summary {item.supersedes!r}")
+        message_ids = list(dict.fromkeys(m for f in item.fact_ids for m in by_fact[f].message_ids))
+        sid = item.id if item.action == "strengthen" else _new_id("s")
+        if item.action != "strengthen":
+            created.add(sid)
+        out.append(
+            SummaryWrite(
+                action=item.action,
+                id=sid,
+                text=item.text.strip(),
+                confidence=item.confidence,
+                fact_ids=item.fact_ids,
+                message_ids=message_ids,
+                model=model,
+                prompt_version="hook",
+                reason="set by a before_add hook",
+                supersedes=item.supersedes if item.action == "supersede" else None,
+                labels=[str(x) for x in item.labels][:10],
+            )
+        )
+    return out
+
+
+def _topic_wire(t: TopicWrite) -> dict[str, Any]:
+    return {
+        "id": t.id,
+        "name": t.name,
+        "description": t.description,
+        "summary_ids": list(t.summary_ids),
+        "is_new": t.is_new,
+    }
+
+
+class _TopicItem(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    name: str = Field(min_length=1, max_length=80)
+    description: str = Field(default="", max_length=500)
+    summary_ids: list[str] = Field(min_length=1)
+
+
+def _validated_topics(
+    items: list[Any], summary_ids: set[str], existing: dict[str, Any]
+) -> list[TopicWrite]:
+    out: dict[str, TopicWrite] = {}
+    for i, raw in enumerate(items):
+        try:
+            item = _TopicItem.model_validate(raw)
+        except PydanticValidationError as exc:
+            raise ValueError(f"topics[{i}]: {exc.errors()[0]['msg']}") from None
+        foreign = [s for s in item.summary_ids if s not in summary_ids]
+        if foreign:
+            raise ValueError(f"topics[{i}] files summaries outside this batch: {foreign[:3]}")
+        key = item.name.strip().lower()
+        old = existing.get(key)
+        topic = out.setdefault(
+            key,
+            TopicWrite(
+                id=old.id if old else _new_id("t"),
+                name=old.name if old else item.name.strip(),
+                description=item.description or (old.description if old else ""),
+                summary_ids=[],
+                is_new=old is None,
+            ),
+        )
+        topic.summary_ids.extend(s for s in item.summary_ids if s not in topic.summary_ids)
+    return list(out.values())

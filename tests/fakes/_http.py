@@ -1,0 +1,325 @@
+"""Plumbing shared by the fake provider servers: a loopback HTTP server in a thread.
+
+:class:`FakeHTTPServer` owns everything that is not provider-specific: the socket, the
+request threads and their clean shutdown, the request log, the route registry, scripted
+failures and raw answers, the ``hold``/``held`` gate, injected delays and scripted chat
+replies. Subclasses (``FakeOpenAIServer``, ``FakeAnthropicServer``) add their routes and
+say what an error body looks like (:meth:`FakeHTTPServer.error_body`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import threading
+from collections import deque
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any, TypeAlias
+
+from typing_extensions import Self
+
+__all__ = [
+    "ChatReply",
+    "ChatScript",
+    "FakeHTTPServer",
+    "Handler",
+    "estimate_tokens",
+]
+
+#: A route handler: parsed JSON body -> (HTTP status, JSON-serialisable response).
+Handler: TypeAlias = Callable[[Any], tuple[int, Any]]
+
+#: What a chat script answers: the assistant's text, a complete response object sent as
+#: is (status 200), or ``(status, body)`` where ``body`` is JSON-serialisable, or ``bytes``
+#: / ``str`` sent verbatim.
+ChatReply: TypeAlias = str | dict[str, Any] | tuple[int, Any]
+
+#: A chat script: the parsed request body -> the reply.
+ChatScript: TypeAlias = Callable[[dict[str, Any]], ChatReply]
+
+
+def estimate_tokens(text: str) -> int:
+    """The fakes' deterministic token count: one token per started 4 characters."""
+    return (len(text) + 3) // 4
+
+
+def _default_chat_script(body: dict[str, Any]) -> ChatReply:
+    return "{}"
+
+
+class _Server(ThreadingHTTPServer):
+    # Request threads are joined on close, and open keep-alive connections are shut down
+    # first so that joining cannot hang on a client that keeps its connection idle.
+    daemon_threads = False
+    block_on_close = True
+
+    def __init__(self, address: tuple[str, int], fake: FakeHTTPServer) -> None:
+        self.fake = fake
+        self.connections: set[socket.socket] = set()
+        self.connections_lock = threading.Lock()
+        super().__init__(address, _RequestHandler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self.connections_lock:
+            self.connections.add(request)
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request: Any) -> None:
+        with self.connections_lock:
+            self.connections.discard(request)
+        super().shutdown_request(request)
+
+    def close_connections(self) -> None:
+        with self.connections_lock:
+            connections = list(self.connections)
+        for conn in connections:
+            with contextlib.suppress(OSError):  # already closed by the client
+                conn.shutdown(socket.SHUT_RDWR)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # Clients hanging up (a timed-out request, our own shutdown) are normal; stay quiet.
+        pass
+
+
+class _RequestHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive, as the SDKs' HTTP clients expect
+    server: _Server
+
+    def setup(self) -> None:
+        super().setup()
+        # Headers and body go out in separate writes; without TCP_NODELAY, Nagle's
+        # algorithm and the client's delayed ACK add ~40 ms to every answer.
+        with contextlib.suppress(OSError):
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def _send(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
+        headers = {"Content-Type": "application/json", **(headers or {})}
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(body)))
+        for key, value in headers.items():
+            self.send_header(key, value)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:
+        payload = self.server.fake.error_body(404, f"no route GET {self.path}")
+        self._send(404, json.dumps(payload).encode())
+
+    def do_POST(self) -> None:
+        fake = self.server.fake
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length)
+        try:
+            body: Any = json.loads(raw) if raw else None
+        except ValueError:
+            body = None
+        fake.requests.append((self.path, body))
+        fake.request_headers.append({k.lower(): v for k, v in self.headers.items()})
+        with fake._in_flight():
+            status, payload, headers = fake._dispatch(self.path, body)
+            self._send(status, payload, headers)
+
+
+class FakeHTTPServer:
+    """A JSON-over-HTTP server on 127.0.0.1 (ephemeral port) in a background thread.
+
+    Use it as a context manager, or :meth:`start` / :meth:`close`. Every POST is recorded
+    in ``requests`` as ``(path, parsed JSON body)`` (``None`` when the body is not JSON),
+    and its headers (lower-cased names) in ``request_headers``, before anything else
+    happens to it. Then, in this order:
+
+    1. the ``hold`` gate: while ``hold`` is cleared, POSTs wait (``held`` is set meanwhile);
+    2. an injected delay (:meth:`delay_next`);
+    3. a scripted answer (:meth:`fail_next`, :meth:`respond_raw_next`), whatever the path;
+    4. the route registered for the path (:meth:`route`), 404 without one.
+
+    Answers with an HTTP status >= 400 carry ``retry-after-ms: <retry_after_ms>`` (default
+    1) so the SDKs retry at once instead of backing off for seconds; ``None`` omits it.
+    """
+
+    #: Name of the thread running ``serve_forever`` (tests check it is gone after close).
+    thread_name = "fake-http-server"
+
+    def __init__(self, *, port: int = 0, retry_after_ms: int | None = 1) -> None:
+        self.retry_after_ms = retry_after_ms
+        self.requests: list[tuple[str, Any]] = []
+        self.request_headers: list[dict[str, str]] = []
+        #: Gate for POSTs: cleared -> requests wait until it is set again. Set initially.
+        self.hold = threading.Event()
+        self.hold.set()
+        #: Set while at least one request is waiting at the gate.
+        self.held = threading.Event()
+        #: Replies of chat-style routes, consumed first (FIFO) while not empty.
+        self.chat_replies: deque[ChatReply] = deque()
+        #: Reply of chat-style routes when ``chat_replies`` is empty; default ``"{}"``.
+        self.chat_script: ChatScript = _default_chat_script
+        self._waiting = 0
+        self._lock = threading.Lock()
+        self._active = 0
+        self._idle = threading.Condition(self._lock)
+        self._scripted: deque[tuple[int, bytes, str]] = deque()
+        self._delays: deque[float] = deque()
+        self._closing = threading.Event()
+        self._routes: dict[str, Handler] = {}
+        self._server = _Server(("127.0.0.1", port), self)
+        self._thread: threading.Thread | None = None
+
+    # -- provider-specific --
+
+    def error_body(self, status: int, message: str, kind: str | None = None) -> dict[str, Any]:
+        """The provider's error object for ``status`` (subclasses override)."""
+        return {"error": {"message": message, "type": kind or "error"}}
+
+    # -- configuration --
+
+    @property
+    def port(self) -> int:
+        return self._server.server_address[1]
+
+    @property
+    def origin(self) -> str:
+        """``http://127.0.0.1:PORT``."""
+        return f"http://127.0.0.1:{self.port}"
+
+    def route(self, path: str, handler: Handler) -> None:
+        """Serve POST ``path`` (query string ignored) with ``handler``."""
+        self._routes[path] = handler
+
+    def fail_next(self, n: int = 1, status: int = 500) -> None:
+        """Answer the next ``n`` POSTs with HTTP ``status`` and the provider's error body."""
+        body = json.dumps(self.error_body(status, f"injected failure (HTTP {status})")).encode()
+        with self._lock:
+            self._scripted.extend([(status, body, "application/json")] * n)
+
+    def respond_raw_next(
+        self, body: bytes, status: int = 200, content_type: str = "application/json"
+    ) -> None:
+        """Answer the next POST with exactly ``body`` (e.g. malformed JSON, or an HTML
+        page from a misconfigured proxy with ``content_type="text/html"``)."""
+        with self._lock:
+            self._scripted.append((status, body, content_type))
+
+    def delay_next(self, seconds: float, n: int = 1) -> None:
+        """Sleep ``seconds`` before answering each of the next ``n`` POSTs.
+
+        The sleep ends early when the server closes, so a client that timed out does not
+        keep :meth:`close` waiting.
+        """
+        with self._lock:
+            self._delays.extend([seconds] * n)
+
+    def bodies(self, path_suffix: str) -> list[Any]:
+        """Bodies of the POSTs received so far whose path (sans query) ends with the suffix."""
+        return [body for path, body in self.requests if _route_path(path).endswith(path_suffix)]
+
+    # -- lifecycle --
+
+    def start(self) -> Self:
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._server.serve_forever,
+                kwargs={"poll_interval": 0.01},
+                name=self.thread_name,
+                daemon=True,
+            )
+            self._thread.start()
+        return self
+
+    def close(self) -> None:
+        """Stop serving, release held and delayed requests, close connections, join."""
+        self._closing.set()
+        self.hold.set()
+        if self._thread is not None:
+            self._server.shutdown()
+            self._thread.join(timeout=5)
+            self._thread = None
+        # Let released requests send their answers before their connections are cut.
+        with self._idle:
+            self._idle.wait_for(lambda: self._active == 0, timeout=5)
+        self._server.close_connections()
+        self._server.server_close()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- request handling (runs on the server's request threads) --
+
+    def next_chat_reply(self, body: dict[str, Any]) -> ChatReply:
+        """The next queued reply, else what ``chat_script`` says for ``body``."""
+        try:
+            return self.chat_replies.popleft()
+        except IndexError:
+            return self.chat_script(body)
+
+    @contextlib.contextmanager
+    def _in_flight(self) -> Iterator[None]:
+        with self._lock:
+            self._active += 1
+        try:
+            yield
+        finally:
+            with self._idle:
+                self._active -= 1
+                self._idle.notify_all()
+
+    def _wait_at_gate(self) -> None:
+        if self.hold.is_set():
+            return
+        with self._lock:
+            self._waiting += 1
+            self.held.set()
+        try:
+            while not self.hold.wait(0.05) and not self._closing.is_set():
+                pass
+        finally:
+            with self._lock:
+                self._waiting -= 1
+                if self._waiting == 0:
+                    self.held.clear()
+
+    def _headers_for(self, status: int) -> dict[str, str]:
+        if status >= 400 and self.retry_after_ms is not None:
+            return {"retry-after-ms": str(self.retry_after_ms)}
+        return {}
+
+    def _dispatch(self, path: str, body: Any) -> tuple[int, bytes, dict[str, str]]:
+        self._wait_at_gate()
+        with self._lock:
+            delay = self._delays.popleft() if self._delays else None
+        if delay is not None:
+            self._closing.wait(delay)
+        with self._lock:
+            scripted = self._scripted.popleft() if self._scripted else None
+        if scripted is not None:
+            status, raw, content_type = scripted
+            return status, raw, {"Content-Type": content_type, **self._headers_for(status)}
+        handler = self._routes.get(_route_path(path))
+        if handler is None:
+            status, payload = 404, self.error_body(404, f"no route POST {path}")
+        elif not isinstance(body, dict):
+            status, payload = 400, self.error_body(400, "body must be a JSON object")
+        else:
+            status, payload = handler(body)
+        if isinstance(payload, bytes | str):
+            raw = payload.encode() if isinstance(payload, str) else payload
+        else:
+            raw = json.dumps(payload).encode()
+        return status, raw, self._headers_for(status)
+
+
+def _route_path(path: str) -> str:
+    return path.split("?", 1)[0]

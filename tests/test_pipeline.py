@@ -1,0 +1,470 @@
+"""The write path end to end: real SDKs, a scripted model behind loopback HTTP, real store."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from fakes.anthropic_server import FakeAnthropicServer
+from fakes.memory_model import MemoryModel
+from fakes.openai_server import FakeOpenAIServer
+from memstrata import Memory
+from memstrata.store.sqlite import sqlite_path
+
+CONVERSATION = [
+    ("c01", "user", "Hi there!"),
+    ("c02", "assistant", "Hello! How can I help you today?"),
+    ("c03", "user", "I love oat milk lattes every morning."),
+    ("c04", "assistant", "Oat milk lattes are a great way to start the day."),
+    ("c05", "user", "My sister Mia lives in Porto."),
+    ("c06", "assistant", "Porto is a beautiful city."),
+    ("c07", "user", "I work as a nurse at the city hospital."),
+    ("c08", "assistant", "That sounds demanding."),
+    ("c09", "user", "I am planning a trip to Kyoto in April."),
+    ("c10", "assistant", "Kyoto in April means cherry blossoms."),
+    ("c11", "user", "What time is it in Kyoto?"),
+    ("c12", "assistant", "Kyoto is seven hours ahead of Porto in winter."),
+    ("c13", "user", "I love oat milk lattes every morning."),
+    ("c14", "assistant", "You mentioned that, noted."),
+    ("c15", "user", "Thanks!"),
+    ("c16", "user", "Correction: my sister is called Maya, not Mia."),
+    ("c17", "assistant", "Sorry, Maya it is."),
+    ("c18", "user", "I don't drink lattes anymore, green tea now."),
+    ("c19", "assistant", "Green tea is a good choice."),
+    ("c20", "user", "I run five kilometres every Sunday."),
+    ("c21", "assistant", "Great habit."),
+    ("c22", "user", "I'm allergic to penicillin."),
+    ("c23", "assistant", "Good to know."),
+    ("c24", "user", "ok"),
+    ("c25", "user", "My manager Ines is very supportive."),
+    ("c26", "assistant", "Nice to have a good manager."),
+    ("c27", "user", "I will visit Maya in Porto next month."),
+    ("c28", "assistant", "Enjoy the visit."),
+    ("c29", "user", "I usually read science fiction before bed."),
+    ("c30", "assistant", "Any favourite authors?"),
+]
+
+
+def _messages(rows: list[tuple[str, str, str]]) -> list[dict[str, Any]]:
+    return [
+        {
+            "id": mid,
+            "role": role,
+            "content": text,
+            "timestamp": f"2026-03-{int(mid[1:]):02d}T10:00:00Z",
+        }
+        for mid, role, text in rows
+    ]
+
+
+def _sql(mem: Memory, query: str, *args: Any) -> list[tuple[Any, ...]]:
+    with sqlite3.connect(sqlite_path(mem.store.url)) as conn:
+        return conn.execute(query, args).fetchall()
+
+
+@pytest.fixture
+def model() -> MemoryModel:
+    return MemoryModel()
+
+
+@pytest.fixture
+def openai_server(model: MemoryModel) -> Iterator[FakeOpenAIServer]:
+    with FakeOpenAIServer() as server:
+        server.chat_script = model
+        yield server
+
+
+def _llm_memory(make_memory: Any, server: Any, local_embedder: Any, **kw: Any) -> Memory:
+    return make_memory(
+        embedder=local_embedder,
+        llm="openai:fake-chat",
+        llm_base_url=server.base_url,
+        llm_api_key="k",
+        llm_max_retries=kw.pop("llm_max_retries", 2),
+        job_backoff_seconds=kw.pop("job_backoff_seconds", 0.05),
+        **kw,
+    )
+
+
+def test_conversation_becomes_facts_summaries_and_topics(
+    make_memory: Any, openai_server: FakeOpenAIServer, model: MemoryModel, local_embedder: Any
+) -> None:
+    mem = _llm_memory(make_memory, openai_server, local_embedder, workers=0)
+    s = mem.sessions.create(user_id="sam", session_id="chat")
+    s.add_messages(_messages(CONVERSATION[:15]))  # two calls, one batch: one call per stage
+    mem.wait()
+    s.add_messages(_messages(CONVERSATION[15:]))
+    mem.wait()
+
+    # Batched: 30 messages, two batches, at most 3 calls each.
+    total_calls = sum(model.calls.values())
+    assert model.calls["extract"] == 2 and total_calls / 30 <= 0.2
+
+    facts = mem.facts.list(user_id="sam", limit=100)
+    by_source = {tuple(f.message_ids): f for f in facts}
+    assert by_source[("c03",)].text == "User: I love oat milk lattes every morning."
+    assert by_source[("c03",)].kind == "preference"
+    assert by_source[("c22",)].kind == "constraint"
+    assert all(f.model == "openai:fake-chat" and f.prompt_version == "extract-v1" for f in facts)
+    assert ("c01",) not in by_source and ("c11",) not in by_source  # greeting, question
+
+    summaries = {x.text: x for x in mem.summaries.list(user_id="sam", limit=100)}
+    latte = summaries["User: I love oat milk lattes every morning."]
+    tea = summaries["User: I don't drink lattes anymore, green tea now."]
+    mia = summaries["User: My sister Mia lives in Porto."]
+    maya = summaries["User: Correction: my sister is called Maya, not Mia."]
+    # The repeated latte statement (c13) strengthened the first summary in the same batch.
+    assert latte.message_ids == ["c03", "c13"] and len(latte.fact_ids) == 2
+    # The change and the correction superseded the old summaries, which stay in history.
+    assert latte.status == "superseded" and latte.superseded_by == tea.id
+    assert mia.status == "superseded" and mia.superseded_by == maya.id
+    assert tea.status == "active" and maya.status == "active"
+    history = mem.summaries.history(latte.id)
+    assert [(h["version"], h["status"]) for h in history][-1] == (
+        history[-1]["version"],
+        "superseded",
+    )
+    assert history[0]["status"] == "active"
+    # Superseded summaries are not recalled as current; the new one is.
+    hits = mem.search("What does the user drink in the morning?", user_id="sam", limit=5)
+    texts = [h.text for h in hits if h.layer == "summary"]
+    assert tea.text in texts and latte.text not in texts
+    top = next(h for h in hits if h.layer == "summary")
+    assert set(top.message_ids) <= {m[0] for m in CONVERSATION}
+
+    topics = {t.name: t for t in mem.topics.list(user_id="sam")}
+    assert tea.id in topics["drinks"].summary_ids  # inherited from the superseded latte
+    assert maya.id in topics["family"].summary_ids
+    usage = mem.stats()["llm_usage"]
+    assert usage["extract openai:fake-chat"]["calls"] == 2
+    assert usage["extract openai:fake-chat"]["prompt_tokens"] > 0
+    assert usage["extract openai:fake-chat"]["completion_tokens"] > 0
+
+
+def test_anthropic_provider_end_to_end(make_memory: Any, local_embedder: Any) -> None:
+    model = MemoryModel()
+    with FakeAnthropicServer() as server:
+        server.chat_script = model
+        mem = make_memory(
+            embedder=local_embedder,
+            llm="anthropic:fake-claude",
+            llm_base_url=server.base_url,
+            llm_api_key="k",
+        )
+        s = mem.sessions.create(user_id="ann")
+        s.add_messages(_messages(CONVERSATION[:10]), sync=True)
+        request = server.requests[0][1]
+        assert request["output_config"]["format"]["type"] == "json_schema"
+        assert "You extract long-term memory" in request["system"]
+    facts = mem.facts.list(user_id="ann")
+    assert {f.model for f in facts} == {"anthropic:fake-claude"}
+    assert any(f.message_ids == ["c07"] for f in facts)
+    assert mem.summaries.list(user_id="ann") and mem.topics.list(user_id="ann")
+
+
+def test_bad_json_is_repaired_once(
+    make_memory: Any, openai_server: FakeOpenAIServer, model: MemoryModel, local_embedder: Any
+) -> None:
+    mem = _llm_memory(make_memory, openai_server, local_embedder)
+    openai_server.chat_replies.append("Sure! Here are the facts: {not json")
+    s = mem.sessions.create(user_id="u")
+    s.add_messages(_messages(CONVERSATION[2:4]), sync=True)
+    assert model.calls["extract"] == 1  # the repair call was answered by the script
+    repair_prompt = model.prompts[0][2]
+    assert "could not be used: not valid JSON" in repair_prompt
+    assert "{not json" in repair_prompt
+    assert mem.messages.get("c03").attempts == 1
+
+
+def test_unusable_json_twice_fails_the_batch_then_it_is_retried(
+    make_memory: Any, openai_server: FakeOpenAIServer, model: MemoryModel, local_embedder: Any
+) -> None:
+    mem = _llm_memory(make_memory, openai_server, local_embedder)
+    openai_server.chat_replies.extend(["[1, 2]", '{"facts": [{"text": "x"}]}'])
+    s = mem.sessions.create(user_id="u")
+    s.add_messages(_messages(CONVERSATION[2:6]), sync=True)
+    m = mem.messages.get("c03")
+    assert m.status == "processed" and m.attempts == 2 and m.error is None
+    assert any(f.message_ids == ["c03"] for f in mem.facts.list(user_id="u"))
+    usage = mem.stats()["llm_usage"]["extract openai:fake-chat"]
+    assert usage["failed"] == 1 and usage["calls"] == 3
+
+
+@pytest.mark.parametrize("status", [429, 500])
+def test_model_errors_retried_by_sdk_then_by_queue(
+    make_memory: Any, openai_server: FakeOpenAIServer, local_embedder: Any, status: int
+) -> None:
+    mem = _llm_memory(
+        make_memory, openai_server, local_embedder, llm_max_retries=1, job_backoff_seconds=0.05
+    )
+    s = mem.sessions.create(user_id="u")
+    openai_server.fail_next(1, status=status)  # absorbed by the SDK's own retry
+    s.add_messages(_messages(CONVERSATION[2:3]), sync=True)
+    assert mem.messages.get("c03").attempts == 1
+    openai_server.fail_next(5, status=status)  # outlasts the SDK: the job queue retries
+    s.add_messages(_messages(CONVERSATION[4:5]), sync=True)
+    m = mem.messages.get("c05")
+    assert m.status == "processed" and m.attempts >= 2
+    assert any(f.message_ids == ["c05"] for f in mem.facts.list(user_id="u"))
+
+
+def test_model_timeout_leaves_messages_stored_and_retried(
+    make_memory: Any, openai_server: FakeOpenAIServer, local_embedder: Any
+) -> None:
+    mem = _llm_memory(
+        make_memory, openai_server, local_embedder, llm_max_retries=0, llm_timeout_seconds=0.5
+    )
+    s = mem.sessions.create(user_id="u")
+    openai_server.delay_next(1.5)
+    s.add_messages(_messages(CONVERSATION[2:3]), sync=True)
+    m = mem.messages.get("c03")
+    assert m.status == "processed" and m.attempts == 2
+
+
+def test_model_down_for_good_marks_failed_and_recovers_after_retry(
+    make_memory: Any, openai_server: FakeOpenAIServer, local_embedder: Any
+) -> None:
+    mem = _llm_memory(
+        make_memory, openai_server, local_embedder, llm_max_retries=0, job_max_attempts=2
+    )
+    s = mem.sessions.create(user_id="u")
+    openai_server.fail_next(2, status=503)
+    with pytest.raises(Exception, match="failed for good"):
+        s.add_messages(_messages(CONVERSATION[2:3]), sync=True)
+    assert mem.messages.get("c03").status == "failed"
+    assert mem.search("oat milk", user_id="u")[0].id == "c03"  # stored and searchable
+    mem.retry_failed()
+    mem.wait(timeout=30)
+    assert mem.messages.get("c03").status == "processed"
+    assert mem.facts.list(user_id="u")
+
+
+# -- hooks -----------------------------------------------------------------------------------
+
+
+def test_every_hook_point_with_the_llm(
+    make_memory: Any, openai_server: FakeOpenAIServer, model: MemoryModel, local_embedder: Any
+) -> None:
+    mem = _llm_memory(make_memory, openai_server, local_embedder)
+    seen: dict[str, list[dict[str, Any]]] = {}
+
+    def record(point: str, answer: Any = None) -> Any:
+        def hook(payload: dict[str, Any]) -> Any:
+            seen.setdefault(point, []).append(payload)
+            return answer(payload) if callable(answer) else answer
+
+        return hook
+
+    mem.hooks.register(
+        "fact",
+        "before_llm",
+        record("fact.before_llm", {"data": {"instruction": "Mind allergies."}}),
+    )
+    mem.hooks.register(
+        "fact", "before_llm", record("fact.before_llm#2", {"data": {"instruction": "Be brief."}})
+    )
+    mem.hooks.register(
+        "fact", "after_llm", record("fact.after_llm", {"data": {"observations": []}})
+    )  # ignored
+
+    def drop_nurse(payload: dict[str, Any]) -> Any:
+        kept = [o for o in payload["data"]["observations"] if "nurse" not in o["text"]]
+        for o in kept:
+            o["text"] = o["text"].replace("User: ", "User says: ")
+        return {"data": {"observations": kept}}
+
+    mem.hooks.register("fact", "before_add", record("fact.before_add", drop_nurse))
+    mem.hooks.register("fact", "before_add", record("fact.before_add#2"))  # sees the edit
+    mem.hooks.register(
+        "summary",
+        "before_llm",
+        record("summary.before_llm", {"data": {"instruction": "Keep dates."}}),
+    )
+    mem.hooks.register("summary", "after_llm", record("summary.after_llm"))
+
+    def tag(payload: dict[str, Any]) -> Any:
+        props = payload["data"]["propositions"]
+        for p in props:
+            p["labels"] = ["reviewed"]
+        return {"data": {"propositions": props}}
+
+    mem.hooks.register("summary", "before_add", record("summary.before_add", tag))
+
+    def rename(payload: dict[str, Any]) -> Any:
+        topics = payload["data"]["topics"]
+        for t in topics:
+            t["name"] = "life: " + t["name"]
+        return {"data": {"topics": topics}}
+
+    mem.hooks.register("topic", "before_add", record("topic.before_add", rename))
+
+    s = mem.sessions.create(user_id="u", session_id="hooks")
+    s.add_messages(_messages(CONVERSATION[2:8]), sync=True)
+
+    # before_llm: instructions appended to the user prompt, in order; system untouched.
+    _, system, user = model.prompts[0]
+    assert user.endswith("Additional instructions:\nMind allergies.\nBe brief.")
+    assert "Mind allergies" not in system
+    assert "Keep dates." in model.prompts[1][2]
+    payload = seen["fact.before_llm"][0]
+    assert payload["resource"] == "fact" and payload["event"] == "before_llm"
+    assert payload["context"]["user_id"] == "u" and payload["context"]["thread_id"] == "hooks"
+    assert [m["id"] for m in payload["data"]["messages"]] == [
+        "c03",
+        "c04",
+        "c05",
+        "c06",
+        "c07",
+        "c08",
+    ]
+    # after_llm saw the raw output and the parsed facts; its answer changed nothing.
+    assert "raw_output" in seen["fact.after_llm"][0]["data"]
+    assert "propositions" in seen["summary.after_llm"][0]["data"]
+    # before_add chained: the second hook received the first one's edit.
+    second = seen["fact.before_add#2"][0]["data"]["observations"]
+    assert all(o["text"].startswith("User says: ") for o in second)
+    facts = mem.facts.list(user_id="u")
+    assert facts and all(f.text.startswith("User says: ") for f in facts)
+    assert not any("nurse" in f.text for f in facts)
+    assert all(x.labels == ["reviewed"] for x in mem.summaries.list(user_id="u"))
+    assert all(t.name.startswith("life: ") for t in mem.topics.list(user_id="u"))
+    assert all(d.ok for d in mem.hooks.deliveries)
+
+
+def test_bad_hook_answers_are_skipped_and_logged(
+    make_memory: Any, openai_server: FakeOpenAIServer, local_embedder: Any
+) -> None:
+    mem = _llm_memory(make_memory, openai_server, local_embedder)
+
+    def boom(payload: dict[str, Any]) -> Any:
+        raise TimeoutError("target did not answer in 2.0 s")
+
+    mem.hooks.register("fact", "before_llm", boom, name="slow")
+    mem.hooks.register("fact", "before_llm", lambda p: {"data": "not an object"}, name="str")
+    mem.hooks.register("fact", "before_llm", lambda p: [1, 2], name="list")
+    # Foreign message ids (another batch / user) are refused by validation.
+    mem.hooks.register(
+        "fact",
+        "before_add",
+        lambda p: {
+            "data": {
+                "observations": [
+                    {
+                        "text": "User is rich",
+                        "kind": "fact",
+                        "message_ids": ["someone-else"],
+                        "confidence": 1.0,
+                    }
+                ]
+            }
+        },
+        name="inject",
+    )
+    mem.hooks.register(
+        "summary",
+        "before_add",
+        lambda p: {
+            "data": {
+                "propositions": [
+                    {"action": "strengthen", "id": "s_foreign", "text": "x", "fact_ids": ["f_x"]}
+                ]
+            }
+        },
+        name="bad-summary",
+    )
+    mem.hooks.register(
+        "topic",
+        "before_add",
+        lambda p: {"data": {"topics": [{"name": "", "summary_ids": []}]}},
+        name="bad-topic",
+    )
+    s = mem.sessions.create(user_id="u")
+    s.add_messages(_messages(CONVERSATION[2:4]), sync=True)
+    facts = mem.facts.list(user_id="u")
+    assert [f.message_ids for f in facts] == [["c03"]]  # the engine's own output was kept
+    assert mem.summaries.list(user_id="u") and mem.topics.list(user_id="u")
+    failed = {d.hook_name: d.reason for d in mem.hooks.deliveries if not d.ok}
+    assert "TimeoutError" in failed["slow"]
+    assert "not an object" in failed["str"] and "list" in failed["list"]
+    assert "not messages of this batch" in failed["inject"]
+    assert "unknown summary" in failed["bad-summary"] or "outside" in failed["bad-summary"]
+    assert "bad-topic" in failed
+
+
+def test_hooks_validate_registration(mem: Memory) -> None:
+    from memstrata import ValidationError
+
+    with pytest.raises(ValidationError, match=r"topic.before_llm: supported are"):
+        mem.hooks.register("topic", "before_llm", lambda p: None)
+    with pytest.raises(ValidationError, match="callable"):
+        mem.hooks.register("fact", "before_add", "http://x")  # type: ignore[arg-type]
+
+
+# -- offline mode -------------------------------------------------------------------------
+
+
+def test_offline_pipeline_builds_every_layer(make_memory: Any, local_embedder: Any) -> None:
+    mem = make_memory(embedder=local_embedder)
+    assert mem.mode.startswith("none (offline heuristics")
+    s = mem.sessions.create(user_id="alex")
+    s.add_messages(_messages(CONVERSATION[:15]), sync=True)
+    s.add_messages(_messages(CONVERSATION[15:]), sync=True)
+    facts = mem.facts.list(user_id="alex", limit=100)
+    assert facts and all(f.model == "heuristic" for f in facts)
+    assert all(set(f.message_ids) <= {m[0] for m in CONVERSATION} for f in facts)
+    assert not any(f.message_ids == ["c11"] for f in facts)  # a question is no fact
+    summaries = mem.summaries.list(user_id="alex", limit=100)
+    assert summaries
+    # The repeated latte message strengthened one summary instead of adding another.
+    latte = [x for x in summaries if "c03" in x.message_ids]
+    assert len(latte) == 1 and "c13" in latte[0].message_ids
+    topics = mem.topics.list(user_id="alex")
+    assert topics and all(t.summary_ids for t in topics)
+    filed = {sid for t in topics for sid in t.summary_ids}
+    current = {x.id for x in summaries if x.status == "active"}
+    assert current <= filed
+    stats = mem.stats()
+    assert stats["facts"] == len(facts) and stats["topics"] == len(topics)
+
+
+def test_offline_before_add_hooks_fire(make_memory: Any) -> None:
+    mem = make_memory()
+    calls: list[str] = []
+
+    def spy(payload: dict[str, Any]) -> None:
+        calls.append(f"{payload['resource']}.{payload['event']}")
+
+    for resource in ("fact", "summary", "topic"):
+        mem.hooks.register(resource, "before_add", spy)
+    mem.hooks.register("fact", "before_llm", spy)  # no LLM call offline: not called
+    s = mem.sessions.create(user_id="u")
+    s.add_messages(_messages(CONVERSATION[2:3]), sync=True)
+    assert calls == ["fact.before_add", "summary.before_add", "topic.before_add"]
+
+
+def test_llm_spec_errors(tmp_path: Any) -> None:
+    from memstrata import ConfigError
+
+    with pytest.raises(ConfigError, match="invalid llm"):
+        Memory(f"sqlite:///{tmp_path}/x.db", embedder="hash", llm="gpt4")
+    with pytest.raises(ConfigError, match="unknown llm provider"):
+        Memory(f"sqlite:///{tmp_path}/x.db", embedder="hash", llm="bard:x")
+    with pytest.raises(ConfigError, match="API key"):
+        Memory(f"sqlite:///{tmp_path}/x.db", embedder="hash", llm="openai:gpt-x")
+
+
+def test_json_dump_of_public_layers(make_memory: Any) -> None:
+    mem = make_memory()
+    s = mem.sessions.create(user_id="u")
+    s.add_messages(_messages(CONVERSATION[2:3]), sync=True)
+    for item in (
+        *mem.facts.list(user_id="u"),
+        *mem.summaries.list(user_id="u"),
+        *mem.topics.list(user_id="u"),
+    ):
+        json.dumps(item.model_dump(mode="json"))
+    assert _sql(mem, "SELECT count(*) FROM fact_sources")[0][0] >= 1
