@@ -32,7 +32,12 @@ def run(*args: str, db: str | None = None, check: bool = True, **env: str) -> An
 def test_demo_runs_offline_and_prints_recalled_memory() -> None:
     out = run("demo").stdout
     assert "embedder: local all-MiniLM-L6-v2" in out
-    assert "stored and embedded 18 messages" in out
+    assert "stored 18 messages of user 'alex' and built" in out
+    assert "write path: none (offline heuristics" in out
+    # Facts, summaries and topics are shown; the correction superseded the old plan.
+    assert "[food & diet]" in out and "User is vegetarian" in out
+    assert "(superseded) User is planning a trip to Tokyo in October" in out
+    assert "The Tokyo trip moved to November (2026-11)" in out
     # The answers come back from memory, with their dates.
     assert "2026-03-02 user: I'm vegetarian" in out
     assert "2026-04-03 user: 下个月我想学中文" in out

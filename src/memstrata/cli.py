@@ -272,18 +272,35 @@ def _cmd_demo(args: argparse.Namespace) -> int:
                 wait=True,
                 progress=False,
             )
+            stats = mem.stats()
             print(
-                f"stored and embedded {counts['messages']} messages of user '{DEMO_USER}' "
-                f"in {time.perf_counter() - started:.2f}s\n"
+                f"stored {counts['messages']} messages of user '{DEMO_USER}' and built "
+                f"{stats['facts']} facts, {sum(stats['summaries'].values())} summaries and "
+                f"{stats['topics']} topics in {time.perf_counter() - started:.2f}s"
             )
+            print(f"write path: {mem.mode}\n")
+            summaries = {x.id: x for x in mem.summaries.list(user_id=DEMO_USER, limit=1000)}
+            print("Topics -> summaries (current; superseded ones are kept in history):")
+            for topic in mem.topics.list(user_id=DEMO_USER):
+                print(f"  [{topic.name}]")
+                for sid in topic.summary_ids:
+                    x = summaries[sid]
+                    if x.status == "superseded":
+                        print(f"    (superseded) {x.text}")
+                    else:
+                        print(f"    - {x.text}  <- messages {', '.join(x.message_ids)}")
+            print()
             for query in DEMO_QUERIES:
                 t0 = time.perf_counter()
                 hits = mem.search(query, user_id=DEMO_USER, limit=3)
                 ms = (time.perf_counter() - t0) * 1000
                 print(f"? {query}   ({ms:.1f} ms)")
                 for h in hits:
-                    who = f"event {h.event_type}" if h.event_type else h.role
-                    print(f"    {h.timestamp:%Y-%m-%d} {who}: {h.text}")
+                    if h.layer == "message":
+                        who = f"event {h.event_type}" if h.event_type else h.role
+                        print(f"    {h.timestamp:%Y-%m-%d} {who}: {h.text}")
+                    else:
+                        print(f"    {h.layer}: {h.text}")
                 print()
             session = mem.sessions.get("demo-work")
             ctx = session.get_memory(

@@ -243,6 +243,7 @@ def fact_from_row(r: FactRow) -> Fact:
         kind=r.kind,  # type: ignore[arg-type]
         message_ids=r.message_ids,
         occurred_at=_ts(r.occurred_at),
+        observed_at=_ts(r.observed_at),
         valid_from=_ts(r.valid_from),
         valid_to=_ts(r.valid_to),
         confidence=r.confidence,
@@ -269,6 +270,7 @@ def summary_from_row(r: SummaryRow) -> Summary:
         labels=r.labels,
         version=r.version,
         superseded_by=r.superseded_by,
+        observed_at=_ts(r.observed_at),
         model=r.model,
         prompt_version=r.prompt_version,
         created_at=_ts(r.created_at),

@@ -125,6 +125,7 @@ class Fact(BaseModel):
     )
     message_ids: list[str] = Field(default_factory=list)
     occurred_at: datetime | None = None
+    observed_at: datetime | None = None
     valid_from: datetime | None = None
     valid_to: datetime | None = None
     confidence: float = Field(default=1.0, ge=0.0, le=1.0)
@@ -151,6 +152,7 @@ class Summary(BaseModel):
     labels: list[str] = Field(default_factory=list)
     version: int = 1
     superseded_by: str | None = None
+    observed_at: datetime | None = None
     model: str | None = None
     prompt_version: str | None = None
     created_at: datetime | None = None

@@ -179,7 +179,7 @@ class Pipeline:
             message_ids=tuple(m.id for m in batch.messages),
         )
         drafts = self._extract(batch, ctx, calls)
-        facts = self._fact_writes(drafts)
+        facts = self._fact_writes(drafts, {m.id: m.ts for m in batch.messages})
         summaries = self._consolidate(batch, ctx, facts, calls)
         topics = self._topics(batch, ctx, summaries, calls)
         return LayerWrite(
@@ -303,7 +303,7 @@ class Pipeline:
         )
         return drafts
 
-    def _fact_writes(self, drafts: Sequence[FactDraft]) -> list[_NewFact]:
+    def _fact_writes(self, drafts: Sequence[FactDraft], times: dict[str, str]) -> list[_NewFact]:
         if not drafts:
             return []
         vectors = self.embedder.embed([d.text for d in drafts])
@@ -320,6 +320,7 @@ class Pipeline:
                     prompt_version=version,
                     vector=vectors[i],
                     occurred_at=_iso(d.occurred_at),
+                    observed_at=max((times[m] for m in d.message_ids if m in times), default=None),
                     valid_from=_iso(d.valid_from),
                     valid_to=_iso(d.valid_to),
                     labels=list(d.labels),
@@ -371,6 +372,9 @@ class Pipeline:
         )
         if replaced is not None:
             writes = _validated_summaries(replaced, fact_ids, set(existing), facts, self.model_id)
+        observed = {f.write.id: f.write.observed_at for f in facts}
+        for w in writes:
+            w.observed_at = max((observed[f] for f in w.fact_ids if observed.get(f)), default=None)
         self._embed_summaries(writes, {sid: s.text for sid, s in existing.items()})
         return writes
 
@@ -577,19 +581,19 @@ class Pipeline:
         summaries: Sequence[SummaryWrite],
         calls: list[CallWrite],
     ) -> list[TopicWrite]:
-        # A superseding summary inherits its predecessor's topics in the store; only new
-        # summaries (and successors of topic-less ones) need a place.
+        # A successor belongs where its predecessor is: the store copies the topic links of
+        # a stored predecessor; one created in this batch passes its topic on here.
         new = [s for s in summaries if s.action == "add" or s.action == "supersede"]
         if not new:
             return []
         existing = self.store.list_topics(batch.project_id, batch.user_id)
-        inherited = set()
-        for s in new:
-            if s.supersedes and any(s.supersedes in t.summary_ids for t in existing):
-                inherited.add(s.id)
-        todo = [s for s in new if s.id not in inherited]
-        if not todo:
-            return []
+        filed = {sid for t in existing for sid in t.summary_ids}
+        in_batch = {s.id for s in new}
+        todo = [
+            s
+            for s in new
+            if not (s.supersedes and (s.supersedes in filed or s.supersedes in in_batch))
+        ]
         if self.llm is None:
             pairs = []
             names = [t.name for t in existing]
@@ -599,7 +603,14 @@ class Pipeline:
                 if name not in names:
                     names.append(name)
         else:
-            pairs = self._topics_llm(ctx, todo, existing, calls)
+            pairs = self._topics_llm(ctx, todo, existing, calls) if todo else []
+        topic_of = {sid: (name, description) for sid, name, description in pairs}
+        for s in new:  # predecessors come first, so chains resolve in one pass
+            if s.supersedes in topic_of and s.id not in topic_of:
+                topic_of[s.id] = topic_of[s.supersedes]
+                pairs.append((s.id, *topic_of[s.id]))
+        if not pairs:
+            return []
         by_name = {t.name.lower(): t for t in existing}
         grouped: dict[str, TopicWrite] = {}
         for sid, name, description in pairs:
@@ -615,7 +626,7 @@ class Pipeline:
                 )
             grouped[key].summary_ids.append(sid)
         topics = list(grouped.values())
-        summary_ids = {s.id for s in todo}
+        summary_ids = {sid for sid, _, _ in pairs}
         replaced = self.hooks.before_add(
             "topic",
             ctx,

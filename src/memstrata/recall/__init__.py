@@ -76,7 +76,7 @@ def _summary_hit(row: SummaryRow, score: float, signals: dict[str, float]) -> Hi
         score=score,
         message_ids=row.message_ids,
         user_id=row.user_id,
-        timestamp=parse_ts(row.valid_from or row.updated_at),
+        timestamp=parse_ts(row.observed_at or row.updated_at),
         metadata={"status": row.status, "confidence": row.confidence, "version": row.version},
         signals=signals,
     )

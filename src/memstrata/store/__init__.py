@@ -101,6 +101,7 @@ class FactWrite:
     prompt_version: str
     vector: np.ndarray
     occurred_at: str | None = None
+    observed_at: str | None = None
     valid_from: str | None = None
     valid_to: str | None = None
     labels: list[str] = field(default_factory=list)
@@ -122,6 +123,7 @@ class SummaryWrite:
     reason: str
     vector: np.ndarray | None = None
     supersedes: str | None = None
+    observed_at: str | None = None
     valid_from: str | None = None
     valid_to: str | None = None
     labels: list[str] = field(default_factory=list)
@@ -177,6 +179,7 @@ class SummaryRow:
     prompt_version: str
     created_at: str
     updated_at: str
+    observed_at: str | None = None
 
 
 @dataclass
@@ -198,6 +201,7 @@ class FactRow:
     model: str
     prompt_version: str
     created_at: str
+    observed_at: str | None = None
 
 
 @dataclass

@@ -219,11 +219,13 @@ def _row_to_session(row: tuple[Any, ...]) -> SessionRow:
 _SESSION_COLUMNS = "project_id, id, user_id, title, metadata, created_at, updated_at"
 _SUMMARY_COLUMNS = (
     "pk, project_id, id, user_id, text, status, confidence, version, fact_ids, message_ids, "
-    "labels, valid_from, valid_to, superseded_by, model, prompt_version, created_at, updated_at"
+    "labels, valid_from, valid_to, superseded_by, model, prompt_version, created_at, updated_at, "
+    "observed_at"
 )
 _FACT_COLUMNS = (
     "pk, project_id, id, user_id, text, kind, confidence, status, message_ids, labels, "
-    "occurred_at, valid_from, valid_to, superseded_by, model, prompt_version, created_at"
+    "occurred_at, valid_from, valid_to, superseded_by, model, prompt_version, created_at, "
+    "observed_at"
 )
 
 
@@ -247,6 +249,7 @@ def _row_to_summary(r: tuple[Any, ...]) -> SummaryRow:
         prompt_version=r[15],
         created_at=r[16],
         updated_at=r[17],
+        observed_at=r[18],
     )
 
 
@@ -269,6 +272,7 @@ def _row_to_fact(r: tuple[Any, ...]) -> FactRow:
         model=r[14],
         prompt_version=r[15],
         created_at=r[16],
+        observed_at=r[17],
     )
 
 
@@ -975,8 +979,8 @@ class SQLiteStore:
         for f in layers.facts:
             pk = c.execute(
                 "INSERT INTO facts (project_id, id, user_id, text, kind, occurred_at, "
-                "valid_from, valid_to, confidence, message_ids, labels, model, prompt_version, "
-                "created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "observed_at, valid_from, valid_to, confidence, message_ids, labels, model, "
+                "prompt_version, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     project,
                     f.id,
@@ -984,6 +988,7 @@ class SQLiteStore:
                     f.text,
                     f.kind,
                     f.occurred_at,
+                    f.observed_at,
                     f.valid_from,
                     f.valid_to,
                     f.confidence,
@@ -1011,8 +1016,8 @@ class SQLiteStore:
                 pk = c.execute(
                     "INSERT INTO summaries (project_id, id, user_id, text, status, valid_from, "
                     "valid_to, confidence, labels, version, fact_ids, message_ids, model, "
-                    "prompt_version, created_at, updated_at) "
-                    "VALUES (?, ?, ?, ?, 'active', ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?)",
+                    "prompt_version, created_at, updated_at, observed_at) "
+                    "VALUES (?, ?, ?, ?, 'active', ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         project,
                         w.id,
@@ -1028,6 +1033,7 @@ class SQLiteStore:
                         w.prompt_version,
                         now,
                         now,
+                        w.observed_at,
                     ),
                 ).lastrowid
                 self._history(
@@ -1075,7 +1081,8 @@ class SQLiteStore:
                 c.execute(
                     "UPDATE summaries SET text = ?, confidence = ?, fact_ids = ?, "
                     "message_ids = ?, version = version + 1, updated_at = ?, "
-                    "valid_from = coalesce(valid_from, ?), valid_to = coalesce(?, valid_to) "
+                    "valid_from = coalesce(valid_from, ?), valid_to = coalesce(?, valid_to), "
+                    "observed_at = max(coalesce(observed_at, ''), coalesce(?, '')) "
                     "WHERE pk = ?",
                     (
                         w.text,
@@ -1085,6 +1092,7 @@ class SQLiteStore:
                         now,
                         w.valid_from,
                         w.valid_to,
+                        w.observed_at,
                         old.pk,
                     ),
                 )

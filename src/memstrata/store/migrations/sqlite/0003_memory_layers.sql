@@ -1,5 +1,6 @@
 -- The derived layers: facts (observations), summaries (propositions) and topics, with
 -- provenance links down to messages, summary version history, and LLM token accounting.
+-- observed_at is the time of the latest message an item rests on (when it was said).
 
 CREATE TABLE facts (
     pk             INTEGER PRIMARY KEY,
@@ -9,6 +10,7 @@ CREATE TABLE facts (
     text           TEXT NOT NULL,
     kind           TEXT NOT NULL,
     occurred_at    TEXT,
+    observed_at    TEXT,
     valid_from     TEXT,
     valid_to       TEXT,
     confidence     REAL NOT NULL,
@@ -40,6 +42,7 @@ CREATE TABLE summaries (
     status         TEXT NOT NULL DEFAULT 'active'
                    CHECK (status IN ('active', 'deprioritized', 'archived', 'deleted',
                                      'superseded')),
+    observed_at    TEXT,
     valid_from     TEXT,
     valid_to       TEXT,
     confidence     REAL NOT NULL,
