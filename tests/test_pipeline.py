@@ -145,6 +145,18 @@ def test_conversation_becomes_facts_summaries_and_topics(
     assert usage["extract openai:fake-chat"]["completion_tokens"] > 0
 
 
+def test_consolidation_in_chunks_sees_summaries_of_earlier_chunks(
+    make_memory: Any, openai_server: FakeOpenAIServer, model: MemoryModel, local_embedder: Any
+) -> None:
+    mem = _llm_memory(make_memory, openai_server, local_embedder, consolidate_chunk_facts=2)
+    s = mem.sessions.create(user_id="sam")
+    s.add_messages(_messages(CONVERSATION[:15]), sync=True)
+    assert model.calls["consolidate"] >= 3
+    latte = [x for x in mem.summaries.list(user_id="sam") if "c03" in x.message_ids]
+    assert len(latte) == 1 and latte[0].message_ids == ["c03", "c13"]  # strengthened
+    assert latte[0].version == 2
+
+
 def test_anthropic_provider_end_to_end(make_memory: Any, local_embedder: Any) -> None:
     model = MemoryModel()
     with FakeAnthropicServer() as server:

@@ -39,6 +39,9 @@ class Settings(BaseSettings):
     extract_chunk_messages: int = Field(
         default=30, ge=1, le=500, description="Messages per extraction call."
     )
+    consolidate_chunk_facts: int = Field(
+        default=40, ge=1, le=500, description="New facts per consolidation call."
+    )
     embedder: str = Field(
         default="auto", description="auto | local | hash | hash:<dim> | openai:<model>"
     )

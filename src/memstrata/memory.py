@@ -450,6 +450,7 @@ class Memory:
             self._llm,
             self.hooks,
             extract_chunk=settings.extract_chunk_messages,
+            consolidate_chunk=settings.consolidate_chunk_facts,
         )
         self._recaller = Recaller(self._store, self._embedder)
         self._pool = WorkerPool(

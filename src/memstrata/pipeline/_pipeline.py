@@ -143,6 +143,7 @@ class Pipeline:
         hooks: Hooks | None = None,
         *,
         extract_chunk: int = 30,
+        consolidate_chunk: int = 40,
         context_messages: int = 4,
         max_tokens: int = 4096,
     ) -> None:
@@ -151,6 +152,7 @@ class Pipeline:
         self.llm = llm
         self.hooks = hooks or Hooks()
         self.extract_chunk = extract_chunk
+        self.consolidate_chunk = consolidate_chunk
         self.context_messages = context_messages
         self.max_tokens = max_tokens
 
@@ -360,7 +362,14 @@ class Pipeline:
         if self.llm is None:
             writes = self._consolidate_offline(facts, candidates)
         else:
-            writes = self._consolidate_llm(ctx, facts, existing, calls)
+            writes = []
+            for start in range(0, len(facts), self.consolidate_chunk):
+                chunk = facts[start : start + self.consolidate_chunk]
+                known = self._chunk_candidates(chunk, candidates, writes, facts)
+                writes.extend(self._consolidate_llm(ctx, chunk, known, calls))
+            existing.update(
+                (w.id, _pending_row(w, batch)) for w in writes if w.action != "strengthen"
+            )
         fact_ids = {f.write.id for f in facts}
         replaced = self.hooks.before_add(
             "summary",
@@ -377,6 +386,26 @@ class Pipeline:
             w.observed_at = max((observed[f] for f in w.fact_ids if observed.get(f)), default=None)
         self._embed_summaries(writes, {sid: s.text for sid, s in existing.items()})
         return writes
+
+    def _chunk_candidates(
+        self,
+        chunk: Sequence[_NewFact],
+        candidates: dict[str, list[tuple[SummaryRow, float]]],
+        earlier: Sequence[SummaryWrite],
+        facts: Sequence[_NewFact],
+    ) -> dict[str, SummaryRow]:
+        """Stored summaries near this chunk's facts, plus those earlier chunks of the same
+        batch created (so a repeated fact strengthens them instead of duplicating them)."""
+        retired = {w.supersedes for w in earlier if w.supersedes}
+        known = {s.id: s for f in chunk for s, _ in candidates[f.write.id] if s.id not in retired}
+        vectors = {f.write.id: f.write.vector for f in facts}
+        for w in earlier:
+            if w.action == "strengthen" or w.id in retired or not w.fact_ids:
+                continue
+            proxy = vectors[w.fact_ids[0]]
+            if any(float(proxy @ f.write.vector) >= SUPERSEDE_SIMILARITY for f in chunk):
+                known[w.id] = _pending_row(w, None)
+        return known
 
     def _embed_summaries(self, writes: list[SummaryWrite], stored: dict[str, str]) -> None:
         # New summaries need a vector; a strengthened one only if its text was reworded
@@ -528,7 +557,8 @@ class Pipeline:
                     SummaryWrite(
                         action="strengthen",
                         id=old.id,
-                        text=text or old.text,
+                        # Without a reworded text the summary keeps its own words.
+                        text=(d.text or "").strip() or old.text,
                         confidence=round(merged, 4),
                         fact_ids=fact_ids,
                         message_ids=message_ids,
@@ -853,3 +883,27 @@ def _validated_topics(
         )
         topic.summary_ids.extend(s for s in item.summary_ids if s not in topic.summary_ids)
     return list(out.values())
+
+
+def _pending_row(w: SummaryWrite, batch: ClaimedBatch | None) -> SummaryRow:
+    """A summary this batch creates, shaped like a stored one for later chunks' prompts."""
+    return SummaryRow(
+        pk=0,
+        project_id=batch.project_id if batch else "",
+        id=w.id,
+        user_id=batch.user_id if batch else "",
+        text=w.text,
+        status="active",
+        confidence=w.confidence,
+        version=1,
+        fact_ids=list(w.fact_ids),
+        message_ids=list(w.message_ids),
+        labels=list(w.labels),
+        valid_from=w.valid_from,
+        valid_to=w.valid_to,
+        superseded_by=None,
+        model=w.model,
+        prompt_version=w.prompt_version,
+        created_at="",
+        updated_at="",
+    )
