@@ -91,7 +91,11 @@ def _llm_memory(make_memory: Any, server: Any, local_embedder: Any, **kw: Any) -
 
 
 def test_conversation_becomes_facts_summaries_and_topics(
-    make_memory: Any, openai_server: FakeOpenAIServer, model: MemoryModel, local_embedder: Any
+    make_memory: Any,
+    openai_server: FakeOpenAIServer,
+    model: MemoryModel,
+    local_embedder: Any,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     mem = _llm_memory(make_memory, openai_server, local_embedder, workers=0)
     s = mem.sessions.create(user_id="sam", session_id="chat")
@@ -141,6 +145,12 @@ def test_conversation_becomes_facts_summaries_and_topics(
     assert maya.id in topics["family"].summary_ids
     usage = mem.stats()["llm_usage"]
     assert usage["extract openai:fake-chat"]["calls"] == 2
+    # `memstrata stats` reports the token accounting.
+    from memstrata.cli import main
+
+    assert main(["--db", mem.store.url, "stats"]) == 0
+    out = capsys.readouterr().out
+    assert "extract openai:fake-chat: 2 calls (0 failed)" in out and "prompt +" in out
     assert usage["extract openai:fake-chat"]["prompt_tokens"] > 0
     assert usage["extract openai:fake-chat"]["completion_tokens"] > 0
 

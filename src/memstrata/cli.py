@@ -189,10 +189,17 @@ def _cmd_stats(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(stats)
         return 0
+    usage = stats.pop("llm_usage", {})
     for key, value in stats.items():
         if isinstance(value, dict):
             value = ", ".join(f"{k}={v}" for k, v in value.items()) or "-"
         print(f"{key:>20}: {value}")
+    print(f"{'llm_usage':>20}: {'-' if not usage else ''}")
+    for what, u in usage.items():
+        print(
+            f"{'':>22}{what}: {u['calls']} calls ({u['failed']} failed), "
+            f"{u['prompt_tokens']} prompt + {u['completion_tokens']} completion tokens"
+        )
     return 0
 
 
