@@ -405,6 +405,7 @@ class Memory:
         self.project_id = _check_id(settings.project_id, "project_id")
         self._closed = False
         self._lock = threading.Lock()
+        self._warmup: threading.Thread | None = None
         self._store: Store = open_store(
             settings.database_url,
             busy_timeout_ms=settings.sqlite_busy_timeout_ms,
@@ -514,7 +515,8 @@ class Memory:
                 except Exception as exc:  # the first real use reports it properly
                     log.warning("could not load the embedder in the background: %s", exc)
 
-            threading.Thread(target=run, name="memstrata-warmup", daemon=True).start()
+            self._warmup = threading.Thread(target=run, name="memstrata-warmup", daemon=True)
+            self._warmup.start()
 
     def _check_embedder(self) -> None:
         stored = self._store.get_meta("embedder")
@@ -572,6 +574,10 @@ class Memory:
             except Exception:
                 log.exception("error while finishing queued work at close")
         self._pool.stop(timeout=max(1.0, timeout))
+        if self._warmup is not None:
+            # Native code (onnxruntime) must not be mid-load when the interpreter exits:
+            # that aborts the process ("terminate called without an active exception").
+            self._warmup.join()
         self._store.close()
         atexit.unregister(self._atexit)
 
