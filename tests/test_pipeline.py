@@ -490,3 +490,37 @@ def test_json_dump_of_public_layers(make_memory: Any) -> None:
     ):
         json.dumps(item.model_dump(mode="json"))
     assert _sql(mem, "SELECT count(*) FROM fact_sources")[0][0] >= 1
+
+
+def test_topics_are_reused_by_normalised_name_and_can_be_merged(
+    make_memory: Any, openai_server: FakeOpenAIServer, model: MemoryModel, local_embedder: Any
+) -> None:
+    from memstrata import NotFoundError
+    from memstrata.pipeline._pipeline import topic_key
+
+    assert topic_key("Food & Diet") == topic_key("food and diets") == "food and diet"
+    mem = _llm_memory(make_memory, openai_server, local_embedder)
+    s = mem.sessions.create(user_id="sam")
+    s.add_messages(_messages(CONVERSATION[2:3]), sync=True)  # latte -> topic "drinks"
+    original = model.topics
+
+    def shouting(prompt: str) -> dict[str, Any]:
+        answer = original(prompt)
+        for a in answer["assignments"]:
+            a["topic"] = a["topic"].upper() + "!"  # "DRINKS!" is the same topic
+        return answer
+
+    model.topics = shouting  # type: ignore[method-assign]
+    s.add_messages(
+        [{"role": "user", "content": "I also like espresso with oat milk.", "id": "x1"}], sync=True
+    )
+    topics = mem.topics.list(user_id="sam")
+    assert [t.name for t in topics] == ["drinks"] and len(topics[0].summary_ids) == 2
+    model.topics = original  # type: ignore[method-assign]
+    s.add_messages(_messages(CONVERSATION[4:5]), sync=True)  # sister -> "family"
+    by_name = {t.name: t for t in mem.topics.list(user_id="sam")}
+    assert mem.topics.merge(by_name["family"].id, into=by_name["drinks"].id, user_id="sam") == 1
+    after = mem.topics.list(user_id="sam")
+    assert [t.name for t in after] == ["drinks"] and len(after[0].summary_ids) == 3
+    with pytest.raises(NotFoundError):
+        mem.topics.merge(by_name["family"].id, into=by_name["drinks"].id, user_id="sam")

@@ -363,6 +363,23 @@ class Topics:
             for t in self._m._store.list_topics(self._m.project_id, user_id)
         ]
 
+    def merge(self, source_id: str, into: str, *, user_id: str) -> int:
+        """Move every summary of topic ``source_id`` under topic ``into`` and retire the
+        source (kept with status ``merged`` and a link to ``into``). Returns summaries moved.
+        """
+        _check_id(user_id, "user_id")
+        try:
+            return self._m._store.merge_topics(
+                self._m.project_id,
+                user_id,
+                _check_id(source_id, "source_id"),
+                _check_id(into, "into"),
+            )
+        except KeyError as exc:
+            raise NotFoundError(
+                f"no active topic {exc.args[0]!r} for user {user_id!r} (or the same topic twice)"
+            ) from None
+
 
 def _close_at_exit(ref: weakref.ReferenceType[Memory]) -> None:
     memory = ref()

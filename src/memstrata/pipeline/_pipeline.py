@@ -10,6 +10,7 @@ messages; without one, the offline heuristics in ``_heuristics`` do the same wor
 from __future__ import annotations
 
 import logging
+import re
 import secrets
 import time
 from collections.abc import Sequence
@@ -70,6 +71,13 @@ def _iso(dt: datetime | None) -> str | None:
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=timezone.utc)
     return dt.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def topic_key(name: str) -> str:
+    """Names that differ only in case, punctuation, spacing or a plural "s" are one topic,
+    so "Food & Diet", "food and diet" and "food-diets" do not split a user's memory."""
+    words = re.findall(r"\w+", name.lower().replace("&", " and "))
+    return " ".join(w[:-1] if len(w) > 3 and w.endswith("s") else w for w in words)
 
 
 def _line(m: MessageRow) -> str:
@@ -641,10 +649,10 @@ class Pipeline:
                 pairs.append((s.id, *topic_of[s.id]))
         if not pairs:
             return []
-        by_name = {t.name.lower(): t for t in existing}
+        by_name = {topic_key(t.name): t for t in existing}
         grouped: dict[str, TopicWrite] = {}
         for sid, name, description in pairs:
-            key = name.strip().lower()
+            key = topic_key(name)
             if key not in grouped:
                 old = by_name.get(key)
                 grouped[key] = TopicWrite(
@@ -869,7 +877,7 @@ def _validated_topics(
         foreign = [s for s in item.summary_ids if s not in summary_ids]
         if foreign:
             raise ValueError(f"topics[{i}] files summaries outside this batch: {foreign[:3]}")
-        key = item.name.strip().lower()
+        key = topic_key(item.name)
         old = existing.get(key)
         topic = out.setdefault(
             key,

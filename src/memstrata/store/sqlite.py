@@ -1426,6 +1426,35 @@ class SQLiteStore:
         rows = self._rows_by_pk("summaries", _SUMMARY_COLUMNS, list(pks))
         return {pk: _row_to_summary(r) for pk, r in rows.items()}
 
+    def merge_topics(self, project_id: str, user_id: str, source_id: str, target_id: str) -> int:
+        """File every summary of ``source_id`` under ``target_id`` and retire the source.
+
+        Returns how many summaries moved. The source keeps a ``merged_into`` link."""
+        with self._write() as c:
+            rows = {
+                tid: pk
+                for pk, tid in c.execute(
+                    "SELECT pk, id FROM topics WHERE project_id = ? AND user_id = ? "
+                    "AND status = 'active' AND id IN (?, ?)",
+                    (project_id, user_id, source_id, target_id),
+                )
+            }
+            if source_id not in rows or target_id not in rows or source_id == target_id:
+                raise KeyError(source_id if source_id not in rows else target_id)
+            moved = c.execute(
+                "INSERT OR IGNORE INTO topic_summaries (topic_pk, summary_pk) "
+                "SELECT ?, summary_pk FROM topic_summaries WHERE topic_pk = ?",
+                (rows[target_id], rows[source_id]),
+            ).rowcount
+            c.execute("DELETE FROM topic_summaries WHERE topic_pk = ?", (rows[source_id],))
+            now = _now_iso()
+            c.execute(
+                "UPDATE topics SET status = 'merged', merged_into = ?, updated_at = ? WHERE pk = ?",
+                (target_id, now, rows[source_id]),
+            )
+            c.execute("UPDATE topics SET updated_at = ? WHERE pk = ?", (now, rows[target_id]))
+        return moved
+
     def llm_usage(self, project_id: str | None = None) -> dict[str, Any]:
         where, params = ("WHERE project_id = ?", (project_id,)) if project_id else ("", ())
         rows = (
