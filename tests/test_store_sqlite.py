@@ -288,3 +288,53 @@ def test_message_metadata_round_trips_unicode(mem: Memory) -> None:
     assert mem.messages.list()[0].metadata == meta
     with _conn(mem.store.url) as conn:
         assert json.loads(conn.execute("SELECT metadata FROM messages").fetchone()[0]) == meta
+
+
+def test_similar_summaries_skip_retired_ones_even_when_they_crowd_the_top(db_url: str) -> None:
+    from memstrata.store import LayerWrite, SummaryWrite
+
+    rng = np.random.default_rng(3)
+    q = rng.normal(size=16).astype(np.float32)
+    q /= np.linalg.norm(q)
+
+    def near(scale: float) -> np.ndarray:
+        v = q + scale * rng.normal(size=16).astype(np.float32)
+        return v / np.linalg.norm(v)
+
+    def summary(sid: str, vec: np.ndarray, supersedes: str | None = None) -> SummaryWrite:
+        return SummaryWrite(
+            action="supersede" if supersedes else "add",
+            id=sid,
+            text=sid,
+            confidence=0.9,
+            fact_ids=[],
+            message_ids=[],
+            model="test",
+            prompt_version="t",
+            reason="test",
+            vector=vec,
+            supersedes=supersedes,
+        )
+
+    with Memory(db_url, embedder="hash:16", workers=0) as mem:
+        s = mem.sessions.create(user_id="u1", session_id="s")
+        store = mem.store
+        for round_ in range(2):
+            s.add_messages([{"role": "user", "content": f"round {round_}"}])
+            batch = store.claim_batch("w", 30, 100)
+            assert batch is not None
+            if round_ == 0:  # 40 summaries close to q
+                writes = [summary(f"s{i}", near(0.05)) for i in range(40)]
+            else:  # the 35 closest are superseded by summaries far from q
+                writes = [summary(f"n{i}", near(50.0), supersedes=f"s{i}") for i in range(35)]
+            store.complete_batch(
+                batch,
+                embedder="hash:v1:16",
+                vectors=np.zeros((1, 16), np.float32),
+                layers=LayerWrite(summaries=writes),
+            )
+        found = store.similar_summaries("default", "u1", q, "hash:v1:16", 3)
+    assert len(found) == 3
+    assert all(
+        row.status == "active" and row.id in {f"s{i}" for i in range(35, 40)} for row, _ in found
+    )
