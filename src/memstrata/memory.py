@@ -20,6 +20,7 @@ from typing import Any, Literal
 from pydantic import TypeAdapter
 from pydantic import ValidationError as PydanticValidationError
 
+from ._time import as_utc, now_iso, to_iso, utcnow
 from .config import Settings, load_settings
 from .embed import Embedder, make_embedder
 from .errors import (
@@ -59,8 +60,6 @@ from .types import (
     Session,
     Summary,
     Topic,
-    _as_utc,
-    utcnow,
 )
 
 __all__ = ["AsyncMemory", "Memory"]
@@ -69,10 +68,6 @@ log = logging.getLogger("memstrata")
 
 _ID_RE = re.compile(ID_PATTERN)
 _DATETIME = TypeAdapter(datetime)
-
-
-def _iso(dt: datetime) -> str:
-    return dt.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def _new_id(prefix: str) -> str:
@@ -157,7 +152,7 @@ class Sessions:
         if title is not None and (not isinstance(title, str) or len(title) > 500):
             raise ValidationError("invalid session", ["title: expected a string of at most 500"])
         meta = m._check_metadata(metadata, "metadata")
-        now = _iso(utcnow())
+        now = now_iso()
         row, created = m._store.create_session(
             SessionRow(m.project_id, sid, user_id, title, meta, now, now)
         )
@@ -231,10 +226,6 @@ class _ReindexLog:
         log.info("re-embedded %d messages", self.done)
 
 
-def _ts(value: str | None) -> datetime | None:
-    return parse_ts(value) if value else None
-
-
 def fact_from_row(r: FactRow) -> Fact:
     return Fact(
         id=r.id,
@@ -242,17 +233,17 @@ def fact_from_row(r: FactRow) -> Fact:
         text=r.text,
         kind=r.kind,  # type: ignore[arg-type]
         message_ids=r.message_ids,
-        occurred_at=_ts(r.occurred_at),
-        observed_at=_ts(r.observed_at),
-        valid_from=_ts(r.valid_from),
-        valid_to=_ts(r.valid_to),
+        occurred_at=parse_ts(r.occurred_at),
+        observed_at=parse_ts(r.observed_at),
+        valid_from=parse_ts(r.valid_from),
+        valid_to=parse_ts(r.valid_to),
         confidence=r.confidence,
         status=r.status,
         superseded_by=r.superseded_by,
         labels=r.labels,
         model=r.model,
         prompt_version=r.prompt_version,
-        created_at=_ts(r.created_at),
+        created_at=parse_ts(r.created_at),
     )
 
 
@@ -264,17 +255,17 @@ def summary_from_row(r: SummaryRow) -> Summary:
         fact_ids=r.fact_ids,
         message_ids=r.message_ids,
         status=r.status,  # type: ignore[arg-type]
-        valid_from=_ts(r.valid_from),
-        valid_to=_ts(r.valid_to),
+        valid_from=parse_ts(r.valid_from),
+        valid_to=parse_ts(r.valid_to),
         confidence=r.confidence,
         labels=r.labels,
         version=r.version,
         superseded_by=r.superseded_by,
-        observed_at=_ts(r.observed_at),
+        observed_at=parse_ts(r.observed_at),
         model=r.model,
         prompt_version=r.prompt_version,
-        created_at=_ts(r.created_at),
-        updated_at=_ts(r.updated_at),
+        created_at=parse_ts(r.created_at),
+        updated_at=parse_ts(r.updated_at),
     )
 
 
@@ -357,8 +348,8 @@ class Topics:
                 name=t.name,
                 description=t.description,
                 summary_ids=t.summary_ids,
-                created_at=_ts(t.created_at),
-                updated_at=_ts(t.updated_at),
+                created_at=parse_ts(t.created_at),
+                updated_at=parse_ts(t.updated_at),
             )
             for t in self._m._store.list_topics(self._m.project_id, user_id)
         ]
@@ -666,7 +657,7 @@ class Memory:
         if session is None:
             raise NotFoundError(f"no session {session_id!r}; create it with mem.sessions.create")
         now = utcnow()
-        created = _iso(now)
+        created = to_iso(now)
         rows = [
             MessageRow(
                 project_id=self.project_id,
@@ -676,7 +667,7 @@ class Memory:
                 role=m.role,
                 content=m.content,
                 content_hash=digest,
-                ts=_iso(m.timestamp or now),
+                ts=to_iso(m.timestamp or now),
                 created_at=created,
                 process_id=m.process_id,
                 event_type=m.event_type,
@@ -865,7 +856,7 @@ class Memory:
         window: list[datetime | None] = []
         for name, value in (("since", since), ("until", until)):
             try:
-                window.append(None if value is None else _as_utc(_DATETIME.validate_python(value)))
+                window.append(None if value is None else as_utc(_DATETIME.validate_python(value)))
             except PydanticValidationError:
                 problems.append(f"{name}: expected an ISO-8601 datetime (got {value!r})")
                 window.append(None)

@@ -7,7 +7,7 @@ an error rather than silently dropped data. Output models (``Message``, ``Hit``,
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import (
@@ -19,6 +19,8 @@ from pydantic import (
     StrictStr,
     field_validator,
 )
+
+from ._time import as_utc
 
 __all__ = [
     "ROLES",
@@ -42,18 +44,6 @@ Layer = Literal["topic", "summary", "fact", "message"]
 # Identifiers appear in URLs, logs and SQL parameters: printable, no whitespace.
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@/+=-]{0,199}$"
 JsonObject = dict[str, Any]
-
-
-def utcnow() -> datetime:
-    return datetime.now(timezone.utc)
-
-
-def _as_utc(value: datetime) -> datetime:
-    # Naive datetimes are taken as UTC (documented): guessing the server's local zone would
-    # make the same input mean different instants on different machines.
-    if value.tzinfo is None:
-        return value.replace(tzinfo=timezone.utc)
-    return value.astimezone(timezone.utc)
 
 
 class _Input(BaseModel):
@@ -90,7 +80,7 @@ class MessageInput(_Input):
     @field_validator("timestamp")
     @classmethod
     def _utc(cls, v: datetime | None) -> datetime | None:
-        return None if v is None else _as_utc(v)
+        return None if v is None else as_utc(v)
 
 
 class Message(BaseModel):

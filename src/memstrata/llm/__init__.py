@@ -24,6 +24,7 @@ __all__ = [
     "LLMError",
     "LLMOutputError",
     "complete_json",
+    "describe_error",
     "make_chat_model",
     "parse_json_object",
 ]
@@ -156,6 +157,13 @@ def complete_json(
         raise LLMOutputError(
             f"model {model.id} gave unusable JSON twice: {_short(exc)}", raw=second.text
         ) from None
+
+
+def describe_error(exc: Exception) -> str:
+    """An SDK error in one line: the HTTP status when there is one, then the message."""
+    status = getattr(exc, "status_code", None)
+    text = " ".join(str(exc).split())[:300]
+    return f"HTTP {status}: {text}" if status else f"{type(exc).__name__}: {text}"
 
 
 def _short(exc: Exception) -> str:

@@ -15,6 +15,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from . import ChatResult, LLMError
+from . import describe_error as _detail
 
 __all__ = ["AnthropicChatModel"]
 
@@ -115,9 +116,3 @@ class AnthropicChatModel:
             completion_tokens=getattr(usage, "output_tokens", 0) or 0,
             latency_ms=latency,
         )
-
-
-def _detail(exc: Exception) -> str:
-    status = getattr(exc, "status_code", None)
-    text = " ".join(str(exc).split())[:300]
-    return f"HTTP {status}: {text}" if status else f"{type(exc).__name__}: {text}"

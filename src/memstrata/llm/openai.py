@@ -16,6 +16,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from . import ChatResult, LLMError
+from . import describe_error as _detail
 
 __all__ = ["OpenAIChatModel"]
 
@@ -161,9 +162,3 @@ def _mentions(exc: Exception, *words: str) -> bool:
 
 def _format_rejected(exc: Exception) -> bool:
     return _mentions(exc, "response_format", "json_schema", "json schema")
-
-
-def _detail(exc: Exception) -> str:
-    status = getattr(exc, "status_code", None)
-    text = " ".join(str(exc).split())[:300]
-    return f"HTTP {status}: {text}" if status else f"{type(exc).__name__}: {text}"

@@ -15,13 +15,14 @@ import secrets
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic import ValidationError as PydanticValidationError
 
+from .._time import to_iso as _iso
 from ..embed import Embedder
 from ..hooks import HookContext, Hooks
 from ..llm import CallLog, ChatModel, LLMError, complete_json
@@ -63,14 +64,6 @@ def embedding_text(message: MessageRow) -> str:
 
 def _new_id(prefix: str) -> str:
     return f"{prefix}_{int(time.time() * 1000):012x}{secrets.token_hex(6)}"
-
-
-def _iso(dt: datetime | None) -> str | None:
-    if dt is None:
-        return None
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=timezone.utc)
-    return dt.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def topic_key(name: str) -> str:

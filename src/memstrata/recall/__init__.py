@@ -8,9 +8,9 @@ accepted; the vector side sees it once a worker has embedded it.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime, timezone
 from typing import Literal
 
+from .._time import parse_iso as parse_ts
 from ..embed import Embedder
 from ..store import MessageRow, SearchFilters, SessionRow, Store, SummaryRow
 from ..store._text import fts_query_terms
@@ -22,12 +22,6 @@ from ._tokens import estimate_tokens
 __all__ = ["Recaller", "estimate_tokens", "message_from_row", "parse_ts"]
 
 Fusion = Literal["rrf", "score"]
-
-
-def parse_ts(value: str | None) -> datetime | None:
-    if value is None:
-        return None
-    return datetime.strptime(value, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc)
 
 
 def message_from_row(row: MessageRow) -> Message:

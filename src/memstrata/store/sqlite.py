@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from .._time import now_iso, to_iso
 from ..errors import ConfigError, ConflictError, EmbedderMismatchError, StoreError
 from . import (
     AddOutcome,
@@ -141,21 +142,15 @@ def _filter_sql(filters: SearchFilters, alias: str = "m") -> tuple[str, list[Any
         params.extend(filters.event_types)
     if filters.since:
         clauses.append(f"{alias}.ts >= ?")
-        params.append(_iso(filters.since))
+        params.append(to_iso(filters.since))
     if filters.until:
         clauses.append(f"{alias}.ts < ?")
-        params.append(_iso(filters.until))
+        params.append(to_iso(filters.until))
     for cond in filters.metadata:
         sql, args = _metadata_sql(cond, f"{alias}.metadata")
         clauses.append(sql)
         params.extend(args)
     return " AND ".join(clauses), params
-
-
-def _iso(value: Any) -> str:
-    from ..types import _as_utc
-
-    return _as_utc(value).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def _row_to_message(row: sqlite3.Row | tuple[Any, ...]) -> MessageRow:
@@ -382,7 +377,7 @@ class SQLiteStore:
                     c.execute(
                         "INSERT INTO meta (key, value) VALUES ('schema_migrated_' || ?, ?) "
                         "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                        (name, _now_iso()),
+                        (name, now_iso()),
                     )
 
     def schema_version(self) -> int:
@@ -513,7 +508,7 @@ class SQLiteStore:
                     )
                 c.execute(
                     "UPDATE sessions SET updated_at = ? WHERE project_id = ? AND id = ?",
-                    (_now_iso(), project_id, session.id),
+                    (now_iso(), project_id, session.id),
                 )
         dupes = [r.id for r in rows if r.id in existing]
         return AddOutcome(message_ids=ids, duplicates=dupes, job_id=job_id)
@@ -709,7 +704,7 @@ class SQLiteStore:
             c.execute(
                 f"UPDATE messages SET status = 'processed', error = NULL, processed_at = ? "
                 f"WHERE job_id IN ({marks})",
-                (_now_iso(), *batch.job_ids),
+                (now_iso(), *batch.job_ids),
             )
             c.execute(
                 f"UPDATE jobs SET status = 'done', finished_at = ?, locked_by = NULL, "
@@ -973,7 +968,7 @@ class SQLiteStore:
     ) -> None:
         project, user = batch.project_id, batch.user_id
         scope = scope_token(project, user)
-        now = _now_iso()
+        now = now_iso()
         message_pks = {m.id: m.pk for m in batch.messages}
         fact_vectors: list[tuple[int, np.ndarray]] = []
         for f in layers.facts:
@@ -1458,7 +1453,7 @@ class SQLiteStore:
                 (rows[target_id], rows[source_id]),
             ).rowcount
             c.execute("DELETE FROM topic_summaries WHERE topic_pk = ?", (rows[source_id],))
-            now = _now_iso()
+            now = now_iso()
             c.execute(
                 "UPDATE topics SET status = 'merged', merged_into = ?, updated_at = ? WHERE pk = ?",
                 (target_id, now, rows[source_id]),
@@ -1537,12 +1532,6 @@ class SQLiteStore:
             "embedder": self.get_meta("embedder"),
             "llm_usage": self.llm_usage(project_id),
         }
-
-
-def _now_iso() -> str:
-    from datetime import datetime, timezone
-
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def _split_sql(script: str) -> list[str]:

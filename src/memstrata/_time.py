@@ -1,0 +1,39 @@
+"""One timestamp format for everything stored: UTC, microseconds, fixed width.
+
+Fixed width makes the stored text sort in time order, so range filters are plain string
+comparisons in SQL.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+__all__ = ["as_utc", "now_iso", "parse_iso", "to_iso", "utcnow"]
+
+_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def as_utc(value: datetime) -> datetime:
+    # Naive datetimes are taken as UTC (documented): guessing the server's local zone would
+    # make the same input mean different instants on different machines.
+    if value.tzinfo is None:
+        return value.replace(tzinfo=timezone.utc)
+    return value.astimezone(timezone.utc)
+
+
+def to_iso(value: datetime | None) -> str | None:
+    return None if value is None else as_utc(value).strftime(_FORMAT)
+
+
+def now_iso() -> str:
+    return utcnow().strftime(_FORMAT)
+
+
+def parse_iso(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    return datetime.strptime(value, _FORMAT).replace(tzinfo=timezone.utc)
