@@ -41,3 +41,17 @@ def test_public_names() -> None:
     for name in memstrata.__all__:
         assert getattr(memstrata, name) is not None
     assert memstrata.ValidationError.__mro__[1] is memstrata.MemstrataError
+
+
+def test_vector_index_and_local_model_load_in_either_order() -> None:
+    # usearch imported before onnxruntime crashed the interpreter (SIGSEGV); the vector
+    # index loads the model runtime first so the order of use does not matter.
+    code = (
+        "from memstrata.store._vectors import _usearch_index\n"
+        "_usearch_index()\n"
+        "from memstrata.embed import make_embedder\n"
+        "print(make_embedder('local').embed(['hello there']).shape)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "(1, 384)"

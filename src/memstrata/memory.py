@@ -473,6 +473,7 @@ class Memory:
             batch_max_messages=settings.batch_max_messages,
         )
         self._my_jobs: set[int] = set()
+        self._prune_at = 1024
         self.sessions = Sessions(self)
         self.messages = Messages(self)
         self.facts = Facts(self)
@@ -721,15 +722,18 @@ class Memory:
         result.processed = True
 
     def _track_job(self, job_id: int) -> None:
-        # close() waits for the jobs this process queued; finished ones are dropped from the
-        # set now and then so a long-running process does not accumulate every job id.
+        # close() waits for the jobs this process queued. Finished ones are dropped now and
+        # then; the next prune waits until the set has doubled, so a backlog that cannot be
+        # pruned yet costs each call O(1) amortised, not a query over every tracked job.
         with self._lock:
             self._my_jobs.add(job_id)
-            prune = len(self._my_jobs) >= 1024
+            prune = len(self._my_jobs) >= self._prune_at
             ids = sorted(self._my_jobs) if prune else []
         if prune:
             states = self._store.job_states(ids)
             self._forget_jobs([j for j in ids if states.get(j) in ("done", "failed")])
+            with self._lock:
+                self._prune_at = max(1024, 2 * len(self._my_jobs))
 
     def _forget_jobs(self, ids: Sequence[int]) -> None:
         with self._lock:

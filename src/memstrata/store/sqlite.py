@@ -771,14 +771,17 @@ class SQLiteStore:
         return len(ids)
 
     def job_states(self, job_ids: Sequence[int]) -> dict[int, str]:
-        if not job_ids:
-            return {}
-        marks = ",".join("?" * len(job_ids))
-        return dict(
-            self._conn()
-            .execute(f"SELECT id, status FROM jobs WHERE id IN ({marks})", list(job_ids))
-            .fetchall()
-        )
+        out: dict[int, str] = {}
+        ids = list(job_ids)
+        for i in range(0, len(ids), 500):  # SQLite caps the number of bound parameters
+            chunk = ids[i : i + 500]
+            marks = ",".join("?" * len(chunk))
+            out.update(
+                self._conn()
+                .execute(f"SELECT id, status FROM jobs WHERE id IN ({marks})", chunk)
+                .fetchall()
+            )
+        return out
 
     def unfinished_jobs(self, project_id: str | None = None) -> int:
         sql = "SELECT count(*) FROM jobs WHERE status IN ('queued', 'running')"
