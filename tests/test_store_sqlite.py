@@ -339,3 +339,36 @@ def test_similar_summaries_skip_retired_ones_even_when_they_crowd_the_top(db_url
     assert all(
         row.status == "active" and row.id in {f"s{i}" for i in range(35, 40)} for row, _ in found
     )
+
+
+def test_fulltext_leaves_out_very_common_terms(make_memory: Any) -> None:
+    mem = make_memory(workers=0)
+    store = mem.store
+    store.COMMON_TERM_ROWS = 3  # instead of 2,000, to keep the test small
+    s = mem.sessions.create(user_id="u1")
+    s.add_messages([{"role": "user", "content": f"pizza night number {i}"} for i in range(6)])
+    s.add_messages([{"role": "user", "content": "pizza with sushi on the side"}])
+    kept, _ = store._plan_fulltext("messages", "default", "u1", ["pizza", "sushi"])
+    assert kept == ["sushi"]  # "pizza" is in 7 rows: ranking by it is noise
+    hits = store.fulltext_messages("default", "u1", ["pizza", "sushi"], 10, SearchFilters())
+    assert len(hits) == 1
+    # Only common terms: the rarest are kept, so the query still finds something.
+    kept, _ = store._plan_fulltext("messages", "default", "u1", ["pizza", "night"])
+    assert sorted(kept) == ["night", "pizza"]
+    # Stems are what counts: "nights" is the index's "night".
+    assert store._stems(["nights", "上海"]) == ["night", "上海"]
+
+
+def test_fulltext_scoping_is_exact_on_both_plans(make_memory: Any) -> None:
+    mem = make_memory(workers=0)
+    big = mem.sessions.create(user_id="big")
+    small = mem.sessions.create(user_id="small")
+    big.add_messages([{"role": "user", "content": f"garden note {i}"} for i in range(12)])
+    small.add_messages([{"role": "user", "content": "my garden secret"}])
+    store = mem.store
+    # "big" owns most rows: filtered by a join; "small" is scoped by its token.
+    assert store._plan_fulltext("messages", "default", "big", ["garden"])[1] is False
+    assert store._plan_fulltext("messages", "default", "small", ["garden"])[1] is True
+    assert {h.text for h in mem.search("garden", user_id="small")} == {"my garden secret"}
+    big_hits = mem.search("garden", user_id="big", limit=50)
+    assert len(big_hits) == 12 and all(h.user_id == "big" for h in big_hits)

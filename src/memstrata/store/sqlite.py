@@ -804,6 +804,65 @@ class SQLiteStore:
 
     # -- search ----------------------------------------------------------------------
 
+    # Ranking is the cost of a full-text query: FTS5 scores every row matching any term.
+    # A term in more than this many rows is left out (unless nothing rarer remains): such
+    # words rank by noise anyway, and the vector side still sees the whole question.
+    COMMON_TERM_ROWS = 2000
+
+    def _stems(self, words: Sequence[str]) -> list[str]:
+        """The index's own tokens for ``words`` (Porter stems, CJK grams), one list per word,
+        from a scratch FTS5 table in this connection's temp schema."""
+        conn = self._conn()
+        if not getattr(self._local, "stemmer", False):
+            conn.execute(
+                "CREATE VIRTUAL TABLE IF NOT EXISTS temp.stem USING fts5 "
+                "(x, tokenize = 'porter unicode61 remove_diacritics 2')"
+            )
+            conn.execute(
+                "CREATE VIRTUAL TABLE IF NOT EXISTS temp.stem_vocab "
+                "USING fts5vocab (temp, stem, 'instance')"
+            )
+            self._local.stemmer = True
+        conn.execute("DELETE FROM temp.stem")
+        conn.executemany(
+            "INSERT INTO temp.stem (rowid, x) VALUES (?, ?)",
+            [(i + 1, w) for i, w in enumerate(words)],
+        )
+        out: list[list[str]] = [[] for _ in words]
+        for term, doc in conn.execute("SELECT term, doc FROM temp.stem_vocab"):
+            out[int(doc) - 1].append(term)
+        return [" ".join(o) for o in out]
+
+    def _doc_frequencies(self, table: str, tokens: Sequence[str]) -> dict[str, int]:
+        wanted = sorted({t for token in tokens for t in token.split()})
+        if not wanted:
+            return {}
+        marks = ",".join("?" * len(wanted))
+        return dict(
+            self._conn()
+            .execute(f"SELECT term, doc FROM {table}_fts_vocab WHERE term IN ({marks})", wanted)
+            .fetchall()
+        )
+
+    def _plan_fulltext(
+        self, table: str, project_id: str, user_id: str, terms: Sequence[str]
+    ) -> tuple[list[str], bool]:
+        """(terms to search, whether to scope by token) for one query."""
+        scope = scope_token(project_id, user_id)
+        stems = self._stems([*terms, scope])
+        df = self._doc_frequencies(table, stems)
+        scored = sorted(
+            (max((df.get(t, 0) for t in stems[i].split()), default=0), i) for i in range(len(terms))
+        )
+        kept = [terms[i] for d, i in scored if d <= self.COMMON_TERM_ROWS]
+        if not kept:
+            kept = [terms[i] for _, i in scored[:2]]
+        # When this user owns most rows, intersecting with the scope token walks nearly every
+        # row; filtering the matches by a join on the owner is cheaper and just as exact.
+        owned = df.get(stems[-1], 0)
+        total = self._conn().execute(f"SELECT max(pk) FROM {table}").fetchone()[0] or 0
+        return kept, owned * 2 <= total
+
     def fulltext_messages(
         self,
         project_id: str,
@@ -814,9 +873,16 @@ class SQLiteStore:
     ) -> list[tuple[int, float]]:
         if not terms or limit <= 0:
             return []
-        words = " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
-        match = f'scope : "{scope_token(project_id, user_id)}" AND ({words})'
+        kept, by_token = self._plan_fulltext("messages", project_id, user_id, terms)
+        words = " OR ".join('"' + t.replace('"', '""') + '"' for t in kept)
         where, params = _filter_sql(filters)
+        if by_token:
+            match = f'scope : "{scope_token(project_id, user_id)}" AND ({words})'
+        else:
+            match = words
+            owner = "m.project_id = ? AND m.user_id = ?"
+            where = f"{owner} AND {where}" if where else owner
+            params = [project_id, user_id, *params]
         if where:
             sql = (
                 "SELECT f.rowid, bm25(messages_fts, 1.0, 0.0) AS r FROM messages_fts f "
