@@ -341,14 +341,20 @@ def main(argv: Sequence[str] | None = None) -> None:
             mode = "HNSW" if n > threshold else "exact"
             with stopwatch() as t_cold:
                 mem.search(queries[0], user_id=USER, limit=LIMIT)
+            # The HNSW index is built in the background (searches are exact meanwhile): the
+            # warm figures are taken once it is ready.
+            with stopwatch() as t_build:
+                mem.store.vectors.wait_indexes()
             print(
                 f"\n[search] default settings: vector_index_threshold={threshold}, scope {n} "
                 f"-> {mode}"
             )
             print(
-                f"  cold first search (loads {n} vectors"
-                f"{' and builds the HNSW index' if mode == 'HNSW' else ''}): {t_cold[0]:.2f} s"
+                f"  cold first search (loads {n} vectors; exact until the index is ready): "
+                f"{t_cold[0]:.2f} s"
             )
+            if mode == "HNSW":
+                print(f"  HNSW index built in the background in {t_cold[0] + t_build[0]:.1f} s")
             profiler = cProfile.Profile() if args.profile else None
             with other_load() as noise_full:
                 if profiler is not None:
@@ -390,6 +396,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 "vector_index_threshold": threshold,
                 "queries": len(queries),
                 "cold_first_search_s": round(t_cold[0], 3),
+                "hnsw_build_s": round(t_cold[0] + t_build[0], 3),
                 "full": full.as_dict(),
                 "other_load": round(noise_full[0], 3),
                 "embed": embed.as_dict(),
@@ -411,6 +418,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 if m is not mem:
                     with stopwatch() as t:
                         _vector_part(m, qvecs[:1], CANDIDATES)
+                        m.store.vectors.wait_indexes()
                     cold[name] = t[0]
             ex30, exact30 = _vector_part(exact_mem, qvecs, CANDIDATES)
             hn30, hnsw30 = _vector_part(hnsw_mem, qvecs, CANDIDATES)
@@ -423,7 +431,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             )
             print(
                 f"  cold first vector search: exact (load only) {cold['exact']:.2f} s, "
-                f"HNSW (load + index build) {cold['HNSW']:.2f} s"
+                f"HNSW (load + background index build) {cold['HNSW']:.2f} s"
             )
             print(format_summary(f"exact vector_messages, k={CANDIDATES}", ex30))
             print(format_summary(f"HNSW vector_messages, k={CANDIDATES}", hn30))

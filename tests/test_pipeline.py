@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import sqlite3
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -524,3 +527,46 @@ def test_topics_are_reused_by_normalised_name_and_can_be_merged(
     assert [t.name for t in after] == ["drinks"] and len(after[0].summary_ids) == 3
     with pytest.raises(NotFoundError):
         mem.topics.merge(by_name["family"].id, into=by_name["drinks"].id, user_id="sam")
+
+
+def test_one_user_never_processed_by_two_workers_at_once(
+    make_memory: Any, openai_server: FakeOpenAIServer, model: MemoryModel, local_embedder: Any
+) -> None:
+    spans: list[tuple[str, float, float]] = []
+    lock = threading.Lock()
+
+    def timed(body: dict[str, Any]) -> str:
+        prompt = str(body["messages"][-1]["content"])
+        who = "ann" if "Ann says" in prompt else "bob" if "Bob says" in prompt else "?"
+        start = time.monotonic()
+        time.sleep(0.05)
+        answer = model(body)
+        with lock:
+            spans.append((who, start, time.monotonic()))
+        return answer
+
+    openai_server.chat_script = timed
+    mem = _llm_memory(make_memory, openai_server, local_embedder, workers=0, batch_max_messages=1)
+    for user in ("ann", "bob"):
+        s = mem.sessions.create(user_id=user, session_id=user)
+        for i in range(3):
+            s.add_messages(
+                [
+                    {
+                        "role": "user",
+                        "content": f"{user.title()} says fact {i} here.",
+                        "id": f"{user}-{i}",
+                    }
+                ]
+            )
+    workers = [threading.Thread(target=mem.wait) for _ in range(3)]  # three workers
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(60)
+    assert len(mem.facts.list(limit=100)) == 6
+    by_user = {u: sorted((a, b) for w, a, b in spans if w == u) for u in ("ann", "bob")}
+    for calls in by_user.values():
+        assert calls and all(b1 <= a2 for (_, b1), (a2, _) in itertools.pairwise(calls))
+    overlap = any(a1 < b2 and a2 < b1 for a1, b1 in by_user["ann"] for a2, b2 in by_user["bob"])
+    assert overlap  # other users do proceed in parallel

@@ -438,10 +438,6 @@ class Memory:
             elif self._store.get_meta("embedder") not in (None, self._embedder.id):
                 log.warning("re-embedding %s with %s", self._store.url, self._embedder.id)
                 self.reindex(progress=_ReindexLog())
-        except BaseException:
-            self._store.close()
-            raise
-        try:
             self._llm: ChatModel | None = make_chat_model(
                 settings.llm,
                 base_url=settings.llm_base_url,

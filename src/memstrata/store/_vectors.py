@@ -224,6 +224,13 @@ class VectorCache:
                 old._cancel.set()
                 total -= old.n
 
+    def wait_indexes(self, timeout: float | None = None) -> None:
+        """Block until every background HNSW build of the loaded scopes has finished."""
+        with self._lock:
+            scopes = list(self._scopes.values())
+        for scope in scopes:
+            scope.wait_index(timeout)
+
     def clear(self) -> None:
         with self._lock:
             scopes = list(self._scopes.values())
