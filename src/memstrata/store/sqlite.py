@@ -805,9 +805,10 @@ class SQLiteStore:
     # -- search ----------------------------------------------------------------------
 
     # Ranking is the cost of a full-text query: FTS5 scores every row matching any term.
-    # A term in more than this many rows is left out (unless nothing rarer remains): such
-    # words rank by noise anyway, and the vector side still sees the whole question.
-    COMMON_TERM_ROWS = 2000
+    # Terms are taken rarest first while the rows they match add up to at most this many
+    # (the rarest is always kept): common words rank by noise anyway, the rare ones carry
+    # the query, and the vector side still sees the whole question.
+    MATCH_BUDGET = 4000
 
     def _stems(self, words: Sequence[str]) -> list[str]:
         """The index's own tokens for ``words`` (Porter stems, CJK grams), one list per word,
@@ -854,9 +855,13 @@ class SQLiteStore:
         scored = sorted(
             (max((df.get(t, 0) for t in stems[i].split()), default=0), i) for i in range(len(terms))
         )
-        kept = [terms[i] for d, i in scored if d <= self.COMMON_TERM_ROWS]
-        if not kept:
-            kept = [terms[i] for _, i in scored[:2]]
+        kept: list[str] = []
+        matched = 0
+        for d, i in scored:
+            if kept and matched + d > self.MATCH_BUDGET:
+                break
+            kept.append(terms[i])
+            matched += d
         # When this user owns most rows, intersecting with the scope token walks nearly every
         # row; filtering the matches by a join on the owner is cheaper and just as exact.
         owned = df.get(stems[-1], 0)
