@@ -294,6 +294,7 @@ class SQLiteStore:
         self._conn_lock = threading.Lock()
         self._closed = False
         self.vectors = VectorCache(index_threshold=vector_index_threshold)
+        self._df_cache: dict[tuple[str, str], tuple[int, int]] = {}
         parent = os.path.dirname(os.path.abspath(self.path))
         if not os.path.isdir(parent):
             raise StoreError(f"cannot create {self.path!r}: directory {parent!r} does not exist")
@@ -834,16 +835,34 @@ class SQLiteStore:
             out[int(doc) - 1].append(term)
         return [" ".join(o) for o in out]
 
-    def _doc_frequencies(self, table: str, tokens: Sequence[str]) -> dict[str, int]:
-        wanted = sorted({t for token in tokens for t in token.split()})
-        if not wanted:
-            return {}
-        marks = ",".join("?" * len(wanted))
-        return dict(
-            self._conn()
-            .execute(f"SELECT term, doc FROM {table}_fts_vocab WHERE term IN ({marks})", wanted)
-            .fetchall()
-        )
+    def _doc_frequencies(self, table: str, tokens: Sequence[str], total: int) -> dict[str, int]:
+        """Rows containing each token. fts5vocab counts them by walking the token's whole
+        posting list, as costly as ranking for a common word, so counts are cached and
+        refreshed once the table has grown by a tenth."""
+        wanted = {t for token in tokens for t in token.split()}
+        out: dict[str, int] = {}
+        missing = []
+        for term in wanted:
+            hit = self._df_cache.get((table, term))
+            if hit is not None and total <= hit[1] * 1.1 + 100:
+                out[term] = hit[0]
+            else:
+                missing.append(term)
+        if missing:
+            marks = ",".join("?" * len(missing))
+            found = dict(
+                self._conn()
+                .execute(
+                    f"SELECT term, doc FROM {table}_fts_vocab WHERE term IN ({marks})", missing
+                )
+                .fetchall()
+            )
+            if len(self._df_cache) > 100_000:
+                self._df_cache.clear()
+            for term in missing:
+                out[term] = found.get(term, 0)
+                self._df_cache[(table, term)] = (out[term], total)
+        return out
 
     def _plan_fulltext(
         self, table: str, project_id: str, user_id: str, terms: Sequence[str]
@@ -851,7 +870,8 @@ class SQLiteStore:
         """(terms to search, whether to scope by token) for one query."""
         scope = scope_token(project_id, user_id)
         stems = self._stems([*terms, scope])
-        df = self._doc_frequencies(table, stems)
+        total = self._conn().execute(f"SELECT max(pk) FROM {table}").fetchone()[0] or 0
+        df = self._doc_frequencies(table, stems, total)
         scored = sorted(
             (max((df.get(t, 0) for t in stems[i].split()), default=0), i) for i in range(len(terms))
         )
@@ -865,7 +885,6 @@ class SQLiteStore:
         # When this user owns most rows, intersecting with the scope token walks nearly every
         # row; filtering the matches by a join on the owner is cheaper and just as exact.
         owned = df.get(stems[-1], 0)
-        total = self._conn().execute(f"SELECT max(pk) FROM {table}").fetchone()[0] or 0
         return kept, owned * 2 <= total
 
     def fulltext_messages(
