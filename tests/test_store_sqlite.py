@@ -366,9 +366,18 @@ def test_fulltext_scoping_is_exact_on_both_plans(make_memory: Any) -> None:
     big.add_messages([{"role": "user", "content": f"garden note {i}"} for i in range(12)])
     small.add_messages([{"role": "user", "content": "my garden secret"}])
     store = mem.store
-    # "big" owns most rows: filtered by a join; "small" is scoped by its token.
-    assert store._plan_fulltext("messages", "default", "big", ["garden"])[1] is False
-    assert store._plan_fulltext("messages", "default", "small", ["garden"])[1] is True
+    # "big" owns most rows: each match's owner is checked; "small" is scoped by its token.
+    assert store._plan_fulltext("messages", "default", "big", ["garden"])[1] == "owner"
+    assert store._plan_fulltext("messages", "default", "small", ["garden"])[1] == "token"
     assert {h.text for h in mem.search("garden", user_id="small")} == {"my garden secret"}
     big_hits = mem.search("garden", user_id="big", limit=50)
     assert len(big_hits) == 12 and all(h.user_id == "big" for h in big_hits)
+
+
+def test_fulltext_of_the_only_user_needs_no_scoping(make_memory: Any) -> None:
+    mem = make_memory(workers=0)
+    s = mem.sessions.create(user_id="solo")
+    s.add_messages([{"role": "user", "content": f"tulip bulb {i}"} for i in range(5)])
+    assert mem.store._plan_fulltext("messages", "default", "solo", ["tulip"])[1] == "none"
+    assert len(mem.search("tulip", user_id="solo", limit=10)) == 5
+    assert mem.search("tulip", user_id="nobody") == []  # another user: scoped by token

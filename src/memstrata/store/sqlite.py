@@ -866,8 +866,8 @@ class SQLiteStore:
 
     def _plan_fulltext(
         self, table: str, project_id: str, user_id: str, terms: Sequence[str]
-    ) -> tuple[list[str], bool]:
-        """(terms to search, whether to scope by token) for one query."""
+    ) -> tuple[list[str], str]:
+        """(terms to search, how to keep to the user: "token", "owner" or "none")."""
         scope = scope_token(project_id, user_id)
         stems = self._stems([*terms, scope])
         total = self._conn().execute(f"SELECT max(pk) FROM {table}").fetchone()[0] or 0
@@ -883,9 +883,11 @@ class SQLiteStore:
             kept.append(terms[i])
             matched += d
         # When this user owns most rows, intersecting with the scope token walks nearly every
-        # row; filtering the matches by a join on the owner is cheaper and just as exact.
+        # row: check each match's owner instead (or nothing, when every row is theirs).
         owned = df.get(stems[-1], 0)
-        return kept, owned * 2 <= total
+        if owned * 2 <= total:
+            return kept, "token"
+        return kept, "none" if owned == total else "owner"
 
     def fulltext_messages(
         self,
@@ -897,29 +899,36 @@ class SQLiteStore:
     ) -> list[tuple[int, float]]:
         if not terms or limit <= 0:
             return []
-        kept, by_token = self._plan_fulltext("messages", project_id, user_id, terms)
+        kept, scoping = self._plan_fulltext("messages", project_id, user_id, terms)
         words = " OR ".join('"' + t.replace('"', '""') + '"' for t in kept)
         where, params = _filter_sql(filters)
-        if by_token:
+        match = words
+        owner = ""
+        if scoping == "token":
             match = f'scope : "{scope_token(project_id, user_id)}" AND ({words})'
-        else:
-            match = words
-            owner = "m.project_id = ? AND m.user_id = ?"
-            where = f"{owner} AND {where}" if where else owner
-            params = [project_id, user_id, *params]
+        elif scoping == "owner":
+            # Answered from the (project_id, user_id, pk) index alone: reading each matched
+            # message row to learn its owner cost more than the ranking.
+            owner = (
+                " AND EXISTS (SELECT 1 FROM messages o WHERE o.project_id = ? "
+                "AND o.user_id = ? AND o.pk = f.rowid)"
+            )
+        owner_args = [project_id, user_id] if owner else []
         if where:
             sql = (
+                # CROSS JOIN fixes the order: matches first, then each one's row by primary
+                # key, rather than walking the user's rows and probing the index per row.
                 "SELECT f.rowid, bm25(messages_fts, 1.0, 0.0) AS r FROM messages_fts f "
-                "JOIN messages m ON m.pk = f.rowid "
-                f"WHERE messages_fts MATCH ? AND {where} ORDER BY r LIMIT ?"
+                "CROSS JOIN messages m ON m.pk = f.rowid "
+                f"WHERE messages_fts MATCH ? AND {where}{owner} ORDER BY r LIMIT ?"
             )
-            args = [match, *params, limit]
+            args = [match, *params, *owner_args, limit]
         else:
             sql = (
-                "SELECT rowid, bm25(messages_fts, 1.0, 0.0) AS r FROM messages_fts "
-                "WHERE messages_fts MATCH ? ORDER BY r LIMIT ?"
+                "SELECT f.rowid, bm25(messages_fts, 1.0, 0.0) AS r FROM messages_fts f "
+                f"WHERE messages_fts MATCH ?{owner} ORDER BY r LIMIT ?"
             )
-            args = [match, limit]
+            args = [match, *owner_args, limit]
         try:
             rows = self._conn().execute(sql, args).fetchall()
         except sqlite3.OperationalError as exc:  # a malformed MATCH must not break recall
