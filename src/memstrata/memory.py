@@ -579,6 +579,7 @@ class Memory:
             except Exception:
                 log.exception("error while finishing queued work at close")
         self._pool.stop(timeout=max(1.0, timeout))
+        self._recaller.close()
         if self._warmup is not None:
             # Native code (onnxruntime) must not be mid-load when the interpreter exits:
             # that aborts the process ("terminate called without an active exception").

@@ -7,7 +7,9 @@ accepted; the vector side sees it once a worker has embedded it.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Literal
 
 from .._time import parse_iso as parse_ts
@@ -81,6 +83,20 @@ class Recaller:
         self.store = store
         self.embedder = embedder
         self.fusion = fusion
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
+
+    def _executor(self) -> ThreadPoolExecutor:
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(4, thread_name_prefix="memstrata-recall")
+            return self._pool
+
+    def close(self) -> None:
+        with self._pool_lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True)
 
     def search(
         self,
@@ -105,6 +121,29 @@ class Recaller:
         # Fetch more candidates than asked so fusion has overlap to work with.
         candidates = max(20, limit * 3) + len(exclude)
         terms = fts_query_terms(query)
+        summaries_too = "summary" in layers and filters.empty
+
+        def fulltext() -> dict[str, list[tuple[tuple[str, int], float]]]:
+            out = {}
+            if "message" in layers:
+                out["message.fulltext"] = [
+                    (("message", pk), s)
+                    for pk, s in self.store.fulltext_messages(
+                        project_id, user_id, terms, candidates, filters
+                    )
+                ]
+            if summaries_too:
+                out["summary.fulltext"] = [
+                    (("summary", pk), s)
+                    for pk, s in self.store.fulltext_summaries(
+                        project_id, user_id, terms, candidates
+                    )
+                ]
+            return out
+
+        # Full text (SQLite) and the query embedding (onnxruntime) both release the GIL and
+        # use different resources: run them side by side.
+        pending = self._executor().submit(fulltext)
         qvec = self.embedder.embed([query])[0]
         # A non-positive cosine means "unrelated" for every embedder we ship: never a match.
         floor = max(min_similarity, 1e-6)
@@ -114,21 +153,12 @@ class Recaller:
                 project_id, user_id, qvec, self.embedder.id, candidates, filters
             )
             lists["message.vector"] = [(("message", pk), s) for pk, s in vector if s >= floor]
-            lists["message.fulltext"] = [
-                (("message", pk), s)
-                for pk, s in self.store.fulltext_messages(
-                    project_id, user_id, terms, candidates, filters
-                )
-            ]
-        if "summary" in layers and filters.empty:
+        if summaries_too:
             vector = self.store.vector_summaries(
                 project_id, user_id, qvec, self.embedder.id, candidates
             )
             lists["summary.vector"] = [(("summary", pk), s) for pk, s in vector if s >= floor]
-            lists["summary.fulltext"] = [
-                (("summary", pk), s)
-                for pk, s in self.store.fulltext_summaries(project_id, user_id, terms, candidates)
-            ]
+        lists.update(pending.result())
         fused = rrf(lists, k=rrf_k) if self.fusion == "rrf" else score_fusion(lists)
         signals: dict[tuple[str, int], dict[str, float]] = {}
         for name, ranked in lists.items():
