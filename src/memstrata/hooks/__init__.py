@@ -127,9 +127,6 @@ class Hooks:
         with self._lock:
             return [h for h in self._hooks if h.resource == resource and h.event == event]
 
-    def active(self, resource: str, event: str) -> bool:
-        return bool(self._at(resource, event))
-
     def _deliver(
         self, hook: _Hook, ctx: HookContext, data: dict[str, Any]
     ) -> tuple[dict[str, Any] | None, float]:

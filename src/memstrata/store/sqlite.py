@@ -102,6 +102,11 @@ def _fts_body(content: str, event_type: str | None, page: str | None) -> str:
     return fts_document("\n".join(parts))
 
 
+def _any_of(terms: Sequence[str]) -> str:
+    """An FTS5 expression matching any of ``terms``, each quoted so it is never syntax."""
+    return " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
+
+
 def _json_path(path: tuple[str, ...]) -> str:
     return "$" + "".join(f'."{p}"' for p in path)
 
@@ -673,18 +678,11 @@ class SQLiteStore:
     ) -> None:
         if len(rows) != len(vectors):
             raise ValueError("one vector per message is required")
-        self._claim_embedder(c, embedder)
-        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
-        dim = int(vectors.shape[1]) if vectors.ndim == 2 else 0
-        c.executemany(
-            "INSERT INTO vectors (project_id, user_id, kind, item_pk, embedder, dim, vec) "
-            "VALUES (?, ?, 'message', ?, ?, ?, ?) "
-            "ON CONFLICT (kind, item_pk, embedder) DO UPDATE SET vec = excluded.vec",
-            (
-                (r.project_id, r.user_id, r.pk, embedder, dim, vectors[i].tobytes())
-                for i, r in enumerate(rows)
-            ),
-        )
+        by_user: dict[tuple[str, str], list[tuple[int, np.ndarray]]] = {}
+        for r, v in zip(rows, vectors, strict=True):
+            by_user.setdefault((r.project_id, r.user_id), []).append((r.pk or 0, v))
+        for (project_id, user_id), items in by_user.items():
+            self._insert_vectors(c, embedder, "message", project_id, user_id, items)
 
     def complete_batch(
         self,
@@ -812,8 +810,8 @@ class SQLiteStore:
     MATCH_BUDGET = 4000
 
     def _stems(self, words: Sequence[str]) -> list[str]:
-        """The index's own tokens for ``words`` (Porter stems, CJK grams), one list per word,
-        from a scratch FTS5 table in this connection's temp schema."""
+        """The index's own tokens for each of ``words`` (Porter stems, CJK grams; several are
+        joined by spaces), from a scratch FTS5 table in this connection's temp schema."""
         conn = self._conn()
         if not getattr(self._local, "stemmer", False):
             conn.execute(
@@ -900,7 +898,7 @@ class SQLiteStore:
         if not terms or limit <= 0:
             return []
         kept, scoping = self._plan_fulltext("messages", project_id, user_id, terms)
-        words = " OR ".join('"' + t.replace('"', '""') + '"' for t in kept)
+        words = _any_of(kept)
         where, params = _filter_sql(filters)
         match = words
         owner = ""
@@ -959,21 +957,7 @@ class SQLiteStore:
         if limit <= 0:
             return []
         conn = self._conn()
-        generation = self._generation(project_id, user_id, "message")
-
-        def load(after_pk: int) -> Iterator[tuple[int, int, bytes]]:
-            return conn.execute(
-                "SELECT pk, item_pk, vec FROM vectors WHERE project_id = ? AND user_id = ? "
-                "AND kind = 'message' AND embedder = ? AND pk > ? ORDER BY pk",
-                (project_id, user_id, embedder, after_pk),
-            )
-
-        scope = self.vectors.scope(
-            (project_id, user_id, "message", embedder),
-            dim=int(query.shape[0]),
-            generation=generation,
-            load=load,
-        )
+        scope = self._vector_scope(project_id, user_id, "message", embedder, int(query.shape[0]))
         allowed = None
         if not filters.empty:
             where, params = _filter_sql(filters)
@@ -991,10 +975,6 @@ class SQLiteStore:
         return scope.search(np.asarray(query, dtype=np.float32), limit, allowed)
 
     # -- vectors bookkeeping -----------------------------------------------------------
-
-    def vector_embedders(self) -> dict[str, int]:
-        stored = self.get_meta("embedder")
-        return {} if stored is None else {stored: -1}
 
     def drop_vectors_except(self, embedder: str) -> int:
         with self._write() as c:
@@ -1506,8 +1486,7 @@ class SQLiteStore:
         """Current summaries of a user matching any of ``terms``, best first (BM25)."""
         if not terms or limit <= 0:
             return []
-        words = " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
-        match = f'scope : "{scope_token(project_id, user_id)}" AND ({words})'
+        match = f'scope : "{scope_token(project_id, user_id)}" AND ({_any_of(terms)})'
         rows = (
             self._conn()
             .execute(
