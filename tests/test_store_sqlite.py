@@ -265,8 +265,13 @@ def test_embedder_mismatch_is_detected_not_mixed(db_url: str) -> None:
     with pytest.raises(EmbedderMismatchError, match=r"'hash:v1:384' .* 'hash:v1:128'.*reindex"):
         Memory(db_url, embedder="hash:128")
     with Memory(db_url, embedder="hash:128", embedder_mismatch="reindex", workers=0) as mem:
-        assert mem.stats()["vectors"] == {"hash:v1:128": 1}
-        assert mem.search("bees", user_id="u1")[0].signals.get("vector", 0) > 0
+        # The message and what was derived from it (its fact and summary) are re-embedded.
+        layers = mem.stats()
+        assert mem.stats()["vectors"] == {
+            "hash:v1:128": 1 + layers["facts"] + sum(layers["summaries"].values())
+        }
+        hits = mem.search("bees", user_id="u1")
+        assert {h.layer for h in hits if h.signals.get("vector", 0) > 0} == {"message", "summary"}
     with Memory(db_url, embedder="hash:128") as mem:  # now the stored embedder
         assert mem.store.get_meta("embedder") == "hash:v1:128"
 

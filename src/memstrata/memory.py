@@ -758,25 +758,34 @@ class Memory:
         return count
 
     def reindex(self, *, batch_size: int = 256, progress: Any = None) -> int:
-        """Re-embed every processed message with the configured embedder.
+        """Re-embed every processed message, fact and summary with the configured embedder.
 
         Use after changing the embedder; vectors of the previous embedder are removed.
-        Returns the number of messages embedded. ``progress(n)`` is called per batch.
+        Returns the number of items embedded. ``progress(n)`` is called per batch.
         """
         self._check_open()
         embedder_id = self._embedder.id
         self._store.drop_vectors_except(embedder_id)
         done, after = 0, 0
-        while True:
-            rows = self._store.messages_missing_vectors(embedder_id, after, batch_size)
-            if not rows:
-                return done
+        while rows := self._store.messages_missing_vectors(embedder_id, after, batch_size):
             vectors = self._embedder.embed([embedding_text(r) for r in rows])
             self._store.put_message_vectors(embedder_id, rows, vectors)
             after = rows[-1].pk or after
             done += len(rows)
             if progress is not None:
                 progress(len(rows))
+        for kind in ("fact", "summary"):
+            after = 0
+            while items := self._store.layer_items_missing_vectors(
+                embedder_id, kind, after, batch_size
+            ):
+                vectors = self._embedder.embed([text for _, _, _, text in items])
+                self._store.put_layer_vectors(embedder_id, kind, items, vectors)
+                after = items[-1][0]
+                done += len(items)
+                if progress is not None:
+                    progress(len(items))
+        return done
 
     # -- read --------------------------------------------------------------------------
 

@@ -341,6 +341,16 @@ class Store(Protocol):
     def messages_missing_vectors(
         self, embedder: str, after_pk: int, limit: int
     ) -> list[MessageRow]: ...
+    def layer_items_missing_vectors(
+        self, embedder: str, kind: str, after_pk: int, limit: int
+    ) -> list[tuple[int, str, str, str]]: ...
+    def put_layer_vectors(
+        self,
+        embedder: str,
+        kind: str,
+        items: Sequence[tuple[int, str, str, str]],
+        vectors: np.ndarray,
+    ) -> None: ...
     def put_message_vectors(
         self, embedder: str, rows: Sequence[MessageRow], vectors: np.ndarray
     ) -> None: ...

@@ -986,8 +986,9 @@ class SQLiteStore:
             )
             c.execute(
                 "INSERT INTO vector_generations (project_id, user_id, kind, generation) "
-                "SELECT DISTINCT project_id, user_id, 'message', 1 FROM messages WHERE 1 "
-                "ON CONFLICT (project_id, user_id, kind) DO UPDATE "
+                "SELECT DISTINCT s.project_id, s.user_id, k.kind, 1 FROM messages s, "
+                "(SELECT 'message' AS kind UNION ALL SELECT 'fact' UNION ALL SELECT 'summary') k "
+                "WHERE 1 ON CONFLICT (project_id, user_id, kind) DO UPDATE "
                 "SET generation = generation + 1"
             )
         self.vectors.clear()
@@ -1006,6 +1007,34 @@ class SQLiteStore:
                 (after_pk, embedder, limit),
             )
         ]
+
+    def layer_items_missing_vectors(
+        self, embedder: str, kind: str, after_pk: int, limit: int
+    ) -> list[tuple[int, str, str, str]]:
+        """(pk, project_id, user_id, text) of facts or summaries without a vector of
+        ``embedder``, in pk order, for re-embedding."""
+        table = {"fact": "facts", "summary": "summaries"}[kind]
+        return (
+            self._conn()
+            .execute(
+                f"SELECT t.pk, t.project_id, t.user_id, t.text FROM {table} t WHERE t.pk > ? "
+                "AND NOT EXISTS (SELECT 1 FROM vectors v WHERE v.kind = ? AND v.item_pk = t.pk "
+                "AND v.embedder = ?) ORDER BY t.pk LIMIT ?",
+                (after_pk, kind, embedder, limit),
+            )
+            .fetchall()
+        )
+
+    def put_layer_vectors(
+        self,
+        embedder: str,
+        kind: str,
+        items: Sequence[tuple[int, str, str, str]],
+        vectors: np.ndarray,
+    ) -> None:
+        with self._write() as c:
+            for (pk, project_id, user_id, _), v in zip(items, vectors, strict=True):
+                self._insert_vectors(c, embedder, kind, project_id, user_id, [(pk, v)])
 
     def put_message_vectors(
         self, embedder: str, rows: Sequence[MessageRow], vectors: np.ndarray
