@@ -252,6 +252,7 @@ class Turn:
     role: str  # speaker_a -> "user", speaker_b -> "assistant"
     text: str
     timestamp: datetime
+    caption: str | None = None  # ``blip_caption``: a photo the speaker shared with the turn
 
     @property
     def message_id(self) -> str:
@@ -312,6 +313,7 @@ def locomo_turns() -> list[Turn]:
                         role="user" if speaker == speaker_a else "assistant",
                         text=text,
                         timestamp=start + timedelta(minutes=i),
+                        caption=str(t.get("blip_caption") or "").strip() or None,
                     )
                 )
     return turns

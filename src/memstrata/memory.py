@@ -36,14 +36,13 @@ from .hooks import Hooks
 from .jobs import WorkerPool
 from .llm import ChatModel, make_chat_model
 from .pipeline import Pipeline, embedding_text
-from .recall import Recaller, message_from_row, parse_ts
+from .recall import SEARCH_LAYERS, Recaller, parse_ts, search_options
+from .recall._rows import fact_from_row, message_from_row, summary_from_row, topic_from_row
 from .store import (
-    FactRow,
     MessageRow,
     SearchFilters,
     SessionRow,
     Store,
-    SummaryRow,
     open_store,
     parse_metadata_filters,
 )
@@ -113,7 +112,10 @@ def _pydantic_problems(exc: PydanticValidationError, prefix: str) -> list[str]:
 
 
 def _content_hash(session_id: str, m: MessageInput) -> str:
-    key = json.dumps([session_id, m.role, m.content, m.event_type, m.page], ensure_ascii=False)
+    fields = [session_id, m.role, m.content, m.event_type, m.page]
+    if m.name is not None:  # appended only when set, so hashes of unnamed messages stay stable
+        fields.append(m.name)
+    key = json.dumps(fields, ensure_ascii=False)
     return hashlib.sha256(key.encode()).hexdigest()
 
 
@@ -226,49 +228,6 @@ class _ReindexLog:
         log.info("re-embedded %d messages", self.done)
 
 
-def fact_from_row(r: FactRow) -> Fact:
-    return Fact(
-        id=r.id,
-        user_id=r.user_id,
-        text=r.text,
-        kind=r.kind,  # type: ignore[arg-type]
-        message_ids=r.message_ids,
-        occurred_at=parse_ts(r.occurred_at),
-        observed_at=parse_ts(r.observed_at),
-        valid_from=parse_ts(r.valid_from),
-        valid_to=parse_ts(r.valid_to),
-        confidence=r.confidence,
-        status=r.status,
-        superseded_by=r.superseded_by,
-        labels=r.labels,
-        model=r.model,
-        prompt_version=r.prompt_version,
-        created_at=parse_ts(r.created_at),
-    )
-
-
-def summary_from_row(r: SummaryRow) -> Summary:
-    return Summary(
-        id=r.id,
-        user_id=r.user_id,
-        text=r.text,
-        fact_ids=r.fact_ids,
-        message_ids=r.message_ids,
-        status=r.status,  # type: ignore[arg-type]
-        valid_from=parse_ts(r.valid_from),
-        valid_to=parse_ts(r.valid_to),
-        confidence=r.confidence,
-        labels=r.labels,
-        version=r.version,
-        superseded_by=r.superseded_by,
-        observed_at=parse_ts(r.observed_at),
-        model=r.model,
-        prompt_version=r.prompt_version,
-        created_at=parse_ts(r.created_at),
-        updated_at=parse_ts(r.updated_at),
-    )
-
-
 class Facts:
     """``mem.facts``: the facts extracted from a user's messages, with provenance."""
 
@@ -341,18 +300,7 @@ class Topics:
 
     def list(self, *, user_id: str) -> list[Topic]:
         _check_id(user_id, "user_id")
-        return [
-            Topic(
-                id=t.id,
-                user_id=t.user_id,
-                name=t.name,
-                description=t.description,
-                summary_ids=t.summary_ids,
-                created_at=parse_ts(t.created_at),
-                updated_at=parse_ts(t.updated_at),
-            )
-            for t in self._m._store.list_topics(self._m.project_id, user_id)
-        ]
+        return [topic_from_row(t) for t in self._m._store.list_topics(self._m.project_id, user_id)]
 
     def merge(self, source_id: str, into: str, *, user_id: str) -> int:
         """Move every summary of topic ``source_id`` under topic ``into`` and retire the
@@ -457,7 +405,7 @@ class Memory:
             extract_chunk=settings.extract_chunk_messages,
             consolidate_chunk=settings.consolidate_chunk_facts,
         )
-        self._recaller = Recaller(self._store, self._embedder)
+        self._recaller = Recaller(self._store, self._embedder, chat=self._llm)
         self._pool = WorkerPool(
             self._store,
             self._pipeline,
@@ -670,6 +618,7 @@ class Memory:
                 process_id=m.process_id,
                 event_type=m.event_type,
                 page=m.page,
+                name=m.name,
                 metadata=m.metadata,
             )
             for m, digest in validated
@@ -847,11 +796,21 @@ class Memory:
         until: datetime | str | None = None,
         roles: Sequence[str] | None = None,
         event_types: Sequence[str] | None = None,
+        as_of: datetime | str | None = None,
+        layers: Sequence[str] | None = None,
+        include_superseded: bool = False,
+        recall_config: RecallConfig | dict[str, Any] | None = None,
     ) -> list[Hit]:
         """Ranked memories of ``user_id`` for ``query``, each traceable to its messages.
 
-        ``filters`` are metadata filters (see docs/api.md); the keyword filters narrow by
-        session, time window (``since`` inclusive, ``until`` exclusive), role and event type.
+        Hits of every layer (summaries, facts, messages; ``layers`` narrows) are ranked on
+        one scale, each with the ids of the messages it came from. ``filters`` are metadata
+        filters (see docs/api.md); the keyword filters narrow by session, time window
+        (``since`` inclusive, ``until`` exclusive), role and event type, and apply to
+        messages only. ``as_of`` is when the question is asked (default: now): periods
+        such as "last spring" are resolved against it. Superseded facts and summaries are
+        left out unless ``include_superseded``; ``recall_config`` sets the router, rerank
+        and fusion (see docs/recall.md).
         """
         self._check_open()
         problems = []
@@ -863,8 +822,14 @@ class Memory:
             problems.append(f"limit: expected an integer from 1 to 1000 (got {limit!r})")
         if roles is not None and any(r not in ROLES for r in roles):
             problems.append(f"roles: each must be one of {', '.join(ROLES)}")
+        if layers is not None and (
+            isinstance(layers, str) or not layers or any(x not in SEARCH_LAYERS for x in layers)
+        ):
+            problems.append(f"layers: expected a non-empty list of {', '.join(SEARCH_LAYERS)}")
+        if not isinstance(include_superseded, bool):
+            problems.append("include_superseded: expected true or false")
         window: list[datetime | None] = []
-        for name, value in (("since", since), ("until", until)):
+        for name, value in (("since", since), ("until", until), ("as_of", as_of)):
             try:
                 window.append(None if value is None else as_utc(_DATETIME.validate_python(value)))
             except PydanticValidationError:
@@ -883,8 +848,15 @@ class Memory:
             until=window[1],
             metadata=parse_metadata_filters(filters),
         )
+        config = self._recall_config(recall_config)
+        options = search_options(
+            config,
+            as_of=window[2],
+            layers=tuple(layers) if layers else None,
+            include_superseded=include_superseded,
+        )
         return self._recaller.search(
-            self.project_id, user_id, query, limit=limit, filters=search_filters
+            self.project_id, user_id, query, limit=limit, filters=search_filters, options=options
         )
 
     def stats(self) -> dict[str, Any]:

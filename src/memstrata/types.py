@@ -66,6 +66,9 @@ class MessageInput(_Input):
     event_type: StrictStr | None = Field(default=None, min_length=1, max_length=64)
     page: StrictStr | None = Field(default=None, max_length=2048)
     process_id: StrictStr | None = Field(default=None, pattern=ID_PATTERN)
+    # The speaker's name, as in OpenAI's chat format: who said the turn when several
+    # people talk ("Caroline"); recall matches it against names in the query.
+    name: StrictStr | None = Field(default=None, min_length=1, max_length=64)
     metadata: JsonObject = Field(default_factory=dict)
 
     @field_validator("content")
@@ -96,6 +99,7 @@ class Message(BaseModel):
     event_type: str | None = None
     page: str | None = None
     process_id: str | None = None
+    name: str | None = None
     metadata: JsonObject = Field(default_factory=dict)
     status: MessageStatus = "pending"
     error: str | None = None
@@ -173,6 +177,7 @@ class Hit(BaseModel):
     session_id: str | None = None
     timestamp: datetime | None = None
     role: str | None = None
+    name: str | None = None
     event_type: str | None = None
     metadata: JsonObject = Field(default_factory=dict)
     # Per-retriever evidence (e.g. {"vector": 0.71, "fulltext": 3.2, "vector_rank": 1}).
@@ -281,6 +286,13 @@ class RecallConfig(_Input):
     )
     token_budget: int = Field(
         default=800, ge=50, le=32_000, validation_alias=AliasChoices("token_budget", "TokenBudget")
+    )
+    # memstrata's own keys.
+    fusion: Literal["score", "rrf"] = Field(
+        default="score", validation_alias=AliasChoices("fusion", "Fusion")
+    )
+    include_superseded: bool = Field(
+        default=False, validation_alias=AliasChoices("include_superseded", "IncludeSuperseded")
     )
 
 

@@ -53,13 +53,14 @@ CANDIDATES_PER_FACT = 3
 
 
 def embedding_text(message: MessageRow) -> str:
-    """The text a message is embedded as: behaviour events carry their kind and page."""
+    """The text a message is embedded as: behaviour events carry their kind and page, and a
+    named speaker's turn carries the name (questions name people, turns rarely do)."""
     if message.event_type:
         parts = [f"{message.event_type.replace('_', ' ')}: {message.content}"]
         if message.page:
             parts.append(f"(page: {message.page})")
         return " ".join(parts)
-    return message.content
+    return f"{message.name}: {message.content}" if message.name else message.content
 
 
 def _new_id(prefix: str) -> str:

@@ -8,46 +8,52 @@ accepted; the vector side sees it once a worker has embedded it.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Literal
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+import numpy as np
 
 from .._time import parse_iso as parse_ts
+from .._time import utcnow
 from ..embed import Embedder
-from ..store import MessageRow, SearchFilters, SessionRow, Store, SummaryRow
+from ..llm import ChatModel
+from ..store import (
+    CURRENT_SUMMARY,
+    FactRow,
+    MessageRow,
+    SearchFilters,
+    SessionRow,
+    Store,
+    SummaryRow,
+)
 from ..store._text import fts_query_terms
-from ..types import Hit, MemoryContext, Message, RecallConfig
+from ..types import Hit, MemoryContext, Message, RecallConfig, Topic
 from ._format import format_context
-from ._fusion import rrf, score_fusion
+from ._rerank import rerank
+from ._rewrite import rewrite_query
+from ._rows import fact_from_row, message_from_row, topic_from_row
+from ._scoring import DEFAULT_WEIGHTS, Candidate, Key, ScorerWeights, score
+from ._temporal import TimeIntent, parse_time_intent, window_boost
 from ._tokens import estimate_tokens
 
-__all__ = ["Recaller", "estimate_tokens", "message_from_row", "parse_ts"]
+__all__ = [
+    "SEARCH_LAYERS",
+    "Recaller",
+    "SearchOptions",
+    "estimate_tokens",
+    "message_from_row",
+    "parse_ts",
+    "search_options",
+]
 
-Fusion = Literal["rrf", "score"]
-
-
-def message_from_row(row: MessageRow) -> Message:
-    return Message(
-        id=row.id,
-        project_id=row.project_id,
-        user_id=row.user_id,
-        session_id=row.session_id,
-        role=row.role,
-        content=row.content,
-        timestamp=parse_ts(row.ts),  # type: ignore[arg-type]
-        event_type=row.event_type,
-        page=row.page,
-        process_id=row.process_id,
-        metadata=row.metadata,
-        status=row.status,
-        error=row.error,  # type: ignore[arg-type]
-        attempts=row.attempts,
-        created_at=parse_ts(row.created_at),  # type: ignore[arg-type]
-        processed_at=parse_ts(row.processed_at),
-    )
+# A second (multi-hop) retrieval's scores count at this share of the first's.
+CHAIN_WEIGHT = 0.7
 
 
-def _hit(row: MessageRow, score: float, signals: dict[str, float]) -> Hit:
+def _hit(row: MessageRow, score: float) -> Hit:
     return Hit(
         layer="message",
         id=row.id,
@@ -58,31 +64,106 @@ def _hit(row: MessageRow, score: float, signals: dict[str, float]) -> Hit:
         session_id=row.session_id,
         timestamp=parse_ts(row.ts),
         role=row.role,
+        name=row.name,
         event_type=row.event_type,
         metadata=row.metadata,
-        signals=signals,
     )
 
 
-def _summary_hit(row: SummaryRow, score: float, signals: dict[str, float]) -> Hit:
+def _by_relevance(ids: Sequence[str], message_score: dict[str, float]) -> list[str]:
+    """Provenance ordered by how well each source message matched this query (stable)."""
+    return sorted(ids, key=lambda i: -message_score.get(i, 0.0))
+
+
+def _fact_hit(row: FactRow, score: float, message_score: dict[str, float]) -> Hit:
+    return Hit(
+        layer="fact",
+        id=row.id,
+        text=row.text,
+        score=score,
+        message_ids=_by_relevance(row.message_ids, message_score),
+        user_id=row.user_id,
+        timestamp=parse_ts(row.occurred_at or row.observed_at or row.created_at),
+        metadata={"status": row.status, "kind": row.kind, "confidence": row.confidence},
+    )
+
+
+def _summary_hit(row: SummaryRow, score: float, message_score: dict[str, float]) -> Hit:
     return Hit(
         layer="summary",
         id=row.id,
         text=row.text,
         score=score,
-        message_ids=row.message_ids,
+        message_ids=_by_relevance(row.message_ids, message_score),
         user_id=row.user_id,
         timestamp=parse_ts(row.observed_at or row.updated_at),
         metadata={"status": row.status, "confidence": row.confidence, "version": row.version},
-        signals=signals,
     )
 
 
+def _signals(cand: Candidate, window: dict[Key, float] | None) -> dict[str, float]:
+    """Per-retriever evidence of one hit: only the retrievers that found it."""
+    out = {}
+    if max(cand.fulltext, default=0.0) > 0:
+        out["fulltext"] = round(max(cand.fulltext), 6)
+    if max(cand.vector, default=0.0) > 0:
+        out["vector"] = round(max(cand.vector), 6)
+    if window is not None:
+        out["time_window"] = round(window.get(cand.key, 0.0), 6)
+    return out
+
+
+def _row_text(row: Any) -> str:
+    return str(getattr(row, "content", None) or getattr(row, "text", ""))
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    """How one search runs; built from ``Memory.search`` arguments or a RecallConfig."""
+
+    layers: tuple[str, ...] = ("summary", "fact", "message")
+    include_superseded: bool = False
+    router: str = "single_hop_direct"
+    rerank: bool = False
+    fusion: str = "score"
+    rrf_k: int = 60
+    # Per layer: a cosine below this is no vector match (full-text matches still count).
+    min_similarity: Mapping[str, float] = field(default_factory=dict)
+    as_of: datetime | None = None
+    per_layer: int | None = None  # candidates per retriever and layer (default from limit)
+
+
+@dataclass
+class _Found:
+    """Raw retriever output for all query variants of one search."""
+
+    fulltext: dict[Key, list[float]] = field(default_factory=dict)
+    vector: dict[Key, list[float]] = field(default_factory=dict)
+
+
+@dataclass
+class Scored:
+    score: float
+    row: Any  # MessageRow, FactRow or SummaryRow
+    signals: dict[str, float]
+
+
+_STATUS_WEIGHT = {"deprioritized": 0.5, "superseded": 0.5}
+
+
 class Recaller:
-    def __init__(self, store: Store, embedder: Embedder, *, fusion: Fusion = "rrf") -> None:
+    def __init__(
+        self,
+        store: Store,
+        embedder: Embedder,
+        *,
+        chat: ChatModel | None = None,
+        weights: ScorerWeights = DEFAULT_WEIGHTS,
+    ) -> None:
         self.store = store
         self.embedder = embedder
-        self.fusion = fusion
+        self.chat = chat
+        self.weights = weights
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
 
@@ -98,6 +179,119 @@ class Recaller:
         if pool is not None:
             pool.shutdown(wait=True)
 
+    # -- retrieval -------------------------------------------------------------------
+
+    def _fulltext(
+        self,
+        project_id: str,
+        user_id: str,
+        variants: Sequence[str],
+        n: int,
+        filters: SearchFilters,
+        opts: SearchOptions,
+    ) -> dict[Key, list[float]]:
+        out: dict[Key, list[float]] = {}
+        layers = self._layers(opts, filters)
+        summary_statuses = (*CURRENT_SUMMARY, "superseded") if opts.include_superseded else None
+        fact_statuses = ("active", "superseded") if opts.include_superseded else ("active",)
+        for v, text in enumerate(variants):
+            terms = fts_query_terms(text)
+            found: list[tuple[Key, float]] = []
+            if "message" in layers:
+                found += [
+                    (("message", pk), s)
+                    for pk, s in self.store.fulltext_messages(
+                        project_id, user_id, terms, n, filters
+                    )
+                ]
+            if "fact" in layers:
+                found += [
+                    (("fact", pk), s)
+                    for pk, s in self.store.fulltext_facts(
+                        project_id, user_id, terms, n, fact_statuses
+                    )
+                ]
+            if "summary" in layers:
+                found += [
+                    (("summary", pk), s)
+                    for pk, s in self.store.fulltext_summaries(
+                        project_id, user_id, terms, n, summary_statuses or CURRENT_SUMMARY
+                    )
+                ]
+            for key, s in found:
+                out.setdefault(key, [0.0] * len(variants))[v] = s
+        return out
+
+    @staticmethod
+    def _layers(opts: SearchOptions, filters: SearchFilters) -> tuple[str, ...]:
+        # Message-level filters (session, role, event type, time, metadata) describe
+        # messages: derived layers take part only without them.
+        if filters.empty:
+            return opts.layers
+        return tuple(layer for layer in opts.layers if layer == "message")
+
+    def _retrieve(
+        self,
+        project_id: str,
+        user_id: str,
+        variants: Sequence[str],
+        n: int,
+        filters: SearchFilters,
+        opts: SearchOptions,
+    ) -> tuple[_Found, dict[Key, list[float]]]:
+        """Candidates of every layer: full text beside the query embedding, then vectors,
+        then the exact similarity of every candidate with every variant."""
+        pending = self._executor().submit(
+            self._fulltext, project_id, user_id, variants, n, filters, opts
+        )
+        qvecs = self.embedder.embed(list(variants))
+        layers = self._layers(opts, filters)
+        summary_statuses = (
+            (*CURRENT_SUMMARY, "superseded") if opts.include_superseded else CURRENT_SUMMARY
+        )
+        fact_statuses = ("active", "superseded") if opts.include_superseded else ("active",)
+        keys: set[Key] = set()
+        for q in qvecs:
+            if "message" in layers:
+                keys.update(
+                    ("message", pk)
+                    for pk, _ in self.store.vector_messages(
+                        project_id, user_id, q, self.embedder.id, n, filters
+                    )
+                )
+            if "fact" in layers:
+                keys.update(
+                    ("fact", pk)
+                    for pk, _ in self.store.vector_facts(
+                        project_id, user_id, q, self.embedder.id, n, fact_statuses
+                    )
+                )
+            if "summary" in layers:
+                keys.update(
+                    ("summary", pk)
+                    for pk, _ in self.store.vector_summaries(
+                        project_id, user_id, q, self.embedder.id, n, summary_statuses
+                    )
+                )
+        found = _Found(fulltext=pending.result())
+        keys.update(found.fulltext)
+        return found, {"keys": sorted(keys), "qvecs": qvecs}  # type: ignore[dict-item]
+
+    def _similarities(
+        self, project_id: str, user_id: str, keys: Sequence[Key], qvecs: Sequence[np.ndarray]
+    ) -> dict[Key, list[float]]:
+        out: dict[Key, list[float]] = {}
+        for layer in ("message", "fact", "summary"):
+            pks = [pk for lay, pk in keys if lay == layer]
+            if not pks:
+                continue
+            for v, q in enumerate(qvecs):
+                for pk, sim in self.store.vector_scores(
+                    project_id, user_id, layer, q, self.embedder.id, pks
+                ).items():
+                    out.setdefault((layer, pk), [0.0] * len(qvecs))[v] = sim
+        return out
+
     def search(
         self,
         project_id: str,
@@ -106,89 +300,176 @@ class Recaller:
         *,
         limit: int,
         filters: SearchFilters,
-        rrf_k: int = 60,
-        min_similarity: float = 0.0,
+        options: SearchOptions | None = None,
         exclude: Sequence[str] = (),
-        layers: Sequence[str] = ("summary", "message"),
     ) -> list[Hit]:
-        """Hybrid search over the layers named, fused into one ranking.
-
-        Summaries take part only when no message-level filter (session, role, event type,
-        time, metadata) is given, since those filters describe messages.
-        """
+        """Ranked hits of every layer asked for, each with its provenance message ids."""
+        opts = options or SearchOptions()
         if limit <= 0 or not query.strip():
             return []
-        # Fetch more candidates than asked so fusion has overlap to work with.
-        candidates = max(20, limit * 3) + len(exclude)
-        terms = fts_query_terms(query)
-        summaries_too = "summary" in layers and filters.empty
+        as_of = opts.as_of or utcnow()
+        intent = parse_time_intent(query, as_of)
+        variants = [query]
+        if opts.router == "single_hop_parallel":
+            variants += [r.text for r in rewrite_query(query)]
+        n = opts.per_layer or max(40, limit * 4) + len(exclude)
+        scored = self._score(project_id, user_id, query, variants, n, filters, opts, intent)
+        if opts.router == "multi_hop_chain" and scored:
+            scored = self._chain(project_id, user_id, query, scored, n, filters, opts, intent)
+        return self._hits(scored, limit, exclude, opts, query)
 
-        def fulltext() -> dict[str, list[tuple[tuple[str, int], float]]]:
-            out = {}
-            if "message" in layers:
-                out["message.fulltext"] = [
-                    (("message", pk), s)
-                    for pk, s in self.store.fulltext_messages(
-                        project_id, user_id, terms, candidates, filters
-                    )
-                ]
-            if summaries_too:
-                out["summary.fulltext"] = [
-                    (("summary", pk), s)
-                    for pk, s in self.store.fulltext_summaries(
-                        project_id, user_id, terms, candidates
-                    )
-                ]
-            return out
-
-        # Full text (SQLite) and the query embedding (onnxruntime) both release the GIL and
-        # use different resources: run them side by side.
-        pending = self._executor().submit(fulltext)
-        qvec = self.embedder.embed([query])[0]
-        # A non-positive cosine means "unrelated" for every embedder we ship: never a match.
-        floor = max(min_similarity, 1e-6)
-        lists: dict[str, list[tuple[tuple[str, int], float]]] = {}
-        if "message" in layers:
-            vector = self.store.vector_messages(
-                project_id, user_id, qvec, self.embedder.id, candidates, filters
-            )
-            lists["message.vector"] = [(("message", pk), s) for pk, s in vector if s >= floor]
-        if summaries_too:
-            vector = self.store.vector_summaries(
-                project_id, user_id, qvec, self.embedder.id, candidates
-            )
-            lists["summary.vector"] = [(("summary", pk), s) for pk, s in vector if s >= floor]
-        lists.update(pending.result())
-        fused = rrf(lists, k=rrf_k) if self.fusion == "rrf" else score_fusion(lists)
-        signals: dict[tuple[str, int], dict[str, float]] = {}
-        for name, ranked in lists.items():
-            retriever = name.split(".", 1)[1]
-            for rank, (key, s) in enumerate(ranked, start=1):
-                signals.setdefault(key, {})[retriever] = round(float(s), 6)
-                signals[key][f"{retriever}_rank"] = float(rank)
-        head = fused[: limit + len(exclude)]
-        messages = self.store.messages_by_pk([pk for (layer, pk), _ in head if layer == "message"])
-        summaries = self.store.summaries_by_pk(
-            [pk for (layer, pk), _ in head if layer == "summary"]
-        )
-        skip = set(exclude)
-        hits = []
-        for key, score in head:
+    def _score(
+        self,
+        project_id: str,
+        user_id: str,
+        query: str,
+        variants: Sequence[str],
+        n: int,
+        filters: SearchFilters,
+        opts: SearchOptions,
+        intent: TimeIntent,
+    ) -> dict[Key, Scored]:
+        found, extra = self._retrieve(project_id, user_id, variants, n, filters, opts)
+        keys: list[Key] = extra["keys"]  # type: ignore[assignment]
+        qvecs = extra["qvecs"]
+        messages = self.store.messages_by_pk([pk for lay, pk in keys if lay == "message"])
+        neighbours: dict[int, tuple[int | None, int | None]] = {}
+        if messages and filters.empty:
+            neighbours = self.store.message_neighbors(project_id, user_id, list(messages))
+            more = {p for pair in neighbours.values() for p in pair if p is not None}
+            more -= set(messages)
+            if more:
+                messages.update(self.store.messages_by_pk(sorted(more)))
+                keys = sorted(set(keys) | {("message", pk) for pk in more})
+                neighbours.update(self.store.message_neighbors(project_id, user_id, sorted(more)))
+        facts = self.store.facts_by_pk([pk for lay, pk in keys if lay == "fact"])
+        summaries = self.store.summaries_by_pk([pk for lay, pk in keys if lay == "summary"])
+        sims = self._similarities(project_id, user_id, keys, qvecs)
+        cands: dict[Key, Candidate] = {}
+        rows: dict[Key, Any] = {}
+        for key in keys:
             layer, pk = key
+            row: Any = (
+                messages if layer == "message" else facts if layer == "fact" else summaries
+            ).get(pk)
+            if row is None:
+                continue
+            # A non-positive cosine means "unrelated" for every embedder we ship.
+            floor = max(opts.min_similarity.get(layer, 0.0), 1e-6)
+            vec = [v if v >= floor else 0.0 for v in sims.get(key, [])]
+            text = found.fulltext.get(key, [0.0] * len(variants))
+            if max(vec, default=0.0) <= 0 and max(text) <= 0:
+                continue
+            cand = Candidate(key=key, fulltext=text, vector=vec)
             if layer == "message":
-                row = messages.get(pk)
-                if row is None or row.id in skip:
-                    continue
-                hits.append(_hit(row, round(score, 6), signals.get(key, {})))
+                cand.session, cand.name, cand.ts = row.session_id, row.name, parse_ts(row.ts)
+                prev, nxt = neighbours.get(pk, (None, None))
+                cand.prev = ("message", prev) if prev is not None else None
+                cand.next = ("message", nxt) if nxt is not None else None
             else:
-                summary = summaries.get(pk)
-                if summary is None:
+                cand.ts = parse_ts(row.observed_at or row.created_at)
+                cand.weight = _STATUS_WEIGHT.get(row.status, 1.0)
+            cands[key] = cand
+            rows[key] = row
+        window = None
+        span = intent.window
+        if span is None and intent.relation and intent.anchor:
+            span = self._anchor_window(project_id, user_id, intent, as_of=opts.as_of)
+        if span is not None:
+            window = {k: window_boost(c.ts, span) for k, c in cands.items()}
+        scores = score(
+            cands,
+            query,
+            weights=self.weights,
+            fusion=opts.fusion,
+            rrf_k=opts.rrf_k,
+            window=window,
+            as_of=opts.as_of,
+        )
+        return {
+            k: Scored(
+                s,
+                rows[k],
+                _signals(cands[k], window),
+            )
+            for k, s in scores.items()
+        }
+
+    def _anchor_window(
+        self, project_id: str, user_id: str, intent: TimeIntent, as_of: datetime | None
+    ) -> tuple[datetime, datetime] | None:
+        """ "before the move": find when the anchor event was talked about, and turn the
+        relation into a period ending (before) or starting (after) there."""
+        assert intent.anchor is not None
+        hits = self.search(
+            project_id,
+            user_id,
+            intent.anchor,
+            limit=1,
+            filters=SearchFilters(),
+            options=SearchOptions(layers=("message",), as_of=as_of),
+        )
+        if not hits or hits[0].timestamp is None:
+            return None
+        at = hits[0].timestamp
+        if intent.relation == "before":
+            return (datetime(1970, 1, 1, tzinfo=timezone.utc), at)
+        return (at, as_of or utcnow())
+
+    def _chain(
+        self,
+        project_id: str,
+        user_id: str,
+        query: str,
+        first: dict[Key, Scored],
+        n: int,
+        filters: SearchFilters,
+        opts: SearchOptions,
+        intent: TimeIntent,
+    ) -> dict[Key, Scored]:
+        """Multi-hop: a second retrieval seeded by what the first found (the query plus the
+        best hits' text), merged with the first at a lower weight."""
+        top = sorted(first.values(), key=lambda x: -x.score)[:3]
+        seed = " ".join(_row_text(x.row) for x in top)
+        second = self._score(
+            project_id, user_id, query, [f"{query} {seed}"], n, filters, opts, intent
+        )
+        merged = dict(first)
+        for key, found in second.items():
+            s2 = CHAIN_WEIGHT * found.score
+            if key not in merged or merged[key].score < s2:
+                merged[key] = Scored(s2, found.row, {**found.signals, "chain": 1.0})
+        return merged
+
+    def _hits(
+        self,
+        scored: dict[Key, Scored],
+        limit: int,
+        exclude: Sequence[str],
+        opts: SearchOptions,
+        query: str,
+    ) -> list[Hit]:
+        skip = set(exclude)
+        ranked = sorted(scored.items(), key=lambda kv: (-kv[1].score, kv[0]))
+        if opts.rerank:
+            ranked = rerank(ranked, query, chat=self.chat, depth=max(limit * 2, 20))
+        message_score = {x.row.id: x.score for (lay, _), x in scored.items() if lay == "message"}
+        hits: list[Hit] = []
+        for (layer, _), x in ranked:
+            s = round(x.score, 6)
+            if layer == "message":
+                if x.row.id in skip:
                     continue
-                if summary.status == "deprioritized":
-                    score *= 0.5
-                hits.append(_summary_hit(summary, round(score, 6), signals.get(key, {})))
-        hits.sort(key=lambda h: -h.score)
-        return hits[:limit]
+                hit = _hit(x.row, s)
+            elif layer == "fact":
+                hit = _fact_hit(x.row, s, message_score)
+            else:
+                hit = _summary_hit(x.row, s, message_score)
+            hit.signals = x.signals
+            hits.append(hit)
+            if len(hits) >= limit:
+                break
+        return hits
 
     def context(
         self,
@@ -211,26 +492,120 @@ class Recaller:
             else []
         )
         history = [message_from_row(r) for r in reversed(history_rows)]
+        user_id = session.user_id
         matches: list[Hit] = []
         if query and query.strip() and config.enable_long_term_recall:
-            matches = self.search(
-                project_id,
-                session.user_id,
-                query,
-                limit=config.message_semantic_top_k,
-                filters=filters,
-                rrf_k=config.long_term_rrf_k,
-                min_similarity=config.message_semantic_min_score,
-                exclude=[m.id for m in history],
-            )
-        text, tokens = format_context(matches, history, config.token_budget)
+            caps = {
+                "summary": config.proposition_top_k,
+                "fact": config.observation_semantic_top_k,
+                "message": config.message_semantic_top_k,
+            }
+            floors = {
+                "summary": config.observation_semantic_min_score,
+                "fact": config.observation_semantic_min_score,
+                "message": config.message_semantic_min_score,
+            }
+            layers = tuple(layer for layer, k in caps.items() if k > 0)
+            if layers:
+                hits = self.search(
+                    project_id,
+                    user_id,
+                    query,
+                    limit=sum(caps.values()) * 2,
+                    filters=filters,
+                    options=search_options(config, layers=layers, min_similarity=floors),
+                    exclude=[m.id for m in history],
+                )
+                taken = dict.fromkeys(caps, 0)
+                for hit in hits:
+                    if taken[hit.layer] >= caps[hit.layer]:
+                        continue
+                    taken[hit.layer] += 1
+                    matches.append(hit)
+        summary_rows = self.store.get_summaries(
+            project_id, [h.id for h in matches if h.layer == "summary"]
+        )
+        topics_of = self.store.topics_of_summaries([r.pk for r in summary_rows])
+        by_summary = {
+            r.id: [topic_from_row(t) for t in topics_of.get(r.pk, [])] for r in summary_rows
+        }
+        topic_rank: dict[str, tuple[float, Topic]] = {}
+        for hit in matches:
+            for topic in by_summary.get(hit.id, []):
+                best = topic_rank.get(topic.id, (0.0, topic))[0]
+                topic_rank[topic.id] = (best + hit.score, topic)
+        topics = [t for _, t in sorted(topic_rank.values(), key=lambda x: (-x[0], x[1].name))][
+            : config.topic_top_k
+        ]
+        evidence = self._evidence(project_id, matches, config.observation_context_top_k)
+        fact_rows = self.store.get_facts(project_id, [h.id for h in matches if h.layer == "fact"])
+        if config.observation_recent_limit:
+            known = {r.id for r in fact_rows}
+            fact_rows += [
+                r
+                for r in self.store.list_facts(
+                    project_id, user_id, limit=config.observation_recent_limit, newest_first=True
+                )
+                if r.id not in known
+            ]
+        shown_topics = {t.id for t in topics}
+        groups = {
+            sid: [t.name for t in ts if t.id in shown_topics] for sid, ts in by_summary.items()
+        }
+        text, tokens = format_context(
+            matches, history, config.token_budget, topics=groups, evidence=evidence
+        )
+        summaries = [h.text for h in matches if h.layer == "summary"]
         return MemoryContext(
             project_id=project_id,
-            user_id=session.user_id,
+            user_id=user_id,
             session_id=session.id,
             query=query,
             history=history,
+            facts=[fact_from_row(r) for r in fact_rows],
+            summary="\n".join(summaries) if summaries else None,
+            topics=topics,
             formatted_context=text,
             token_estimate=tokens,
             matches=matches if details else None,
         )
+
+    def _evidence(
+        self, project_id: str, matches: Sequence[Hit], per_item: int
+    ) -> dict[str, list[Message]]:
+        """Source messages quoted under each summary and fact (best-matching first)."""
+        out: dict[str, list[Message]] = {}
+        if per_item <= 0:
+            return out
+        for hit in matches:
+            if hit.layer == "message":
+                continue
+            rows = [self.store.get_message(project_id, mid) for mid in hit.message_ids[:per_item]]
+            out[hit.id] = [message_from_row(r) for r in rows if r is not None]
+        return out
+
+
+SEARCH_LAYERS = ("summary", "fact", "message")
+
+
+def search_options(
+    config: RecallConfig,
+    *,
+    as_of: datetime | None = None,
+    layers: tuple[str, ...] | None = None,
+    include_superseded: bool | None = None,
+    min_similarity: Mapping[str, float] | None = None,
+) -> SearchOptions:
+    """The search a RecallConfig asks for."""
+    return SearchOptions(
+        layers=layers or SEARCH_LAYERS,
+        include_superseded=(
+            config.include_superseded if include_superseded is None else include_superseded
+        ),
+        router=config.query_router,
+        rerank=config.enable_long_term_rerank,
+        fusion=config.fusion,
+        rrf_k=config.long_term_rrf_k,
+        as_of=as_of,
+        min_similarity=dict(min_similarity or {}),
+    )

@@ -16,6 +16,7 @@ import numpy as np
 from ._filters import MetadataCondition, SearchFilters, parse_metadata_filters
 
 __all__ = [
+    "CURRENT_SUMMARY",
     "AddOutcome",
     "CallWrite",
     "ClaimedBatch",
@@ -35,6 +36,10 @@ __all__ = [
     "open_store",
     "parse_metadata_filters",
 ]
+
+
+# Summary statuses recall presents as current memory (deprioritized ones down-weighted).
+CURRENT_SUMMARY = ("active", "deprioritized")
 
 
 @dataclass(frozen=True)
@@ -62,6 +67,7 @@ class MessageRow:
     process_id: str | None = None
     event_type: str | None = None
     page: str | None = None
+    name: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
     status: str = "pending"
     error: str | None = None
@@ -298,7 +304,13 @@ class Store(Protocol):
     ) -> list[SummaryRow]: ...
     def summary_history(self, project_id: str, summary_id: str) -> list[dict[str, Any]]: ...
     def list_facts(
-        self, project_id: str, user_id: str | None, *, limit: int = 100, offset: int = 0
+        self,
+        project_id: str,
+        user_id: str | None,
+        *,
+        limit: int = 100,
+        offset: int = 0,
+        newest_first: bool = False,
     ) -> list[FactRow]: ...
     def get_facts(self, project_id: str, ids: Sequence[str]) -> list[FactRow]: ...
     def list_topics(self, project_id: str, user_id: str) -> list[TopicRow]: ...
@@ -306,12 +318,54 @@ class Store(Protocol):
         self, project_id: str, user_id: str, source_id: str, target_id: str
     ) -> int: ...
     def fulltext_summaries(
-        self, project_id: str, user_id: str, terms: Sequence[str], limit: int
+        self,
+        project_id: str,
+        user_id: str,
+        terms: Sequence[str],
+        limit: int,
+        statuses: Sequence[str] = CURRENT_SUMMARY,
     ) -> list[tuple[int, float]]: ...
     def vector_summaries(
-        self, project_id: str, user_id: str, query: np.ndarray, embedder: str, limit: int
+        self,
+        project_id: str,
+        user_id: str,
+        query: np.ndarray,
+        embedder: str,
+        limit: int,
+        statuses: Sequence[str] = CURRENT_SUMMARY,
     ) -> list[tuple[int, float]]: ...
     def summaries_by_pk(self, pks: Sequence[int]) -> dict[int, SummaryRow]: ...
+    def fulltext_facts(
+        self,
+        project_id: str,
+        user_id: str,
+        terms: Sequence[str],
+        limit: int,
+        statuses: Sequence[str] = ("active",),
+    ) -> list[tuple[int, float]]: ...
+    def vector_facts(
+        self,
+        project_id: str,
+        user_id: str,
+        query: np.ndarray,
+        embedder: str,
+        limit: int,
+        statuses: Sequence[str] = ("active",),
+    ) -> list[tuple[int, float]]: ...
+    def facts_by_pk(self, pks: Sequence[int]) -> dict[int, FactRow]: ...
+    def vector_scores(
+        self,
+        project_id: str,
+        user_id: str,
+        kind: str,
+        query: np.ndarray,
+        embedder: str,
+        pks: Sequence[int],
+    ) -> dict[int, float]: ...
+    def message_neighbors(
+        self, project_id: str, user_id: str, pks: Sequence[int]
+    ) -> dict[int, tuple[int | None, int | None]]: ...
+    def topics_of_summaries(self, pks: Sequence[int]) -> dict[int, list[TopicRow]]: ...
     def retry_failed(self, project_id: str, user_id: str | None = None) -> int: ...
     def job_states(self, job_ids: Sequence[int]) -> dict[int, str]: ...
     def unfinished_jobs(self, project_id: str | None = None) -> int: ...

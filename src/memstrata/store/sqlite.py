@@ -22,6 +22,7 @@ import numpy as np
 from .._time import now_iso, to_iso
 from ..errors import ConfigError, ConflictError, EmbedderMismatchError, StoreError
 from . import (
+    CURRENT_SUMMARY,
     AddOutcome,
     CallWrite,
     ClaimedBatch,
@@ -42,7 +43,7 @@ __all__ = ["SQLiteStore", "latest_schema_version", "sqlite_path"]
 
 _MESSAGE_COLUMNS = (
     "pk, project_id, id, user_id, session_id, process_id, role, content, content_hash, ts, "
-    "event_type, page, metadata, status, error, attempts, job_id, created_at, processed_at"
+    "event_type, page, metadata, status, error, attempts, job_id, created_at, processed_at, name"
 )
 
 
@@ -93,8 +94,10 @@ def _backfill_fts(conn: sqlite3.Connection) -> None:
 _POST_STEPS = {2: _backfill_fts}
 
 
-def _fts_body(content: str, event_type: str | None, page: str | None) -> str:
-    parts = [content]
+def _fts_body(
+    content: str, event_type: str | None, page: str | None, name: str | None = None
+) -> str:
+    parts = [f"{name}: {content}" if name else content]
     if event_type:
         parts.append(event_type.replace("_", " "))
     if page:
@@ -179,6 +182,7 @@ def _row_to_message(row: sqlite3.Row | tuple[Any, ...]) -> MessageRow:
         job_id,
         created_at,
         processed_at,
+        name,
     ) = row
     return MessageRow(
         pk=pk,
@@ -193,6 +197,7 @@ def _row_to_message(row: sqlite3.Row | tuple[Any, ...]) -> MessageRow:
         ts=ts,
         event_type=event_type,
         page=page,
+        name=name,
         metadata=json.loads(metadata),
         status=status,
         error=error,
@@ -488,8 +493,8 @@ class SQLiteStore:
                     pk = c.execute(
                         "INSERT INTO messages (project_id, id, user_id, session_id, process_id, "
                         "role, content, content_hash, ts, event_type, page, metadata, status, "
-                        "job_id, created_at) "
-                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?)",
+                        "job_id, created_at, name) "
+                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?)",
                         (
                             project_id,
                             r.id,
@@ -505,12 +510,13 @@ class SQLiteStore:
                             json.dumps(r.metadata, ensure_ascii=False),
                             job_id,
                             r.created_at,
+                            r.name,
                         ),
                     ).lastrowid
                     r.pk, r.job_id = pk, job_id
                     c.execute(
                         "INSERT INTO messages_fts (rowid, body, scope) VALUES (?, ?, ?)",
-                        (pk, _fts_body(r.content, r.event_type, r.page), scope),
+                        (pk, _fts_body(r.content, r.event_type, r.page, r.name), scope),
                     )
                 c.execute(
                     "UPDATE sessions SET updated_at = ? WHERE project_id = ? AND id = ?",
@@ -1462,14 +1468,22 @@ class SQLiteStore:
         return out
 
     def list_facts(
-        self, project_id: str, user_id: str | None, *, limit: int = 100, offset: int = 0
+        self,
+        project_id: str,
+        user_id: str | None,
+        *,
+        limit: int = 100,
+        offset: int = 0,
+        newest_first: bool = False,
     ) -> list[FactRow]:
         sql = f"SELECT {_FACT_COLUMNS} FROM facts WHERE project_id = ?"
         params: list[Any] = [project_id]
         if user_id is not None:
             sql += " AND user_id = ?"
             params.append(user_id)
-        sql += " ORDER BY pk LIMIT ? OFFSET ?"
+        if newest_first:
+            sql += " AND status = 'active'"
+        sql += f" ORDER BY pk {'DESC' if newest_first else ''} LIMIT ? OFFSET ?"
         params += [limit, offset]
         return [_row_to_fact(r) for r in self._conn().execute(sql, params)]
 
@@ -1509,34 +1523,181 @@ class SQLiteStore:
             out.append(TopicRow(pk, proj, tid, uid, name, desc, status, ids, created, updated))
         return out
 
-    def fulltext_summaries(
-        self, project_id: str, user_id: str, terms: Sequence[str], limit: int
+    def _fulltext_layer(
+        self,
+        table: str,
+        project_id: str,
+        user_id: str,
+        terms: Sequence[str],
+        limit: int,
+        statuses: Sequence[str],
     ) -> list[tuple[int, float]]:
-        """Current summaries of a user matching any of ``terms``, best first (BM25)."""
-        if not terms or limit <= 0:
+        if not terms or limit <= 0 or not statuses:
             return []
         match = f'scope : "{scope_token(project_id, user_id)}" AND ({_any_of(terms)})'
+        marks = ",".join("?" * len(statuses))
         rows = (
             self._conn()
             .execute(
-                "SELECT f.rowid, bm25(summaries_fts, 1.0, 0.0) AS r FROM summaries_fts f "
-                "JOIN summaries s ON s.pk = f.rowid "
-                "WHERE summaries_fts MATCH ? AND s.status IN ('active', 'deprioritized') "
-                "ORDER BY r LIMIT ?",
-                (match, limit),
+                f"SELECT f.rowid, bm25({table}_fts, 1.0, 0.0) AS r FROM {table}_fts f "
+                f"JOIN {table} s ON s.pk = f.rowid "
+                f"WHERE {table}_fts MATCH ? AND s.status IN ({marks}) ORDER BY r LIMIT ?",
+                (match, *statuses, limit),
             )
             .fetchall()
         )
         return [(int(pk), -float(r)) for pk, r in rows]
 
-    def vector_summaries(
-        self, project_id: str, user_id: str, query: np.ndarray, embedder: str, limit: int
+    def _vector_layer(
+        self,
+        table: str,
+        kind: str,
+        project_id: str,
+        user_id: str,
+        query: np.ndarray,
+        embedder: str,
+        limit: int,
+        statuses: Sequence[str],
     ) -> list[tuple[int, float]]:
-        """Current summaries of a user nearest to ``query``: (pk, cosine similarity)."""
-        return [
-            (row.pk, sim)
-            for row, sim in self.similar_summaries(project_id, user_id, query, embedder, limit)
-        ]
+        if limit <= 0 or not statuses:
+            return []
+        scope = self._vector_scope(project_id, user_id, kind, embedder, int(query.shape[0]))
+        q = np.asarray(query, dtype=np.float32)
+        # Most items have a wanted status: over-fetch and filter, and only when too many
+        # were dropped pay for the exact search among the allowed ones.
+        found = scope.search(q, limit * 2 + 8)
+        status = self._statuses(table, [pk for pk, _ in found])
+        kept = [(pk, sim) for pk, sim in found if status.get(pk) in statuses]
+        if len(kept) >= limit or len(found) < limit * 2 + 8:
+            return kept[:limit]
+        marks = ",".join("?" * len(statuses))
+        allowed = np.fromiter(
+            (
+                r[0]
+                for r in self._conn().execute(
+                    f"SELECT pk FROM {table} WHERE project_id = ? AND user_id = ? "
+                    f"AND status IN ({marks})",
+                    (project_id, user_id, *statuses),
+                )
+            ),
+            dtype=np.int64,
+        )
+        return scope.search(q, limit, allowed)
+
+    def _statuses(self, table: str, pks: Sequence[int]) -> dict[int, str]:
+        if not pks:
+            return {}
+        marks = ",".join("?" * len(pks))
+        return dict(
+            self._conn().execute(f"SELECT pk, status FROM {table} WHERE pk IN ({marks})", list(pks))
+        )
+
+    def fulltext_summaries(
+        self,
+        project_id: str,
+        user_id: str,
+        terms: Sequence[str],
+        limit: int,
+        statuses: Sequence[str] = CURRENT_SUMMARY,
+    ) -> list[tuple[int, float]]:
+        """Summaries of a user in ``statuses`` matching any of ``terms``, best first (BM25)."""
+        return self._fulltext_layer("summaries", project_id, user_id, terms, limit, statuses)
+
+    def vector_summaries(
+        self,
+        project_id: str,
+        user_id: str,
+        query: np.ndarray,
+        embedder: str,
+        limit: int,
+        statuses: Sequence[str] = CURRENT_SUMMARY,
+    ) -> list[tuple[int, float]]:
+        """Summaries of a user in ``statuses`` nearest to ``query``: (pk, cosine similarity)."""
+        return self._vector_layer(
+            "summaries", "summary", project_id, user_id, query, embedder, limit, statuses
+        )
+
+    def fulltext_facts(
+        self,
+        project_id: str,
+        user_id: str,
+        terms: Sequence[str],
+        limit: int,
+        statuses: Sequence[str] = ("active",),
+    ) -> list[tuple[int, float]]:
+        """Facts of a user in ``statuses`` matching any of ``terms``, best first (BM25)."""
+        return self._fulltext_layer("facts", project_id, user_id, terms, limit, statuses)
+
+    def vector_facts(
+        self,
+        project_id: str,
+        user_id: str,
+        query: np.ndarray,
+        embedder: str,
+        limit: int,
+        statuses: Sequence[str] = ("active",),
+    ) -> list[tuple[int, float]]:
+        """Facts of a user in ``statuses`` nearest to ``query``: (pk, cosine similarity)."""
+        return self._vector_layer(
+            "facts", "fact", project_id, user_id, query, embedder, limit, statuses
+        )
+
+    def facts_by_pk(self, pks: Sequence[int]) -> dict[int, FactRow]:
+        rows = self._rows_by_pk("facts", _FACT_COLUMNS, list(pks))
+        return {pk: _row_to_fact(r) for pk, r in rows.items()}
+
+    def vector_scores(
+        self,
+        project_id: str,
+        user_id: str,
+        kind: str,
+        query: np.ndarray,
+        embedder: str,
+        pks: Sequence[int],
+    ) -> dict[int, float]:
+        """Cosine similarity of ``query`` with each of the items ``pks`` that has a vector."""
+        if not pks:
+            return {}
+        scope = self._vector_scope(project_id, user_id, kind, embedder, int(query.shape[0]))
+        allowed = np.asarray(sorted(set(pks)), dtype=np.int64)
+        found = scope.search(np.asarray(query, dtype=np.float32), len(allowed), allowed)
+        return dict(found)
+
+    def message_neighbors(
+        self, project_id: str, user_id: str, pks: Sequence[int]
+    ) -> dict[int, tuple[int | None, int | None]]:
+        """For each message, the previous and next message of its session in time order."""
+        if not pks:
+            return {}
+        marks = ",".join("?" * len(pks))
+        rows = self._conn().execute(
+            "WITH s AS (SELECT pk, LAG(pk) OVER w AS prev, LEAD(pk) OVER w AS next "
+            "FROM messages WHERE project_id = ? AND user_id = ? AND session_id IN "
+            f"(SELECT session_id FROM messages WHERE pk IN ({marks})) "
+            "WINDOW w AS (PARTITION BY session_id ORDER BY ts, pk)) "
+            f"SELECT pk, prev, next FROM s WHERE pk IN ({marks})",
+            (project_id, user_id, *pks, *pks),
+        )
+        return {pk: (prev, nxt) for pk, prev, nxt in rows}
+
+    def topics_of_summaries(self, pks: Sequence[int]) -> dict[int, list[TopicRow]]:
+        """The active topics each summary is filed under (summary pk → topics)."""
+        if not pks:
+            return {}
+        marks = ",".join("?" * len(pks))
+        rows = self._conn().execute(
+            "SELECT ts.summary_pk, t.pk, t.project_id, t.id, t.user_id, t.name, t.description, "
+            "t.status, t.created_at, t.updated_at FROM topic_summaries ts "
+            "JOIN topics t ON t.pk = ts.topic_pk "
+            f"WHERE ts.summary_pk IN ({marks}) AND t.status = 'active' ORDER BY t.pk",
+            list(pks),
+        )
+        out: dict[int, list[TopicRow]] = {}
+        for spk, pk, proj, tid, uid, name, desc, status, created, updated in rows:
+            out.setdefault(spk, []).append(
+                TopicRow(pk, proj, tid, uid, name, desc, status, [], created, updated)
+            )
+        return out
 
     def summaries_by_pk(self, pks: Sequence[int]) -> dict[int, SummaryRow]:
         rows = self._rows_by_pk("summaries", _SUMMARY_COLUMNS, list(pks))

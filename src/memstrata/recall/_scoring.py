@@ -1,0 +1,222 @@
+"""The local scorer: how candidates of one layer are ranked, without a model call.
+
+Every candidate has, per query variant, a full-text score (BM25 from the store) and a
+cosine similarity with the query embedding. They are fused either by normalised scores
+(default) or by reciprocal rank, then messages get conversational evidence that single
+turns lack:
+
+* context: a turn is also scored together with the turn before it (an answer is often only
+  meaningful after its question) — the mean of the two similarities, the earlier one at
+  half weight;
+* neighbours: a share of the best neighbouring turn's score, since evidence clusters;
+* speaker: a bonus when the query names exactly one of the speakers among the candidates;
+* session: a share of the best score in the same session, so the session that talks about
+  the subject lifts its other turns;
+* time: a bonus inside the period the query names, and a small recency bonus.
+
+Weights were chosen on the first three LoCoMo conversations and checked on the other three
+and on LongMemEval-S (docs/benchmarks.md); they are not tuned per question.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+__all__ = ["DEFAULT_WEIGHTS", "Candidate", "Key", "ScorerWeights", "mentioned_names", "score"]
+
+
+@dataclass(frozen=True)
+class ScorerWeights:
+    fulltext: float = 0.5  # share of BM25 in the fused base score; the rest is the vector side
+    context: float = 0.5  # share of the vector side given to the turn-with-previous-turn score
+    previous_turn: float = 0.5  # weight of the previous turn inside that context score
+    neighbour: float = 0.4
+    speaker: float = 0.1
+    session: float = 0.5
+    time_window: float = 0.3
+    recency: float = 0.03
+    recency_half_life_days: float = 180.0
+    rewrite: float = 0.5  # weight of each offline rewrite's score next to the query's
+    # Facts and summaries have no neighbours or session: their relevance is scaled up by
+    # this much to stand on the scale of messages, whose bonuses add up to about as much.
+    derived: float = 0.5
+
+
+DEFAULT_WEIGHTS = ScorerWeights()
+
+
+Key = tuple[str, int]  # (layer, pk)
+
+
+@dataclass
+class Candidate:
+    """One item under consideration, with its per-variant raw scores.
+
+    Messages carry their session, speaker and neighbouring turns; facts and summaries do not,
+    so they are ranked on relevance and time alone, on the same normalised scale.
+    """
+
+    key: Key
+    fulltext: list[float] = field(default_factory=list)  # BM25 per query variant (0 = no match)
+    vector: list[float] = field(default_factory=list)  # cosine per query variant
+    session: str | None = None
+    name: str | None = None
+    ts: datetime | None = None
+    prev: Key | None = None
+    next: Key | None = None
+    weight: float = 1.0  # status weight: deprioritized and superseded items count half
+
+
+def _normalise(values: Mapping[Key, float]) -> dict[Key, float]:
+    if not values:
+        return {}
+    lo, hi = min(values.values()), max(values.values())
+    span = hi - lo
+    if span <= 1e-12:
+        return {k: (1.0 if hi > 0 else 0.0) for k in values}
+    return {k: (v - lo) / span for k, v in values.items()}
+
+
+def _ranks(values: Mapping[Key, float]) -> dict[Key, int]:
+    order = sorted(values, key=lambda k: (-values[k], k))
+    return {k: i for i, k in enumerate(order, start=1)}
+
+
+def _fuse(
+    fulltext: Mapping[Key, float],
+    vectors: Sequence[Mapping[Key, float]],
+    weights: ScorerWeights,
+    fusion: str,
+    rrf_k: int,
+) -> dict[Key, float]:
+    """Base relevance of each item for one query variant.
+
+    ``vectors`` holds one or two similarity maps (the item alone, then in context); they
+    share the vector side, ``weights.context`` going to the second.
+    """
+    keys = set(fulltext) | {k for v in vectors for k in v}
+    shares = [1.0] if len(vectors) == 1 else [1.0 - weights.context, weights.context]
+    out = dict.fromkeys(keys, 0.0)
+    if fusion == "rrf":
+        matched = {k: s for k, s in fulltext.items() if s > 0}
+        parts: list[tuple[float, Mapping[Key, float]]] = [(weights.fulltext, matched)]
+        parts += [((1 - weights.fulltext) * sh, v) for sh, v in zip(shares, vectors, strict=False)]
+        for weight, scores in parts:
+            for k, r in _ranks(scores).items():
+                out[k] += weight * (rrf_k + 1) / (rrf_k + r)
+        return out
+    best = max(fulltext.values(), default=0.0)
+    if best > 0:
+        for k, s in fulltext.items():
+            out[k] += weights.fulltext * max(s, 0.0) / best
+    for share, scores in zip(shares, vectors, strict=False):
+        for k, s in _normalise(scores).items():
+            out[k] += (1 - weights.fulltext) * share * s
+    return out
+
+
+def _variants(cands: Mapping[Key, Candidate]) -> int:
+    return max((len(c.vector) for c in cands.values()), default=0) or max(
+        (len(c.fulltext) for c in cands.values()), default=0
+    )
+
+
+def _combine_variants(per_variant: list[dict[Key, float]], weights: ScorerWeights) -> dict:
+    """The query's own score plus the rewrites' at ``weights.rewrite`` each, on one scale."""
+    if not per_variant:
+        return {}
+    total = 1.0 + weights.rewrite * (len(per_variant) - 1)
+    out = dict.fromkeys(per_variant[0], 0.0)
+    for i, scores in enumerate(per_variant):
+        w = 1.0 if i == 0 else weights.rewrite
+        for k, s in scores.items():
+            out[k] = out.get(k, 0.0) + w * s
+    return {k: v / total for k, v in out.items()}
+
+
+def _time_bonus(
+    cand: Candidate,
+    weights: ScorerWeights,
+    window_score: float | None,
+    as_of: datetime | None,
+) -> float:
+    bonus = 0.0
+    if window_score is not None:
+        bonus += weights.time_window * window_score
+    if as_of is not None and cand.ts is not None and weights.recency:
+        age_days = max((as_of - cand.ts).total_seconds(), 0.0) / 86400
+        bonus += weights.recency * math.exp(
+            -age_days * math.log(2) / weights.recency_half_life_days
+        )
+    return bonus
+
+
+def mentioned_names(query: str, names: Iterable[str | None]) -> set[str]:
+    """Speaker names that occur in the query as whole words (case-insensitive)."""
+    text = query.casefold()
+    found = set()
+    for name in {n for n in names if n}:
+        if re.search(r"(?<!\w)" + re.escape(name.casefold()) + r"(?!\w)", text):
+            found.add(name)
+    return found
+
+
+def score(
+    cands: Mapping[Key, Candidate],
+    query: str,
+    *,
+    weights: ScorerWeights = DEFAULT_WEIGHTS,
+    fusion: str = "score",
+    rrf_k: int = 60,
+    window: Mapping[Key, float] | None = None,
+    as_of: datetime | None = None,
+) -> dict[Key, float]:
+    """Final scores of candidates of every layer (higher is better), fused jointly so that
+    a fact, a summary and a message are compared on one scale."""
+    if not cands:
+        return {}
+    per_variant = []
+    for v in range(_variants(cands)):
+        fulltext = {pk: (c.fulltext[v] if v < len(c.fulltext) else 0.0) for pk, c in cands.items()}
+        alone = {pk: c.vector[v] for pk, c in cands.items() if v < len(c.vector)}
+        context: dict[Key, float] = {}
+        for pk, s in alone.items():
+            prev = cands[pk].prev
+            if prev is not None and prev in alone:
+                context[pk] = (s + weights.previous_turn * alone[prev]) / (
+                    1 + weights.previous_turn
+                )
+            else:
+                context[pk] = s
+        vectors = [alone, context] if alone else []
+        per_variant.append(_fuse(fulltext, vectors, weights, fusion, rrf_k))
+    base = _combine_variants(per_variant, weights)
+    scores = {}
+    for pk, c in cands.items():
+        if c.session is None:
+            scores[pk] = base.get(pk, 0.0) * (1 + weights.derived)
+            continue
+        around = [base.get(n, 0.0) for n in (c.prev, c.next) if n is not None]
+        scores[pk] = base.get(pk, 0.0) + weights.neighbour * max(around, default=0.0)
+    named = mentioned_names(query, (c.name for c in cands.values()))
+    if len(named) == 1:
+        (who,) = named
+        for pk, c in cands.items():
+            if c.name == who:
+                scores[pk] += weights.speaker
+    if weights.session:
+        best: dict[str, float] = {}
+        for pk, c in cands.items():
+            if c.session is not None:
+                best[c.session] = max(best.get(c.session, 0.0), scores[pk])
+        prior = _normalise({i: best[c.session] for i, c in cands.items() if c.session is not None})
+        for pk, p in prior.items():
+            scores[pk] += weights.session * p
+    for pk, c in cands.items():
+        w = None if window is None else window.get(pk, 0.0)
+        scores[pk] = scores[pk] * c.weight + _time_bonus(c, weights, w, as_of)
+    return scores
