@@ -74,13 +74,13 @@ Nothing is asserted; the script prints figures (``--json``: also one JSON line).
 
     python bench/retrieval.py --dataset locomo                  # ~1-2 minutes
     python bench/retrieval.py --dataset longmemeval --limit-questions 10
-    python bench/retrieval.py                                   # both (LongMemEval: ~10+ min)
+    python bench/retrieval.py                                   # both (LongMemEval: ~6 minutes)
     python bench/retrieval.py --dataset locomo --split second-half   # data not tuned on
     python bench/retrieval.py --dataset locomo --db /tmp/locomo.db   # ingest once, rerun fast
 
 ``--db PATH`` reuses the file when it already holds the users (and ingests the missing
 ones): the derived layers in it were built by the write pipeline of the run that ingested
-them, so delete the file after changing the write path.
+them, so delete the file after changing the write path or the schema.
 """
 
 from __future__ import annotations
@@ -693,7 +693,7 @@ def report(ds: Dataset, ing: dict[str, Any], ev: dict[str, Any], limit: int) -> 
 
     title = "per category" if ds.key == "locomo" else "per question type"
     print(
-        f"\n  {title:<27}{'n':>4}   memstrata turn R@5 R@10, sess R@5 R@10"
+        f"\n  {title:<27}{'n':>5}   memstrata turn R@5 R@10, sess R@5 R@10"
         "   BM25 raw turns, the same"
     )
     out["groups"] = {}
@@ -704,10 +704,14 @@ def report(ds: Dataset, ing: dict[str, Any], ev: dict[str, Any], limit: int) -> 
         vals = {s: {m: _mean(per[s], m)[0] for m in METRICS} for s in shown}
         out["groups"][label] = {
             "n": len(per["memstrata"]),
+            "n_turn_level": _mean(per["memstrata"], "turn@5")[1],
             **{s: {m: round(v, 2) for m, v in vals[s].items()} for s in shown},
         }
         cells = "      ".join(" ".join(_fmt(vals[s][m]) for m in METRICS) for s in SYSTEMS)
-        print(f"  {label:<27}{len(per['memstrata']):>4}       {cells}")
+        n_turn = _mean(per["memstrata"], "turn@5")[1]
+        n_sess = _mean(per["memstrata"], "sess@5")[1]
+        n = str(n_sess) if n_turn == n_sess else f"{n_turn}/{n_sess}"
+        print(f"  {label:<27}{n:>5}      {cells}")
     if (
         ds.key == "locomo"
         and rows["memstrata"]

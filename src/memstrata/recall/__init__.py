@@ -7,6 +7,7 @@ accepted; the vector side sees it once a worker has embedded it.
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -48,6 +49,8 @@ __all__ = [
     "parse_ts",
     "search_options",
 ]
+
+_WORD = re.compile(r"\w+")
 
 # A second (multi-hop) retrieval's scores count at this share of the first's.
 CHAIN_WEIGHT = 0.7
@@ -111,6 +114,10 @@ def _signals(cand: Candidate, window: dict[Key, float] | None) -> dict[str, floa
     if window is not None:
         out["time_window"] = round(window.get(cand.key, 0.0), 6)
     return out
+
+
+def _words(text: str) -> list[str]:
+    return [w.casefold() for w in _WORD.findall(text)]
 
 
 def _row_text(row: Any) -> str:
@@ -194,8 +201,12 @@ class Recaller:
         layers = self._layers(opts, filters)
         summary_statuses = (*CURRENT_SUMMARY, "superseded") if opts.include_superseded else None
         fact_statuses = ("active", "superseded") if opts.include_superseded else ("active",)
+        # Speaker names are matched by the speaker signal, not as words: within one user's
+        # memory a name is in half the turns, yet the index's collection-wide statistics
+        # would weigh it as a rare, decisive word.
+        names = {w for n in self.store.speaker_names(project_id, user_id) for w in _words(n)}
         for v, text in enumerate(variants):
-            terms = fts_query_terms(text)
+            terms = [t for t in fts_query_terms(text) if t.casefold() not in names]
             found: list[tuple[Key, float]] = []
             if "message" in layers:
                 found += [
@@ -380,6 +391,7 @@ class Recaller:
         scores = score(
             cands,
             query,
+            speakers=self.store.speaker_names(project_id, user_id),
             weights=self.weights,
             fusion=opts.fusion,
             rrf_k=opts.rrf_k,

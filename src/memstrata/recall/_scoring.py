@@ -35,9 +35,9 @@ class ScorerWeights:
     context: float = 0.5  # share of the vector side given to the turn-with-previous-turn score
     previous_turn: float = 0.5  # weight of the previous turn inside that context score
     neighbour: float = 0.4
-    speaker: float = 0.1
+    speaker: float = 0.2
     session: float = 0.5
-    time_window: float = 0.3
+    time_window: float = 0.5
     recency: float = 0.03
     recency_half_life_days: float = 180.0
     rewrite: float = 0.5  # weight of each offline rewrite's score next to the query's
@@ -170,6 +170,7 @@ def score(
     query: str,
     *,
     weights: ScorerWeights = DEFAULT_WEIGHTS,
+    speakers: Sequence[str] = (),
     fusion: str = "score",
     rrf_k: int = 60,
     window: Mapping[Key, float] | None = None,
@@ -202,7 +203,7 @@ def score(
             continue
         around = [base.get(n, 0.0) for n in (c.prev, c.next) if n is not None]
         scores[pk] = base.get(pk, 0.0) + weights.neighbour * max(around, default=0.0)
-    named = mentioned_names(query, (c.name for c in cands.values()))
+    named = mentioned_names(query, speakers)
     if len(named) == 1:
         (who,) = named
         for pk, c in cands.items():

@@ -94,10 +94,8 @@ def _backfill_fts(conn: sqlite3.Connection) -> None:
 _POST_STEPS = {2: _backfill_fts}
 
 
-def _fts_body(
-    content: str, event_type: str | None, page: str | None, name: str | None = None
-) -> str:
-    parts = [f"{name}: {content}" if name else content]
+def _fts_body(content: str, event_type: str | None, page: str | None) -> str:
+    parts = [content]
     if event_type:
         parts.append(event_type.replace("_", " "))
     if page:
@@ -516,8 +514,14 @@ class SQLiteStore:
                     r.pk, r.job_id = pk, job_id
                     c.execute(
                         "INSERT INTO messages_fts (rowid, body, scope) VALUES (?, ?, ?)",
-                        (pk, _fts_body(r.content, r.event_type, r.page, r.name), scope),
+                        (pk, _fts_body(r.content, r.event_type, r.page), scope),
                     )
+                    if r.name:
+                        c.execute(
+                            "INSERT OR IGNORE INTO speakers (project_id, user_id, name) "
+                            "VALUES (?, ?, ?)",
+                            (project_id, session.user_id, r.name),
+                        )
                 c.execute(
                     "UPDATE sessions SET updated_at = ? WHERE project_id = ? AND id = ?",
                     (now_iso(), project_id, session.id),
@@ -1679,6 +1683,16 @@ class SQLiteStore:
             (project_id, user_id, *pks, *pks),
         )
         return {pk: (prev, nxt) for pk, prev, nxt in rows}
+
+    def speaker_names(self, project_id: str, user_id: str) -> list[str]:
+        """Names of the speakers of a user's messages (messages sent with a ``name``)."""
+        return [
+            r[0]
+            for r in self._conn().execute(
+                "SELECT name FROM speakers WHERE project_id = ? AND user_id = ? ORDER BY name",
+                (project_id, user_id),
+            )
+        ]
 
     def topics_of_summaries(self, pks: Sequence[int]) -> dict[int, list[TopicRow]]:
         """The active topics each summary is filed under (summary pk → topics)."""
