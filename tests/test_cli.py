@@ -41,7 +41,7 @@ def test_demo_runs_offline_and_prints_recalled_memory() -> None:
     # The answers come back from memory, with their dates.
     assert "2026-03-02 user: I'm vegetarian" in out
     assert "2026-04-03 user: 下个月我想学中文" in out
-    assert "formatted_context for" in out and "Relevant memories (newest first):" in out
+    assert "formatted_context for" in out and "Memory about the user (current first, dated):" in out
 
 
 def test_import_search_stats_and_worker(tmp_path: Path) -> None:

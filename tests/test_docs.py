@@ -14,7 +14,7 @@ def test_every_setting_is_documented() -> None:
 
 
 def test_every_recall_config_key_is_documented() -> None:
-    page = (REPO / "docs" / "api.md").read_text(encoding="utf-8")
+    page = (REPO / "docs" / "recall.md").read_text(encoding="utf-8")
     for name in RecallConfig.model_fields:
         assert f"`{name}`" in page, name
 

@@ -137,8 +137,10 @@ def test_conversation_becomes_facts_summaries_and_topics(
     )
     assert history[0]["status"] == "active"
     # Superseded summaries are not recalled as current; the new one is.
-    hits = mem.search("What does the user drink in the morning?", user_id="sam", limit=5)
-    texts = [h.text for h in hits if h.layer == "summary"]
+    hits = mem.search(
+        "What does the user drink in the morning?", user_id="sam", limit=5, layers=["summary"]
+    )
+    texts = [h.text for h in hits]
     assert tea.text in texts and latte.text not in texts
     top = next(h for h in hits if h.layer == "summary")
     assert set(top.message_ids) <= {m[0] for m in CONVERSATION}

@@ -52,6 +52,9 @@ __all__ = [
 
 _WORD = re.compile(r"\w+")
 
+# get_memory leaves out matches scoring below this share of the best one.
+CONTEXT_MIN_SHARE = 0.3
+
 # A second (multi-hop) retrieval's scores count at this share of the first's.
 CHAIN_WEIGHT = 0.7
 
@@ -107,6 +110,10 @@ def _summary_hit(row: SummaryRow, score: float, message_score: dict[str, float])
 def _signals(cand: Candidate, window: dict[Key, float] | None) -> dict[str, float]:
     """Per-retriever evidence of one hit: only the retrievers that found it."""
     out = {}
+    if cand.weight < 1.0:
+        out["status_weight"] = cand.weight
+        if cand.key[0] == "message":  # every fact it gave was corrected since
+            out["superseded"] = 1.0
     if max(cand.fulltext, default=0.0) > 0:
         out["fulltext"] = round(max(cand.fulltext), 6)
     if max(cand.vector, default=0.0) > 0:
@@ -353,6 +360,7 @@ class Recaller:
                 messages.update(self.store.messages_by_pk(sorted(more)))
                 keys = sorted(set(keys) | {("message", pk) for pk in more})
                 neighbours.update(self.store.message_neighbors(project_id, user_id, sorted(more)))
+        retired = self.store.superseded_messages(list(messages))
         facts = self.store.facts_by_pk([pk for lay, pk in keys if lay == "fact"])
         summaries = self.store.summaries_by_pk([pk for lay, pk in keys if lay == "summary"])
         sims = self._similarities(project_id, user_id, keys, qvecs)
@@ -377,6 +385,8 @@ class Recaller:
                 prev, nxt = neighbours.get(pk, (None, None))
                 cand.prev = ("message", prev) if prev is not None else None
                 cand.next = ("message", nxt) if nxt is not None else None
+                if pk in retired:
+                    cand.weight = _STATUS_WEIGHT["superseded"]
             else:
                 cand.ts = parse_ts(row.observed_at or row.created_at)
                 cand.weight = _STATUS_WEIGHT.get(row.status, 1.0)
@@ -529,8 +539,12 @@ class Recaller:
                     exclude=[m.id for m in history],
                 )
                 taken = dict.fromkeys(caps, 0)
+                best = hits[0].score if hits else 0.0
                 for hit in hits:
-                    if taken[hit.layer] >= caps[hit.layer]:
+                    if hit.signals.get("superseded") and not config.include_superseded:
+                        continue
+                    # Far weaker than the best match: noise that would only spend the budget.
+                    if hit.score < CONTEXT_MIN_SHARE * best or taken[hit.layer] >= caps[hit.layer]:
                         continue
                     taken[hit.layer] += 1
                     matches.append(hit)
@@ -564,8 +578,18 @@ class Recaller:
         groups = {
             sid: [t.name for t in ts if t.id in shown_topics] for sid, ts in by_summary.items()
         }
+        # A summary stands for its facts and quotes its messages; a fact quotes its
+        # messages: the covered items are not listed again.
+        covered_facts = {f for r in summary_rows for f in r.fact_ids}
+        covered_messages = {m for h in matches if h.layer != "message" for m in h.message_ids}
+        shown = [
+            h
+            for h in matches
+            if not (h.layer == "fact" and h.id in covered_facts)
+            and not (h.layer == "message" and h.id in covered_messages)
+        ]
         text, tokens = format_context(
-            matches, history, config.token_budget, topics=groups, evidence=evidence
+            shown, history, config.token_budget, topics=groups, evidence=evidence
         )
         summaries = [h.text for h in matches if h.layer == "summary"]
         return MemoryContext(

@@ -50,11 +50,16 @@ def _who(role: str | None, name: str | None, event_type: str | None) -> str:
 
 
 def _prefix(hit: Hit) -> str:
-    status = hit.metadata.get("status")
-    mark = " (superseded)" if status == "superseded" else ""
+    mark = " (superseded)" if _superseded(hit) else ""
     if hit.layer != "message":
         return f"- [{_day(hit.timestamp)}]{mark} "
-    return f"- [{_day(hit.timestamp)}] {_who(hit.role, hit.name, hit.event_type)}: "
+    return f"- [{_day(hit.timestamp)}]{mark} {_who(hit.role, hit.name, hit.event_type)}: "
+
+
+def _superseded(hit: Hit) -> bool:
+    if hit.layer == "message":
+        return bool(hit.signals.get("superseded"))
+    return hit.metadata.get("status") == "superseded"
 
 
 def _quote(msg: Message, room: int) -> str:
@@ -142,7 +147,7 @@ def format_context(
         for name, items in groups.items():
             items.sort(
                 key=lambda c: (
-                    c[0].metadata.get("status") == "superseded",
+                    _superseded(c[0]),
                     _LAYER_ORDER.get(c[0].layer, 3),
                     -(c[0].timestamp.timestamp() if c[0].timestamp else 0.0),
                     c[0].id,

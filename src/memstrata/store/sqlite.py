@@ -1188,6 +1188,7 @@ class SQLiteStore:
                         "SELECT topic_pk, ? FROM topic_summaries WHERE summary_pk = ?",
                         (pk, old.pk),
                     )
+                    self._retire_facts(c, project, user, old.fact_ids, w.id)
             elif w.action == "strengthen":
                 old = self._summary_by_id(c, project, w.id)
                 if old is None or old.user_id != user:
@@ -1683,6 +1684,37 @@ class SQLiteStore:
             (project_id, user_id, *pks, *pks),
         )
         return {pk: (prev, nxt) for pk, prev, nxt in rows}
+
+    @staticmethod
+    def _retire_facts(
+        c: sqlite3.Connection, project: str, user: str, fact_ids: Sequence[str], successor: str
+    ) -> None:
+        """Facts of a superseded summary that no current summary holds are superseded too:
+        recall must not present "lives in Lisbon" as current once it was corrected."""
+        for fid in fact_ids:
+            c.execute(
+                "UPDATE facts SET status = 'superseded', superseded_by = ? "
+                "WHERE project_id = ? AND user_id = ? AND id = ? AND status = 'active' "
+                "AND NOT EXISTS (SELECT 1 FROM summaries s, json_each(s.fact_ids) j "
+                "WHERE s.project_id = ? AND s.user_id = ? AND s.status IN "
+                "('active', 'deprioritized') AND j.value = ?)",
+                (successor, project, user, fid, project, user, fid),
+            )
+
+    def superseded_messages(self, pks: Sequence[int]) -> set[int]:
+        """Messages whose every fact is superseded: what they said was corrected since."""
+        if not pks:
+            return set()
+        marks = ",".join("?" * len(pks))
+        return {
+            r[0]
+            for r in self._conn().execute(
+                "SELECT fs.message_pk FROM fact_sources fs JOIN facts f ON f.pk = fs.fact_pk "
+                f"WHERE fs.message_pk IN ({marks}) GROUP BY fs.message_pk "
+                "HAVING min(f.status = 'superseded') = 1",
+                list(pks),
+            )
+        }
 
     def speaker_names(self, project_id: str, user_id: str) -> list[str]:
         """Names of the speakers of a user's messages (messages sent with a ``name``)."""
