@@ -97,11 +97,12 @@ def _llm(
     )
     chosen = [head[i - 1] for i in order]
     rest = [pair for i, pair in enumerate(head, 1) if i not in set(order)]
-    top = chosen[0][1].score if chosen else 0.0
-    # Keep scores monotone with the model's order so callers sorting by score agree.
+    top = max((item.score for _, item in head), default=0.0)
+    # Scores follow the model's order (above every item it left out), so callers that sort
+    # by score agree with it.
     for rank, (_, item) in enumerate(chosen):
         item.signals["llm_rank"] = float(rank + 1)
-        item.score = max(item.score, top) + (len(chosen) - rank) * 1e-3
+        item.score = top + (len(chosen) - rank) * 1e-3
     return chosen + rest + tail
 
 
