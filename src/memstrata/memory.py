@@ -798,7 +798,7 @@ class Memory:
         event_types: Sequence[str] | None = None,
         as_of: datetime | str | None = None,
         layers: Sequence[str] | None = None,
-        include_superseded: bool = False,
+        include_superseded: bool | None = None,
         recall_config: RecallConfig | dict[str, Any] | None = None,
     ) -> list[Hit]:
         """Ranked memories of ``user_id`` for ``query``, each traceable to its messages.
@@ -809,8 +809,8 @@ class Memory:
         (``since`` inclusive, ``until`` exclusive), role and event type, and apply to
         messages only. ``as_of`` is when the question is asked (default: now): periods
         such as "last spring" are resolved against it. Superseded facts and summaries are
-        left out unless ``include_superseded``; ``recall_config`` sets the router, rerank
-        and fusion (see docs/recall.md).
+        left out unless ``include_superseded`` (default: the recall_config's, off);
+        ``recall_config`` sets the router, rerank and fusion (see docs/recall.md).
         """
         self._check_open()
         problems = []
@@ -826,7 +826,7 @@ class Memory:
             isinstance(layers, str) or not layers or any(x not in SEARCH_LAYERS for x in layers)
         ):
             problems.append(f"layers: expected a non-empty list of {', '.join(SEARCH_LAYERS)}")
-        if not isinstance(include_superseded, bool):
+        if include_superseded is not None and not isinstance(include_superseded, bool):
             problems.append("include_superseded: expected true or false")
         window: list[datetime | None] = []
         for name, value in (("since", since), ("until", until), ("as_of", as_of)):

@@ -406,7 +406,7 @@ class Recaller:
             fusion=opts.fusion,
             rrf_k=opts.rrf_k,
             window=window,
-            as_of=opts.as_of,
+            as_of=opts.as_of or utcnow(),
         )
         return {
             k: Scored(

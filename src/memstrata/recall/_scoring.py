@@ -36,7 +36,7 @@ class ScorerWeights:
     previous_turn: float = 0.5  # weight of the previous turn inside that context score
     neighbour: float = 0.4
     speaker: float = 0.2
-    session: float = 0.5
+    session: float = 0.25
     time_window: float = 0.5
     recency: float = 0.03
     recency_half_life_days: float = 180.0
