@@ -36,4 +36,8 @@ def now_iso() -> str:
 def parse_iso(value: str | None) -> datetime | None:
     if not value:
         return None
+    # Stored times are always in _FORMAT; fromisoformat reads it ~20x faster than strptime
+    # (recall parses hundreds per query).
+    if value.endswith("Z") and len(value) == 27:
+        return datetime.fromisoformat(value[:-1]).replace(tzinfo=timezone.utc)
     return datetime.strptime(value, _FORMAT).replace(tzinfo=timezone.utc)

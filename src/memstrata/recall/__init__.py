@@ -533,7 +533,7 @@ class Recaller:
                     project_id,
                     user_id,
                     query,
-                    limit=sum(caps.values()) * 2,
+                    limit=sum(caps.values()),
                     filters=filters,
                     options=search_options(config, layers=layers, min_similarity=floors),
                     exclude=[m.id for m in history],
