@@ -87,7 +87,7 @@ def test_behaviour_events_are_stored_and_searchable(mem: Memory) -> None:
         ],
         sync=True,
     )
-    hits = mem.search("running shoes", user_id="u1")
+    hits = mem.search("running shoes", user_id="u1", layers=["message"])
     assert hits[0].text == "light running shoes" and hits[0].event_type == "search"
     assert hits[0].metadata == {"results": 12}
     clicks = mem.search("Asics", user_id="u1", event_types=["click"])

@@ -180,7 +180,7 @@ class Hit(BaseModel):
     name: str | None = None
     event_type: str | None = None
     metadata: JsonObject = Field(default_factory=dict)
-    # Per-retriever evidence (e.g. {"vector": 0.71, "fulltext": 3.2, "vector_rank": 1}).
+    # The evidence behind the rank (e.g. {"vector": 0.71, "fulltext": 3.2, "time_window": 1}).
     signals: dict[str, float] = Field(default_factory=dict)
 
 

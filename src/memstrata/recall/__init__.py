@@ -1,8 +1,9 @@
-"""The read path: hybrid candidate search, fusion, and context assembly.
+"""The read path: layered hybrid search, the local scorer, rerank, and context assembly.
 
-Every search runs a vector retriever and a full-text retriever over the same scope and
-fuses them (reciprocal rank fusion by default). Full text sees a message the moment it is
-accepted; the vector side sees it once a worker has embedded it.
+Every search runs a vector retriever and a full-text retriever over each layer asked for
+(summaries, facts, messages) and ranks all candidates on one scale (``_scoring``). Full text
+sees a message the moment it is accepted; the vector side once a worker has embedded it.
+See docs/recall.md.
 """
 
 from __future__ import annotations
@@ -476,6 +477,14 @@ class Recaller:
         if opts.rerank:
             ranked = rerank(ranked, query, chat=self.chat, depth=max(limit * 2, 20))
         message_score = {x.row.id: x.score for (lay, _), x in scored.items() if lay == "message"}
+        # A summary made of one fact says what the fact says: list the summary only.
+        restated = {
+            fid
+            for (lay, _), x in scored.items()
+            if lay == "summary"
+            for fid in x.row.fact_ids
+            if len(x.row.fact_ids) == 1
+        }
         hits: list[Hit] = []
         for (layer, _), x in ranked:
             s = round(x.score, 6)
@@ -484,6 +493,8 @@ class Recaller:
                     continue
                 hit = _hit(x.row, s)
             elif layer == "fact":
+                if x.row.id in restated:
+                    continue
                 hit = _fact_hit(x.row, s, message_score)
             else:
                 hit = _summary_hit(x.row, s, message_score)
