@@ -113,8 +113,8 @@ def _signals(cand: Candidate, window: dict[Key, float] | None) -> dict[str, floa
     out = {}
     if cand.weight < 1.0:
         out["status_weight"] = cand.weight
-        if cand.key[0] == "message":  # every fact it gave was corrected since
-            out["superseded"] = 1.0
+    if cand.superseded:  # a message every fact of which was corrected since
+        out["superseded"] = 1.0
     if max(cand.fulltext, default=0.0) > 0:
         out["fulltext"] = round(max(cand.fulltext), 6)
     if max(cand.vector, default=0.0) > 0:
@@ -364,6 +364,7 @@ class Recaller:
         retired = self.store.superseded_messages(list(messages))
         facts = self.store.facts_by_pk([pk for lay, pk in keys if lay == "fact"])
         summaries = self.store.summaries_by_pk([pk for lay, pk in keys if lay == "summary"])
+        topics_of = self.store.topics_of_summaries(list(summaries))
         sims = self._similarities(project_id, user_id, keys, qvecs)
         cands: dict[Key, Candidate] = {}
         rows: dict[Key, Any] = {}
@@ -386,11 +387,14 @@ class Recaller:
                 prev, nxt = neighbours.get(pk, (None, None))
                 cand.prev = ("message", prev) if prev is not None else None
                 cand.next = ("message", nxt) if nxt is not None else None
-                if pk in retired:
-                    cand.weight = _STATUS_WEIGHT["superseded"]
+                # Raw history stays full evidence ("how many since..." needs the old value
+                # too); it is only marked, and get_memory leaves it out unless asked.
+                cand.superseded = pk in retired
             else:
                 cand.ts = parse_ts(row.observed_at or row.created_at)
                 cand.weight = _STATUS_WEIGHT.get(row.status, 1.0)
+                if layer == "summary":
+                    cand.topics = tuple(t.id for t in topics_of.get(pk, []))
             cands[key] = cand
             rows[key] = row
         window = None

@@ -37,6 +37,7 @@ class ScorerWeights:
     neighbour: float = 0.4
     speaker: float = 0.2
     session: float = 0.25
+    topic: float = 0.25  # the same for summaries: the topic the query is about lifts its others
     time_window: float = 0.5
     recency: float = 0.03
     recency_half_life_days: float = 180.0
@@ -64,6 +65,8 @@ class Candidate:
     fulltext: list[float] = field(default_factory=list)  # BM25 per query variant (0 = no match)
     vector: list[float] = field(default_factory=list)  # cosine per query variant
     session: str | None = None
+    topics: tuple[str, ...] = ()  # a summary's topics
+    superseded: bool = False  # a message whose every fact was corrected since
     name: str | None = None
     ts: datetime | None = None
     prev: Key | None = None
@@ -155,6 +158,17 @@ def _time_bonus(
     return bonus
 
 
+def _group_prior(
+    groups: Mapping[Key, tuple[str, ...]], scores: Mapping[Key, float]
+) -> dict[Key, float]:
+    """For each member, the best score in any of its groups, normalised over the members."""
+    best: dict[str, float] = {}
+    for pk, names in groups.items():
+        for g in names:
+            best[g] = max(best.get(g, 0.0), scores[pk])
+    return _normalise({pk: max(best[g] for g in names) for pk, names in groups.items()})
+
+
 def mentioned_names(query: str, names: Iterable[str | None]) -> set[str]:
     """Speaker names that occur in the query as whole words (case-insensitive)."""
     text = query.casefold()
@@ -209,14 +223,11 @@ def score(
         for pk, c in cands.items():
             if c.name == who:
                 scores[pk] += weights.speaker
-    if weights.session:
-        best: dict[str, float] = {}
-        for pk, c in cands.items():
-            if c.session is not None:
-                best[c.session] = max(best.get(c.session, 0.0), scores[pk])
-        prior = _normalise({i: best[c.session] for i, c in cands.items() if c.session is not None})
-        for pk, p in prior.items():
-            scores[pk] += weights.session * p
+    sessions = {pk: (c.session,) for pk, c in cands.items() if c.session is not None}
+    topics = {pk: c.topics for pk, c in cands.items() if c.topics}
+    for groups, weight in ((sessions, weights.session), (topics, weights.topic)):
+        for pk, p in _group_prior(groups, scores).items():
+            scores[pk] += weight * p
     for pk, c in cands.items():
         w = None if window is None else window.get(pk, 0.0)
         scores[pk] = scores[pk] * c.weight + _time_bonus(c, weights, w, as_of)
