@@ -160,7 +160,16 @@ class _Found:
 class Scored:
     score: float
     row: Any  # MessageRow, FactRow or SummaryRow
-    signals: dict[str, float]
+    cand: Candidate
+    window: dict[Key, float] | None = None
+    _signals: dict[str, float] | None = None
+
+    @property
+    def signals(self) -> dict[str, float]:
+        """Computed for the hits returned only: a search scores hundreds of candidates."""
+        if self._signals is None:
+            self._signals = _signals(self.cand, self.window)
+        return self._signals
 
 
 _STATUS_WEIGHT = {"deprioritized": 0.5, "superseded": 0.5}
@@ -331,7 +340,7 @@ class Recaller:
         variants = [query]
         if opts.router == "single_hop_parallel":
             variants += [r.text for r in rewrite_query(query)]
-        n = opts.per_layer or max(40, limit * 4) + len(exclude)
+        n = opts.per_layer or max(60, limit * 2) + len(exclude)
         scored = self._score(project_id, user_id, query, variants, n, filters, opts, intent)
         if opts.router == "multi_hop_chain" and scored:
             scored = self._chain(project_id, user_id, query, scored, n, filters, opts, intent)
@@ -360,7 +369,6 @@ class Recaller:
             if more:
                 messages.update(self.store.messages_by_pk(sorted(more)))
                 keys = sorted(set(keys) | {("message", pk) for pk in more})
-                neighbours.update(self.store.message_neighbors(project_id, user_id, sorted(more)))
         retired = self.store.superseded_messages(list(messages))
         facts = self.store.facts_by_pk([pk for lay, pk in keys if lay == "fact"])
         summaries = self.store.summaries_by_pk([pk for lay, pk in keys if lay == "summary"])
@@ -413,14 +421,7 @@ class Recaller:
             window=window,
             as_of=opts.as_of or utcnow(),
         )
-        return {
-            k: Scored(
-                s,
-                rows[k],
-                _signals(cands[k], window),
-            )
-            for k, s in scores.items()
-        }
+        return {k: Scored(s, rows[k], cands[k], window) for k, s in scores.items()}
 
     def _anchor_window(
         self, project_id: str, user_id: str, intent: TimeIntent, as_of: datetime | None
@@ -465,7 +466,8 @@ class Recaller:
         for key, found in second.items():
             s2 = CHAIN_WEIGHT * found.score
             if key not in merged or merged[key].score < s2:
-                merged[key] = Scored(s2, found.row, {**found.signals, "chain": 1.0})
+                merged[key] = Scored(s2, found.row, found.cand, found.window)
+                merged[key].signals["chain"] = 1.0
         return merged
 
     def _hits(

@@ -1671,7 +1671,8 @@ class SQLiteStore:
     def message_neighbors(
         self, project_id: str, user_id: str, pks: Sequence[int]
     ) -> dict[int, tuple[int | None, int | None]]:
-        """For each message, the previous and next message of its session in time order."""
+        """The previous and next message (same session, time order) of each of ``pks`` and
+        of each of their neighbours."""
         if not pks:
             return {}
         marks = ",".join("?" * len(pks))
@@ -1680,8 +1681,9 @@ class SQLiteStore:
             "FROM messages WHERE project_id = ? AND user_id = ? AND session_id IN "
             f"(SELECT session_id FROM messages WHERE pk IN ({marks})) "
             "WINDOW w AS (PARTITION BY session_id ORDER BY ts, pk)) "
-            f"SELECT pk, prev, next FROM s WHERE pk IN ({marks})",
-            (project_id, user_id, *pks, *pks),
+            f"SELECT pk, prev, next FROM s WHERE pk IN ({marks}) OR prev IN ({marks}) "
+            f"OR next IN ({marks})",
+            (project_id, user_id, *pks, *pks, *pks, *pks),
         )
         return {pk: (prev, nxt) for pk, prev, nxt in rows}
 
