@@ -1366,35 +1366,9 @@ class SQLiteStore:
         self, project_id: str, user_id: str, query: np.ndarray, embedder: str, limit: int
     ) -> list[tuple[SummaryRow, float]]:
         """Current (active or deprioritized) summaries nearest to ``query``."""
-        if limit <= 0:
-            return []
-        scope = self._vector_scope(project_id, user_id, "summary", embedder, int(query.shape[0]))
-        q = np.asarray(query, dtype=np.float32)
-        # Most summaries are current: over-fetch and drop the retired ones, and only when
-        # too many were retired pay for the exact allowed-set search.
-        found = scope.search(q, limit * 3 + 8)
-        rows = self._rows_by_pk("summaries", _SUMMARY_COLUMNS, [pk for pk, _ in found])
-        current = [
-            (_row_to_summary(rows[pk]), sim)
-            for pk, sim in found
-            if pk in rows and rows[pk][5] in ("active", "deprioritized")
-        ]
-        if len(current) >= limit or len(found) < limit * 3 + 8:
-            return current[:limit]
-        allowed = np.fromiter(
-            (
-                r[0]
-                for r in self._conn().execute(
-                    "SELECT pk FROM summaries WHERE project_id = ? AND user_id = ? "
-                    "AND status IN ('active', 'deprioritized')",
-                    (project_id, user_id),
-                )
-            ),
-            dtype=np.int64,
-        )
-        found = scope.search(q, limit, allowed)
-        rows = self._rows_by_pk("summaries", _SUMMARY_COLUMNS, [pk for pk, _ in found])
-        return [(_row_to_summary(rows[pk]), sim) for pk, sim in found if pk in rows]
+        found = self.vector_summaries(project_id, user_id, query, embedder, limit)
+        rows = self.summaries_by_pk([pk for pk, _ in found])
+        return [(rows[pk], sim) for pk, sim in found if pk in rows]
 
     def _rows_by_pk(self, table: str, columns: str, pks: Sequence[int]) -> dict[int, Any]:
         if not pks:
