@@ -12,7 +12,7 @@ import re
 import threading
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any
 
@@ -52,6 +52,9 @@ __all__ = [
 ]
 
 _WORD = re.compile(r"\w+")
+
+# Facts and summaries whose validity ended before the question count this much.
+EXPIRED_WEIGHT = 0.5
 
 # get_memory leaves out matches scoring below this share of the best one.
 CONTEXT_MIN_SHARE = 0.3
@@ -115,6 +118,8 @@ def _signals(cand: Candidate, window: dict[Key, float] | None) -> dict[str, floa
         out["status_weight"] = cand.weight
     if cand.superseded:  # a message every fact of which was corrected since
         out["superseded"] = 1.0
+    if cand.expired:
+        out["expired"] = 1.0
     if max(cand.fulltext, default=0.0) > 0:
         out["fulltext"] = round(max(cand.fulltext), 6)
     if max(cand.vector, default=0.0) > 0:
@@ -149,14 +154,6 @@ class SearchOptions:
 
 
 @dataclass
-class _Found:
-    """Raw retriever output for all query variants of one search."""
-
-    fulltext: dict[Key, list[float]] = field(default_factory=dict)
-    vector: dict[Key, list[float]] = field(default_factory=dict)
-
-
-@dataclass
 class Scored:
     score: float
     row: Any  # MessageRow, FactRow or SummaryRow
@@ -170,6 +167,13 @@ class Scored:
         if self._signals is None:
             self._signals = _signals(self.cand, self.window)
         return self._signals
+
+
+def _statuses(opts: SearchOptions) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(summary statuses, fact statuses) a search may return."""
+    if opts.include_superseded:
+        return (*CURRENT_SUMMARY, "superseded"), ("active", "superseded")
+    return CURRENT_SUMMARY, ("active",)
 
 
 _STATUS_WEIGHT = {"deprioritized": 0.5, "superseded": 0.5}
@@ -216,8 +220,7 @@ class Recaller:
     ) -> dict[Key, list[float]]:
         out: dict[Key, list[float]] = {}
         layers = self._layers(opts, filters)
-        summary_statuses = (*CURRENT_SUMMARY, "superseded") if opts.include_superseded else None
-        fact_statuses = ("active", "superseded") if opts.include_superseded else ("active",)
+        summary_statuses, fact_statuses = _statuses(opts)
         # Speaker names are matched by the speaker signal, not as words: within one user's
         # memory a name is in half the turns, yet the index's collection-wide statistics
         # would weigh it as a rare, decisive word.
@@ -243,7 +246,7 @@ class Recaller:
                 found += [
                     (("summary", pk), s)
                     for pk, s in self.store.fulltext_summaries(
-                        project_id, user_id, terms, n, summary_statuses or CURRENT_SUMMARY
+                        project_id, user_id, terms, n, summary_statuses
                     )
                 ]
             for key, s in found:
@@ -266,18 +269,15 @@ class Recaller:
         n: int,
         filters: SearchFilters,
         opts: SearchOptions,
-    ) -> tuple[_Found, dict[Key, list[float]]]:
-        """Candidates of every layer: full text beside the query embedding, then vectors,
-        then the exact similarity of every candidate with every variant."""
+    ) -> tuple[dict[Key, list[float]], list[Key], list[np.ndarray]]:
+        """Candidates of every layer: full text (run beside the query embedding), then
+        vectors. Returns (full-text scores per variant, every candidate, query vectors)."""
         pending = self._executor().submit(
             self._fulltext, project_id, user_id, variants, n, filters, opts
         )
         qvecs = self.embedder.embed(list(variants))
         layers = self._layers(opts, filters)
-        summary_statuses = (
-            (*CURRENT_SUMMARY, "superseded") if opts.include_superseded else CURRENT_SUMMARY
-        )
-        fact_statuses = ("active", "superseded") if opts.include_superseded else ("active",)
+        summary_statuses, fact_statuses = _statuses(opts)
         keys: set[Key] = set()
         for q in qvecs:
             if "message" in layers:
@@ -301,9 +301,9 @@ class Recaller:
                         project_id, user_id, q, self.embedder.id, n, summary_statuses
                     )
                 )
-        found = _Found(fulltext=pending.result())
-        keys.update(found.fulltext)
-        return found, {"keys": sorted(keys), "qvecs": qvecs}  # type: ignore[dict-item]
+        fulltext = pending.result()
+        keys.update(fulltext)
+        return fulltext, sorted(keys), list(qvecs)
 
     def _similarities(
         self, project_id: str, user_id: str, keys: Sequence[Key], qvecs: Sequence[np.ndarray]
@@ -341,6 +341,7 @@ class Recaller:
         if opts.router == "single_hop_parallel":
             variants += [r.text for r in rewrite_query(query)]
         n = opts.per_layer or max(60, limit * 2) + len(exclude)
+        opts = replace(opts, as_of=as_of)
         scored = self._score(project_id, user_id, query, variants, n, filters, opts, intent)
         if opts.router == "multi_hop_chain" and scored:
             scored = self._chain(project_id, user_id, query, scored, n, filters, opts, intent)
@@ -357,9 +358,7 @@ class Recaller:
         opts: SearchOptions,
         intent: TimeIntent,
     ) -> dict[Key, Scored]:
-        found, extra = self._retrieve(project_id, user_id, variants, n, filters, opts)
-        keys: list[Key] = extra["keys"]  # type: ignore[assignment]
-        qvecs = extra["qvecs"]
+        fulltext, keys, qvecs = self._retrieve(project_id, user_id, variants, n, filters, opts)
         messages = self.store.messages_by_pk([pk for lay, pk in keys if lay == "message"])
         neighbours: dict[int, tuple[int | None, int | None]] = {}
         if messages and filters.empty:
@@ -386,7 +385,7 @@ class Recaller:
             # A non-positive cosine means "unrelated" for every embedder we ship.
             floor = max(opts.min_similarity.get(layer, 0.0), 1e-6)
             vec = [v if v >= floor else 0.0 for v in sims.get(key, [])]
-            text = found.fulltext.get(key, [0.0] * len(variants))
+            text = fulltext.get(key, [0.0] * len(variants))
             if max(vec, default=0.0) <= 0 and max(text) <= 0:
                 continue
             cand = Candidate(key=key, fulltext=text, vector=vec)
@@ -399,8 +398,15 @@ class Recaller:
                 # too); it is only marked, and get_memory leaves it out unless asked.
                 cand.superseded = pk in retired
             else:
-                cand.ts = parse_ts(row.observed_at or row.created_at)
+                # A fact is placed in time by when it happened ("went hiking last spring"),
+                # a summary by when it was observed.
+                when = getattr(row, "occurred_at", None) or row.observed_at or row.created_at
+                cand.ts = parse_ts(when)
                 cand.weight = _STATUS_WEIGHT.get(row.status, 1.0)
+                valid_to = parse_ts(row.valid_to)
+                if valid_to is not None and opts.as_of is not None and valid_to < opts.as_of:
+                    cand.weight *= EXPIRED_WEIGHT  # no longer holds: history, not current
+                    cand.expired = True
                 if layer == "summary":
                     cand.topics = tuple(t.id for t in topics_of.get(pk, []))
             cands[key] = cand
@@ -419,7 +425,7 @@ class Recaller:
             fusion=opts.fusion,
             rrf_k=opts.rrf_k,
             window=window,
-            as_of=opts.as_of or utcnow(),
+            as_of=opts.as_of,
         )
         return {k: Scored(s, rows[k], cands[k], window) for k, s in scores.items()}
 

@@ -67,6 +67,7 @@ class Candidate:
     session: str | None = None
     topics: tuple[str, ...] = ()  # a summary's topics
     superseded: bool = False  # a message whose every fact was corrected since
+    expired: bool = False  # a fact or summary whose validity ended before the question
     name: str | None = None
     ts: datetime | None = None
     prev: Key | None = None
