@@ -101,6 +101,26 @@ class Settings(BaseSettings):
         description="Default token budget of formatted_context (recall_config.token_budget wins).",
     )
     sqlite_busy_timeout_ms: int = Field(default=30_000, ge=0)
+    capture_recall: bool = Field(
+        default=True,
+        description="mem.llm: recall memory for the scoped user before each captured call "
+        "and inject it in the provider's system slot.",
+    )
+    capture_recall_timeout_ms: int = Field(
+        default=50,
+        ge=1,
+        le=60_000,
+        description="mem.llm: longest wait for recall before a call goes on without memory.",
+    )
+    capture_inject_history: bool = Field(
+        default=False,
+        description="mem.llm: also send the session's earlier turns that the caller did not.",
+    )
+    capture_default_user: str | None = Field(
+        default=None,
+        description="mem.llm: user of calls made outside any mem.scope(...) and without "
+        "mem.llm.attribution(...) defaults; unset, such calls are not captured.",
+    )
 
     @field_validator("database_url")
     @classmethod

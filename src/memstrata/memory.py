@@ -14,6 +14,7 @@ import threading
 import time
 import weakref
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any, Literal
 
@@ -21,6 +22,8 @@ from pydantic import TypeAdapter
 from pydantic import ValidationError as PydanticValidationError
 
 from ._time import as_utc, now_iso, to_iso, utcnow
+from .capture import Attribution, Capture
+from .capture import scope as capture_scope
 from .config import Settings, load_settings
 from .embed import Embedder, make_embedder
 from .errors import (
@@ -423,6 +426,7 @@ class Memory:
         self.facts = Facts(self)
         self.summaries = Summaries(self)
         self.topics = Topics(self)
+        self.llm = Capture(self)
         self._pool.start()
         self._warm_up()
         self._atexit = functools.partial(_close_at_exit, weakref.ref(self))
@@ -519,6 +523,8 @@ class Memory:
                 return
             self._closed = True
         timeout = self.settings.close_timeout_seconds if timeout is None else timeout
+        # Exchanges captured from LLM calls become messages first, then their jobs finish.
+        self.llm.close(timeout)
         if self._pool.running and self._my_jobs:
             try:
                 self._pool.wait_jobs(sorted(self._my_jobs), timeout)
@@ -534,6 +540,16 @@ class Memory:
             self._warmup.join()
         self._store.close()
         atexit.unregister(self._atexit)
+
+    def scope(
+        self,
+        user_id: str | None = None,
+        session_id: str | None = None,
+        process_id: str | None = None,
+    ) -> AbstractContextManager[Attribution]:
+        """Attribute the LLM calls of registered clients made inside the block (see
+        ``mem.llm``). A context variable: concurrent threads and asyncio tasks never mix."""
+        return capture_scope(user_id=user_id, session_id=session_id, process_id=process_id)
 
     def __enter__(self) -> Memory:
         return self

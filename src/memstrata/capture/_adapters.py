@@ -1,0 +1,37 @@
+"""Which adapter wraps a client: exact SDK classes, imported only when that SDK is installed."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["adapter_for"]
+
+# (module, class names, adapter module, adapter function)
+_KNOWN: tuple[tuple[str, tuple[str, ...], str, str], ...] = (
+    ("openai", ("OpenAI", "AzureOpenAI"), "._openai", "wrap_sync"),
+    ("openai", ("AsyncOpenAI", "AsyncAzureOpenAI"), "._openai", "wrap_async"),
+)
+
+
+def adapter_for(client: Any) -> Callable[[Any, Any], Callable[[], None]]:
+    """The function that wraps ``client`` and returns a restore callback."""
+    for module, names, adapter, fn in _KNOWN:
+        sdk = _loaded(module)
+        if sdk is None:
+            continue
+        classes = tuple(getattr(sdk, n) for n in names if hasattr(sdk, n))
+        if classes and isinstance(client, classes):
+            return getattr(importlib.import_module(adapter, __package__), fn)
+    raise TypeError(
+        f"mem.llm.register does not know {type(client).__module__}.{type(client).__qualname__}; "
+        "supported: openai.OpenAI, AsyncOpenAI, AzureOpenAI, AsyncAzureOpenAI"
+    )
+
+
+def _loaded(module: str) -> Any:
+    # A client of an SDK can only exist if the SDK was imported: never import one here.
+    import sys
+
+    return sys.modules.get(module)

@@ -1,0 +1,290 @@
+"""``mem.llm``: recall before an LLM call, capture after it, never in the caller's way.
+
+A provider adapter (``_openai.py``, ...) wraps a client's generation methods and calls
+:meth:`Capture.before` (memory to inject, within a bounded wait) and :meth:`Capture.after`
+(hand the exchange to the background writer). Any memory error is logged and swallowed.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from .._time import utcnow
+from ._scope import Attribution, check, current
+
+if TYPE_CHECKING:
+    from ..memory import Memory
+    from ..types import Message
+
+__all__ = ["MEMORY_PREAMBLE", "Capture", "Exchange", "Recalled"]
+
+log = logging.getLogger("memstrata.capture")
+
+# Put before the recalled block wherever it is injected, so the model knows what it is.
+MEMORY_PREAMBLE = (
+    "Long-term memory about the user (from earlier conversations; use it when relevant):"
+)
+
+
+@dataclass
+class Exchange:
+    """One captured call: what the user asked and what the model answered."""
+
+    provider: str
+    attribution: Attribution
+    user_text: str | None
+    answer: str = ""
+    model: str | None = None
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    usage: dict[str, Any] | None = None
+    latency_ms: float = 0.0
+    partial: bool = False  # the caller closed a stream before it ended
+    error: str | None = None  # the call or the stream failed
+    started: datetime = field(default_factory=utcnow)
+
+
+@dataclass(frozen=True)
+class Recalled:
+    """What ``before`` found: the block to inject and, if asked, the session's turns."""
+
+    attribution: Attribution
+    context: str | None = None
+    history: tuple[Message, ...] = ()
+
+    @property
+    def block(self) -> str | None:
+        return f"{MEMORY_PREAMBLE}\n{self.context}" if self.context else None
+
+
+_STOP = object()
+
+
+class Capture:
+    """``mem.llm``: register clients; attribution defaults; the background writer."""
+
+    def __init__(self, memory: Memory) -> None:
+        self._m = memory
+        s = memory.settings
+        self.recall = s.capture_recall
+        self.recall_timeout = s.capture_recall_timeout_ms / 1000
+        self.default_user = s.capture_default_user
+        self.inject_history = s.capture_inject_history
+        self._defaults = Attribution()
+        self._clients: dict[int, tuple[Any, Callable[[], None]]] = {}
+        self._lock = threading.Lock()
+        self._queue: queue.Queue[Any] = queue.Queue()
+        self._writer: threading.Thread | None = None
+        self._recall_pool: ThreadPoolExecutor | None = None
+        self._sessions: set[tuple[str, str]] = set()
+        self.written = 0  # exchanges stored, for tests and stats
+
+    # -- public -------------------------------------------------------------------------
+
+    def register(self, client: Any) -> Any:
+        """Wrap ``client``'s generation methods; returns the same client. Idempotent."""
+        from ._adapters import adapter_for
+
+        with self._lock:
+            owner = getattr(client, "_memstrata_capture", None)
+            if owner is self:
+                return client
+            if owner is not None:
+                raise ValueError(
+                    "this client is already registered with another Memory; "
+                    "unregister it there first (one client, one memory)"
+                )
+            restore = adapter_for(client)(client, self)
+            client._memstrata_capture = self
+            self._clients[id(client)] = (client, restore)
+        return client
+
+    def unregister(self, client: Any) -> None:
+        """Restore ``client``'s original methods (no-op if it was not registered here)."""
+        with self._lock:
+            entry = self._clients.pop(id(client), None)
+        if entry is None:
+            return
+        entry[1]()
+        del client._memstrata_capture
+
+    def attribution(
+        self,
+        user_id: str | None = None,
+        session_id: str | None = None,
+        process_id: str | None = None,
+    ) -> None:
+        """Defaults for calls made outside any ``mem.scope(...)``."""
+        self._defaults = check(user_id=user_id, session_id=session_id, process_id=process_id)
+
+    def flush(self, timeout: float = 5.0) -> bool:
+        """Wait until every captured exchange is stored; False if ``timeout`` ran out."""
+        done = threading.Event()
+        self._queue.put(done)
+        self._ensure_writer()
+        return done.wait(timeout)
+
+    def close(self, timeout: float) -> None:
+        """Store what is queued (bounded), stop the writer, unregister every client."""
+        if self._writer is not None:
+            self.flush(timeout)
+            self._queue.put(_STOP)
+            self._writer.join(timeout=1.0)
+        if self._recall_pool is not None:
+            self._recall_pool.shutdown(wait=False, cancel_futures=True)
+        for client, _ in list(self._clients.values()):
+            self.unregister(client)
+
+    # -- adapter side --------------------------------------------------------------------
+
+    def resolve(self) -> Attribution | None:
+        """The attribution of a call made now, or None when it must not be captured."""
+        who = self._defaults.merged(current())
+        if who.user_id is None:
+            if self.default_user is None:
+                return None
+            who = Attribution(self.default_user, who.session_id, who.process_id)
+        if who.session_id is None:
+            who = Attribution(who.user_id, f"llm-{who.user_id}"[:200], who.process_id)
+        return who
+
+    def before(self, query: str | None) -> Recalled | None:
+        """Attribution and recalled memory for a call about to be made. Never raises; gives
+        up on recall after ``capture_recall_timeout_ms``."""
+        try:
+            who = self.resolve()
+        except Exception:
+            log.exception("memstrata: attribution failed; the call is not captured")
+            return None
+        if who is None:
+            return None
+        if not (self.recall or self.inject_history) or not query:
+            return Recalled(who)
+        try:
+            future = self._pool().submit(self._recall, who, query)
+            return future.result(timeout=self.recall_timeout)
+        except FutureTimeout:
+            log.warning(
+                "memstrata: recall took longer than %d ms; the call goes on without memory",
+                self.recall_timeout * 1000,
+            )
+        except Exception:
+            log.exception("memstrata: recall failed; the call goes on without memory")
+        return Recalled(who)
+
+    def after(self, exchange: Exchange) -> None:
+        """Queue the exchange for storage and return at once. Never raises."""
+        try:
+            self._queue.put(exchange)
+            self._ensure_writer()
+        except Exception:
+            log.exception("memstrata: could not queue a captured exchange")
+
+    # -- internals ----------------------------------------------------------------------
+
+    def _pool(self) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._recall_pool is None:
+                self._recall_pool = ThreadPoolExecutor(2, thread_name_prefix="memstrata-recall")
+            return self._recall_pool
+
+    def _session(self, who: Attribution) -> str:
+        assert who.user_id is not None and who.session_id is not None
+        key = (who.user_id, who.session_id)
+        if key not in self._sessions:
+            self._m.sessions.create(who.user_id, session_id=who.session_id)
+            self._sessions.add(key)
+        return who.session_id
+
+    def _recall(self, who: Attribution, query: str) -> Recalled:
+        sid = self._session(who)
+        config: dict[str, Any] = {"message_recent_limit": 20 if self.inject_history else 0}
+        if not self.recall:
+            config["enable_long_term_recall"] = False
+        ctx = self._m.get_memory(sid, query, recall_config=config)
+        text = ctx.formatted_context if self.recall else None
+        if text and ctx.history:
+            # The history goes in as turns; keep only the memories in the block.
+            text = text.split("\n\nRecent conversation in this session:")[0]
+            if text.startswith("Recent conversation in this session:"):
+                text = None
+        return Recalled(who, text or None, tuple(ctx.history) if self.inject_history else ())
+
+    def _ensure_writer(self) -> None:
+        with self._lock:
+            if self._writer is None or not self._writer.is_alive():
+                self._writer = threading.Thread(
+                    target=self._write_loop, name="memstrata-capture", daemon=True
+                )
+                self._writer.start()
+
+    def _write_loop(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is _STOP:
+                return
+            if isinstance(item, threading.Event):
+                item.set()
+                continue
+            try:
+                self._store(item)
+                self.written += 1
+            except Exception:
+                log.exception("memstrata: a captured exchange could not be stored")
+
+    def _store(self, ex: Exchange) -> None:
+        who = ex.attribution
+        sid = self._session(who)
+        capture: dict[str, Any] = {
+            "provider": ex.provider,
+            "model": ex.model,
+            "latency_ms": round(ex.latency_ms, 3),
+        }
+        if ex.usage:
+            capture["usage"] = ex.usage
+        if ex.tool_calls:
+            capture["tool_calls"] = ex.tool_calls
+        if ex.partial:
+            capture["partial"] = True
+        if ex.error:
+            capture["error"] = ex.error[:500]
+        messages: list[dict[str, Any]] = []
+        base = {"timestamp": ex.started, "process_id": who.process_id}
+        if ex.user_text and ex.user_text.strip():
+            messages.append({"role": "user", "content": ex.user_text, **base})
+        answer = ex.answer
+        if not answer.strip() and ex.tool_calls:
+            answer = "; ".join(
+                f"[tool call] {c.get('name')}({c.get('arguments', '')})" for c in ex.tool_calls
+            )
+        if answer.strip():
+            answered = ex.started + timedelta(milliseconds=ex.latency_ms)
+            messages.append(
+                {
+                    **base,
+                    "role": "assistant",
+                    "content": answer,
+                    "metadata": {"capture": capture},
+                    "timestamp": answered,
+                }
+            )
+        elif messages:
+            messages[0]["metadata"] = {"capture": capture}
+        if not messages:
+            return
+        for m in messages:
+            if m["process_id"] is None:
+                del m["process_id"]
+        self._m.add_messages(sid, messages)
+
+
+def elapsed_ms(start: float) -> float:
+    return (time.perf_counter() - start) * 1000

@@ -1,0 +1,230 @@
+"""mem.llm with the real openai SDK against a loopback fake server: recall injected before,
+the exchange captured after, fail-open, attribution by scope."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import openai
+import pytest
+
+from fakes.openai_server import FakeOpenAIServer
+from memstrata import Memory
+from memstrata.capture import MEMORY_PREAMBLE
+from memstrata.errors import ValidationError
+
+
+@pytest.fixture
+def server() -> Iterator[FakeOpenAIServer]:
+    with FakeOpenAIServer() as s:
+        s.chat_script = lambda body: "Noted!"
+        yield s
+
+
+@pytest.fixture
+def mem(make_memory: Any) -> Memory:
+    mem = make_memory()
+    s = mem.sessions.create(user_id="ana", session_id="chat")
+    s.add_messages([{"role": "user", "content": "I am allergic to peanuts."}], sync=True)
+    return mem
+
+
+def _client(server: FakeOpenAIServer, cls: Any = openai.OpenAI) -> Any:
+    return cls(base_url=server.base_url, api_key="k", max_retries=0)
+
+
+def _stored(mem: Memory, session_id: str) -> list[tuple[str, str]]:
+    assert mem.llm.flush(5)
+    return [(m.role, m.content) for m in mem.messages.list(session_id=session_id)]
+
+
+def test_register_is_idempotent_exclusive_and_reversible(
+    mem: Memory, make_memory: Any, server: FakeOpenAIServer
+) -> None:
+    client = _client(server)
+    completions = client.chat.completions
+    assert mem.llm.register(client) is client
+    assert mem.llm.register(client) is client  # twice: a no-op
+    assert "create" in vars(completions)
+    other = make_memory(url=f"sqlite:///{mem._store.path}.other")
+    with pytest.raises(ValueError, match="another Memory"):
+        other.llm.register(client)
+    mem.llm.unregister(client)
+    assert "create" not in vars(completions)  # the SDK's own method again
+    other.llm.register(client)  # free again
+    with pytest.raises(TypeError, match="does not know"):
+        mem.llm.register(object())
+
+
+def test_recall_is_injected_and_the_exchange_captured(
+    mem: Memory, server: FakeOpenAIServer
+) -> None:
+    client = mem.llm.register(_client(server))
+    messages = [
+        {"role": "system", "content": "You are a helpful cook."},
+        {"role": "user", "content": "Suggest a snack with peanuts?"},
+    ]
+    before = copy.deepcopy(messages)
+    with mem.scope(user_id="ana", session_id="chat"):
+        reply = client.chat.completions.create(model="gpt-test", messages=messages)
+    assert reply.choices[0].message.content == "Noted!"
+    assert messages == before  # the caller's list and dicts are untouched
+    sent = server.chat_requests()[-1]["messages"]
+    assert sent[0]["role"] == "system"
+    assert sent[0]["content"].startswith("You are a helpful cook.\n\n" + MEMORY_PREAMBLE)
+    assert "allergic to peanuts" in sent[0]["content"]
+    assert sent[1:] == messages[1:]
+    stored = _stored(mem, "chat")
+    assert stored[-2:] == [("user", "Suggest a snack with peanuts?"), ("assistant", "Noted!")]
+    answer = mem.messages.list(session_id="chat")[-1]
+    capture = answer.metadata["capture"]
+    assert capture["provider"] == "openai" and capture["model"] == "gpt-test"
+    assert capture["usage"]["total_tokens"] > 0 and capture["latency_ms"] >= 0
+    # The injected block is not stored as something the user said.
+    assert all(MEMORY_PREAMBLE not in c for _, c in stored)
+
+
+def test_without_a_system_message_memory_comes_first(mem: Memory, server: FakeOpenAIServer) -> None:
+    client = mem.llm.register(_client(server))
+    with mem.scope(user_id="ana", session_id="chat"):
+        client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "What snacks are safe for me?"}]
+        )
+    sent = server.chat_requests()[-1]["messages"]
+    assert sent[0]["role"] == "system" and sent[0]["content"].startswith(MEMORY_PREAMBLE)
+    assert sent[1] == {"role": "user", "content": "What snacks are safe for me?"}
+
+
+def test_no_user_means_no_recall_and_no_capture_unless_a_default(
+    make_memory: Any, server: FakeOpenAIServer
+) -> None:
+    mem = make_memory()
+    client = mem.llm.register(_client(server))
+    client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+    assert server.chat_requests()[-1]["messages"] == [{"role": "user", "content": "hi"}]
+    assert mem.llm.flush(5) and mem.messages.list(user_id="anonymous") == []
+    mem2 = make_memory(url=f"sqlite:///{mem._store.path}.2", capture_default_user="anonymous")
+    client2 = mem2.llm.register(_client(server))
+    client2.chat.completions.create(model="m", messages=[{"role": "user", "content": "hello"}])
+    assert ("user", "hello") in _stored(mem2, "llm-anonymous")
+    mem2.llm.attribution(user_id="bob", session_id="b1")
+    client2.chat.completions.create(model="m", messages=[{"role": "user", "content": "yo"}])
+    assert ("user", "yo") in _stored(mem2, "b1")
+    with pytest.raises(ValidationError, match="user_id"), mem2.scope(user_id="no spaces"):
+        pass
+
+
+def test_concurrent_scopes_never_mix_users(mem: Memory, server: FakeOpenAIServer) -> None:
+    s = mem.sessions.create(user_id="bo", session_id="bo-chat")
+    s.add_messages([{"role": "user", "content": "I keep bees on my roof."}], sync=True)
+    server.chat_script = lambda body: "ok " + body["messages"][-1]["content"]
+    client = mem.llm.register(_client(server))
+    errors: list[BaseException] = []
+
+    def worker(user: str, session: str, n: int) -> None:
+        try:
+            for i in range(n):
+                with mem.scope(user_id=user, session_id=session):
+                    client.chat.completions.create(
+                        model="m", messages=[{"role": "user", "content": f"{user} question {i}"}]
+                    )
+        except BaseException as exc:  # pragma: no cover - surfaced below
+            errors.append(exc)
+
+    threads = [
+        threading.Thread(target=worker, args=("ana", "chat", 5)),
+        threading.Thread(target=worker, args=("bo", "bo-chat", 5)),
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    for request in server.chat_requests():
+        system = request["messages"][0]["content"]
+        asked = request["messages"][-1]["content"]
+        if asked.startswith("ana"):
+            assert "bees" not in system
+        else:
+            assert "peanuts" not in system
+    assert mem.llm.flush(5)
+    for user, session in (("ana", "chat"), ("bo", "bo-chat")):
+        texts = [m.content for m in mem.messages.list(session_id=session)]
+        other = "bo" if user == "ana" else "ana"
+        assert sum(t.startswith(f"{user} question") for t in texts) == 5
+        assert not any(t.startswith(f"{other} question") for t in texts)
+
+
+def test_async_client(mem: Memory, server: FakeOpenAIServer) -> None:
+    client = mem.llm.register(_client(server, openai.AsyncOpenAI))
+
+    async def scenario() -> None:
+        async def ask(user: str) -> str:
+            with mem.scope(user_id=user, session_id=f"{user}-async"):
+                r = await client.chat.completions.create(
+                    model="m", messages=[{"role": "user", "content": f"hello from {user}"}]
+                )
+            return r.choices[0].message.content
+
+        assert await asyncio.gather(ask("ana"), ask("cy")) == ["Noted!", "Noted!"]
+        await client.close()
+
+    asyncio.run(scenario())
+    assert ("user", "hello from ana") in _stored(mem, "ana-async")
+    assert ("user", "hello from cy") in _stored(mem, "cy-async")
+
+
+def test_provider_errors_reach_the_caller_unchanged_and_are_logged_as_failed_calls(
+    mem: Memory, server: FakeOpenAIServer
+) -> None:
+    client = mem.llm.register(_client(server))
+    server.fail_next(1, status=400)
+    with mem.scope(user_id="ana", session_id="chat"), pytest.raises(openai.BadRequestError):
+        client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "this fails"}]
+        )
+    assert mem.llm.flush(5)
+    failed = [m for m in mem.messages.list(session_id="chat") if m.content == "this fails"]
+    assert failed and "BadRequestError" in failed[0].metadata["capture"]["error"]
+
+
+def test_a_hanging_memory_backend_costs_at_most_the_recall_timeout(
+    make_memory: Any, server: FakeOpenAIServer
+) -> None:
+    with FakeOpenAIServer() as embeddings:
+        mem = make_memory(
+            embedder="openai:fake-embed",
+            embedder_base_url=embeddings.base_url,
+            embedder_api_key="k",
+            capture_recall_timeout_ms=50,
+        )
+        client = mem.llm.register(_client(server))
+        embeddings.delay_next(2.0, n=5)  # the memory side's embedding service hangs
+        import time
+
+        start = time.perf_counter()
+        with mem.scope(user_id="ana", session_id="slow"):
+            reply = client.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "still there?"}]
+            )
+        assert reply.choices[0].message.content == "Noted!"
+        assert time.perf_counter() - start < 1.0
+        assert server.chat_requests()[-1]["messages"] == [
+            {"role": "user", "content": "still there?"}
+        ]
+
+
+def test_a_closed_memory_never_breaks_the_call(make_memory: Any, server: FakeOpenAIServer) -> None:
+    mem = make_memory()
+    client = _client(server)
+    mem.llm.register(client)
+    mem.close()  # unregisters: the client is the SDK's again
+    with mem.scope(user_id="ana"):
+        reply = client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "hi"}]
+        )
+    assert reply.choices[0].message.content == "Noted!"
