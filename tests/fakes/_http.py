@@ -3,39 +3,72 @@
 :class:`FakeHTTPServer` owns everything that is not provider-specific: the socket, the
 request threads and their clean shutdown, the request log, the route registry, scripted
 failures and raw answers, the ``hold``/``held`` gate, injected delays and scripted chat
-replies. Subclasses (``FakeOpenAIServer``, ``FakeAnthropicServer``) add their routes and
-say what an error body looks like (:meth:`FakeHTTPServer.error_body`).
+replies, and the writing of streamed (Server-Sent Events) answers with their injected
+slowness (``chunk_delay``) and breakage (:meth:`FakeHTTPServer.fail_stream_after`).
+Subclasses (``FakeOpenAIServer``, ``FakeAnthropicServer``) add their routes and say what
+an error body looks like (:meth:`FakeHTTPServer.error_body`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import re
 import socket
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, TypedDict
 
-from typing_extensions import Self
+from typing_extensions import NotRequired, Self
 
 __all__ = [
+    "AssistantTurn",
     "ChatReply",
     "ChatScript",
+    "EventStream",
     "FakeHTTPServer",
     "Handler",
+    "ScriptedToolCall",
+    "ToolCall",
+    "ToolCallsReply",
+    "assistant_turn",
     "estimate_tokens",
+    "split_fixed",
+    "split_words",
+    "sse_frame",
 ]
 
-#: A route handler: parsed JSON body -> (HTTP status, JSON-serialisable response).
+
+class ScriptedToolCall(TypedDict):
+    """One tool call as a script writes it; ``arguments`` is the JSON text the model
+    writes, or a dict serialised for it. Without ``id`` the server makes one up in the
+    provider's style (``call_...``, ``toolu_...``)."""
+
+    name: str
+    arguments: str | dict[str, Any]
+    id: NotRequired[str]
+
+
+class ToolCallsReply(TypedDict):
+    """A chat reply in which the assistant calls tools, optionally after some text."""
+
+    tool_calls: list[ScriptedToolCall]
+    content: NotRequired[str | None]
+
+
+#: A route handler: parsed JSON body -> (HTTP status, JSON-serialisable response), or
+#: ``(status, EventStream)`` for a streamed answer.
 Handler: TypeAlias = Callable[[Any], tuple[int, Any]]
 
-#: What a chat script answers: the assistant's text, a complete response object sent as
-#: is (status 200), or ``(status, body)`` where ``body`` is JSON-serialisable, or ``bytes``
-#: / ``str`` sent verbatim.
-ChatReply: TypeAlias = str | dict[str, Any] | tuple[int, Any]
+#: What a chat script answers: the assistant's text; a :class:`ToolCallsReply` (a dict with
+#: a ``"tool_calls"`` key: the assistant calls tools); any other dict, a complete response
+#: object sent as is (status 200, never streamed); or ``(status, body)`` where ``body`` is
+#: JSON-serialisable, or ``bytes`` / ``str`` sent verbatim.
+ChatReply: TypeAlias = str | ToolCallsReply | dict[str, Any] | tuple[int, Any]
 
 #: A chat script: the parsed request body -> the reply.
 ChatScript: TypeAlias = Callable[[dict[str, Any]], ChatReply]
@@ -48,6 +81,98 @@ def estimate_tokens(text: str) -> int:
 
 def _default_chat_script(body: dict[str, Any]) -> ChatReply:
     return "{}"
+
+
+# -- scripted tool calls --
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A normalised scripted tool call: ``arguments`` is always JSON text."""
+
+    name: str
+    arguments: str
+    id: str | None = None
+
+
+@dataclass(frozen=True)
+class AssistantTurn:
+    """What the assistant says, provider-neutral: text (``None``: no text part) and the
+    tool calls that follow it."""
+
+    text: str | None
+    tool_calls: tuple[ToolCall, ...] = ()
+
+    def output_tokens(self) -> int:
+        """The fakes' token count of everything the assistant wrote."""
+        written = (self.text or "") + "".join(c.name + c.arguments for c in self.tool_calls)
+        return estimate_tokens(written)
+
+
+def assistant_turn(reply: str | ToolCallsReply | dict[str, Any]) -> AssistantTurn | None:
+    """The turn a text or :class:`ToolCallsReply` reply scripts; ``None`` for any other dict
+    (a complete response to send as is). Raises ``ValueError`` on a malformed tool call,
+    so a mistake in a test's script surfaces as an error answer naming it."""
+    if isinstance(reply, str):
+        return AssistantTurn(text=reply)
+    if "tool_calls" not in reply:
+        return None
+    calls = reply["tool_calls"]
+    if not isinstance(calls, list) or not calls:
+        raise ValueError("scripted 'tool_calls' must be a non-empty list")
+    normalised = []
+    for call in calls:
+        name = call.get("name") if isinstance(call, dict) else None
+        arguments = call.get("arguments") if isinstance(call, dict) else None
+        if not isinstance(name, str) or not isinstance(arguments, str | dict):
+            raise ValueError(f"scripted tool call needs a name and arguments: {call!r}")
+        call_id = call.get("id")
+        if call_id is not None and not isinstance(call_id, str):
+            raise ValueError(f"scripted tool call id must be a string: {call!r}")
+        if isinstance(arguments, dict):
+            arguments = json.dumps(arguments)
+        normalised.append(ToolCall(name=name, arguments=arguments, id=call_id))
+    content = reply.get("content")
+    if content is not None and not isinstance(content, str):
+        raise ValueError("scripted 'content' must be a string or None")
+    return AssistantTurn(text=content, tool_calls=tuple(normalised))
+
+
+# -- streaming --
+
+
+@dataclass
+class EventStream:
+    """A streamed answer: Server-Sent Events frames written one by one (HTTP chunked
+    encoding, as the real APIs do), ``chunk_delay`` apart. ``fail_after`` (set by the
+    server from :meth:`FakeHTTPServer.fail_stream_after`) cuts the connection after that
+    many frames, before the end of the body."""
+
+    frames: list[bytes]
+    fail_after: int | None = field(default=None, compare=False)
+
+
+def sse_frame(data: Any, event: str | None = None) -> bytes:
+    """One SSE frame: an optional ``event:`` line and a ``data:`` line (JSON, or a ``str``
+    sent as is, e.g. ``"[DONE]"``), then the blank line that ends the event."""
+    payload = data if isinstance(data, str) else json.dumps(data)
+    head = f"event: {event}\n" if event is not None else ""
+    return f"{head}data: {payload}\n\n".encode()
+
+
+_WORD = re.compile(r"\s*\S+|\s+$")
+
+
+def split_words(text: str) -> list[str]:
+    """``text`` in word pieces carrying their leading whitespace, as token streams look;
+    the pieces join back to ``text`` exactly."""
+    return _WORD.findall(text)
+
+
+def split_fixed(text: str, size: int = 8) -> list[str]:
+    """``text`` in pieces of ``size`` characters (tool arguments arrive cut anywhere,
+    mid-string included, and clients must reassemble them)."""
+    return [text[i : i + size] for i in range(0, len(text), size)]
 
 
 class _Server(ThreadingHTTPServer):
@@ -111,6 +236,33 @@ class _RequestHandler(BaseHTTPRequestHandler):
         payload = self.server.fake.error_body(404, f"no route GET {self.path}")
         self._send(404, json.dumps(payload).encode())
 
+    def _send_stream(self, status: int, stream: EventStream, headers: dict[str, str]) -> None:
+        fake = self.server.fake
+        self.send_response(status)
+        for key, value in {"Content-Type": "text/event-stream; charset=utf-8", **headers}.items():
+            self.send_header(key, value)
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        broken = stream.fail_after is not None
+        try:
+            for index, frame in enumerate(stream.frames[: stream.fail_after]):
+                if index and fake.chunk_delay > 0:
+                    # Ends early when the server closes, so close() is not kept waiting.
+                    fake._closing.wait(fake.chunk_delay)
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(frame), frame))
+            if not broken:
+                self.wfile.write(b"0\r\n\r\n")  # the chunked body's terminator
+                return
+        except OSError:  # the client went away mid-stream (closed the stream early)
+            self.close_connection = True
+            return
+        # Injected breakage: cut the connection without the chunked body's terminator,
+        # as a crashed upstream or a dropped proxy connection does.
+        self.close_connection = True
+        with contextlib.suppress(OSError):
+            self.connection.shutdown(socket.SHUT_RDWR)
+
     def do_POST(self) -> None:
         fake = self.server.fake
         length = int(self.headers.get("Content-Length") or 0)
@@ -123,7 +275,10 @@ class _RequestHandler(BaseHTTPRequestHandler):
         fake.request_headers.append({k.lower(): v for k, v in self.headers.items()})
         with fake._in_flight():
             status, payload, headers = fake._dispatch(self.path, body)
-            self._send(status, payload, headers)
+            if isinstance(payload, EventStream):
+                self._send_stream(status, payload, headers)
+            else:
+                self._send(status, payload, headers)
 
 
 class FakeHTTPServer:
@@ -138,6 +293,9 @@ class FakeHTTPServer:
     2. an injected delay (:meth:`delay_next`);
     3. a scripted answer (:meth:`fail_next`, :meth:`respond_raw_next`), whatever the path;
     4. the route registered for the path (:meth:`route`), 404 without one.
+
+    A route may answer with an :class:`EventStream`; its frames are then written
+    ``chunk_delay`` seconds apart, and :meth:`fail_stream_after` breaks the next ones.
 
     Answers with an HTTP status >= 400 carry ``retry-after-ms: <retry_after_ms>`` (default
     1) so the SDKs retry at once instead of backing off for seconds; ``None`` omits it.
@@ -159,12 +317,15 @@ class FakeHTTPServer:
         self.chat_replies: deque[ChatReply] = deque()
         #: Reply of chat-style routes when ``chat_replies`` is empty; default ``"{}"``.
         self.chat_script: ChatScript = _default_chat_script
+        #: Seconds between two frames of a streamed answer (0: as fast as possible).
+        self.chunk_delay = 0.0
         self._waiting = 0
         self._lock = threading.Lock()
         self._active = 0
         self._idle = threading.Condition(self._lock)
         self._scripted: deque[tuple[int, bytes, str]] = deque()
         self._delays: deque[float] = deque()
+        self._stream_failures: deque[int] = deque()
         self._closing = threading.Event()
         self._routes: dict[str, Handler] = {}
         self._server = _Server(("127.0.0.1", port), self)
@@ -213,6 +374,14 @@ class FakeHTTPServer:
         """
         with self._lock:
             self._delays.extend([seconds] * n)
+
+    def fail_stream_after(self, n_chunks: int, times: int = 1) -> None:
+        """Break the next ``times`` streamed answers: send their headers and first
+        ``n_chunks`` SSE frames (events, as the provider sends them), then close the
+        connection abruptly, without ending the chunked body. Plain answers are not
+        affected and do not consume it."""
+        with self._lock:
+            self._stream_failures.extend([n_chunks] * times)
 
     def bodies(self, path_suffix: str) -> list[Any]:
         """Bodies of the POSTs received so far whose path (sans query) ends with the suffix."""
@@ -296,7 +465,7 @@ class FakeHTTPServer:
             return {"retry-after-ms": str(self.retry_after_ms)}
         return {}
 
-    def _dispatch(self, path: str, body: Any) -> tuple[int, bytes, dict[str, str]]:
+    def _dispatch(self, path: str, body: Any) -> tuple[int, bytes | EventStream, dict[str, str]]:
         self._wait_at_gate()
         with self._lock:
             delay = self._delays.popleft() if self._delays else None
@@ -314,6 +483,12 @@ class FakeHTTPServer:
             status, payload = 400, self.error_body(400, "body must be a JSON object")
         else:
             status, payload = handler(body)
+        if isinstance(payload, EventStream):
+            with self._lock:
+                payload.fail_after = (
+                    self._stream_failures.popleft() if self._stream_failures else None
+                )
+            return status, payload, self._headers_for(status)
         if isinstance(payload, bytes | str):
             raw = payload.encode() if isinstance(payload, str) else payload
         else:

@@ -9,6 +9,11 @@ Usage::
         server.fail_next(2, status=529)               # overloaded, twice, then normal
         server.reject_output_config()                 # requests with output_config -> 400
         server.delay_next(2.0)                        # the next POST waits 2 s
+        server.chat_replies.append(                   # the assistant uses a tool
+            {"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]}
+        )
+        server.chunk_delay = 0.05       # streamed answers: 50 ms between SSE events
+        server.fail_stream_after(3)     # the next streamed answer breaks after 3 events
 
 The plumbing (request log, ``hold``/``held`` gate, ``respond_raw_next``, clean shutdown)
 is :class:`fakes._http.FakeHTTPServer`'s.
@@ -17,11 +22,33 @@ is :class:`fakes._http.FakeHTTPServer`'s.
 from __future__ import annotations
 
 import itertools
+import json
 from typing import Any
 
-from ._http import ChatReply, ChatScript, FakeHTTPServer, Handler, estimate_tokens
+from ._http import (
+    AssistantTurn,
+    ChatReply,
+    ChatScript,
+    EventStream,
+    FakeHTTPServer,
+    Handler,
+    ScriptedToolCall,
+    ToolCallsReply,
+    assistant_turn,
+    estimate_tokens,
+    split_fixed,
+    split_words,
+    sse_frame,
+)
 
-__all__ = ["ChatReply", "ChatScript", "FakeAnthropicServer", "Handler"]
+__all__ = [
+    "ChatReply",
+    "ChatScript",
+    "FakeAnthropicServer",
+    "Handler",
+    "ScriptedToolCall",
+    "ToolCallsReply",
+]
 
 _ERROR_TYPES = {
     400: "invalid_request_error",
@@ -53,12 +80,21 @@ class FakeAnthropicServer(FakeHTTPServer):
 
     ``POST /v1/messages`` answers in the real Messages shape (one ``text`` block,
     ``stop_reason`` ``"end_turn"``) with the text that ``chat_replies`` (consumed first) or
-    ``chat_script`` give, ``"{}"`` by default; a ``dict`` reply is sent as the whole
-    response, a ``(status, body)`` reply as is. ``usage.input_tokens`` is
-    :func:`~fakes._http.estimate_tokens` of the system prompt plus that of each message,
-    ``output_tokens`` that of the reply. Errors use Anthropic's ``{"type": "error",
-    "error": {...}}`` shape and carry ``retry-after-ms`` (``retry_after_ms``, default 1)
-    so the SDK retries at once; ``None`` omits the header.
+    ``chat_script`` give, ``"{}"`` by default; a :class:`~fakes._http.ToolCallsReply`
+    (``{"tool_calls": [{"name", "arguments"[, "id"]}], "content"?}``) answers ``tool_use``
+    blocks (after a ``text`` block when ``content`` is given) with ``stop_reason``
+    ``"tool_use"``; any other ``dict`` reply is sent as the whole response, a ``(status,
+    body)`` reply as is. ``usage.input_tokens`` is :func:`~fakes._http.estimate_tokens` of
+    the system prompt plus that of each message, ``output_tokens`` that of the reply.
+    Errors use Anthropic's ``{"type": "error", "error": {...}}`` shape and carry
+    ``retry-after-ms`` (``retry_after_ms``, default 1) so the SDK retries at once;
+    ``None`` omits the header.
+
+    With ``"stream": true`` the answer is Server-Sent Events with ``event:`` lines:
+    ``message_start``, then per block ``content_block_start``, ``content_block_delta``
+    events (``text_delta`` word by word, ``input_json_delta`` in pieces) and
+    ``content_block_stop`` (a ``ping`` after the first start, as the real API sends), then
+    ``message_delta`` (``stop_reason``, ``usage.output_tokens``) and ``message_stop``.
     """
 
     thread_name = "fake-anthropic-server"
@@ -113,18 +149,86 @@ class FakeAnthropicServer(FakeHTTPServer):
         reply = self.next_chat_reply(body)
         if isinstance(reply, tuple):
             return reply
-        if isinstance(reply, dict):
+        try:
+            turn = assistant_turn(reply)
+            blocks = self._content_blocks(turn) if turn is not None else []
+        except ValueError as exc:
+            return 500, self.error_body(500, f"fake server: bad scripted reply: {exc}")
+        if turn is None:
             return 200, reply
         input_tokens = estimate_tokens(_text(body.get("system"))) + sum(
             estimate_tokens(_text(m.get("content"))) for m in messages
         )
-        return 200, {
+        message = {
             "id": f"msg_fake{next(self._ids):06d}",
             "type": "message",
             "role": "assistant",
             "model": model,
-            "content": [{"type": "text", "text": reply}],
-            "stop_reason": "end_turn",
+            "content": blocks,
+            "stop_reason": "tool_use" if turn.tool_calls else "end_turn",
             "stop_sequence": None,
-            "usage": {"input_tokens": input_tokens, "output_tokens": estimate_tokens(reply)},
+            "usage": {"input_tokens": input_tokens, "output_tokens": turn.output_tokens()},
         }
+        if body.get("stream") is True:
+            return 200, _message_stream(message, turn)
+        return 200, message
+
+    def _content_blocks(self, turn: AssistantTurn) -> list[dict[str, Any]]:
+        """The ``content`` of a message for ``turn``; a tool call's arguments must be a
+        JSON object (``tool_use.input``)."""
+        blocks: list[dict[str, Any]] = []
+        if turn.text is not None:
+            blocks.append({"type": "text", "text": turn.text})
+        for call in turn.tool_calls:
+            try:
+                arguments = json.loads(call.arguments)
+            except ValueError:
+                arguments = None
+            if not isinstance(arguments, dict):
+                raise ValueError(f"tool call arguments must be a JSON object: {call.arguments!r}")
+            blocks.append(
+                {
+                    "type": "tool_use",
+                    "id": call.id or f"toolu_fake{next(self._ids):06d}",
+                    "name": call.name,
+                    "input": arguments,
+                }
+            )
+        return blocks
+
+
+def _message_stream(message: dict[str, Any], turn: AssistantTurn) -> EventStream:
+    """The SSE events of a streamed answer that ends as ``message``, as Anthropic sends
+    them; tool input arrives as the JSON text the script gave, in pieces."""
+    frames: list[bytes] = []
+
+    def emit(kind: str, **fields: Any) -> None:
+        frames.append(sse_frame({"type": kind, **fields}, kind))
+
+    # The start carries no content and a token or so of output; the final count comes
+    # with message_delta.
+    usage = message["usage"]
+    start = {**message, "content": [], "stop_reason": None, "usage": {**usage, "output_tokens": 1}}
+    emit("message_start", message=start)
+    # tool_use blocks follow the turn's tool calls in order; stream their JSON text as is.
+    arguments = iter(call.arguments for call in turn.tool_calls)
+    for index, block in enumerate(message["content"]):
+        if block["type"] == "text":
+            emit("content_block_start", index=index, content_block={**block, "text": ""})
+            deltas = [{"type": "text_delta", "text": piece} for piece in split_words(block["text"])]
+        else:
+            emit("content_block_start", index=index, content_block={**block, "input": {}})
+            pieces = ["", *split_fixed(next(arguments))]  # the API opens with an empty piece
+            deltas = [{"type": "input_json_delta", "partial_json": piece} for piece in pieces]
+        if index == 0:
+            emit("ping")
+        for delta in deltas:
+            emit("content_block_delta", index=index, delta=delta)
+        emit("content_block_stop", index=index)
+    emit(
+        "message_delta",
+        delta={"stop_reason": message["stop_reason"], "stop_sequence": None},
+        usage={"output_tokens": usage["output_tokens"]},
+    )
+    emit("message_stop")
+    return EventStream(frames)

@@ -16,8 +16,15 @@ Usage::
         server.chat_script = lambda body: '{"b": 2}'     # answer when the queue is empty
         server.reject_response_format({"json_schema"})   # such requests answer HTTP 400
 
-Endpoints are a registry by path (:meth:`FakeOpenAIServer.route`); ``/v1/embeddings`` and
-``/v1/chat/completions`` are built in. The plumbing lives in :mod:`fakes._http`.
+        server.chat_replies.append(                      # the assistant calls a tool
+            {"tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}]}
+        )
+        server.chunk_delay = 0.05       # streamed answers: 50 ms between SSE chunks
+        server.fail_stream_after(3)     # the next streamed answer breaks after 3 chunks
+
+Endpoints are a registry by path (:meth:`FakeOpenAIServer.route`); ``/v1/embeddings``,
+``/v1/chat/completions`` and ``/v1/responses`` (each plain or ``"stream": true``) are built
+in. The plumbing lives in :mod:`fakes._http`.
 """
 
 from __future__ import annotations
@@ -29,9 +36,31 @@ import struct
 import time
 from typing import Any
 
-from ._http import ChatReply, ChatScript, FakeHTTPServer, Handler, estimate_tokens
+from ._http import (
+    AssistantTurn,
+    ChatReply,
+    ChatScript,
+    EventStream,
+    FakeHTTPServer,
+    Handler,
+    ScriptedToolCall,
+    ToolCallsReply,
+    assistant_turn,
+    estimate_tokens,
+    split_fixed,
+    split_words,
+    sse_frame,
+)
 
-__all__ = ["ChatReply", "ChatScript", "FakeOpenAIServer", "Handler", "fake_vector"]
+__all__ = [
+    "ChatReply",
+    "ChatScript",
+    "FakeOpenAIServer",
+    "Handler",
+    "ScriptedToolCall",
+    "ToolCallsReply",
+    "fake_vector",
+]
 
 
 def fake_vector(text: str, dim: int, model: str = "") -> list[float]:
@@ -56,6 +85,21 @@ def _message_text(content: Any) -> str:
     return ""
 
 
+def _input_text(items: Any) -> str:
+    """The text of a Responses API ``input``: a string, or a list of input items (messages
+    with a ``content``, tool outputs with an ``output``)."""
+    if isinstance(items, str):
+        return items
+    if not isinstance(items, list):
+        return ""
+    texts = []
+    for item in items:
+        if isinstance(item, dict):
+            texts.append(_message_text(item.get("content")))
+            texts.append(_message_text(item.get("output")))
+    return "".join(texts)
+
+
 class FakeOpenAIServer(FakeHTTPServer):
     """OpenAI-compatible server on 127.0.0.1 in a background thread (a context manager).
 
@@ -65,10 +109,24 @@ class FakeOpenAIServer(FakeHTTPServer):
 
     Chat completions answer in the real ``chat.completion`` shape with the content that
     ``chat_replies`` (consumed first) or ``chat_script`` give, ``"{}"`` by default; a
-    ``dict`` reply is sent as the whole response, a ``(status, body)`` reply as is. Usage
-    is :func:`~fakes._http.estimate_tokens` of the messages' contents (summed) and of the
-    reply. :meth:`reject_response_format` makes requests with some ``response_format``
+    :class:`~fakes._http.ToolCallsReply` (``{"tool_calls": [{"name", "arguments"[, "id"]}],
+    "content"?}``) answers ``message.tool_calls`` with ``finish_reason: "tool_calls"``; any
+    other ``dict`` reply is sent as the whole response, a ``(status, body)`` reply as is.
+    Usage is :func:`~fakes._http.estimate_tokens` of the messages' contents (summed) and of
+    the reply. :meth:`reject_response_format` makes requests with some ``response_format``
     types answer HTTP 400, as local servers do.
+
+    With ``"stream": true`` the answer is Server-Sent Events of ``chat.completion.chunk``
+    objects: the role first, the content word by word, tool calls as ``delta.tool_calls``
+    (a head with id and name, then the arguments in pieces), a chunk with the
+    ``finish_reason``, a usage chunk (``choices: []``) when
+    ``stream_options.include_usage`` is true, then ``data: [DONE]``.
+
+    ``POST /v1/responses`` (the Responses API) answers from the same replies (the script
+    sees the Responses request body: ``input``, ``instructions``) with a ``response``
+    object: an ``output`` message with one ``output_text`` part and/or ``function_call``
+    items; streamed, it sends the typed events (``response.created`` ...
+    ``response.completed``) with ``event:`` lines and a ``sequence_number`` each.
 
     Scripted failures carry ``retry-after-ms`` (``retry_after_ms``, default 1) so the SDK
     retries at once instead of backing off for seconds; ``None`` omits the header.
@@ -85,6 +143,7 @@ class FakeOpenAIServer(FakeHTTPServer):
         self._ids = itertools.count(1)
         self.route("/v1/embeddings", self._embeddings)
         self.route("/v1/chat/completions", self._chat_completions)
+        self.route("/v1/responses", self._responses)
 
     @property
     def base_url(self) -> str:
@@ -112,6 +171,10 @@ class FakeOpenAIServer(FakeHTTPServer):
     def chat_requests(self) -> list[Any]:
         """Bodies of the ``/v1/chat/completions`` requests received so far."""
         return self.bodies("/chat/completions")
+
+    def responses_requests(self) -> list[Any]:
+        """Bodies of the ``/v1/responses`` requests received so far."""
+        return self.bodies("/v1/responses")
 
     # -- routes (run on the server's request threads) --
 
@@ -168,26 +231,231 @@ class FakeOpenAIServer(FakeHTTPServer):
         reply = self.next_chat_reply(body)
         if isinstance(reply, tuple):
             return reply
-        if isinstance(reply, dict):
+        try:
+            turn = assistant_turn(reply)
+        except ValueError as exc:
+            return 500, _error_body(f"fake server: bad scripted reply: {exc}")
+        if turn is None:
             return 200, reply
         prompt_tokens = sum(estimate_tokens(_message_text(m.get("content"))) for m in messages)
-        completion_tokens = estimate_tokens(reply)
-        return 200, {
+        completion_tokens = turn.output_tokens()
+        usage = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        }
+        head = {
             "id": f"chatcmpl-fake{next(self._ids):06d}",
-            "object": "chat.completion",
             "created": int(time.time()),
             "model": model,
-            "choices": [
-                {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": reply, "refusal": None},
-                    "logprobs": None,
-                    "finish_reason": "stop",
-                }
-            ],
-            "usage": {
-                "prompt_tokens": prompt_tokens,
-                "completion_tokens": completion_tokens,
-                "total_tokens": prompt_tokens + completion_tokens,
-            },
         }
+        call_ids = [call.id or f"call_fake{next(self._ids):06d}" for call in turn.tool_calls]
+        finish_reason = "tool_calls" if turn.tool_calls else "stop"
+        if body.get("stream") is True:
+            stream_options = body.get("stream_options")
+            include_usage = isinstance(stream_options, dict) and bool(
+                stream_options.get("include_usage")
+            )
+            return 200, _chat_stream(head, turn, call_ids, finish_reason, usage, include_usage)
+        message: dict[str, Any] = {"role": "assistant", "content": turn.text, "refusal": None}
+        if turn.tool_calls:
+            message["tool_calls"] = [
+                {
+                    "id": call_id,
+                    "type": "function",
+                    "function": {"name": call.name, "arguments": call.arguments},
+                }
+                for call_id, call in zip(call_ids, turn.tool_calls, strict=True)
+            ]
+        return 200, {
+            **head,
+            "object": "chat.completion",
+            "choices": [
+                {"index": 0, "message": message, "logprobs": None, "finish_reason": finish_reason}
+            ],
+            "usage": usage,
+        }
+
+    def _responses(self, body: dict[str, Any]) -> tuple[int, Any]:
+        model = body.get("model")
+        if not isinstance(model, str) or not model:
+            return 400, _error_body("Missing required parameter: 'model'.", param="model")
+        if not isinstance(body.get("input"), str | list):
+            return 400, _error_body(
+                "'input' must be a string or a list of input items",
+                "invalid_request_error",
+                "input",
+            )
+        reply = self.next_chat_reply(body)
+        if isinstance(reply, tuple):
+            return reply
+        try:
+            turn = assistant_turn(reply)
+        except ValueError as exc:
+            return 500, _error_body(f"fake server: bad scripted reply: {exc}")
+        if turn is None:
+            return 200, reply
+        input_tokens = estimate_tokens(_message_text(body.get("instructions"))) + estimate_tokens(
+            _input_text(body.get("input"))
+        )
+        output_tokens = turn.output_tokens()
+        usage = {
+            "input_tokens": input_tokens,
+            "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+            "output_tokens": output_tokens,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": input_tokens + output_tokens,
+        }
+        items = self._output_items(turn)
+        created_at = int(time.time())
+        response = {
+            "id": f"resp_fake{next(self._ids):06d}",
+            "object": "response",
+            "created_at": created_at,
+            "status": "completed",
+            "completed_at": created_at,
+            "background": False,
+            "error": None,
+            "incomplete_details": None,
+            "instructions": body.get("instructions"),
+            "max_output_tokens": body.get("max_output_tokens"),
+            "model": model,
+            "output": items,
+            "parallel_tool_calls": body.get("parallel_tool_calls", True),
+            "previous_response_id": body.get("previous_response_id"),
+            "reasoning": {"effort": None, "summary": None},
+            "temperature": body.get("temperature", 1.0),
+            "text": body.get("text", {"format": {"type": "text"}}),
+            "tool_choice": body.get("tool_choice", "auto"),
+            "tools": body.get("tools", []),
+            "top_p": body.get("top_p", 1.0),
+            "truncation": body.get("truncation", "disabled"),
+            "usage": usage,
+            "user": body.get("user"),
+            "metadata": body.get("metadata", {}),
+        }
+        if body.get("stream") is True:
+            return 200, _responses_stream(response)
+        return 200, response
+
+    def _output_items(self, turn: AssistantTurn) -> list[dict[str, Any]]:
+        """The completed ``output`` items of a Responses answer for ``turn``."""
+        items: list[dict[str, Any]] = []
+        if turn.text is not None:
+            items.append(
+                {
+                    "id": f"msg_fake{next(self._ids):06d}",
+                    "type": "message",
+                    "status": "completed",
+                    "role": "assistant",
+                    "content": [_output_text(turn.text)],
+                }
+            )
+        for call in turn.tool_calls:
+            items.append(
+                {
+                    "id": f"fc_fake{next(self._ids):06d}",
+                    "type": "function_call",
+                    "status": "completed",
+                    "call_id": call.id or f"call_fake{next(self._ids):06d}",
+                    "name": call.name,
+                    "arguments": call.arguments,
+                }
+            )
+        return items
+
+
+def _output_text(text: str) -> dict[str, Any]:
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+
+
+def _chat_stream(
+    head: dict[str, Any],
+    turn: AssistantTurn,
+    call_ids: list[str],
+    finish_reason: str,
+    usage: dict[str, Any],
+    include_usage: bool,
+) -> EventStream:
+    """The SSE frames of a streamed chat completion, as OpenAI sends them."""
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+        data: dict[str, Any] = {
+            **head,
+            "object": "chat.completion.chunk",
+            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+        }
+        if include_usage:
+            data["usage"] = None  # every chunk carries the key; only the last one a value
+        return sse_frame(data)
+
+    deltas: list[dict[str, Any]] = []
+    if turn.text is not None:
+        deltas.append({"role": "assistant", "content": "", "refusal": None})
+        deltas.extend({"content": piece} for piece in split_words(turn.text))
+    for index, (call_id, call) in enumerate(zip(call_ids, turn.tool_calls, strict=True)):
+        function = {"name": call.name, "arguments": ""}
+        delta: dict[str, Any] = {
+            "tool_calls": [
+                {"index": index, "id": call_id, "type": "function", "function": function}
+            ]
+        }
+        if not deltas:  # without text, the role arrives with the first tool call
+            delta = {"role": "assistant", "content": None, "refusal": None, **delta}
+        deltas.append(delta)
+        deltas.extend(
+            {"tool_calls": [{"index": index, "function": {"arguments": piece}}]}
+            for piece in split_fixed(call.arguments)
+        )
+    frames = [chunk(delta) for delta in deltas]
+    frames.append(chunk({}, finish_reason))
+    if include_usage:
+        frames.append(
+            sse_frame({**head, "object": "chat.completion.chunk", "choices": [], "usage": usage})
+        )
+    frames.append(sse_frame("[DONE]"))
+    return EventStream(frames)
+
+
+def _responses_stream(response: dict[str, Any]) -> EventStream:
+    """The typed SSE events of a streamed Responses answer that ends as ``response``."""
+    frames: list[bytes] = []
+
+    def emit(kind: str, **fields: Any) -> None:
+        frames.append(sse_frame({"type": kind, **fields, "sequence_number": len(frames)}, kind))
+
+    pending = {**response, "status": "in_progress", "completed_at": None, "output": []}
+    pending["usage"] = None
+    emit("response.created", response=pending)
+    emit("response.in_progress", response=pending)
+    for index, item in enumerate(response["output"]):
+        ids = {"item_id": item["id"], "output_index": index}
+        if item["type"] == "message":
+            text = item["content"][0]["text"]
+            emit(
+                "response.output_item.added",
+                output_index=index,
+                item={**item, "status": "in_progress", "content": []},
+            )
+            emit("response.content_part.added", **ids, content_index=0, part=_output_text(""))
+            for piece in split_words(text):
+                emit("response.output_text.delta", **ids, content_index=0, delta=piece, logprobs=[])
+            emit("response.output_text.done", **ids, content_index=0, text=text, logprobs=[])
+            emit("response.content_part.done", **ids, content_index=0, part=_output_text(text))
+        else:
+            emit(
+                "response.output_item.added",
+                output_index=index,
+                item={**item, "status": "in_progress", "arguments": ""},
+            )
+            for piece in split_fixed(item["arguments"]):
+                emit("response.function_call_arguments.delta", **ids, delta=piece)
+            emit(
+                "response.function_call_arguments.done",
+                **ids,
+                name=item["name"],
+                arguments=item["arguments"],
+            )
+        emit("response.output_item.done", output_index=index, item=item)
+    emit("response.completed", response=response)
+    return EventStream(frames)

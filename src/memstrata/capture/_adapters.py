@@ -12,6 +12,13 @@ __all__ = ["adapter_for"]
 _KNOWN: tuple[tuple[str, tuple[str, ...], str, str], ...] = (
     ("openai", ("OpenAI", "AzureOpenAI"), "._openai", "wrap_sync"),
     ("openai", ("AsyncOpenAI", "AsyncAzureOpenAI"), "._openai", "wrap_async"),
+    ("anthropic", ("Anthropic",), "._anthropic", "wrap_sync"),
+    ("anthropic", ("AsyncAnthropic",), "._anthropic", "wrap_async"),
+    # One genai.Client carries both surfaces (client.models and client.aio.models).
+    ("google.genai", ("Client",), "._google", "wrap"),
+    # xai_sdk: the SDK's gRPC clients; chats made by client.chat.create are instrumented.
+    ("xai_sdk", ("Client",), "._xai", "wrap_sync"),
+    ("xai_sdk", ("AsyncClient",), "._xai", "wrap_async"),
 )
 
 
@@ -26,7 +33,9 @@ def adapter_for(client: Any) -> Callable[[Any, Any], Callable[[], None]]:
             return getattr(importlib.import_module(adapter, __package__), fn)
     raise TypeError(
         f"mem.llm.register does not know {type(client).__module__}.{type(client).__qualname__}; "
-        "supported: openai.OpenAI, AsyncOpenAI, AzureOpenAI, AsyncAzureOpenAI"
+        "supported: openai.OpenAI, AsyncOpenAI, AzureOpenAI, AsyncAzureOpenAI; "
+        "anthropic.Anthropic, AsyncAnthropic; google.genai.Client; "
+        "xai_sdk.Client, AsyncClient"
     )
 
 

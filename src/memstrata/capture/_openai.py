@@ -1,26 +1,28 @@
-"""OpenAI adapter: ``chat.completions.create`` (plain and ``stream=True``), sync and async.
+"""OpenAI adapter: ``chat.completions.create`` (plain and ``stream=True``),
+``chat.completions.parse`` and ``responses.create`` (plain and streaming), sync and async.
 
-Memory goes into the system slot: appended to the caller's leading system (or developer)
-message when it is text, else as a system message of its own in front. The caller's list and
-dicts are never changed: the request gets new ones.
+Memory goes into the system slot. Chat: appended to the caller's leading system (or
+developer) message when it is text, else a system message of its own in front. Responses:
+appended to ``instructions``. The caller's lists and dicts are never changed: the request
+gets new ones.
 """
 
 from __future__ import annotations
 
-import functools
-import logging
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ._capture import Capture, Exchange, Recalled, elapsed_ms
-from ._streams import AsyncStreamProxy, StreamProxy
+from ._capture import Capture, Exchange, Recalled
+from ._wrap import Endpoint, restore, wrap_method
 
 __all__ = ["wrap_async", "wrap_sync"]
 
-log = logging.getLogger("memstrata.capture")
-
 _SYSTEM_ROLES = ("system", "developer")
+_TEXT_PARTS = ("text", "input_text", "output_text")
+
+
+def _field(obj: Any, name: str) -> Any:
+    return obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
 
 
 def _text(content: Any) -> str:
@@ -28,47 +30,58 @@ def _text(content: Any) -> str:
         return content
     if isinstance(content, Sequence):
         return "\n".join(
-            str(p.get("text", ""))
-            for p in content
-            if isinstance(p, dict) and p.get("type") == "text"
+            str(_field(p, "text") or "") for p in content if _field(p, "type") in _TEXT_PARTS
         )
     return ""
 
 
-def _field(obj: Any, name: str) -> Any:
-    return obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
-
-
-def last_user_text(messages: Any) -> str | None:
-    if not isinstance(messages, Sequence):
+def _last_user(items: Any) -> str | None:
+    if isinstance(items, str):
+        return items
+    if not isinstance(items, Sequence):
         return None
-    for m in reversed(messages):
+    for m in reversed(items):
         if _field(m, "role") == "user":
             return _text(_field(m, "content")) or None
     return None
 
 
-def inject(messages: Sequence[Any], recalled: Recalled) -> list[Any]:
-    """A new message list with memory in the system slot and, if asked, earlier turns of the
-    session that the caller did not send already."""
+def _usage(usage: Any) -> dict[str, Any] | None:
+    if usage is None:
+        return None
+    dump = getattr(usage, "model_dump", None)
+    return dump(exclude_none=True) if dump else dict(usage)
+
+
+def _earlier_turns(recalled: Recalled, sent: Sequence[Any]) -> list[dict[str, Any]]:
+    """The session's earlier turns that the caller did not send already."""
+    already = {(_field(m, "role"), _text(_field(m, "content"))) for m in sent}
+    return [
+        {"role": h.role, "content": h.content}
+        for h in recalled.history
+        if h.role in ("user", "assistant") and (h.role, h.content) not in already
+    ]
+
+
+# -- chat completions --------------------------------------------------------------------
+
+
+def _chat_user(kwargs: dict[str, Any]) -> str | None:
+    return _last_user(kwargs.get("messages"))
+
+
+def inject_chat(messages: Sequence[Any], recalled: Recalled) -> list[Any]:
     out = list(messages)
-    sent = {(_field(m, "role"), _text(_field(m, "content"))) for m in out}
     lead = 0
     while lead < len(out) and _field(out[lead], "role") in _SYSTEM_ROLES:
         lead += 1
-    history = [
-        {"role": h.role, "content": h.content}
-        for h in recalled.history
-        if h.role in ("user", "assistant") and (h.role, h.content) not in sent
-    ]
-    out[lead:lead] = history
+    out[lead:lead] = _earlier_turns(recalled, messages)
     block = recalled.block
     if block:
         first = out[0] if out else None
         if (
-            first is not None
-            and isinstance(first, dict)
-            and _field(first, "role") in _SYSTEM_ROLES
+            isinstance(first, dict)
+            and first.get("role") in _SYSTEM_ROLES
             and isinstance(first.get("content"), str)
         ):
             out[0] = {**first, "content": f"{first['content']}\n\n{block}"}
@@ -77,22 +90,41 @@ def inject(messages: Sequence[Any], recalled: Recalled) -> list[Any]:
     return out
 
 
-def _prepare(capture: Capture, kwargs: dict[str, Any]) -> tuple[Recalled | None, dict[str, Any]]:
-    try:
-        messages = kwargs.get("messages")
-        recalled = capture.before(last_user_text(messages))
-        if recalled is None or not isinstance(messages, Sequence):
-            return recalled, kwargs
-        if recalled.block or recalled.history:
-            return recalled, {**kwargs, "messages": inject(messages, recalled)}
+def _chat_prepare(
+    capture: Capture, kwargs: dict[str, Any]
+) -> tuple[Recalled | None, dict[str, Any]]:
+    messages = kwargs.get("messages")
+    recalled = capture.before(_last_user(messages))
+    if recalled is None or not isinstance(messages, Sequence):
         return recalled, kwargs
-    except Exception:  # fail open: the call goes out as the caller made it
-        return None, kwargs
+    if recalled.block or recalled.history:
+        return recalled, {**kwargs, "messages": inject_chat(messages, recalled)}
+    return recalled, kwargs
 
 
-class _Accumulator:
-    """Rebuilds the answer, tool calls and usage from streamed chunks."""
+def _chat_result(
+    recalled: Recalled, kwargs: dict[str, Any], result: Any, latency_ms: float
+) -> Exchange:
+    choice = (getattr(result, "choices", None) or [None])[0]
+    message = getattr(choice, "message", None)
+    calls = [
+        {"id": c.id, "name": c.function.name, "arguments": c.function.arguments}
+        for c in (getattr(message, "tool_calls", None) or [])
+        if getattr(c, "function", None) is not None
+    ]
+    return Exchange(
+        provider="openai",
+        attribution=recalled.attribution,
+        user_text=_chat_user(kwargs),
+        answer=getattr(message, "content", None) or "",
+        model=getattr(result, "model", None) or kwargs.get("model"),
+        tool_calls=calls,
+        usage=_usage(getattr(result, "usage", None)),
+        latency_ms=latency_ms,
+    )
 
+
+class _ChatChunks:
     def __init__(self) -> None:
         self.text: list[str] = []
         self.tools: dict[int, dict[str, Any]] = {}
@@ -101,9 +133,8 @@ class _Accumulator:
 
     def add(self, chunk: Any) -> None:
         self.model = getattr(chunk, "model", None) or self.model
-        usage = getattr(chunk, "usage", None)
-        if usage is not None:
-            self.usage = _usage(usage)
+        if getattr(chunk, "usage", None) is not None:
+            self.usage = _usage(chunk.usage)
         for choice in getattr(chunk, "choices", None) or []:
             delta = getattr(choice, "delta", None)
             if delta is None:
@@ -118,138 +149,153 @@ class _Accumulator:
                     slot["name"] += fn.name or ""
                     slot["arguments"] += fn.arguments or ""
 
+    def exchange(
+        self,
+        recalled: Recalled,
+        kwargs: dict[str, Any],
+        latency_ms: float,
+        partial: bool,
+        error: str | None,
+    ) -> Exchange:
+        return Exchange(
+            provider="openai",
+            attribution=recalled.attribution,
+            user_text=_chat_user(kwargs),
+            answer="".join(self.text),
+            model=self.model or kwargs.get("model"),
+            tool_calls=[self.tools[i] for i in sorted(self.tools)],
+            usage=self.usage,
+            latency_ms=latency_ms,
+            partial=partial,
+            error=error,
+        )
 
-def _usage(usage: Any) -> dict[str, Any]:
-    dump = getattr(usage, "model_dump", None)
-    return dump(exclude_none=True) if dump else dict(usage)
+
+CHAT = Endpoint("openai", _chat_prepare, _chat_user, _chat_result, _ChatChunks)
 
 
-def _exchange(
-    recalled: Recalled, kwargs: dict[str, Any], result: Any, latency_ms: float
-) -> Exchange:
-    choice = (getattr(result, "choices", None) or [None])[0]
-    message = getattr(choice, "message", None)
-    calls = [
-        {"id": c.id, "name": c.function.name, "arguments": c.function.arguments}
-        for c in (getattr(message, "tool_calls", None) or [])
-        if getattr(c, "function", None) is not None
+# -- responses ---------------------------------------------------------------------------
+
+
+def _responses_user(kwargs: dict[str, Any]) -> str | None:
+    return _last_user(kwargs.get("input"))
+
+
+def _responses_prepare(
+    capture: Capture, kwargs: dict[str, Any]
+) -> tuple[Recalled | None, dict[str, Any]]:
+    given = kwargs.get("input")
+    recalled = capture.before(_last_user(given))
+    if recalled is None:
+        return None, kwargs
+    sent = dict(kwargs)
+    block = recalled.block
+    if block:
+        instructions = kwargs.get("instructions")
+        sent["instructions"] = (
+            f"{instructions}\n\n{block}"
+            if isinstance(instructions, str) and instructions
+            else block
+        )
+    if recalled.history and isinstance(given, (str, Sequence)):
+        items = [{"role": "user", "content": given}] if isinstance(given, str) else list(given)
+        earlier = _earlier_turns(recalled, items)
+        if earlier:
+            sent["input"] = [*earlier, *items]
+    return recalled, sent
+
+
+def _response_calls(output: Any) -> list[dict[str, Any]]:
+    return [
+        {"id": _field(o, "call_id"), "name": _field(o, "name"), "arguments": _field(o, "arguments")}
+        for o in output or []
+        if _field(o, "type") == "function_call"
     ]
-    usage = getattr(result, "usage", None)
+
+
+def _response_text(response: Any) -> str:
+    text = getattr(response, "output_text", None)
+    if isinstance(text, str):
+        return text
+    return "".join(_text(_field(o, "content")) for o in getattr(response, "output", None) or [])
+
+
+def _responses_result(
+    recalled: Recalled, kwargs: dict[str, Any], response: Any, latency_ms: float
+) -> Exchange:
     return Exchange(
         provider="openai",
         attribution=recalled.attribution,
-        user_text=last_user_text(kwargs.get("messages")),
-        answer=getattr(message, "content", None) or "",
-        model=getattr(result, "model", None) or kwargs.get("model"),
-        tool_calls=calls,
-        usage=_usage(usage) if usage is not None else None,
+        user_text=_responses_user(kwargs),
+        answer=_response_text(response),
+        model=getattr(response, "model", None) or kwargs.get("model"),
+        tool_calls=_response_calls(getattr(response, "output", None)),
+        usage=_usage(getattr(response, "usage", None)),
         latency_ms=latency_ms,
     )
 
 
-def _captured(
-    capture: Capture, recalled: Recalled, kwargs: dict[str, Any], result: Any, start: float
-) -> None:
-    try:
-        capture.after(_exchange(recalled, kwargs, result, elapsed_ms(start)))
-    except Exception:  # an unexpected result shape must not fail the caller's call
-        log.exception("memstrata: could not read an OpenAI response")
+class _ResponseEvents:
+    def __init__(self) -> None:
+        self.text: list[str] = []
+        self.final: Any = None
 
+    def add(self, event: Any) -> None:
+        kind = getattr(event, "type", None)
+        if kind == "response.output_text.delta":
+            self.text.append(event.delta)
+        elif kind in ("response.completed", "response.incomplete", "response.failed"):
+            self.final = event.response
 
-def _stream_parts(
-    capture: Capture, recalled: Recalled, kwargs: dict[str, Any], start: float
-) -> tuple[Callable[[Any], None], Callable[[bool, str | None], None]]:
-    acc = _Accumulator()
-
-    def finish(partial: bool, error: str | None) -> None:
-        capture.after(
-            Exchange(
-                provider="openai",
-                attribution=recalled.attribution,
-                user_text=last_user_text(kwargs.get("messages")),
-                answer="".join(acc.text),
-                model=acc.model or kwargs.get("model"),
-                tool_calls=[acc.tools[i] for i in sorted(acc.tools)],
-                usage=acc.usage,
-                latency_ms=elapsed_ms(start),
-                partial=partial and error is None,
-                error=error,
-            )
-        )
-
-    return acc.add, finish
-
-
-def _failed(capture: Capture, recalled: Recalled, kwargs: dict[str, Any], exc: Exception) -> None:
-    capture.after(
-        Exchange(
+    def exchange(
+        self,
+        recalled: Recalled,
+        kwargs: dict[str, Any],
+        latency_ms: float,
+        partial: bool,
+        error: str | None,
+    ) -> Exchange:
+        if self.final is not None:
+            ex = _responses_result(recalled, kwargs, self.final, latency_ms)
+            ex.error = error
+            return ex
+        return Exchange(
             provider="openai",
             attribution=recalled.attribution,
-            user_text=last_user_text(kwargs.get("messages")),
+            user_text=_responses_user(kwargs),
+            answer="".join(self.text),
             model=kwargs.get("model"),
-            error=f"{type(exc).__name__}: {exc}",
+            latency_ms=latency_ms,
+            partial=partial,
+            error=error,
         )
-    )
+
+
+RESPONSES = Endpoint(
+    "openai", _responses_prepare, _responses_user, _responses_result, _ResponseEvents
+)
+
+
+# -- registration --------------------------------------------------------------------------
+
+
+def _wrap(client: Any, capture: Capture, is_async: bool) -> Callable[[], None]:
+    completions = client.chat.completions
+    responses = client.responses
+    wrap_method(completions, "create", CHAT, capture, is_async=is_async)
+    wrap_method(completions, "parse", CHAT, capture, is_async=is_async)
+    wrap_method(responses, "create", RESPONSES, capture, is_async=is_async)
+
+    def undo() -> None:
+        restore(completions, "create", "parse")
+        restore(responses, "create")
+
+    return undo
 
 
 def wrap_sync(client: Any, capture: Capture) -> Callable[[], None]:
-    completions = client.chat.completions
-    original = completions.create
-
-    @functools.wraps(original)
-    def create(*args: Any, **kwargs: Any) -> Any:
-        recalled, sent = _prepare(capture, kwargs)
-        if recalled is None:
-            return original(*args, **kwargs)
-        start = time.perf_counter()
-        try:
-            result = original(*args, **sent)
-        except Exception as exc:
-            _failed(capture, recalled, kwargs, exc)
-            raise
-        if kwargs.get("stream"):
-            on_chunk, finish = _stream_parts(capture, recalled, kwargs, start)
-            return StreamProxy(result, on_chunk, finish)
-        _captured(capture, recalled, kwargs, result, start)
-        return result
-
-    completions.create = create
-    return lambda: _restore(completions, "create")
+    return _wrap(client, capture, is_async=False)
 
 
 def wrap_async(client: Any, capture: Capture) -> Callable[[], None]:
-    completions = client.chat.completions
-    original = completions.create
-
-    @functools.wraps(original)
-    async def create(*args: Any, **kwargs: Any) -> Any:
-        recalled, sent = await _in_thread(_prepare, capture, kwargs)
-        if recalled is None:
-            return await original(*args, **kwargs)
-        start = time.perf_counter()
-        try:
-            result = await original(*args, **sent)
-        except Exception as exc:
-            _failed(capture, recalled, kwargs, exc)
-            raise
-        if kwargs.get("stream"):
-            on_chunk, finish = _stream_parts(capture, recalled, kwargs, start)
-            return AsyncStreamProxy(result, on_chunk, finish)
-        _captured(capture, recalled, kwargs, result, start)
-        return result
-
-    completions.create = create
-    return lambda: _restore(completions, "create")
-
-
-async def _in_thread(fn: Callable[..., Any], *args: Any) -> Any:
-    # Recall blocks (bounded by the recall timeout): keep it off the event loop.
-    import asyncio
-
-    return await asyncio.to_thread(fn, *args)
-
-
-def _restore(resource: Any, name: str) -> None:
-    # The wrapper is an instance attribute shadowing the class's method: removing it is
-    # the whole restore.
-    resource.__dict__.pop(name, None)
+    return _wrap(client, capture, is_async=True)

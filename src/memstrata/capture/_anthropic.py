@@ -1,0 +1,273 @@
+"""Anthropic adapter: ``messages.create`` (plain and ``stream=True``) and the
+``messages.stream(...)`` context manager, sync and async.
+
+Memory goes into ``system``: appended to the caller's system prompt (a string, or a list of
+text blocks that gets one more block), or as the system prompt when there is none.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ._capture import Capture, Exchange, Recalled, elapsed_ms
+from ._wrap import Endpoint, restore, wrap_method
+
+__all__ = ["wrap_async", "wrap_sync"]
+
+log = logging.getLogger("memstrata.capture")
+
+
+def _field(obj: Any, name: str) -> Any:
+    return obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, Sequence):
+        return "\n".join(
+            str(_field(b, "text") or "") for b in content if _field(b, "type") == "text"
+        )
+    return ""
+
+
+def last_user_text(messages: Any) -> str | None:
+    if not isinstance(messages, Sequence):
+        return None
+    for m in reversed(messages):
+        if _field(m, "role") == "user":
+            return _text(_field(m, "content")) or None
+    return None
+
+
+def _system(system: Any, block: str) -> Any:
+    # The SDK's "not given" sentinels (Omit, NotGiven) mean no system prompt.
+    if system is None or system == "" or type(system).__name__ in ("Omit", "NotGiven"):
+        return block
+    if isinstance(system, str):
+        return f"{system}\n\n{block}"
+    if isinstance(system, Sequence):
+        return [*system, {"type": "text", "text": block}]
+    return system  # an unknown shape: leave the caller's prompt alone
+
+
+def _prepare(capture: Capture, kwargs: dict[str, Any]) -> tuple[Recalled | None, dict[str, Any]]:
+    try:
+        messages = kwargs.get("messages")
+        recalled = capture.before(last_user_text(messages))
+        if recalled is None:
+            return None, kwargs
+        sent = dict(kwargs)
+        if recalled.block:
+            sent["system"] = _system(kwargs.get("system"), recalled.block)
+        if recalled.history and isinstance(messages, Sequence):
+            already = {(_field(m, "role"), _text(_field(m, "content"))) for m in messages}
+            earlier = [
+                {"role": h.role, "content": h.content}
+                for h in recalled.history
+                if h.role in ("user", "assistant") and (h.role, h.content) not in already
+            ]
+            # The API wants the first turn to be the user's: drop a leading assistant turn.
+            while earlier and earlier[0]["role"] != "user":
+                earlier.pop(0)
+            sent["messages"] = [*earlier, *messages]
+        return recalled, sent
+    except Exception:  # fail open: the call goes out as the caller made it
+        log.exception("memstrata: could not prepare an Anthropic call")
+        return None, kwargs
+
+
+def _usage(usage: Any) -> dict[str, Any] | None:
+    if usage is None:
+        return None
+    dump = getattr(usage, "model_dump", None)
+    return dump(exclude_none=True) if dump else dict(usage)
+
+
+def _from_message(
+    recalled: Recalled, kwargs: dict[str, Any], message: Any, latency_ms: float, **extra: Any
+) -> Exchange:
+    text: list[str] = []
+    calls: list[dict[str, Any]] = []
+    for block in getattr(message, "content", None) or []:
+        kind = getattr(block, "type", None)
+        if kind == "text":
+            text.append(block.text)
+        elif kind == "tool_use":
+            calls.append({"id": block.id, "name": block.name, "arguments": json.dumps(block.input)})
+    return Exchange(
+        provider="anthropic",
+        attribution=recalled.attribution,
+        user_text=last_user_text(kwargs.get("messages")),
+        answer="".join(text),
+        model=getattr(message, "model", None) or kwargs.get("model"),
+        tool_calls=calls,
+        usage=_usage(getattr(message, "usage", None)),
+        latency_ms=latency_ms,
+        **extra,
+    )
+
+
+class _Events:
+    """Rebuilds the message from raw stream events (``messages.create(stream=True)``)."""
+
+    def __init__(self) -> None:
+        self.text: list[str] = []
+        self.tools: dict[int, dict[str, Any]] = {}
+        self.model: str | None = None
+        self.usage: dict[str, Any] = {}
+
+    def add(self, event: Any) -> None:
+        kind = getattr(event, "type", None)
+        if kind == "message_start":
+            self.model = event.message.model
+            self.usage.update(_usage(event.message.usage) or {})
+        elif kind == "content_block_start" and getattr(event.content_block, "type", "") in (
+            "tool_use",
+            "server_tool_use",
+        ):
+            block = event.content_block
+            self.tools[event.index] = {"id": block.id, "name": block.name, "arguments": ""}
+        elif kind == "content_block_delta":
+            delta = event.delta
+            if getattr(delta, "type", None) == "text_delta":
+                self.text.append(delta.text)
+            elif getattr(delta, "type", None) == "input_json_delta" and event.index in self.tools:
+                self.tools[event.index]["arguments"] += delta.partial_json
+        elif kind == "message_delta" and getattr(event, "usage", None) is not None:
+            self.usage.update(_usage(event.usage) or {})
+
+    def exchange(
+        self,
+        recalled: Recalled,
+        kwargs: dict[str, Any],
+        latency_ms: float,
+        partial: bool,
+        error: str | None,
+    ) -> Exchange:
+        return Exchange(
+            provider="anthropic",
+            attribution=recalled.attribution,
+            user_text=_user(kwargs),
+            answer="".join(self.text),
+            model=self.model or kwargs.get("model"),
+            tool_calls=[self.tools[i] for i in sorted(self.tools)],
+            usage=self.usage or None,
+            latency_ms=latency_ms,
+            partial=partial,
+            error=error,
+        )
+
+
+def _snapshot_finish(
+    capture: Capture, recalled: Recalled, kwargs: dict[str, Any], start: float
+) -> Callable[[Any, str | None], None]:
+    """For the stream helper: the SDK keeps the message it has rebuilt so far."""
+
+    def finish(stream: Any, error: str | None) -> None:
+        try:
+            snapshot = getattr(stream, "current_message_snapshot", None)
+        except Exception:  # no event arrived before the block ended
+            snapshot = None
+        try:
+            done = snapshot is not None and getattr(snapshot, "stop_reason", None) is not None
+            if snapshot is None:
+                ex = Exchange(
+                    provider="anthropic",
+                    attribution=recalled.attribution,
+                    user_text=last_user_text(kwargs.get("messages")),
+                    model=kwargs.get("model"),
+                    partial=error is None,
+                    error=error,
+                )
+            else:
+                ex = _from_message(
+                    recalled,
+                    kwargs,
+                    snapshot,
+                    elapsed_ms(start),
+                    partial=not done and error is None,
+                    error=error,
+                )
+            capture.after(ex)
+        except Exception:
+            log.exception("memstrata: capturing an Anthropic stream failed")
+
+    return finish
+
+
+class _Manager:
+    """Stands in for ``MessageStreamManager``: the caller gets the SDK's own stream."""
+
+    def __init__(self, inner: Any, finish: Callable[[Any, str | None], None]) -> None:
+        self._inner = inner
+        self._finish = finish
+        self._stream: Any = None
+
+    def __enter__(self) -> Any:
+        self._stream = self._inner.__enter__()
+        return self._stream
+
+    def __exit__(self, et: Any, exc: Any, tb: Any) -> Any:
+        self._finish(self._stream, None if exc is None else f"{et.__name__}: {exc}")
+        return self._inner.__exit__(et, exc, tb)
+
+    async def __aenter__(self) -> Any:
+        self._stream = await self._inner.__aenter__()
+        return self._stream
+
+    async def __aexit__(self, et: Any, exc: Any, tb: Any) -> Any:
+        self._finish(self._stream, None if exc is None else f"{et.__name__}: {exc}")
+        return await self._inner.__aexit__(et, exc, tb)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+def _user(kwargs: dict[str, Any]) -> str | None:
+    return last_user_text(kwargs.get("messages"))
+
+
+def _result(
+    recalled: Recalled, kwargs: dict[str, Any], message: Any, latency_ms: float
+) -> Exchange:
+    return _from_message(recalled, kwargs, message, latency_ms)
+
+
+MESSAGES = Endpoint("anthropic", _prepare, _user, _result, _Events)
+
+
+def _wrap_stream_helper(messages: Any, capture: Capture) -> None:
+    original = messages.stream
+
+    @functools.wraps(original)
+    def stream(*args: Any, **kwargs: Any) -> Any:
+        # stream() returns a (sync or async) context manager without I/O, also on the
+        # async client, so recall runs here, bounded by its timeout.
+        recalled, sent = _prepare(capture, kwargs)
+        if recalled is None:
+            return original(*args, **kwargs)
+        finish = _snapshot_finish(capture, recalled, kwargs, time.perf_counter())
+        return _Manager(original(*args, **sent), finish)
+
+    messages.stream = stream
+
+
+def _wrap(client: Any, capture: Capture, is_async: bool) -> Callable[[], None]:
+    messages = client.messages
+    wrap_method(messages, "create", MESSAGES, capture, is_async=is_async)
+    _wrap_stream_helper(messages, capture)
+    return lambda: restore(messages, "create", "stream")
+
+
+def wrap_sync(client: Any, capture: Capture) -> Callable[[], None]:
+    return _wrap(client, capture, is_async=False)
+
+
+def wrap_async(client: Any, capture: Capture) -> Callable[[], None]:
+    return _wrap(client, capture, is_async=True)

@@ -1,0 +1,419 @@
+"""Google adapter (``google-genai``): ``models.generate_content`` and
+``models.generate_content_stream`` on a ``genai.Client``, and the same two on its
+``client.aio.models``.
+
+Memory goes into ``config.system_instruction``: appended to the caller's own instruction
+(text, ``Content``, ``Part`` or a list of parts), or as the whole instruction when there is
+none. The caller's ``config`` and ``contents`` are never changed: the request gets new
+objects (a new dict, ``model_copy`` of a pydantic config, a new contents list).
+
+SDK shapes this follows (checked against google-genai 1.x to 3.x):
+
+* ``contents`` is a string, a part, a ``Content`` (or its dict), or a list of those; the SDK
+  groups consecutive bare parts (strings, ``Part`` objects, part dicts) into one turn, the
+  user's unless they are function calls.
+* The sync ``generate_content_stream`` is a generator function: nothing is sent before the
+  first ``next()``, so an HTTP error surfaces while iterating. The async one is a coroutine
+  returning an async generator, which closes with ``aclose()`` (not ``close()``).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from google.genai import types
+
+from ._capture import Capture, Exchange, Recalled, elapsed_ms
+from ._streams import AsyncStreamProxy, StreamProxy
+
+__all__ = ["inject", "last_user_text", "wrap"]
+
+log = logging.getLogger("memstrata.capture")
+
+_PROVIDER = "google"
+
+# memstrata's roles <-> Gemini's: the model's turns are "model" there.
+_TO_GEMINI = {"user": "user", "assistant": "model"}
+_FROM_GEMINI = {"user": "user", "model": "assistant", None: "user"}
+
+_Turn = tuple[str, str]  # (memstrata role, text)
+
+
+# -- reading contents ------------------------------------------------------------------
+
+
+def _field(obj: Any, name: str) -> Any:
+    return obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
+
+
+def _is_content(item: Any) -> bool:
+    # A ContentDict is told from a PartDict by its keys, as the SDK does it.
+    if isinstance(item, types.Content):
+        return True
+    return isinstance(item, dict) and ("parts" in item or "role" in item)
+
+
+def _part_text(part: Any) -> str:
+    if isinstance(part, str):
+        return part
+    if _field(part, "thought"):  # the model's reasoning is not what it said
+        return ""
+    text = _field(part, "text")
+    return text if isinstance(text, str) else ""
+
+
+def _is_call(part: Any) -> bool:
+    return not isinstance(part, str) and _field(part, "function_call") is not None
+
+
+def _parts_text(parts: Any) -> str:
+    if not isinstance(parts, Sequence) or isinstance(parts, str):
+        return ""
+    return "\n".join(t for t in (_part_text(p) for p in parts) if t)
+
+
+def _turns(contents: Any) -> list[_Turn]:
+    """``contents`` as (role, text) turns, grouped the way the SDK sends them."""
+    if contents is None:
+        return []
+    items = contents if isinstance(contents, list) else [contents]
+    turns: list[_Turn] = []
+    group: list[Any] = []  # consecutive bare parts: one turn
+
+    def close_group() -> None:
+        if group:
+            role = "assistant" if any(_is_call(p) for p in group) else "user"
+            turns.append((role, _parts_text(group)))
+            group.clear()
+
+    for item in items:
+        if _is_content(item):
+            close_group()
+            role = _FROM_GEMINI.get(_field(item, "role"), "other")
+            turns.append((role, _parts_text(_field(item, "parts"))))
+        elif isinstance(item, list):  # a list inside the list: one user turn of parts
+            close_group()
+            turns.append(("user", _parts_text(item)))
+        else:
+            group.append(item)
+    close_group()
+    return turns
+
+
+def last_user_text(contents: Any) -> str | None:
+    """The text of the last user turn that has text (a turn of function responses only is
+    the SDK answering a call, not the user asking)."""
+    for role, text in reversed(_turns(contents)):
+        if role == "user" and text.strip():
+            return text
+    return None
+
+
+# -- injecting -------------------------------------------------------------------------
+
+
+def _with_block(instruction: Any, block: str) -> Any:
+    """A new system instruction: the caller's (kept first) with ``block`` appended."""
+    if instruction is None or instruction == "":
+        return block
+    if isinstance(instruction, str):
+        return f"{instruction}\n\n{block}"
+    if isinstance(instruction, types.Content):
+        parts = [*(instruction.parts or []), types.Part(text=block)]
+        return instruction.model_copy(update={"parts": parts})
+    if isinstance(instruction, dict) and "parts" in instruction:
+        return {**instruction, "parts": [*(instruction["parts"] or []), {"text": block}]}
+    if isinstance(instruction, list):  # a list of parts
+        return [*instruction, block]
+    return [instruction, block]  # one part (Part, part dict, file, image)
+
+
+def _with_instruction(config: Any, block: str) -> Any:
+    if config is None:
+        return {"system_instruction": block}
+    if isinstance(config, dict):
+        # Both spellings are accepted by the SDK's pydantic models; keep the caller's.
+        key = "systemInstruction" if "systemInstruction" in config else "system_instruction"
+        return {**config, key: _with_block(config.get(key), block)}
+    if isinstance(config, types.GenerateContentConfig):
+        update = {"system_instruction": _with_block(config.system_instruction, block)}
+        return config.model_copy(update=update)
+    raise TypeError(f"unexpected config type {type(config).__name__}")
+
+
+def _history(contents: Any, recalled: Recalled) -> list[types.Content]:
+    sent = set(_turns(contents))
+    return [
+        types.Content(role=_TO_GEMINI[h.role], parts=[types.Part(text=h.content)])
+        for h in recalled.history
+        if h.role in _TO_GEMINI and (h.role, h.content) not in sent
+    ]
+
+
+def inject(kwargs: dict[str, Any], recalled: Recalled) -> dict[str, Any]:
+    """New call kwargs with memory in ``config.system_instruction`` and, if asked, earlier
+    turns of the session that the caller did not send already, in front of ``contents``."""
+    sent = dict(kwargs)
+    if recalled.history and "contents" in kwargs:
+        contents = kwargs["contents"]
+        earlier = _history(contents, recalled)
+        if earlier:
+            rest = list(contents) if isinstance(contents, list) else [contents]
+            sent["contents"] = [*earlier, *rest]
+    block = recalled.block
+    if block:
+        sent["config"] = _with_instruction(kwargs.get("config"), block)
+    return sent
+
+
+def _prepare(capture: Capture, kwargs: dict[str, Any]) -> tuple[Recalled | None, dict[str, Any]]:
+    try:
+        recalled = capture.before(last_user_text(kwargs.get("contents")))
+    except Exception:  # fail open: the call goes out as the caller made it, uncaptured
+        log.exception("memstrata: could not read a Gemini call; it is not captured")
+        return None, kwargs
+    if recalled is None or not (recalled.block or recalled.history):
+        return recalled, kwargs
+    try:
+        return recalled, inject(kwargs, recalled)
+    except Exception:  # fail open: sent as the caller made it, still captured
+        log.exception("memstrata: could not inject memory into a Gemini call")
+        return recalled, kwargs
+
+
+# -- reading responses -----------------------------------------------------------------
+
+
+def _usage(usage: Any) -> dict[str, Any]:
+    dump = getattr(usage, "model_dump", None)
+    # mode="json": enum values (token counts by modality) must be storable as JSON.
+    return dump(mode="json", exclude_none=True) if dump else dict(usage)
+
+
+def _parts_of(response: Any) -> list[Any]:
+    # The first candidate is what the SDK's own ``.text`` reads; reading the parts here
+    # avoids ``.text``'s warning about non-text parts on every function call.
+    candidates = getattr(response, "candidates", None) or []
+    content = getattr(candidates[0], "content", None) if candidates else None
+    return list(getattr(content, "parts", None) or [])
+
+
+def _call(part: Any) -> dict[str, Any] | None:
+    fc = getattr(part, "function_call", None)
+    if fc is None:
+        return None
+    # The same keys as the other adapters (arguments as JSON text) so stored metadata reads
+    # alike whatever the provider.
+    return {
+        "id": getattr(fc, "id", None),
+        "name": getattr(fc, "name", None),
+        "arguments": json.dumps(getattr(fc, "args", None) or {}, default=str),
+    }
+
+
+class _Accumulator:
+    """Rebuilds the answer, function calls, usage and model from responses or chunks."""
+
+    def __init__(self, requested_model: Any) -> None:
+        self.text: list[str] = []
+        self.calls: list[dict[str, Any]] = []
+        self.usage: dict[str, Any] | None = None
+        self.model: str | None = requested_model if isinstance(requested_model, str) else None
+
+    def add(self, response: Any) -> None:
+        self.model = getattr(response, "model_version", None) or self.model
+        usage = getattr(response, "usage_metadata", None)
+        if usage is not None:  # every chunk carries it; the last one is the total
+            self.usage = _usage(usage)
+        for part in _parts_of(response):
+            call = _call(part)
+            if call is not None:
+                self.calls.append(call)
+            elif not getattr(part, "thought", None) and isinstance(
+                getattr(part, "text", None), str
+            ):
+                self.text.append(part.text)
+
+    def exchange(self, recalled: Recalled, kwargs: dict[str, Any], start: float) -> Exchange:
+        return Exchange(
+            provider=_PROVIDER,
+            attribution=recalled.attribution,
+            user_text=last_user_text(kwargs.get("contents")),
+            answer="".join(self.text),
+            model=self.model,
+            tool_calls=self.calls,
+            usage=self.usage,
+            latency_ms=elapsed_ms(start),
+        )
+
+
+def _captured(
+    capture: Capture, recalled: Recalled, kwargs: dict[str, Any], result: Any, start: float
+) -> None:
+    try:
+        acc = _Accumulator(kwargs.get("model"))
+        acc.add(result)
+        capture.after(acc.exchange(recalled, kwargs, start))
+    except Exception:  # an unexpected result shape must not fail the caller's call
+        log.exception("memstrata: could not read a Gemini response")
+
+
+def _stream_parts(
+    capture: Capture, recalled: Recalled, kwargs: dict[str, Any], start: float
+) -> tuple[Callable[[Any], None], Callable[[bool, str | None], None]]:
+    acc = _Accumulator(kwargs.get("model"))
+
+    def finish(partial: bool, error: str | None) -> None:
+        exchange = acc.exchange(recalled, kwargs, start)
+        exchange.partial = partial and error is None
+        exchange.error = error
+        capture.after(exchange)
+
+    return acc.add, finish
+
+
+def _failed(capture: Capture, recalled: Recalled, kwargs: dict[str, Any], exc: Exception) -> None:
+    try:
+        model = kwargs.get("model")
+        capture.after(
+            Exchange(
+                provider=_PROVIDER,
+                attribution=recalled.attribution,
+                user_text=last_user_text(kwargs.get("contents")),
+                model=model if isinstance(model, str) else None,
+                error=f"{type(exc).__name__}: {exc}",
+            )
+        )
+    except Exception:  # the caller gets its own error, not one of ours
+        log.exception("memstrata: could not capture a failed Gemini call")
+
+
+class _AsyncGenStream(AsyncStreamProxy):
+    """The SDK's async stream is an async generator: it closes with ``aclose()``, which the
+    base proxy (looking for ``close``) would pass through without ending the capture."""
+
+    async def aclose(self) -> None:
+        try:
+            aclose = getattr(self._inner, "aclose", None)
+            if aclose is not None:
+                await aclose()
+        finally:
+            self._finish(True)
+
+    async def close(self) -> None:
+        await self.aclose()
+
+
+# -- wrapping --------------------------------------------------------------------------
+
+
+def _wrap_sync(models: Any, capture: Capture) -> None:
+    generate = models.generate_content
+    stream = models.generate_content_stream
+
+    @functools.wraps(generate)
+    def generate_content(*args: Any, **kwargs: Any) -> Any:
+        recalled, sent = _prepare(capture, kwargs)
+        if recalled is None:
+            return generate(*args, **kwargs)
+        start = time.perf_counter()
+        try:
+            result = generate(*args, **sent)
+        except Exception as exc:
+            _failed(capture, recalled, kwargs, exc)
+            raise
+        _captured(capture, recalled, kwargs, result, start)
+        return result
+
+    @functools.wraps(stream)
+    def generate_content_stream(*args: Any, **kwargs: Any) -> Any:
+        recalled, sent = _prepare(capture, kwargs)
+        if recalled is None:
+            return stream(*args, **kwargs)
+        start = time.perf_counter()
+        try:
+            result = stream(*args, **sent)  # a generator: the request goes out on next()
+        except Exception as exc:
+            _failed(capture, recalled, kwargs, exc)
+            raise
+        on_chunk, finish = _stream_parts(capture, recalled, kwargs, start)
+        return StreamProxy(result, on_chunk, finish)
+
+    models.generate_content = generate_content
+    models.generate_content_stream = generate_content_stream
+
+
+def _wrap_async(models: Any, capture: Capture) -> None:
+    generate = models.generate_content
+    stream = models.generate_content_stream
+
+    @functools.wraps(generate)
+    async def generate_content(*args: Any, **kwargs: Any) -> Any:
+        recalled, sent = await _in_thread(_prepare, capture, kwargs)
+        if recalled is None:
+            return await generate(*args, **kwargs)
+        start = time.perf_counter()
+        try:
+            result = await generate(*args, **sent)
+        except Exception as exc:
+            _failed(capture, recalled, kwargs, exc)
+            raise
+        _captured(capture, recalled, kwargs, result, start)
+        return result
+
+    @functools.wraps(stream)
+    async def generate_content_stream(*args: Any, **kwargs: Any) -> Any:
+        recalled, sent = await _in_thread(_prepare, capture, kwargs)
+        if recalled is None:
+            return await stream(*args, **kwargs)
+        start = time.perf_counter()
+        try:
+            result = await stream(*args, **sent)  # an async generator, not yet started
+        except Exception as exc:
+            _failed(capture, recalled, kwargs, exc)
+            raise
+        on_chunk, finish = _stream_parts(capture, recalled, kwargs, start)
+        return _AsyncGenStream(result, on_chunk, finish)
+
+    models.generate_content = generate_content
+    models.generate_content_stream = generate_content_stream
+
+
+_METHODS = ("generate_content", "generate_content_stream")
+
+
+def wrap(client: Any, capture: Capture) -> Callable[[], None]:
+    """Wrap ``client.models`` and ``client.aio.models`` (one client serves both)."""
+    sync_models = client.models
+    async_models = client.aio.models
+    _wrap_sync(sync_models, capture)
+    try:
+        _wrap_async(async_models, capture)
+    except BaseException:
+        _restore(sync_models)  # all or nothing
+        raise
+
+    def restore() -> None:
+        _restore(sync_models)
+        _restore(async_models)
+
+    return restore
+
+
+async def _in_thread(fn: Callable[..., Any], *args: Any) -> Any:
+    # Recall blocks (bounded by the recall timeout): keep it off the event loop.
+    import asyncio
+
+    return await asyncio.to_thread(fn, *args)
+
+
+def _restore(models: Any) -> None:
+    # The wrappers are instance attributes shadowing the class's methods: removing them is
+    # the whole restore.
+    for name in _METHODS:
+        models.__dict__.pop(name, None)

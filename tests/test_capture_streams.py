@@ -1,0 +1,285 @@
+"""mem.llm over streams and the other generation methods: OpenAI chat streams, parse and the
+Responses API; Anthropic messages.create (plain, stream=True) and messages.stream — sync and
+async, tool calls, early close, mid-stream failure. Real SDKs, loopback fake servers."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import anthropic
+import openai
+import pytest
+from pydantic import BaseModel
+
+from fakes.anthropic_server import FakeAnthropicServer
+from fakes.openai_server import FakeOpenAIServer
+from memstrata import Memory
+from memstrata.capture import MEMORY_PREAMBLE
+
+ANSWER = "Try roasted chickpeas instead of peanuts."
+TOOL = {"tool_calls": [{"id": "call_1", "name": "lookup", "arguments": '{"q": "snacks"}'}]}
+
+
+@pytest.fixture
+def mem(make_memory: Any) -> Memory:
+    mem = make_memory()
+    s = mem.sessions.create(user_id="ana", session_id="chat")
+    s.add_messages([{"role": "user", "content": "I am allergic to peanuts."}], sync=True)
+    return mem
+
+
+@pytest.fixture
+def oai() -> Iterator[FakeOpenAIServer]:
+    with FakeOpenAIServer() as s:
+        s.chat_script = lambda body: ANSWER
+        yield s
+
+
+@pytest.fixture
+def ant() -> Iterator[FakeAnthropicServer]:
+    with FakeAnthropicServer() as s:
+        s.chat_script = lambda body: ANSWER
+        yield s
+
+
+def _last(mem: Memory, session: str = "chat") -> Any:
+    assert mem.llm.flush(5)
+    return mem.messages.list(session_id=session)[-1]
+
+
+def _capture(mem: Memory, session: str = "chat") -> dict[str, Any]:
+    return _last(mem, session).metadata["capture"]
+
+
+ASK = [{"role": "user", "content": "Any snack ideas with no peanuts?"}]
+
+
+# -- OpenAI --------------------------------------------------------------------------------
+
+
+def test_openai_stream_passes_every_chunk_and_is_captured_at_the_end(
+    mem: Memory, oai: FakeOpenAIServer
+) -> None:
+    client = mem.llm.register(openai.OpenAI(base_url=oai.base_url, api_key="k", max_retries=0))
+    with mem.scope(user_id="ana", session_id="chat"):
+        stream = client.chat.completions.create(
+            model="m", messages=ASK, stream=True, stream_options={"include_usage": True}
+        )
+        chunks = list(stream)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == ANSWER and len(chunks) > 3
+    assert "allergic" in oai.chat_requests()[-1]["messages"][0]["content"]
+    last = _last(mem)
+    assert (last.role, last.content) == ("assistant", ANSWER)
+    assert last.metadata["capture"]["usage"]["completion_tokens"] > 0
+    assert "partial" not in last.metadata["capture"]
+
+
+def test_openai_stream_closed_early_is_captured_as_partial(
+    mem: Memory, oai: FakeOpenAIServer
+) -> None:
+    client = mem.llm.register(openai.OpenAI(base_url=oai.base_url, api_key="k", max_retries=0))
+    with (
+        mem.scope(user_id="ana", session_id="chat"),
+        client.chat.completions.create(model="m", messages=ASK, stream=True) as stream,
+    ):
+        for i, _ in enumerate(stream):
+            if i == 2:
+                break
+    last = _last(mem)
+    assert last.metadata["capture"]["partial"] is True
+    assert ANSWER.startswith(last.content) and last.content != ANSWER
+
+
+def test_openai_stream_failing_midway_raises_to_the_caller_and_is_captured(
+    mem: Memory, oai: FakeOpenAIServer
+) -> None:
+    client = mem.llm.register(openai.OpenAI(base_url=oai.base_url, api_key="k", max_retries=0))
+    oai.fail_stream_after(2)
+    with (
+        mem.scope(user_id="ana", session_id="chat"),
+        pytest.raises(openai.APIConnectionError),
+    ):
+        for _ in client.chat.completions.create(model="m", messages=ASK, stream=True):
+            pass
+    assert "error" in _capture(mem)
+
+
+def test_openai_tool_calls_plain_and_streamed(mem: Memory, oai: FakeOpenAIServer) -> None:
+    oai.chat_script = lambda body: copy.deepcopy(TOOL)
+    client = mem.llm.register(openai.OpenAI(base_url=oai.base_url, api_key="k", max_retries=0))
+    with mem.scope(user_id="ana", session_id="chat"):
+        reply = client.chat.completions.create(model="m", messages=ASK)
+        assert reply.choices[0].message.tool_calls[0].function.name == "lookup"
+        calls = _capture(mem)["tool_calls"]
+        assert calls == [{"id": "call_1", "name": "lookup", "arguments": '{"q": "snacks"}'}]
+        list(client.chat.completions.create(model="m", messages=ASK, stream=True))
+    last = _last(mem)
+    assert last.metadata["capture"]["tool_calls"][0]["name"] == "lookup"
+    assert last.content.startswith("[tool call] lookup(")
+
+
+def test_openai_async_stream(mem: Memory, oai: FakeOpenAIServer) -> None:
+    client = mem.llm.register(openai.AsyncOpenAI(base_url=oai.base_url, api_key="k", max_retries=0))
+
+    async def scenario() -> str:
+        with mem.scope(user_id="ana", session_id="chat"):
+            stream = await client.chat.completions.create(model="m", messages=ASK, stream=True)
+            parts = [c.choices[0].delta.content or "" async for c in stream if c.choices]
+        await client.close()
+        return "".join(parts)
+
+    assert asyncio.run(scenario()) == ANSWER
+    assert _last(mem).content == ANSWER
+
+
+def test_openai_parse_is_captured(mem: Memory, oai: FakeOpenAIServer) -> None:
+    class Snack(BaseModel):
+        name: str
+
+    oai.chat_script = lambda body: json.dumps({"name": "chickpeas"})
+    client = mem.llm.register(openai.OpenAI(base_url=oai.base_url, api_key="k", max_retries=0))
+    with mem.scope(user_id="ana", session_id="chat"):
+        parsed = client.chat.completions.parse(model="m", messages=ASK, response_format=Snack)
+    assert parsed.choices[0].message.parsed == Snack(name="chickpeas")
+    assert "allergic" in oai.chat_requests()[-1]["messages"][0]["content"]
+    assert _last(mem).content == '{"name": "chickpeas"}'
+
+
+def test_openai_responses_plain_and_streamed(mem: Memory, oai: FakeOpenAIServer) -> None:
+    client = mem.llm.register(openai.OpenAI(base_url=oai.base_url, api_key="k", max_retries=0))
+    with mem.scope(user_id="ana", session_id="chat"):
+        r = client.responses.create(
+            model="m", input="Any snack ideas with no peanuts?", instructions="Be brief."
+        )
+        assert r.output_text == ANSWER
+        sent = oai.responses_requests()[-1]
+        assert sent["instructions"].startswith("Be brief.\n\n" + MEMORY_PREAMBLE)
+        assert sent["input"] == "Any snack ideas with no peanuts?"
+        assert _last(mem).content == ANSWER
+        events = list(client.responses.create(model="m", input=ASK, stream=True))
+    assert events[-1].type == "response.completed"
+    assert oai.responses_requests()[-1]["instructions"].startswith(MEMORY_PREAMBLE)
+    last = _last(mem)
+    assert last.content == ANSWER and last.metadata["capture"]["usage"]["output_tokens"] > 0
+
+
+# -- Anthropic -----------------------------------------------------------------------------
+
+
+def _anthropic(server: FakeAnthropicServer, cls: Any = anthropic.Anthropic) -> Any:
+    return cls(base_url=server.base_url, api_key="k", max_retries=0)
+
+
+def test_anthropic_create_injects_into_system_and_captures(
+    mem: Memory, ant: FakeAnthropicServer
+) -> None:
+    client = mem.llm.register(_anthropic(ant))
+    messages = [
+        {"role": "user", "content": [{"type": "text", "text": "Any snack ideas with no peanuts?"}]}
+    ]
+    before = copy.deepcopy(messages)
+    with mem.scope(user_id="ana", session_id="chat"):
+        reply = client.messages.create(
+            model="claude-test", max_tokens=100, system="Be brief.", messages=messages
+        )
+    assert reply.content[0].text == ANSWER and messages == before
+    sent = ant.message_requests()[-1]
+    assert sent["system"].startswith("Be brief.\n\n" + MEMORY_PREAMBLE)
+    assert "allergic" in sent["system"] and sent["messages"] == messages
+    last = _last(mem)
+    assert last.content == ANSWER and last.metadata["capture"]["provider"] == "anthropic"
+    assert mem.messages.list(session_id="chat")[-2].content == "Any snack ideas with no peanuts?"
+
+
+def test_anthropic_system_blocks_and_no_system(mem: Memory, ant: FakeAnthropicServer) -> None:
+    client = mem.llm.register(_anthropic(ant))
+    with mem.scope(user_id="ana", session_id="chat"):
+        client.messages.create(
+            model="m",
+            max_tokens=10,
+            system=[{"type": "text", "text": "Be brief."}],
+            messages=ASK,
+        )
+        blocks = ant.message_requests()[-1]["system"]
+        assert blocks[0] == {"type": "text", "text": "Be brief."}
+        assert blocks[1]["text"].startswith(MEMORY_PREAMBLE)
+        client.messages.create(model="m", max_tokens=10, messages=ASK)
+        assert ant.message_requests()[-1]["system"].startswith(MEMORY_PREAMBLE)
+
+
+def test_anthropic_raw_stream_tool_use_and_early_close(
+    mem: Memory, ant: FakeAnthropicServer
+) -> None:
+    client = mem.llm.register(_anthropic(ant))
+    with mem.scope(user_id="ana", session_id="chat"):
+        events = list(client.messages.create(model="m", max_tokens=50, messages=ASK, stream=True))
+        assert events[-1].type == "message_stop"
+        assert _last(mem).content == ANSWER
+        ant.chat_script = lambda body: copy.deepcopy(TOOL)
+        list(client.messages.create(model="m", max_tokens=50, messages=ASK, stream=True))
+        call = _capture(mem)["tool_calls"][0]
+        assert call["name"] == "lookup" and json.loads(call["arguments"]) == {"q": "snacks"}
+        ant.chat_script = lambda body: ANSWER
+        stream = client.messages.create(model="m", max_tokens=50, messages=ASK, stream=True)
+        for i, _ in enumerate(stream):
+            if i == 3:
+                break
+        stream.close()
+    assert _capture(mem)["partial"] is True
+
+
+def test_anthropic_stream_helper_sync_and_async(mem: Memory, ant: FakeAnthropicServer) -> None:
+    client = mem.llm.register(_anthropic(ant))
+    with (
+        mem.scope(user_id="ana", session_id="chat"),
+        client.messages.stream(model="m", max_tokens=50, messages=ASK) as stream,
+    ):
+        text = "".join(stream.text_stream)
+        final = stream.get_final_message()
+    assert text == ANSWER and final.content[0].text == ANSWER
+    assert ant.message_requests()[-1]["system"].startswith(MEMORY_PREAMBLE)
+    assert _last(mem).content == ANSWER and "partial" not in _capture(mem)
+    with (
+        mem.scope(user_id="ana", session_id="chat"),
+        client.messages.stream(model="m", max_tokens=50, messages=ASK) as stream,
+    ):
+        next(iter(stream.text_stream))
+    assert _capture(mem)["partial"] is True
+
+    aclient = mem.llm.register(_anthropic(ant, anthropic.AsyncAnthropic))
+
+    async def scenario() -> str:
+        with mem.scope(user_id="ana", session_id="async"):
+            async with aclient.messages.stream(model="m", max_tokens=50, messages=ASK) as s:
+                parts = [t async for t in s.text_stream]
+            r = await aclient.messages.create(model="m", max_tokens=50, messages=ASK)
+            assert r.content[0].text == ANSWER
+            raw = await aclient.messages.create(model="m", max_tokens=50, messages=ASK, stream=True)
+            async for _ in raw:
+                pass
+        await aclient.close()
+        return "".join(parts)
+
+    assert asyncio.run(scenario()) == ANSWER
+    assert mem.llm.flush(5)
+    answers = [m.content for m in mem.messages.list(session_id="async") if m.role == "assistant"]
+    assert answers == [ANSWER] * 3
+
+
+def test_anthropic_stream_failing_midway(mem: Memory, ant: FakeAnthropicServer) -> None:
+    client = mem.llm.register(_anthropic(ant))
+    ant.fail_stream_after(3)
+    # The anthropic SDK lets the transport's own error through (httpx2.RemoteProtocolError).
+    with (
+        mem.scope(user_id="ana", session_id="chat"),
+        pytest.raises(Exception),  # noqa: B017
+        client.messages.stream(model="m", max_tokens=50, messages=ASK) as stream,
+    ):
+        for _ in stream.text_stream:
+            pass
+    assert "error" in _capture(mem)
