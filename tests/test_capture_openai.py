@@ -228,3 +228,59 @@ def test_a_closed_memory_never_breaks_the_call(make_memory: Any, server: FakeOpe
             model="m", messages=[{"role": "user", "content": "hi"}]
         )
     assert reply.choices[0].message.content == "Noted!"
+
+
+def test_history_injection_never_duplicates_turns(
+    make_memory: Any, server: FakeOpenAIServer
+) -> None:
+    mem = make_memory(capture_inject_history=True)
+    s = mem.sessions.create(user_id="ana", session_id="chat")
+    s.add_messages(
+        [
+            {"role": "user", "content": "My cat is called Miso."},
+            {"role": "assistant", "content": "What a lovely name!"},
+            {"role": "user", "content": "She likes tuna."},
+        ],
+        sync=True,
+    )
+    client = mem.llm.register(_client(server))
+    messages = [
+        {"role": "user", "content": "She likes tuna."},  # the caller resends one turn
+        {"role": "user", "content": "What should I feed my cat?"},
+    ]
+    with mem.scope(user_id="ana", session_id="chat"):
+        client.chat.completions.create(model="m", messages=messages)
+    sent = server.chat_requests()[-1]["messages"]
+    turns = [(m["role"], m["content"]) for m in sent if m["role"] != "system"]
+    assert turns == [
+        ("user", "My cat is called Miso."),
+        ("assistant", "What a lovely name!"),
+        ("user", "She likes tuna."),
+        ("user", "What should I feed my cat?"),
+    ]
+
+
+SCRIPT = """
+import sys, openai
+from memstrata import Memory
+mem = Memory(sys.argv[1], embedder="hash")
+client = mem.llm.register(openai.OpenAI(base_url=sys.argv[2], api_key="k", max_retries=0))
+with mem.scope(user_id="u", session_id="s"):
+    client.chat.completions.create(
+        model="m", messages=[{"role": "user", "content": "remember the blue door"}]
+    )
+# exits at once: no close, no flush
+"""
+
+
+def test_a_short_script_loses_nothing_at_exit(
+    tmp_path: Any, make_memory: Any, server: FakeOpenAIServer
+) -> None:
+    import subprocess
+    import sys
+
+    db = f"sqlite:///{tmp_path / 'script.db'}"
+    subprocess.run([sys.executable, "-c", SCRIPT, db, server.base_url], check=True, timeout=120)
+    mem = make_memory(db)
+    stored = [(m.role, m.content) for m in mem.messages.list(session_id="s")]
+    assert stored == [("user", "remember the blue door"), ("assistant", "Noted!")]
