@@ -180,7 +180,9 @@ class FakeXAIServer:
         """A received request's messages as ``(role, text)``, role as ``"system"``, ..."""
         with self._lock:
             request = self.requests[index]
-        return [(_ROLE.Name(m.role).removeprefix("ROLE_").lower(), _text(m)) for m in request.messages]
+        return [
+            (_ROLE.Name(m.role).removeprefix("ROLE_").lower(), _text(m)) for m in request.messages
+        ]
 
     # -- internals ----------------------------------------------------------------------
 
@@ -194,9 +196,7 @@ class FakeXAIServer:
             if self._failures:
                 return None, self._failures.popleft(), None
             reply = self.replies.popleft() if self.replies else None
-            break_after = (
-                self._break_after.popleft() if streamed and self._break_after else None
-            )
+            break_after = self._break_after.popleft() if streamed and self._break_after else None
         if reply is None:
             reply = self.script(copy)
         turn = assistant_turn(reply)
