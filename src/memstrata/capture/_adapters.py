@@ -24,6 +24,10 @@ _KNOWN: tuple[tuple[str, tuple[str, ...], str, str], ...] = (
 
 def adapter_for(client: Any) -> Callable[[Any, Any], Callable[[], None]]:
     """The function that wraps ``client`` and returns a restore callback."""
+    # LiteLLM has no client class: the module itself is registered (its functions are
+    # wrapped). Identity, not a name test: only the real, imported litellm module matches.
+    if client is not None and client is _loaded("litellm"):
+        return importlib.import_module("._litellm", __package__).wrap
     for module, names, adapter, fn in _KNOWN:
         sdk = _loaded(module)
         if sdk is None:
@@ -35,7 +39,8 @@ def adapter_for(client: Any) -> Callable[[Any, Any], Callable[[], None]]:
         f"mem.llm.register does not know {type(client).__module__}.{type(client).__qualname__}; "
         "supported: openai.OpenAI, AsyncOpenAI, AzureOpenAI, AsyncAzureOpenAI; "
         "anthropic.Anthropic, AsyncAnthropic; google.genai.Client; "
-        "xai_sdk.Client, AsyncClient"
+        "xai_sdk.Client, AsyncClient; "
+        "the litellm module (litellm.completion, acompletion)"
     )
 
 

@@ -293,22 +293,6 @@ def _failed(capture: Capture, recalled: Recalled, kwargs: dict[str, Any], exc: E
         log.exception("memstrata: could not capture a failed Gemini call")
 
 
-class _AsyncGenStream(AsyncStreamProxy):
-    """The SDK's async stream is an async generator: it closes with ``aclose()``, which the
-    base proxy (looking for ``close``) would pass through without ending the capture."""
-
-    async def aclose(self) -> None:
-        try:
-            aclose = getattr(self._inner, "aclose", None)
-            if aclose is not None:
-                await aclose()
-        finally:
-            self._finish(True)
-
-    async def close(self) -> None:
-        await self.aclose()
-
-
 # -- wrapping --------------------------------------------------------------------------
 
 
@@ -378,7 +362,7 @@ def _wrap_async(models: Any, capture: Capture) -> None:
             _failed(capture, recalled, kwargs, exc)
             raise
         on_chunk, finish = _stream_parts(capture, recalled, kwargs, start)
-        return _AsyncGenStream(result, on_chunk, finish)
+        return AsyncStreamProxy(result, on_chunk, finish)
 
     models.generate_content = generate_content
     models.generate_content_stream = generate_content_stream

@@ -9,13 +9,14 @@ gets new ones.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from ._capture import Capture, Exchange, Recalled
 from ._wrap import Endpoint, restore, wrap_method
 
-__all__ = ["wrap_async", "wrap_sync"]
+__all__ = ["CHAT", "chat_endpoint", "wrap_async", "wrap_sync"]
 
 _SYSTEM_ROLES = ("system", "developer")
 _TEXT_PARTS = ("text", "input_text", "output_text")
@@ -103,7 +104,7 @@ def _chat_prepare(
 
 
 def _chat_result(
-    recalled: Recalled, kwargs: dict[str, Any], result: Any, latency_ms: float
+    provider: str, recalled: Recalled, kwargs: dict[str, Any], result: Any, latency_ms: float
 ) -> Exchange:
     choice = (getattr(result, "choices", None) or [None])[0]
     message = getattr(choice, "message", None)
@@ -113,7 +114,7 @@ def _chat_result(
         if getattr(c, "function", None) is not None
     ]
     return Exchange(
-        provider="openai",
+        provider=provider,
         attribution=recalled.attribution,
         user_text=_chat_user(kwargs),
         answer=getattr(message, "content", None) or "",
@@ -125,7 +126,8 @@ def _chat_result(
 
 
 class _ChatChunks:
-    def __init__(self) -> None:
+    def __init__(self, provider: str) -> None:
+        self.provider = provider
         self.text: list[str] = []
         self.tools: dict[int, dict[str, Any]] = {}
         self.usage: dict[str, Any] | None = None
@@ -158,7 +160,7 @@ class _ChatChunks:
         error: str | None,
     ) -> Exchange:
         return Exchange(
-            provider="openai",
+            provider=self.provider,
             attribution=recalled.attribution,
             user_text=_chat_user(kwargs),
             answer="".join(self.text),
@@ -171,7 +173,19 @@ class _ChatChunks:
         )
 
 
-CHAT = Endpoint("openai", _chat_prepare, _chat_user, _chat_result, _ChatChunks)
+def chat_endpoint(provider: str) -> Endpoint:
+    """The chat-completions endpoint, captured under ``provider``: for libraries that speak
+    OpenAI's chat shape (``messages`` in; ``choices``/``delta`` objects out), e.g. LiteLLM."""
+    return Endpoint(
+        provider,
+        _chat_prepare,
+        _chat_user,
+        functools.partial(_chat_result, provider),
+        functools.partial(_ChatChunks, provider),
+    )
+
+
+CHAT = chat_endpoint("openai")
 
 
 # -- responses ---------------------------------------------------------------------------

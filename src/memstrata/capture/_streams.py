@@ -3,6 +3,7 @@ the stream ends, fails, or is closed early by the caller."""
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -104,11 +105,34 @@ class AsyncStreamProxy(_Base):
         self._seen(chunk)
         return chunk
 
-    async def close(self) -> None:
+    def close(self) -> Any:
+        """Close the inner stream the way it closes: SDK streams have an async ``close()``
+        (awaited by the caller, so this returns its awaitable), some (litellm) a synchronous
+        one."""
+        close = getattr(self._inner, "close", None)
+        result = close() if close is not None else None
+        if inspect.isawaitable(result):
+
+            async def closing() -> None:
+                try:
+                    await result
+                finally:
+                    self._finish(True)
+
+            return closing()
+        self._finish(True)
+        return None
+
+    async def aclose(self) -> None:
+        """Async generators (google-genai) and litellm's streams close with ``aclose()``."""
         try:
-            close = getattr(self._inner, "close", None)
-            if close is not None:
-                await close()
+            aclose = getattr(self._inner, "aclose", None)
+            if aclose is not None:
+                await aclose()
+            else:
+                result = self.close()
+                if inspect.isawaitable(result):
+                    await result
         finally:
             self._finish(True)
 
@@ -116,7 +140,7 @@ class AsyncStreamProxy(_Base):
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        await self.close()
+        await self.aclose()
 
     def __del__(self) -> None:
         if not getattr(self, "_finished", True):
