@@ -294,6 +294,12 @@ class RecallConfig(_Input):
     include_superseded: bool = Field(
         default=False, validation_alias=AliasChoices("include_superseded", "IncludeSuperseded")
     )
+    candidate_pool: int | None = Field(
+        default=None,
+        ge=5,
+        le=5000,
+        validation_alias=AliasChoices("candidate_pool", "CandidatePool"),
+    )
 
 
 class Session(BaseModel):

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from ..memory import Memory
     from ..types import Message
 
-__all__ = ["MEMORY_PREAMBLE", "Capture", "Exchange", "Recalled"]
+__all__ = ["CAPTURE_RECALL", "MEMORY_PREAMBLE", "Capture", "Exchange", "Recalled"]
 
 log = logging.getLogger("memstrata.capture")
 
@@ -67,6 +67,17 @@ class Recalled:
 
 _STOP = object()
 
+# Recall before every call is on the call's critical path and its block goes into every
+# prompt: a compact configuration (about half the default's time and tokens).
+CAPTURE_RECALL = {
+    "proposition_top_k": 4,
+    "observation_semantic_top_k": 4,
+    "message_semantic_top_k": 4,
+    "observation_context_top_k": 1,
+    "candidate_pool": 20,
+    "token_budget": 400,
+}
+
 
 class Capture:
     """``mem.llm``: register clients; attribution defaults; the background writer."""
@@ -79,6 +90,7 @@ class Capture:
         self.default_user = s.capture_default_user
         self.inject_history = s.capture_inject_history
         self._defaults = Attribution()
+        self._recall_config: dict[str, Any] = dict(CAPTURE_RECALL)
         self._clients: dict[int, tuple[Any, Callable[[], None]]] = {}
         self._lock = threading.Lock()
         self._queue: queue.Queue[Any] = queue.Queue()
@@ -124,6 +136,19 @@ class Capture:
     ) -> None:
         """Defaults for calls made outside any ``mem.scope(...)``."""
         self._defaults = check(user_id=user_id, session_id=session_id, process_id=process_id)
+
+    @property
+    def recall_config(self) -> dict[str, Any]:
+        """The recall_config of the recall before each call (compact by default); assign a
+        dict to change it, e.g. ``mem.llm.recall_config = {"token_budget": 800}``."""
+        return dict(self._recall_config)
+
+    @recall_config.setter
+    def recall_config(self, value: dict[str, Any]) -> None:
+        from ..types import RecallConfig
+
+        RecallConfig.model_validate(value)  # unknown keys and bad values fail here
+        self._recall_config = dict(value)
 
     def flush(self, timeout: float = 5.0) -> bool:
         """Wait until every captured exchange is stored; False if ``timeout`` ran out."""
@@ -206,7 +231,10 @@ class Capture:
 
     def _recall(self, who: Attribution, query: str) -> Recalled:
         sid = self._session(who)
-        config: dict[str, Any] = {"message_recent_limit": 20 if self.inject_history else 0}
+        config = {
+            **self._recall_config,
+            "message_recent_limit": 20 if self.inject_history else 0,
+        }
         if not self.recall:
             config["enable_long_term_recall"] = False
         ctx = self._m.get_memory(sid, query, recall_config=config)

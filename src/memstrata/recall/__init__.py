@@ -667,4 +667,5 @@ def search_options(
         rrf_k=config.long_term_rrf_k,
         as_of=as_of,
         min_similarity=dict(min_similarity or {}),
+        per_layer=config.candidate_pool,
     )
