@@ -284,3 +284,21 @@ def test_a_short_script_loses_nothing_at_exit(
     mem = make_memory(db)
     stored = [(m.role, m.content) for m in mem.messages.list(session_id="s")]
     assert stored == [("user", "remember the blue door"), ("assistant", "Noted!")]
+
+
+def test_async_memory_exposes_capture(db_url: str, server: FakeOpenAIServer) -> None:
+    from memstrata import AsyncMemory
+
+    async def scenario() -> None:
+        async with AsyncMemory(db_url, embedder="hash") as amem:
+            client = amem.llm.register(_client(server, openai.AsyncOpenAI))
+            with amem.scope(user_id="zed", session_id="z1"):
+                await client.chat.completions.create(
+                    model="m", messages=[{"role": "user", "content": "async hello"}]
+                )
+            assert amem.llm.flush(5)
+            texts = [m.content for m in amem.sync.messages.list(session_id="z1")]
+            assert texts == ["async hello", "Noted!"]
+            await client.close()
+
+    asyncio.run(scenario())

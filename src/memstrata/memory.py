@@ -945,6 +945,20 @@ class AsyncMemory:
     def project_id(self) -> str:
         return self.sync.project_id
 
+    @property
+    def llm(self) -> Capture:
+        """``mem.llm``: register sync or async LLM clients (see docs/capture.md)."""
+        return self.sync.llm
+
+    def scope(
+        self,
+        user_id: str | None = None,
+        session_id: str | None = None,
+        process_id: str | None = None,
+    ) -> AbstractContextManager[Attribution]:
+        """The same context-variable scope as ``Memory.scope``; safe across asyncio tasks."""
+        return self.sync.scope(user_id=user_id, session_id=session_id, process_id=process_id)
+
     async def add_messages(
         self, session_id: str, messages: Any, *, sync: bool = False
     ) -> AddResult:
