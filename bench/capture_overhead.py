@@ -14,7 +14,9 @@ of medians. Nothing is asserted; targets are printed with PASS/MISS.
 * streams (recall off): time to the first chunk with ``stream=True``. Target: added
   p50 <= 1 ms.
 
-The fake answers at once, so the figures are the client-side cost alone; a real model's
+Questions are LoCoMo questions (shuffled, fixed seed), the same one for both calls of a
+pair; the recall user's messages are the first ``--memories`` LoCoMo turns. The fake
+answers at once, so the figures are the client-side cost alone; a real model's
 latency (hundreds of ms) only dilutes the ratio. If the ``memori`` package is installed,
 its capture mode is not run here: Memori needs its own cloud account for extraction, and
 the figure recorded for it (+56 ms per captured call) comes from the issue.
@@ -42,6 +44,7 @@ from _common import (
     emit_json,
     engine_version,
     format_summary,
+    locomo_questions,
     locomo_turns,
     machine_info,
     other_load,
@@ -51,45 +54,49 @@ from _common import (
 from fakes.openai_server import FakeOpenAIServer
 from memstrata import Memory
 
-QUESTION = "What should I cook for dinner this weekend?"
+# Varied questions, as real traffic has: one question asked N times would make every
+# captured exchange an exact full-text match for the next recall.
+QUESTIONS = locomo_questions(2000, seed=7)
 
 
 def _client(server: FakeOpenAIServer) -> openai.OpenAI:
     return openai.OpenAI(base_url=server.base_url, api_key="k", max_retries=0)
 
 
-def _call(client: Any, stream: bool) -> float:
+def _call(client: Any, stream: bool, i: int = 0) -> float:
     """Seconds to the complete answer, or to the first chunk of a stream."""
+    question = QUESTIONS[i % len(QUESTIONS)]
     t0 = time.perf_counter()
     if stream:
         it = client.chat.completions.create(
-            model="m", messages=[{"role": "user", "content": QUESTION}], stream=True
+            model="m", messages=[{"role": "user", "content": question}], stream=True
         )
         next(iter(it))
         elapsed = time.perf_counter() - t0
         for _ in it:
             pass
         return elapsed
-    client.chat.completions.create(model="m", messages=[{"role": "user", "content": QUESTION}])
+    client.chat.completions.create(model="m", messages=[{"role": "user", "content": question}])
     return time.perf_counter() - t0
 
 
 def _pairs(plain: Any, captured: Any, mem: Memory, n: int, stream: bool) -> dict[str, Any]:
-    for _ in range(20):  # warm both paths (connections, recall caches, model)
-        _call(plain, stream)
+    for i in range(20):  # warm both paths (connections, recall caches, model)
+        _call(plain, stream, i)
         with mem.scope(user_id="bench", session_id="bench"):
-            _call(captured, stream)
+            _call(captured, stream, i)
     base: list[float] = []
     wrapped: list[float] = []
     with other_load() as load:
         for i in range(n):
             order = (0, 1) if i % 2 == 0 else (1, 0)
+            q = 20 + i  # both clients ask the same question of the pair
             for which in order:
                 if which == 0:
-                    base.append(_call(plain, stream))
+                    base.append(_call(plain, stream, q))
                 else:
                     with mem.scope(user_id="bench", session_id="bench"):
-                        wrapped.append(_call(captured, stream))
+                        wrapped.append(_call(captured, stream, q))
     assert mem.llm.flush(60)
     added = np.asarray(wrapped) - np.asarray(base)
     return {
