@@ -368,6 +368,13 @@ class Recaller:
             if more:
                 messages.update(self.store.messages_by_pk(sorted(more)))
                 keys = sorted(set(keys) | {("message", pk) for pk in more})
+                # An added turn's link back to the candidate it neighbours is known; its
+                # other side is not needed for a turn that only came in as context.
+                for pk, (prev, nxt) in list(neighbours.items()):
+                    if prev in more:
+                        neighbours[prev] = (neighbours.get(prev, (None, None))[0], pk)
+                    if nxt in more:
+                        neighbours[nxt] = (pk, neighbours.get(nxt, (None, None))[1])
         retired = self.store.superseded_messages(list(messages))
         facts = self.store.facts_by_pk([pk for lay, pk in keys if lay == "fact"])
         summaries = self.store.summaries_by_pk([pk for lay, pk in keys if lay == "summary"])

@@ -1645,19 +1645,23 @@ class SQLiteStore:
     def message_neighbors(
         self, project_id: str, user_id: str, pks: Sequence[int]
     ) -> dict[int, tuple[int | None, int | None]]:
-        """The previous and next message (same session, time order) of each of ``pks`` and
-        of each of their neighbours."""
+        """The previous and next message (same session, time order) of each of ``pks``."""
         if not pks:
             return {}
         marks = ",".join("?" * len(pks))
+        # Two seeks per message on (project_id, session_id, ts, pk).
         rows = self._conn().execute(
-            "WITH s AS (SELECT pk, LAG(pk) OVER w AS prev, LEAD(pk) OVER w AS next "
-            "FROM messages WHERE project_id = ? AND user_id = ? AND session_id IN "
-            f"(SELECT session_id FROM messages WHERE pk IN ({marks})) "
-            "WINDOW w AS (PARTITION BY session_id ORDER BY ts, pk)) "
-            f"SELECT pk, prev, next FROM s WHERE pk IN ({marks}) OR prev IN ({marks}) "
-            f"OR next IN ({marks})",
-            (project_id, user_id, *pks, *pks, *pks, *pks),
+            "SELECT m.pk, "
+            "(SELECT p.pk FROM messages p INDEXED BY messages_by_session_time "
+            "WHERE p.project_id = m.project_id "
+            "AND p.session_id = m.session_id AND (p.ts, p.pk) < (m.ts, m.pk) "
+            "ORDER BY p.ts DESC, p.pk DESC LIMIT 1), "
+            "(SELECT n.pk FROM messages n INDEXED BY messages_by_session_time "
+            "WHERE n.project_id = m.project_id "
+            "AND n.session_id = m.session_id AND (n.ts, n.pk) > (m.ts, m.pk) "
+            "ORDER BY n.ts, n.pk LIMIT 1) "
+            f"FROM messages m WHERE m.pk IN ({marks}) AND m.project_id = ? AND m.user_id = ?",
+            (*pks, project_id, user_id),
         )
         return {pk: (prev, nxt) for pk, prev, nxt in rows}
 
