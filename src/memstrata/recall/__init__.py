@@ -154,6 +154,27 @@ class SearchOptions:
 
 
 @dataclass
+class _Rows:
+    """Rows loaded for scoring, by layer and pk."""
+
+    messages: dict[int, MessageRow] = field(default_factory=dict)
+    facts: dict[int, FactRow] = field(default_factory=dict)
+    summaries: dict[int, SummaryRow] = field(default_factory=dict)
+    neighbours: dict[int, tuple[int | None, int | None]] = field(default_factory=dict)
+
+    def __contains__(self, key: Key) -> bool:
+        layer, pk = key
+        table = {"message": self.messages, "fact": self.facts}.get(layer, self.summaries)
+        return pk in table
+
+    def update(self, other: _Rows) -> None:
+        self.messages.update(other.messages)
+        self.facts.update(other.facts)
+        self.summaries.update(other.summaries)
+        self.neighbours.update(other.neighbours)
+
+
+@dataclass
 class Scored:
     score: float
     row: Any  # MessageRow, FactRow or SummaryRow
@@ -269,12 +290,16 @@ class Recaller:
         n: int,
         filters: SearchFilters,
         opts: SearchOptions,
-    ) -> tuple[dict[Key, list[float]], list[Key], list[np.ndarray]]:
-        """Candidates of every layer: full text (run beside the query embedding), then
-        vectors. Returns (full-text scores per variant, every candidate, query vectors)."""
-        pending = self._executor().submit(
-            self._fulltext, project_id, user_id, variants, n, filters, opts
-        )
+    ) -> tuple[dict[Key, list[float]], list[Key], list[np.ndarray], _Rows]:
+        """Candidates of every layer: full text (run beside the query embedding, with the
+        rows of what it found), then vectors. Returns (full-text scores per variant, every
+        candidate, query vectors, the rows loaded so far)."""
+
+        def fulltext_and_rows() -> tuple[dict[Key, list[float]], _Rows]:
+            found = self._fulltext(project_id, user_id, variants, n, filters, opts)
+            return found, self._rows(project_id, user_id, list(found), filters)
+
+        pending = self._executor().submit(fulltext_and_rows)
         qvecs = self.embedder.embed(list(variants))
         layers = self._layers(opts, filters)
         summary_statuses, fact_statuses = _statuses(opts)
@@ -301,9 +326,23 @@ class Recaller:
                         project_id, user_id, q, self.embedder.id, n, summary_statuses
                     )
                 )
-        fulltext = pending.result()
+        fulltext, rows = pending.result()
         keys.update(fulltext)
-        return fulltext, sorted(keys), list(qvecs)
+        return fulltext, sorted(keys), list(qvecs), rows
+
+    def _rows(
+        self, project_id: str, user_id: str, keys: Sequence[Key], filters: SearchFilters
+    ) -> _Rows:
+        """Stored rows of ``keys``, and the neighbouring turns of its messages."""
+        out = _Rows(
+            messages=self.store.messages_by_pk([pk for lay, pk in keys if lay == "message"]),
+            facts=self.store.facts_by_pk([pk for lay, pk in keys if lay == "fact"]),
+            summaries=self.store.summaries_by_pk([pk for lay, pk in keys if lay == "summary"]),
+        )
+        # Neighbours join only unfiltered searches: a filter describes which messages count.
+        if out.messages and filters.empty:
+            out.neighbours = self.store.message_neighbors(project_id, user_id, list(out.messages))
+        return out
 
     def _similarities(
         self, project_id: str, user_id: str, keys: Sequence[Key], qvecs: Sequence[np.ndarray]
@@ -358,11 +397,13 @@ class Recaller:
         opts: SearchOptions,
         intent: TimeIntent,
     ) -> dict[Key, Scored]:
-        fulltext, keys, qvecs = self._retrieve(project_id, user_id, variants, n, filters, opts)
-        messages = self.store.messages_by_pk([pk for lay, pk in keys if lay == "message"])
-        neighbours: dict[int, tuple[int | None, int | None]] = {}
-        if messages and filters.empty:
-            neighbours = self.store.message_neighbors(project_id, user_id, list(messages))
+        fulltext, keys, qvecs, rows = self._retrieve(
+            project_id, user_id, variants, n, filters, opts
+        )
+        rows.update(self._rows(project_id, user_id, [k for k in keys if k not in rows], filters))
+        messages, facts, summaries = rows.messages, rows.facts, rows.summaries
+        neighbours = rows.neighbours
+        if neighbours:
             more = {p for pair in neighbours.values() for p in pair if p is not None}
             more -= set(messages)
             if more:
@@ -376,8 +417,6 @@ class Recaller:
                     if nxt in more:
                         neighbours[nxt] = (pk, neighbours.get(nxt, (None, None))[1])
         retired = self.store.superseded_messages(list(messages))
-        facts = self.store.facts_by_pk([pk for lay, pk in keys if lay == "fact"])
-        summaries = self.store.summaries_by_pk([pk for lay, pk in keys if lay == "summary"])
         topics_of = self.store.topics_of_summaries(list(summaries))
         sims = self._similarities(project_id, user_id, keys, qvecs)
         cands: dict[Key, Candidate] = {}
