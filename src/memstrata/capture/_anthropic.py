@@ -15,34 +15,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ._capture import Capture, Exchange, Recalled, elapsed_ms
-from ._wrap import Endpoint, restore, wrap_method
+from ._shapes import earlier_turns, last_user_text, usage_dict
+from ._wrap import Endpoint, prepared, restore, wrap_method
 
 __all__ = ["wrap_async", "wrap_sync"]
 
 log = logging.getLogger("memstrata.capture")
-
-
-def _field(obj: Any, name: str) -> Any:
-    return obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
-
-
-def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, Sequence):
-        return "\n".join(
-            str(_field(b, "text") or "") for b in content if _field(b, "type") == "text"
-        )
-    return ""
-
-
-def last_user_text(messages: Any) -> str | None:
-    if not isinstance(messages, Sequence):
-        return None
-    for m in reversed(messages):
-        if _field(m, "role") == "user":
-            return _text(_field(m, "content")) or None
-    return None
 
 
 def _system(system: Any, block: str) -> Any:
@@ -57,36 +35,20 @@ def _system(system: Any, block: str) -> Any:
 
 
 def _prepare(capture: Capture, kwargs: dict[str, Any]) -> tuple[Recalled | None, dict[str, Any]]:
-    try:
-        messages = kwargs.get("messages")
-        recalled = capture.before(last_user_text(messages))
-        if recalled is None:
-            return None, kwargs
-        sent = dict(kwargs)
-        if recalled.block:
-            sent["system"] = _system(kwargs.get("system"), recalled.block)
-        if recalled.history and isinstance(messages, Sequence):
-            already = {(_field(m, "role"), _text(_field(m, "content"))) for m in messages}
-            earlier = [
-                {"role": h.role, "content": h.content}
-                for h in recalled.history
-                if h.role in ("user", "assistant") and (h.role, h.content) not in already
-            ]
-            # The API wants the first turn to be the user's: drop a leading assistant turn.
-            while earlier and earlier[0]["role"] != "user":
-                earlier.pop(0)
-            sent["messages"] = [*earlier, *messages]
-        return recalled, sent
-    except Exception:  # fail open: the call goes out as the caller made it
-        log.exception("memstrata: could not prepare an Anthropic call")
+    messages = kwargs.get("messages")
+    recalled = capture.before(last_user_text(messages))
+    if recalled is None:
         return None, kwargs
-
-
-def _usage(usage: Any) -> dict[str, Any] | None:
-    if usage is None:
-        return None
-    dump = getattr(usage, "model_dump", None)
-    return dump(exclude_none=True) if dump else dict(usage)
+    sent = dict(kwargs)
+    if recalled.block:
+        sent["system"] = _system(kwargs.get("system"), recalled.block)
+    if recalled.history and isinstance(messages, Sequence):
+        earlier = earlier_turns(recalled, messages)
+        # The API wants the first turn to be the user's: drop a leading assistant turn.
+        while earlier and earlier[0]["role"] != "user":
+            earlier.pop(0)
+        sent["messages"] = [*earlier, *messages]
+    return recalled, sent
 
 
 def _from_message(
@@ -107,7 +69,7 @@ def _from_message(
         answer="".join(text),
         model=getattr(message, "model", None) or kwargs.get("model"),
         tool_calls=calls,
-        usage=_usage(getattr(message, "usage", None)),
+        usage=usage_dict(getattr(message, "usage", None)),
         latency_ms=latency_ms,
         **extra,
     )
@@ -126,7 +88,7 @@ class _Events:
         kind = getattr(event, "type", None)
         if kind == "message_start":
             self.model = event.message.model
-            self.usage.update(_usage(event.message.usage) or {})
+            self.usage.update(usage_dict(event.message.usage) or {})
         elif kind == "content_block_start" and getattr(event.content_block, "type", "") in (
             "tool_use",
             "server_tool_use",
@@ -140,7 +102,7 @@ class _Events:
             elif getattr(delta, "type", None) == "input_json_delta" and event.index in self.tools:
                 self.tools[event.index]["arguments"] += delta.partial_json
         elif kind == "message_delta" and getattr(event, "usage", None) is not None:
-            self.usage.update(_usage(event.usage) or {})
+            self.usage.update(usage_dict(event.usage) or {})
 
     def exchange(
         self,
@@ -249,7 +211,7 @@ def _wrap_stream_helper(messages: Any, capture: Capture) -> None:
     def stream(*args: Any, **kwargs: Any) -> Any:
         # stream() returns a (sync or async) context manager without I/O, also on the
         # async client, so recall runs here, bounded by its timeout.
-        recalled, sent = _prepare(capture, kwargs)
+        recalled, sent = prepared(MESSAGES, capture, kwargs)
         if recalled is None:
             return original(*args, **kwargs)
         finish = _snapshot_finish(capture, recalled, kwargs, time.perf_counter())

@@ -19,6 +19,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from .._time import utcnow
+from ..recall._format import HISTORY_HEADER
 from ._scope import Attribution, check, current
 
 if TYPE_CHECKING:
@@ -66,6 +67,7 @@ class Recalled:
 
 
 _STOP = object()
+HISTORY_BLOCK = f"\n\n{HISTORY_HEADER}"
 
 # Recall before every call is on the call's critical path and its block goes into every
 # prompt: a compact configuration (about half the default's time and tokens).
@@ -241,9 +243,7 @@ class Capture:
         text = ctx.formatted_context if self.recall else None
         if text and ctx.history:
             # The history goes in as turns; keep only the memories in the block.
-            text = text.split("\n\nRecent conversation in this session:")[0]
-            if text.startswith("Recent conversation in this session:"):
-                text = None
+            text = None if text.startswith(HISTORY_HEADER) else text.split(HISTORY_BLOCK)[0]
         return Recalled(who, text or None, tuple(ctx.history) if self.inject_history else ())
 
     def _ensure_writer(self) -> None:

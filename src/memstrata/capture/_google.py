@@ -29,6 +29,7 @@ from typing import Any
 from google.genai import types
 
 from ._capture import Capture, Exchange, Recalled, elapsed_ms
+from ._shapes import field, usage_dict
 from ._streams import AsyncStreamProxy, StreamProxy
 
 __all__ = ["inject", "last_user_text", "wrap"]
@@ -47,10 +48,6 @@ _Turn = tuple[str, str]  # (memstrata role, text)
 # -- reading contents ------------------------------------------------------------------
 
 
-def _field(obj: Any, name: str) -> Any:
-    return obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
-
-
 def _is_content(item: Any) -> bool:
     # A ContentDict is told from a PartDict by its keys, as the SDK does it.
     if isinstance(item, types.Content):
@@ -61,14 +58,14 @@ def _is_content(item: Any) -> bool:
 def _part_text(part: Any) -> str:
     if isinstance(part, str):
         return part
-    if _field(part, "thought"):  # the model's reasoning is not what it said
+    if field(part, "thought"):  # the model's reasoning is not what it said
         return ""
-    text = _field(part, "text")
+    text = field(part, "text")
     return text if isinstance(text, str) else ""
 
 
 def _is_call(part: Any) -> bool:
-    return not isinstance(part, str) and _field(part, "function_call") is not None
+    return not isinstance(part, str) and field(part, "function_call") is not None
 
 
 def _parts_text(parts: Any) -> str:
@@ -94,8 +91,8 @@ def _turns(contents: Any) -> list[_Turn]:
     for item in items:
         if _is_content(item):
             close_group()
-            role = _FROM_GEMINI.get(_field(item, "role"), "other")
-            turns.append((role, _parts_text(_field(item, "parts"))))
+            role = _FROM_GEMINI.get(field(item, "role"), "other")
+            turns.append((role, _parts_text(field(item, "parts"))))
         elif isinstance(item, list):  # a list inside the list: one user turn of parts
             close_group()
             turns.append(("user", _parts_text(item)))
@@ -189,12 +186,6 @@ def _prepare(capture: Capture, kwargs: dict[str, Any]) -> tuple[Recalled | None,
 # -- reading responses -----------------------------------------------------------------
 
 
-def _usage(usage: Any) -> dict[str, Any]:
-    dump = getattr(usage, "model_dump", None)
-    # mode="json": enum values (token counts by modality) must be storable as JSON.
-    return dump(mode="json", exclude_none=True) if dump else dict(usage)
-
-
 def _parts_of(response: Any) -> list[Any]:
     # The first candidate is what the SDK's own ``.text`` reads; reading the parts here
     # avoids ``.text``'s warning about non-text parts on every function call.
@@ -229,7 +220,7 @@ class _Accumulator:
         self.model = getattr(response, "model_version", None) or self.model
         usage = getattr(response, "usage_metadata", None)
         if usage is not None:  # every chunk carries it; the last one is the total
-            self.usage = _usage(usage)
+            self.usage = usage_dict(usage)
         for part in _parts_of(response):
             call = _call(part)
             if call is not None:

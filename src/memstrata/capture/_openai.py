@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ._capture import Capture, Exchange, Recalled
+from ._shapes import earlier_turns, field, last_user_text, text_of, usage_dict
 from ._wrap import Endpoint, restore, wrap_method
 
 __all__ = ["CHAT", "chat_endpoint", "wrap_async", "wrap_sync"]
@@ -22,46 +23,12 @@ _SYSTEM_ROLES = ("system", "developer")
 _TEXT_PARTS = ("text", "input_text", "output_text")
 
 
-def _field(obj: Any, name: str) -> Any:
-    return obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
-
-
 def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, Sequence):
-        return "\n".join(
-            str(_field(p, "text") or "") for p in content if _field(p, "type") in _TEXT_PARTS
-        )
-    return ""
+    return text_of(content, _TEXT_PARTS)
 
 
 def _last_user(items: Any) -> str | None:
-    if isinstance(items, str):
-        return items
-    if not isinstance(items, Sequence):
-        return None
-    for m in reversed(items):
-        if _field(m, "role") == "user":
-            return _text(_field(m, "content")) or None
-    return None
-
-
-def _usage(usage: Any) -> dict[str, Any] | None:
-    if usage is None:
-        return None
-    dump = getattr(usage, "model_dump", None)
-    return dump(exclude_none=True) if dump else dict(usage)
-
-
-def _earlier_turns(recalled: Recalled, sent: Sequence[Any]) -> list[dict[str, Any]]:
-    """The session's earlier turns that the caller did not send already."""
-    already = {(_field(m, "role"), _text(_field(m, "content"))) for m in sent}
-    return [
-        {"role": h.role, "content": h.content}
-        for h in recalled.history
-        if h.role in ("user", "assistant") and (h.role, h.content) not in already
-    ]
+    return last_user_text(items, _TEXT_PARTS)
 
 
 # -- chat completions --------------------------------------------------------------------
@@ -74,9 +41,9 @@ def _chat_user(kwargs: dict[str, Any]) -> str | None:
 def inject_chat(messages: Sequence[Any], recalled: Recalled) -> list[Any]:
     out = list(messages)
     lead = 0
-    while lead < len(out) and _field(out[lead], "role") in _SYSTEM_ROLES:
+    while lead < len(out) and field(out[lead], "role") in _SYSTEM_ROLES:
         lead += 1
-    out[lead:lead] = _earlier_turns(recalled, messages)
+    out[lead:lead] = earlier_turns(recalled, messages, _TEXT_PARTS)
     block = recalled.block
     if block:
         first = out[0] if out else None
@@ -120,7 +87,7 @@ def _chat_result(
         answer=getattr(message, "content", None) or "",
         model=getattr(result, "model", None) or kwargs.get("model"),
         tool_calls=calls,
-        usage=_usage(getattr(result, "usage", None)),
+        usage=usage_dict(getattr(result, "usage", None)),
         latency_ms=latency_ms,
     )
 
@@ -136,7 +103,7 @@ class _ChatChunks:
     def add(self, chunk: Any) -> None:
         self.model = getattr(chunk, "model", None) or self.model
         if getattr(chunk, "usage", None) is not None:
-            self.usage = _usage(chunk.usage)
+            self.usage = usage_dict(chunk.usage)
         for choice in getattr(chunk, "choices", None) or []:
             delta = getattr(choice, "delta", None)
             if delta is None:
@@ -213,7 +180,7 @@ def _responses_prepare(
         )
     if recalled.history and isinstance(given, (str, Sequence)):
         items = [{"role": "user", "content": given}] if isinstance(given, str) else list(given)
-        earlier = _earlier_turns(recalled, items)
+        earlier = earlier_turns(recalled, items, _TEXT_PARTS)
         if earlier:
             sent["input"] = [*earlier, *items]
     return recalled, sent
@@ -221,9 +188,9 @@ def _responses_prepare(
 
 def _response_calls(output: Any) -> list[dict[str, Any]]:
     return [
-        {"id": _field(o, "call_id"), "name": _field(o, "name"), "arguments": _field(o, "arguments")}
+        {"id": field(o, "call_id"), "name": field(o, "name"), "arguments": field(o, "arguments")}
         for o in output or []
-        if _field(o, "type") == "function_call"
+        if field(o, "type") == "function_call"
     ]
 
 
@@ -231,7 +198,7 @@ def _response_text(response: Any) -> str:
     text = getattr(response, "output_text", None)
     if isinstance(text, str):
         return text
-    return "".join(_text(_field(o, "content")) for o in getattr(response, "output", None) or [])
+    return "".join(_text(field(o, "content")) for o in getattr(response, "output", None) or [])
 
 
 def _responses_result(
@@ -244,7 +211,7 @@ def _responses_result(
         answer=_response_text(response),
         model=getattr(response, "model", None) or kwargs.get("model"),
         tool_calls=_response_calls(getattr(response, "output", None)),
-        usage=_usage(getattr(response, "usage", None)),
+        usage=usage_dict(getattr(response, "usage", None)),
         latency_ms=latency_ms,
     )
 

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 from ._capture import Capture, Exchange, Recalled, elapsed_ms
 from ._streams import AsyncStreamProxy, StreamProxy
 
-__all__ = ["Accumulator", "Endpoint", "restore", "wrap_method"]
+__all__ = ["Accumulator", "Endpoint", "prepared", "restore", "wrap_method"]
 
 log = logging.getLogger("memstrata.capture")
 
@@ -44,7 +44,7 @@ class Endpoint:
     accumulator: Callable[[], Accumulator]
 
 
-def _prepared(
+def prepared(
     endpoint: Endpoint, capture: Capture, kwargs: dict[str, Any]
 ) -> tuple[Recalled | None, dict[str, Any]]:
     try:
@@ -109,7 +109,7 @@ def wrap_method(
         @functools.wraps(original)
         async def wrapper(*args: Any, **kwargs: Any) -> Any:
             # Recall blocks (bounded by the recall timeout): keep it off the event loop.
-            recalled, sent = await asyncio.to_thread(_prepared, endpoint, capture, kwargs)
+            recalled, sent = await asyncio.to_thread(prepared, endpoint, capture, kwargs)
             if recalled is None:
                 return await original(*args, **kwargs)
             start = time.perf_counter()
@@ -128,7 +128,7 @@ def wrap_method(
 
         @functools.wraps(original)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            recalled, sent = _prepared(endpoint, capture, kwargs)
+            recalled, sent = prepared(endpoint, capture, kwargs)
             if recalled is None:
                 return original(*args, **kwargs)
             start = time.perf_counter()

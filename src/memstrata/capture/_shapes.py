@@ -1,0 +1,56 @@
+"""Reading what the chat-style SDKs send and return: dicts from the caller, SDK objects from
+the provider, read the same way."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ._capture import Recalled
+
+__all__ = ["earlier_turns", "field", "last_user_text", "text_of", "usage_dict"]
+
+
+def field(obj: Any, name: str) -> Any:
+    return obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
+
+
+def text_of(content: Any, kinds: Sequence[str] = ("text",)) -> str:
+    """A message's text: the content string, or its text parts (``type`` in ``kinds``)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, Sequence):
+        return "\n".join(str(field(p, "text") or "") for p in content if field(p, "type") in kinds)
+    return ""
+
+
+def last_user_text(items: Any, kinds: Sequence[str] = ("text",)) -> str | None:
+    """The text of the last user turn (a bare string is one user turn): the recall query."""
+    if isinstance(items, str):
+        return items
+    if not isinstance(items, Sequence):
+        return None
+    for m in reversed(items):
+        if field(m, "role") == "user":
+            return text_of(field(m, "content"), kinds) or None
+    return None
+
+
+def earlier_turns(
+    recalled: Recalled, sent: Sequence[Any], kinds: Sequence[str] = ("text",)
+) -> list[dict[str, Any]]:
+    """The session's earlier turns that the caller did not send already."""
+    already = {(field(m, "role"), text_of(field(m, "content"), kinds)) for m in sent}
+    return [
+        {"role": h.role, "content": h.content}
+        for h in recalled.history
+        if h.role in ("user", "assistant") and (h.role, h.content) not in already
+    ]
+
+
+def usage_dict(usage: Any) -> dict[str, Any] | None:
+    """Token counts as plain JSON (``mode="json"``: enum values must be storable)."""
+    if usage is None:
+        return None
+    dump = getattr(usage, "model_dump", None)
+    return dump(mode="json", exclude_none=True) if dump else dict(usage)
