@@ -238,6 +238,7 @@ class Recaller:
         n: int,
         filters: SearchFilters,
         opts: SearchOptions,
+        speakers: Sequence[str],
     ) -> dict[Key, list[float]]:
         out: dict[Key, list[float]] = {}
         layers = self._layers(opts, filters)
@@ -245,7 +246,7 @@ class Recaller:
         # Speaker names are matched by the speaker signal, not as words: within one user's
         # memory a name is in half the turns, yet the index's collection-wide statistics
         # would weigh it as a rare, decisive word.
-        names = {w for n in self.store.speaker_names(project_id, user_id) for w in _words(n)}
+        names = {w for n in speakers for w in _words(n)}
         for v, text in enumerate(variants):
             terms = [t for t in fts_query_terms(text) if t.casefold() not in names]
             found: list[tuple[Key, float]] = []
@@ -290,13 +291,14 @@ class Recaller:
         n: int,
         filters: SearchFilters,
         opts: SearchOptions,
+        speakers: Sequence[str],
     ) -> tuple[dict[Key, list[float]], list[Key], list[np.ndarray], _Rows]:
         """Candidates of every layer: full text (run beside the query embedding, with the
         rows of what it found), then vectors. Returns (full-text scores per variant, every
         candidate, query vectors, the rows loaded so far)."""
 
         def fulltext_and_rows() -> tuple[dict[Key, list[float]], _Rows]:
-            found = self._fulltext(project_id, user_id, variants, n, filters, opts)
+            found = self._fulltext(project_id, user_id, variants, n, filters, opts, speakers)
             return found, self._rows(project_id, user_id, list(found), filters)
 
         pending = self._executor().submit(fulltext_and_rows)
@@ -397,8 +399,9 @@ class Recaller:
         opts: SearchOptions,
         intent: TimeIntent,
     ) -> dict[Key, Scored]:
+        speakers = self.store.speaker_names(project_id, user_id)
         fulltext, keys, qvecs, rows = self._retrieve(
-            project_id, user_id, variants, n, filters, opts
+            project_id, user_id, variants, n, filters, opts, speakers
         )
         rows.update(self._rows(project_id, user_id, [k for k in keys if k not in rows], filters))
         messages, facts, summaries = rows.messages, rows.facts, rows.summaries
@@ -466,7 +469,7 @@ class Recaller:
         scores = score(
             cands,
             query,
-            speakers=self.store.speaker_names(project_id, user_id),
+            speakers=speakers,
             weights=self.weights,
             fusion=opts.fusion,
             rrf_k=opts.rrf_k,
@@ -682,11 +685,12 @@ class Recaller:
         out: dict[str, list[Message]] = {}
         if per_item <= 0:
             return out
-        for hit in matches:
-            if hit.layer == "message":
-                continue
-            rows = [self.store.get_message(project_id, mid) for mid in hit.message_ids[:per_item]]
-            out[hit.id] = [message_from_row(r) for r in rows if r is not None]
+        quoted = {h.id: h.message_ids[:per_item] for h in matches if h.layer != "message"}
+        rows = self.store.get_messages(
+            project_id, sorted({m for ids in quoted.values() for m in ids})
+        )
+        for item, ids in quoted.items():
+            out[item] = [message_from_row(rows[m]) for m in ids if m in rows]
         return out
 
 

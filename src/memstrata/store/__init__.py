@@ -249,6 +249,9 @@ class Store(Protocol):
         self, project_id: str, session: SessionRow, rows: Sequence[MessageRow]
     ) -> AddOutcome: ...
     def get_message(self, project_id: str, message_id: str) -> MessageRow | None: ...
+    def get_messages(
+        self, project_id: str, message_ids: Sequence[str]
+    ) -> dict[str, MessageRow]: ...
     def list_messages(
         self,
         project_id: str,

@@ -540,6 +540,17 @@ class SQLiteStore:
         )
         return None if row is None else _row_to_message(row)
 
+    def get_messages(self, project_id: str, message_ids: Sequence[str]) -> dict[str, MessageRow]:
+        """The messages of ``message_ids`` that exist, by id (one query)."""
+        if not message_ids:
+            return {}
+        marks = ",".join("?" * len(message_ids))
+        rows = self._conn().execute(
+            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE project_id = ? AND id IN ({marks})",
+            (project_id, *message_ids),
+        )
+        return {m.id: m for m in map(_row_to_message, rows)}
+
     def list_messages(
         self,
         project_id: str,
