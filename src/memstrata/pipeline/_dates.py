@@ -57,6 +57,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import date, datetime, timedelta, timezone
 
+from .._calendar import MONTHS, SEASON_START, add_months, monday
+
 __all__ = ["DateMention", "DateSpan", "resolve_dates"]
 
 
@@ -87,27 +89,6 @@ class DateSpan:
 
 # --------------------------------------------------------------------------- vocabulary
 
-_MONTHS = {
-    name: number
-    for number, names in enumerate(
-        (
-            "jan january",
-            "feb february",
-            "mar march",
-            "apr april",
-            "may",
-            "jun june",
-            "jul july",
-            "aug august",
-            "sep sept september",
-            "oct october",
-            "nov november",
-            "dec december",
-        ),
-        start=1,
-    )
-    for name in names.split()
-}
 _MON = (
     r"(?P<mon>jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?"
     r"|sep(?:t(?:ember)?)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)"
@@ -133,7 +114,6 @@ _NUM = (
     r"|(?:a\s+)?couple\s+of)"
 )
 _UNIT = r"(?P<unit>day|week|fortnight|month|year)s?"
-_SEASON_START = {"spring": 3, "summer": 6, "autumn": 9, "fall": 9, "winter": 12}
 _ZH_DIGITS = {"零": 0, "一": 1, "二": 2, "两": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7}
 _ZH_DIGITS.update({"八": 8, "九": 9})
 _ZH_WD = {"一": 0, "二": 1, "三": 2, "四": 3, "五": 4, "六": 5, "日": 6, "天": 6}
@@ -199,19 +179,8 @@ _NOT_A_YEAR_AFTER = re.compile(
 # --------------------------------------------------------------------------- date helpers
 
 
-def _add_months(d: date, n: int) -> date:
-    total = d.year * 12 + d.month - 1 + n
-    y, m0 = divmod(total, 12)
-    m = m0 + 1
-    return date(y, m, min(d.day, calendar.monthrange(y, m)[1]))
-
-
 def _month_last(d: date) -> date:
     return date(d.year, d.month, calendar.monthrange(d.year, d.month)[1])
-
-
-def _monday(d: date) -> date:
-    return d - timedelta(days=d.weekday())
 
 
 def _valid(y: int, m: int, d: int) -> date | None:
@@ -229,8 +198,8 @@ def _shift(ref: date, n: int, unit: str) -> date:
     if unit == "fortnight":
         return ref + timedelta(weeks=2 * n)
     if unit == "month":
-        return _add_months(ref, n)
-    return _add_months(ref, 12 * n)  # year
+        return add_months(ref, n)
+    return add_months(ref, 12 * n)  # year
 
 
 def _month_dir(ref: date, month: int, direction: str | None, *, strict: bool = False) -> date:
@@ -257,7 +226,7 @@ def _dom_dir(ref: date, day: int, direction: str | None) -> date | None:
     step = -1 if direction == "past" else 1
     first = date(ref.year, ref.month, 1)
     for k in range(13):
-        m = _add_months(first, k * step)
+        m = add_months(first, k * step)
         d = _valid(m.year, m.month, day)
         if d is not None and (d <= ref if step < 0 else d >= ref):
             return d
@@ -271,8 +240,8 @@ def _weekday_dir(ref: date, wd: int, direction: str | None) -> date:
 
 
 def _season(name: str, start_year: int) -> tuple[date, date]:
-    first = date(start_year, _SEASON_START[name], 1)
-    return first, _month_last(_add_months(first, 2))
+    first = date(start_year, SEASON_START[name], 1)
+    return first, _month_last(add_months(first, 2))
 
 
 def _season_pick(ref: date, name: str, mode: str) -> tuple[date, date]:
@@ -383,7 +352,7 @@ def _h_month_day(c: _Ctx) -> _Resolved | None:
     mon = c.g("mon") or ""
     if mon == "may":  # "I may 2 ..." is the verb
         return None
-    month, day = _MONTHS[mon.lower()], int(c.g("day") or 0)
+    month, day = MONTHS[mon.lower()], int(c.g("day") or 0)
     year = c.g("year")
     if year:
         return _day(_valid(int(year), month, day), False)
@@ -393,7 +362,7 @@ def _h_month_day(c: _Ctx) -> _Resolved | None:
 def _h_month_year(c: _Ctx) -> _Resolved | None:
     if _lower_may(c):
         return None
-    return _month_span(date(int(c.g("year") or 0), _MONTHS[(c.g("mon") or "").lower()], 1), False)
+    return _month_span(date(int(c.g("year") or 0), MONTHS[(c.g("mon") or "").lower()], 1), False)
 
 
 def _h_zh_ymd(c: _Ctx) -> _Resolved | None:
@@ -455,27 +424,27 @@ def _h_period(c: _Ctx) -> _Resolved | None:
     q, unit, ref = _qualifier(c), (c.g("unit") or "").lower(), c.ref
     k = {"this": 0, "next": 1, "coming": 1, "last": -1}[q]
     if unit == "week":
-        return _week_span(_monday(ref) + timedelta(weeks=k))
+        return _week_span(monday(ref) + timedelta(weeks=k))
     if unit == "weekend":
-        return _weekend_span(_monday(ref) + timedelta(days=5 + 7 * k))
+        return _weekend_span(monday(ref) + timedelta(days=5 + 7 * k))
     if unit == "month":
-        return _month_span(_add_months(date(ref.year, ref.month, 1), k), True)
+        return _month_span(add_months(date(ref.year, ref.month, 1), k), True)
     return _year_span(ref.year + k, True)
 
 
 def _h_the_weekend(c: _Ctx) -> _Resolved | None:
     # "over the weekend": the current week's weekend, or (past tense, said on a weekday)
     # the one just gone.
-    monday = _monday(c.ref)
+    start = monday(c.ref)
     if c.direction() == "past" and c.ref.weekday() < 5:
-        monday -= timedelta(weeks=1)
-    return _weekend_span(monday + timedelta(days=5))
+        start -= timedelta(weeks=1)
+    return _weekend_span(start + timedelta(days=5))
 
 
 def _h_weekday_q(c: _Ctx) -> _Resolved | None:
     q, wd, ref = _qualifier(c), _WEEKDAYS.index((c.g("wd") or "").lower()), c.ref
     if q == "next":
-        return _day(_monday(ref) + timedelta(days=7 + wd))
+        return _day(monday(ref) + timedelta(days=7 + wd))
     if q == "last":
         return _day(ref - timedelta(days=(ref.weekday() - wd - 1) % 7 + 1))
     if q == "coming":
@@ -510,7 +479,7 @@ def _h_season_in(c: _Ctx) -> _Resolved | None:
 def _h_month_q(c: _Ctx) -> _Resolved | None:
     if _lower_may(c):
         return None
-    month, q = _MONTHS[(c.g("mon") or "").lower()], _qualifier(c)
+    month, q = MONTHS[(c.g("mon") or "").lower()], _qualifier(c)
     if q in ("next", "coming"):
         return _month_span(_month_dir(c.ref, month, "future", strict=True), True)
     if q == "last":
@@ -521,7 +490,7 @@ def _h_month_q(c: _Ctx) -> _Resolved | None:
 def _h_month_in(c: _Ctx) -> _Resolved | None:
     if _lower_may(c):
         return None
-    month = _MONTHS[(c.g("mon") or "").lower()]
+    month = MONTHS[(c.g("mon") or "").lower()]
     return _month_span(_month_dir(c.ref, month, c.direction()), True)
 
 
@@ -561,21 +530,21 @@ def _h_zh_weekday(c: _Ctx) -> _Resolved | None:
     q = c.g("q")
     if q is None:
         return _day(_weekday_dir(c.ref, wd, c.direction()))
-    return _day(_monday(c.ref) + timedelta(days=7 * _ZH_WEEK_SHIFT[q] + wd))
+    return _day(monday(c.ref) + timedelta(days=7 * _ZH_WEEK_SHIFT[q] + wd))
 
 
 def _h_zh_weekend(c: _Ctx) -> _Resolved | None:
     k = _ZH_WEEK_SHIFT.get(c.g("q") or "这", 0)
-    return _weekend_span(_monday(c.ref) + timedelta(days=5 + 7 * k))
+    return _weekend_span(monday(c.ref) + timedelta(days=5 + 7 * k))
 
 
 def _h_zh_week(c: _Ctx) -> _Resolved | None:
-    return _week_span(_monday(c.ref) + timedelta(weeks=_ZH_WEEK_SHIFT[c.g("q") or "这"]))
+    return _week_span(monday(c.ref) + timedelta(weeks=_ZH_WEEK_SHIFT[c.g("q") or "这"]))
 
 
 def _h_zh_month_rel(c: _Ctx) -> _Resolved | None:
     k = _ZH_WEEK_SHIFT[c.g("q") or "这"]
-    return _month_span(_add_months(date(c.ref.year, c.ref.month, 1), k), True)
+    return _month_span(add_months(date(c.ref.year, c.ref.month, 1), k), True)
 
 
 _ZH_YEARS = {"今年": 0, "去年": -1, "明年": 1, "前年": -2, "后年": 2}

@@ -50,13 +50,14 @@ Conventions (``now`` is when the question is asked; a naive datetime is taken as
 
 from __future__ import annotations
 
-import calendar
 import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone
 from typing import Literal
+
+from .._calendar import MONTHS, SEASON_START, add_months, monday
 
 __all__ = ["TimeIntent", "parse_time_intent", "window_boost"]
 
@@ -95,27 +96,6 @@ class _Period:
 
 # --------------------------------------------------------------------------- vocabulary
 
-_MONTHS = {
-    name: number
-    for number, names in enumerate(
-        (
-            "jan january",
-            "feb february",
-            "mar march",
-            "apr april",
-            "may",
-            "jun june",
-            "jul july",
-            "aug august",
-            "sep sept september",
-            "oct october",
-            "nov november",
-            "dec december",
-        ),
-        start=1,
-    )
-    for name in names.split()
-}
 # Abbreviations only ever appear next to a number: alone, "mar" and "jan" are not months.
 _MON = (
     r"(?P<mon>jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?"
@@ -132,7 +112,6 @@ _PART = r"(?:(?P<part>early|mid|late)[\s-]+)"
 _WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 _WD = r"(?P<wd>monday|tuesday|wednesday|thursday|friday|saturday|sunday)"
 _SEASON = r"(?P<season>spring|summer|autumn|fall|winter)"
-_SEASON_START = {"spring": 3, "summer": 6, "autumn": 9, "fall": 9, "winter": 12}
 _COUNT_WORDS: dict[str, tuple[int, int]] = {
     word: (n, n)
     for n, word in enumerate(
@@ -179,23 +158,13 @@ def _one_day(d: date) -> _Window:
     return _span(d, d + timedelta(days=1))
 
 
-def _add_months(d: date, n: int) -> date:
-    """Calendar month arithmetic, clamped to the month's last day (Mar 31 - 1 month = Feb 28)."""
-    y, m0 = divmod(d.year * 12 + d.month - 1 + n, 12)
-    return date(y, m0 + 1, min(d.day, calendar.monthrange(y, m0 + 1)[1]))
-
-
-def _monday(d: date) -> date:
-    return d - timedelta(days=d.weekday())
-
-
-def _week(monday: date) -> _Window:
-    return _span(monday, monday + timedelta(weeks=1))
+def _week(start: date) -> _Window:
+    return _span(start, start + timedelta(weeks=1))
 
 
 def _month(year: int, month: int, part: str | None = None) -> _Window:
     first = date(year, month, 1)
-    after = _add_months(first, 1)
+    after = add_months(first, 1)
     if part == "early":
         return _span(first, first.replace(day=11))
     if part == "mid":
@@ -235,8 +204,8 @@ def _recent_day(today: date, month: int, day: int) -> date | None:
 
 
 def _season(name: str, year: int) -> tuple[date, date]:
-    first = date(year, _SEASON_START[name], 1)
-    return first, _add_months(first, 3)
+    first = date(year, SEASON_START[name], 1)
+    return first, add_months(first, 3)
 
 
 def _pick_season(today: date, name: str, mode: str) -> _Window:
@@ -263,7 +232,7 @@ def _unit_back(today: date, n: int, unit: str) -> date:
         return today - timedelta(days=n)
     if unit in ("week", "fortnight"):
         return today - timedelta(weeks=n * (2 if unit == "fortnight" else 1))
-    return _add_months(today, -n * (12 if unit == "year" else 1))
+    return add_months(today, -n * (12 if unit == "year" else 1))
 
 
 def _containing(d: date, unit: str) -> _Window:
@@ -271,7 +240,7 @@ def _containing(d: date, unit: str) -> _Window:
     if unit == "day":
         return _one_day(d)
     if unit in ("week", "fortnight"):
-        return _week(_monday(d))
+        return _week(monday(d))
     if unit == "month":
         return _month(d.year, d.month)
     return _year(d.year)
@@ -298,13 +267,13 @@ def _h_iso_month(m: re.Match[str], ref: _Ref) -> _Window | None:
 
 
 def _h_date(m: re.Match[str], ref: _Ref) -> _Window | None:
-    month, day, year = _MONTHS[_g(m, "mon").rstrip(".")], int(m["day"]), _g(m, "year")
+    month, day, year = MONTHS[_g(m, "mon").rstrip(".")], int(m["day"]), _g(m, "year")
     d = _valid(int(year), month, day) if year else _recent_day(ref.today, month, day)
     return None if d is None else _one_day(d)
 
 
 def _h_month_year(m: re.Match[str], ref: _Ref) -> _Window | None:
-    return _month(int(m["year"]), _MONTHS[_g(m, "mon").rstrip(".")], _g(m, "part") or None)
+    return _month(int(m["year"]), MONTHS[_g(m, "mon").rstrip(".")], _g(m, "part") or None)
 
 
 def _h_season_year(m: re.Match[str], ref: _Ref) -> _Window | None:
@@ -343,12 +312,12 @@ def _h_period(m: re.Match[str], ref: _Ref) -> _Window | None:
     step = {"this": 0, "next": 1, "following": 1}.get(_g(m, "q").split()[-1], -1)  # past: -1
     unit, today = _g(m, "unit"), ref.today
     if unit == "weekend":
-        saturday = _monday(today) + timedelta(days=5 + 7 * step)
+        saturday = monday(today) + timedelta(days=5 + 7 * step)
         return _span(saturday, saturday + timedelta(days=2))
     if unit == "week":
-        return _week(_monday(today) + timedelta(weeks=step))
+        return _week(monday(today) + timedelta(weeks=step))
     if unit == "month":
-        first = _add_months(date(today.year, today.month, 1), step)
+        first = add_months(date(today.year, today.month, 1), step)
         return _month(first.year, first.month)
     return _year(today.year + step)
 
@@ -364,7 +333,7 @@ def _h_season_in(m: re.Match[str], ref: _Ref) -> _Window | None:
 
 
 def _h_month_q(m: re.Match[str], ref: _Ref) -> _Window | None:
-    month, q, today = _MONTHS[_g(m, "mon")], _g(m, "q"), ref.today
+    month, q, today = MONTHS[_g(m, "mon")], _g(m, "q"), ref.today
     if q == "this":
         year = today.year
     elif q == "next":
@@ -375,7 +344,7 @@ def _h_month_q(m: re.Match[str], ref: _Ref) -> _Window | None:
 
 
 def _h_month_in(m: re.Match[str], ref: _Ref) -> _Window | None:
-    month = _MONTHS[_g(m, "mon")]
+    month = MONTHS[_g(m, "mon")]
     return _month(_recent_month(ref.today, month), month, _g(m, "part") or None)
 
 
@@ -388,9 +357,9 @@ def _h_weekday(m: re.Match[str], ref: _Ref) -> _Window | None:
     if q == "on":
         return _one_day(today - timedelta(days=(today.weekday() - wd) % 7))
     if q == "this":
-        return _one_day(_monday(today) + timedelta(days=wd))
+        return _one_day(monday(today) + timedelta(days=wd))
     if q == "next":
-        return _one_day(_monday(today) + timedelta(days=7 + wd))
+        return _one_day(monday(today) + timedelta(days=7 + wd))
     return _one_day(today - timedelta(days=(today.weekday() - wd - 1) % 7 + 1))
 
 
