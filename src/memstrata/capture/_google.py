@@ -19,18 +19,16 @@ SDK shapes this follows (checked against google-genai 1.x to 3.x):
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from google.genai import types
 
-from ._capture import Capture, Exchange, Recalled, elapsed_ms
+from ._capture import Capture, Exchange, Recalled
 from ._shapes import field, usage_dict
-from ._streams import AsyncStreamProxy, StreamProxy
+from ._wrap import Endpoint, restore, wrap_method
 
 __all__ = ["inject", "last_user_text", "wrap"]
 
@@ -210,11 +208,11 @@ def _call(part: Any) -> dict[str, Any] | None:
 class _Accumulator:
     """Rebuilds the answer, function calls, usage and model from responses or chunks."""
 
-    def __init__(self, requested_model: Any) -> None:
+    def __init__(self) -> None:
         self.text: list[str] = []
         self.calls: list[dict[str, Any]] = []
         self.usage: dict[str, Any] | None = None
-        self.model: str | None = requested_model if isinstance(requested_model, str) else None
+        self.model: str | None = None
 
     def add(self, response: Any) -> None:
         self.model = getattr(response, "model_version", None) or self.model
@@ -230,133 +228,54 @@ class _Accumulator:
             ):
                 self.text.append(part.text)
 
-    def exchange(self, recalled: Recalled, kwargs: dict[str, Any], start: float) -> Exchange:
+    def exchange(
+        self,
+        recalled: Recalled,
+        kwargs: dict[str, Any],
+        latency_ms: float,
+        partial: bool = False,
+        error: str | None = None,
+    ) -> Exchange:
+        requested = kwargs.get("model")
         return Exchange(
             provider=_PROVIDER,
             attribution=recalled.attribution,
-            user_text=last_user_text(kwargs.get("contents")),
+            user_text=_user(kwargs),
             answer="".join(self.text),
-            model=self.model,
+            model=self.model or (requested if isinstance(requested, str) else None),
             tool_calls=self.calls,
             usage=self.usage,
-            latency_ms=elapsed_ms(start),
+            latency_ms=latency_ms,
+            partial=partial,
+            error=error,
         )
 
 
-def _captured(
-    capture: Capture, recalled: Recalled, kwargs: dict[str, Any], result: Any, start: float
-) -> None:
-    try:
-        acc = _Accumulator(kwargs.get("model"))
-        acc.add(result)
-        capture.after(acc.exchange(recalled, kwargs, start))
-    except Exception:  # an unexpected result shape must not fail the caller's call
-        log.exception("memstrata: could not read a Gemini response")
+def _user(kwargs: dict[str, Any]) -> str | None:
+    return last_user_text(kwargs.get("contents"))
 
 
-def _stream_parts(
-    capture: Capture, recalled: Recalled, kwargs: dict[str, Any], start: float
-) -> tuple[Callable[[Any], None], Callable[[bool, str | None], None]]:
-    acc = _Accumulator(kwargs.get("model"))
-
-    def finish(partial: bool, error: str | None) -> None:
-        exchange = acc.exchange(recalled, kwargs, start)
-        exchange.partial = partial and error is None
-        exchange.error = error
-        capture.after(exchange)
-
-    return acc.add, finish
+def _result(
+    recalled: Recalled, kwargs: dict[str, Any], response: Any, latency_ms: float
+) -> Exchange:
+    acc = _Accumulator()
+    acc.add(response)
+    return acc.exchange(recalled, kwargs, latency_ms)
 
 
-def _failed(capture: Capture, recalled: Recalled, kwargs: dict[str, Any], exc: Exception) -> None:
-    try:
-        model = kwargs.get("model")
-        capture.after(
-            Exchange(
-                provider=_PROVIDER,
-                attribution=recalled.attribution,
-                user_text=last_user_text(kwargs.get("contents")),
-                model=model if isinstance(model, str) else None,
-                error=f"{type(exc).__name__}: {exc}",
-            )
-        )
-    except Exception:  # the caller gets its own error, not one of ours
-        log.exception("memstrata: could not capture a failed Gemini call")
+GENERATE = Endpoint(_PROVIDER, _prepare, _user, _result, _Accumulator)
 
 
 # -- wrapping --------------------------------------------------------------------------
 
 
-def _wrap_sync(models: Any, capture: Capture) -> None:
-    generate = models.generate_content
-    stream = models.generate_content_stream
-
-    @functools.wraps(generate)
-    def generate_content(*args: Any, **kwargs: Any) -> Any:
-        recalled, sent = _prepare(capture, kwargs)
-        if recalled is None:
-            return generate(*args, **kwargs)
-        start = time.perf_counter()
-        try:
-            result = generate(*args, **sent)
-        except Exception as exc:
-            _failed(capture, recalled, kwargs, exc)
-            raise
-        _captured(capture, recalled, kwargs, result, start)
-        return result
-
-    @functools.wraps(stream)
-    def generate_content_stream(*args: Any, **kwargs: Any) -> Any:
-        recalled, sent = _prepare(capture, kwargs)
-        if recalled is None:
-            return stream(*args, **kwargs)
-        start = time.perf_counter()
-        try:
-            result = stream(*args, **sent)  # a generator: the request goes out on next()
-        except Exception as exc:
-            _failed(capture, recalled, kwargs, exc)
-            raise
-        on_chunk, finish = _stream_parts(capture, recalled, kwargs, start)
-        return StreamProxy(result, on_chunk, finish)
-
-    models.generate_content = generate_content
-    models.generate_content_stream = generate_content_stream
-
-
-def _wrap_async(models: Any, capture: Capture) -> None:
-    generate = models.generate_content
-    stream = models.generate_content_stream
-
-    @functools.wraps(generate)
-    async def generate_content(*args: Any, **kwargs: Any) -> Any:
-        recalled, sent = await _in_thread(_prepare, capture, kwargs)
-        if recalled is None:
-            return await generate(*args, **kwargs)
-        start = time.perf_counter()
-        try:
-            result = await generate(*args, **sent)
-        except Exception as exc:
-            _failed(capture, recalled, kwargs, exc)
-            raise
-        _captured(capture, recalled, kwargs, result, start)
-        return result
-
-    @functools.wraps(stream)
-    async def generate_content_stream(*args: Any, **kwargs: Any) -> Any:
-        recalled, sent = await _in_thread(_prepare, capture, kwargs)
-        if recalled is None:
-            return await stream(*args, **kwargs)
-        start = time.perf_counter()
-        try:
-            result = await stream(*args, **sent)  # an async generator, not yet started
-        except Exception as exc:
-            _failed(capture, recalled, kwargs, exc)
-            raise
-        on_chunk, finish = _stream_parts(capture, recalled, kwargs, start)
-        return AsyncStreamProxy(result, on_chunk, finish)
-
-    models.generate_content = generate_content
-    models.generate_content_stream = generate_content_stream
+def _wrap_models(models: Any, capture: Capture, is_async: bool) -> None:
+    wrap_method(models, "generate_content", GENERATE, capture, is_async=is_async)
+    # The sync stream is a generator and the async one a coroutine giving an async
+    # generator: either way the request goes out on the first read.
+    wrap_method(
+        models, "generate_content_stream", GENERATE, capture, is_async=is_async, streams=True
+    )
 
 
 _METHODS = ("generate_content", "generate_content_stream")
@@ -366,29 +285,15 @@ def wrap(client: Any, capture: Capture) -> Callable[[], None]:
     """Wrap ``client.models`` and ``client.aio.models`` (one client serves both)."""
     sync_models = client.models
     async_models = client.aio.models
-    _wrap_sync(sync_models, capture)
+    _wrap_models(sync_models, capture, is_async=False)
     try:
-        _wrap_async(async_models, capture)
+        _wrap_models(async_models, capture, is_async=True)
     except BaseException:
-        _restore(sync_models)  # all or nothing
+        restore(sync_models, *_METHODS)  # all or nothing
         raise
 
-    def restore() -> None:
-        _restore(sync_models)
-        _restore(async_models)
+    def undo() -> None:
+        restore(sync_models, *_METHODS)
+        restore(async_models, *_METHODS)
 
-    return restore
-
-
-async def _in_thread(fn: Callable[..., Any], *args: Any) -> Any:
-    # Recall blocks (bounded by the recall timeout): keep it off the event loop.
-    import asyncio
-
-    return await asyncio.to_thread(fn, *args)
-
-
-def _restore(models: Any) -> None:
-    # The wrappers are instance attributes shadowing the class's methods: removing them is
-    # the whole restore.
-    for name in _METHODS:
-        models.__dict__.pop(name, None)
+    return undo

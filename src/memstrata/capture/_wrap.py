@@ -99,10 +99,24 @@ def _stream_parts(
 
 
 def wrap_method(
-    resource: Any, name: str, endpoint: Endpoint, capture: Capture, *, is_async: bool
+    resource: Any,
+    name: str,
+    endpoint: Endpoint,
+    capture: Capture,
+    *,
+    is_async: bool,
+    streams: bool | None = None,
 ) -> None:
-    """Shadow ``resource.name`` with a capturing wrapper (an instance attribute)."""
+    """Shadow ``resource.name`` with a capturing wrapper (an instance attribute).
+
+    ``streams``: whether the method returns a stream; None means it does when called with
+    ``stream=True`` (OpenAI, Anthropic, LiteLLM), True that it always does (Google's
+    ``generate_content_stream``).
+    """
     original = getattr(resource, name)
+
+    def streamed(kwargs: dict[str, Any]) -> bool:
+        return bool(kwargs.get("stream")) if streams is None else streams
 
     if is_async:
 
@@ -118,7 +132,7 @@ def wrap_method(
             except Exception as exc:
                 _failed(endpoint, capture, recalled, kwargs, exc)
                 raise
-            if kwargs.get("stream"):
+            if streamed(kwargs):
                 on_chunk, finish = _stream_parts(endpoint, capture, recalled, kwargs, start)
                 return AsyncStreamProxy(result, on_chunk, finish)
             _captured(endpoint, capture, recalled, kwargs, result, start)
@@ -137,7 +151,7 @@ def wrap_method(
             except Exception as exc:
                 _failed(endpoint, capture, recalled, kwargs, exc)
                 raise
-            if kwargs.get("stream"):
+            if streamed(kwargs):
                 on_chunk, finish = _stream_parts(endpoint, capture, recalled, kwargs, start)
                 return StreamProxy(result, on_chunk, finish)
             _captured(endpoint, capture, recalled, kwargs, result, start)
