@@ -21,6 +21,16 @@ from typing import Any, Literal
 from pydantic import TypeAdapter
 from pydantic import ValidationError as PydanticValidationError
 
+from ._governance import (
+    SETTABLE_STATUSES,
+    ApiKeys,
+    Projects,
+    audit_records,
+    check_reason,
+    export_user,
+    item_filters,
+    processing_status,
+)
 from ._time import as_utc, now_iso, to_iso, utcnow
 from .capture import Attribution, Capture
 from .capture import scope as capture_scope
@@ -53,11 +63,13 @@ from .types import (
     ID_PATTERN,
     ROLES,
     AddResult,
+    AuditRecord,
     Fact,
     Hit,
     MemoryContext,
     Message,
     MessageInput,
+    ProcessingStatus,
     RecallConfig,
     Session,
     Summary,
@@ -89,6 +101,12 @@ def _check_id(value: Any, name: str) -> str:
     return value
 
 
+def _text_id(value: Any, name: str) -> str:
+    if not isinstance(value, str) or not value.strip() or len(value) > 200:
+        raise ValidationError(f"invalid {name}", [f"{name}: expected a string of 1 to 200"])
+    return value
+
+
 def _check_paging(limit: Any, offset: Any) -> None:
     problems = []
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
@@ -97,6 +115,17 @@ def _check_paging(limit: Any, offset: Any) -> None:
         problems.append(f"offset: expected an integer >= 0 (got {offset!r})")
     if problems:
         raise ValidationError("invalid paging", problems)
+
+
+def _parse_time(value: datetime | str | None, name: str) -> datetime | None:
+    if value is None:
+        return None
+    try:
+        return as_utc(_DATETIME.validate_python(value))
+    except PydanticValidationError:
+        raise ValidationError(
+            f"invalid {name}", [f"{name}: expected an ISO-8601 datetime (got {value!r})"]
+        ) from None
 
 
 def _pydantic_problems(exc: PydanticValidationError, prefix: str) -> list[str]:
@@ -237,11 +266,34 @@ class Facts:
     def __init__(self, memory: Memory) -> None:
         self._m = memory
 
-    def list(self, *, user_id: str | None = None, limit: int = 100, offset: int = 0) -> list[Fact]:
+    STATUSES = ("active", "superseded")
+
+    def list(
+        self,
+        *,
+        user_id: str | None = None,
+        status: str | Sequence[str] | None = None,
+        since: datetime | str | None = None,
+        until: datetime | str | None = None,
+        metadata_filters: dict[str, Any] | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> list[Fact]:
+        """Facts in extraction order. ``since``/``until`` bound when a fact happened (or
+        was observed); ``metadata_filters`` match the metadata of its source messages."""
         _check_paging(limit, offset)
         if user_id is not None:
             _check_id(user_id, "user_id")
-        rows = self._m._store.list_facts(self._m.project_id, user_id, limit=limit, offset=offset)
+        filters = item_filters(
+            status=status,
+            allowed=self.STATUSES,
+            since=since,
+            until=until,
+            metadata_filters=metadata_filters,
+        )
+        rows = self._m._store.list_facts(
+            self._m.project_id, user_id, limit=limit, offset=offset, filters=filters
+        )
         return [fact_from_row(r) for r in rows]
 
     def get(self, fact_id: str) -> Fact:
@@ -264,20 +316,31 @@ class Summaries:
         *,
         user_id: str | None = None,
         status: str | Sequence[str] | None = None,
+        since: datetime | str | None = None,
+        until: datetime | str | None = None,
+        metadata_filters: dict[str, Any] | None = None,
         limit: int = 100,
         offset: int = 0,
     ) -> list[Summary]:
+        """Summaries in creation order. ``since``/``until`` bound when a summary became
+        valid (or was observed); ``metadata_filters`` match its source messages' metadata."""
         _check_paging(limit, offset)
         if user_id is not None:
             _check_id(user_id, "user_id")
-        wanted = (status,) if isinstance(status, str) else tuple(status or ())
-        bad = [s for s in wanted if s not in self.STATUSES]
-        if bad:
-            raise ValidationError(
-                "invalid status", [f"status: {bad[0]!r} is not one of {', '.join(self.STATUSES)}"]
-            )
+        filters = item_filters(
+            status=status,
+            allowed=self.STATUSES,
+            since=since,
+            until=until,
+            metadata_filters=metadata_filters,
+        )
         rows = self._m._store.list_summaries(
-            self._m.project_id, user_id, status=wanted, limit=limit, offset=offset
+            self._m.project_id,
+            user_id,
+            status=filters.status,
+            limit=limit,
+            offset=offset,
+            filters=filters,
         )
         return [summary_from_row(r) for r in rows]
 
@@ -304,6 +367,12 @@ class Topics:
     def list(self, *, user_id: str) -> list[Topic]:
         _check_id(user_id, "user_id")
         return [topic_from_row(t) for t in self._m._store.list_topics(self._m.project_id, user_id)]
+
+    def get(self, topic_id: str) -> Topic:
+        row = self._m._store.get_topic(self._m.project_id, _check_id(topic_id, "topic_id"))
+        if row is None:
+            raise NotFoundError(f"no topic {topic_id!r}")
+        return topic_from_row(row)
 
     def merge(self, source_id: str, into: str, *, user_id: str) -> int:
         """Move every summary of topic ``source_id`` under topic ``into`` and retire the
@@ -363,6 +432,7 @@ class Memory:
             log.debug("api_key is used only with a remote server URL; ignored")
         self.project_id = _check_id(settings.project_id, "project_id")
         self._closed = False
+        self._root = self
         self._lock = threading.Lock()
         self._warmup: threading.Thread | None = None
         self._store: Store = open_store(
@@ -421,12 +491,9 @@ class Memory:
         )
         self._my_jobs: set[int] = set()
         self._prune_at = 1024
-        self.sessions = Sessions(self)
-        self.messages = Messages(self)
-        self.facts = Facts(self)
-        self.summaries = Summaries(self)
-        self.topics = Topics(self)
-        self.llm = Capture(self)
+        self.projects = Projects(self)
+        self.keys = ApiKeys(self)
+        self._bind_faces()
         self._pool.start()
         self._warm_up()
         self._atexit = functools.partial(_close_at_exit, weakref.ref(self))
@@ -493,7 +560,7 @@ class Memory:
             )
 
     def _check_open(self) -> None:
-        if self._closed:
+        if self._root._closed:
             raise ProcessingError("this Memory is closed")
 
     def _check_metadata(self, metadata: Any, where: str) -> dict[str, Any]:
@@ -512,12 +579,35 @@ class Memory:
             )
         return metadata
 
+    def for_project(self, project_id: str) -> Memory:
+        """This Memory acting in another project: same store, models and workers.
+
+        The server uses one view per request's project. A view's ``close()`` does nothing;
+        closing the Memory it came from closes every view.
+        """
+        self._check_open()
+        view = object.__new__(Memory)
+        view.__dict__.update(self.__dict__)
+        view.project_id = _check_id(project_id, "project_id")
+        view._bind_faces()
+        return view
+
+    def _bind_faces(self) -> None:
+        self.sessions = Sessions(self)
+        self.messages = Messages(self)
+        self.facts = Facts(self)
+        self.summaries = Summaries(self)
+        self.topics = Topics(self)
+        self.llm = Capture(self)
+
     def close(self, timeout: float | None = None) -> None:
         """Finish this process's queued work (bounded by ``timeout``), then release files.
 
         Work not finished in time stays queued in the database; the next Memory or
         ``memstrata worker`` on this store processes it.
         """
+        if self._root is not self:
+            return
         with self._lock:
             if self._closed:
                 return
@@ -875,6 +965,129 @@ class Memory:
             self.project_id, user_id, query, limit=limit, filters=search_filters, options=options
         )
 
+    # -- governance ----------------------------------------------------------------------
+
+    def set_status(
+        self, summary_id: str, status: str, *, reason: str, actor: str | None = None
+    ) -> Summary:
+        """Move a summary to ``active``, ``deprioritized``, ``archived`` or ``deleted``.
+
+        The change is a new version in the summary's history and an audit record, both
+        with ``reason`` and ``actor``. Recall skips archived and deleted summaries and
+        down-weights deprioritized ones.
+        """
+        self._check_open()
+        _check_id(summary_id, "summary_id")
+        if status not in SETTABLE_STATUSES:
+            raise ValidationError(
+                "invalid status", [f"status: expected one of {', '.join(SETTABLE_STATUSES)}"]
+            )
+        reason = check_reason(reason, required=True) or ""
+        if not self._store.set_summary_status(
+            self.project_id, summary_id, status, reason, self._actor(actor)
+        ):
+            raise NotFoundError(f"no summary {summary_id!r}")
+        return self.summaries.get(summary_id)
+
+    def forget(
+        self,
+        *,
+        user_id: str,
+        message_ids: Sequence[str] | None = None,
+        session_id: str | None = None,
+        topic_id: str | None = None,
+        reason: str | None = None,
+        actor: str | None = None,
+    ) -> dict[str, int]:
+        """Delete some of a user's memory, working from provenance upward.
+
+        Give exactly one scope: ``message_ids``, a ``session_id`` (the session goes too) or
+        a ``topic_id`` (the messages its summaries came from). Every fact citing a removed
+        message, every summary citing a removed fact or message, and every topic left
+        empty are removed with it, from rows, full-text indexes and vectors. Returns counts
+        by layer; an audit record keeps who, when, why and those counts.
+        """
+        self._check_open()
+        _check_id(user_id, "user_id")
+        scopes = [x for x in (message_ids, session_id, topic_id) if x is not None]
+        if len(scopes) != 1:
+            raise ValidationError(
+                "invalid forget", ["scope: give exactly one of message_ids, session_id, topic_id"]
+            )
+        ids: list[str] = []
+        if message_ids is not None:
+            if isinstance(message_ids, str) or not message_ids or len(message_ids) > 10_000:
+                raise ValidationError(
+                    "invalid forget", ["message_ids: expected a list of 1 to 10000 ids"]
+                )
+            ids = [_check_id(i, "message_ids[]") for i in message_ids]
+        if session_id is not None:
+            _check_id(session_id, "session_id")
+        if topic_id is not None:
+            _check_id(topic_id, "topic_id")
+        counts = self._store.forget(
+            self.project_id,
+            user_id,
+            message_ids=ids,
+            session_id=session_id,
+            topic_id=topic_id,
+            actor=self._actor(actor),
+            reason=check_reason(reason, required=False),
+        )
+        if counts is None:
+            what = (
+                f"session {session_id!r}"
+                if session_id is not None
+                else f"topic {topic_id!r}"
+                if topic_id is not None
+                else "messages"
+            )
+            raise NotFoundError(f"no {what} of user {user_id!r}")
+        return counts
+
+    def erase_user(
+        self, user_id: str, *, reason: str | None = None, actor: str | None = None
+    ) -> dict[str, int]:
+        """Remove everything held about ``user_id``: sessions, messages, facts, summaries
+        with their history, topics, vectors, index entries and queued jobs. The audit
+        record of the erasure (who, when, counts) is all that remains."""
+        self._check_open()
+        _check_id(user_id, "user_id")
+        return self._store.erase_user(
+            self.project_id,
+            user_id,
+            actor=self._actor(actor),
+            reason=check_reason(reason, required=False),
+        )
+
+    def export_user(self, user_id: str) -> dict[str, Any]:
+        """A user's whole memory as JSON-ready data: sessions, messages, facts, summaries
+        (with history), topics and the audit records about them."""
+        self._check_open()
+        return export_user(self, _check_id(user_id, "user_id"))
+
+    def audit(
+        self, *, user_id: str | None = None, limit: int = 100, offset: int = 0
+    ) -> list[AuditRecord]:
+        """Status changes, forgets and erasures in this project, oldest first."""
+        self._check_open()
+        _check_paging(limit, offset)
+        if user_id is not None:
+            _check_id(user_id, "user_id")
+        return audit_records(self, user_id, limit, offset)
+
+    def processing_status(self, session_id: str) -> ProcessingStatus:
+        """How far a session's messages are through the write pipeline."""
+        self._check_open()
+        self.sessions.get(session_id)
+        return processing_status(self, session_id)
+
+    @staticmethod
+    def _actor(actor: str | None) -> str:
+        if actor is None:
+            return "local"
+        return _text_id(actor, "actor")
+
     def stats(self) -> dict[str, Any]:
         self._check_open()
         data = self._store.stats(self.project_id)
@@ -980,6 +1193,24 @@ class AsyncMemory:
 
     async def stats(self) -> dict[str, Any]:
         return await asyncio.to_thread(self.sync.stats)
+
+    async def set_status(self, summary_id: str, status: str, **kwargs: Any) -> Summary:
+        return await asyncio.to_thread(self.sync.set_status, summary_id, status, **kwargs)
+
+    async def forget(self, **kwargs: Any) -> dict[str, int]:
+        return await asyncio.to_thread(self.sync.forget, **kwargs)
+
+    async def erase_user(self, user_id: str, **kwargs: Any) -> dict[str, int]:
+        return await asyncio.to_thread(self.sync.erase_user, user_id, **kwargs)
+
+    async def export_user(self, user_id: str) -> dict[str, Any]:
+        return await asyncio.to_thread(self.sync.export_user, user_id)
+
+    async def audit(self, **kwargs: Any) -> list[AuditRecord]:
+        return await asyncio.to_thread(self.sync.audit, **kwargs)
+
+    async def processing_status(self, session_id: str) -> ProcessingStatus:
+        return await asyncio.to_thread(self.sync.processing_status, session_id)
 
     async def close(self, timeout: float | None = None) -> None:
         await asyncio.to_thread(self.sync.close, timeout)

@@ -25,11 +25,16 @@ from ._time import as_utc
 __all__ = [
     "ROLES",
     "AddResult",
+    "ApiKey",
+    "AuditRecord",
     "Fact",
     "Hit",
     "MemoryContext",
     "Message",
     "MessageInput",
+    "MessageState",
+    "ProcessingStatus",
+    "Project",
     "RecallConfig",
     "Session",
     "Summary",
@@ -355,6 +360,65 @@ class Session(BaseModel):
     def messages(self, *, limit: int = 100, status: str | None = None) -> list[Message]:
         """This session's messages in acceptance order (with processing status)."""
         return self._bound().messages.list(session_id=self.id, limit=limit, status=status)
+
+    def processing_status(self) -> ProcessingStatus:
+        """How far this session's messages are through the write pipeline."""
+        return self._bound().processing_status(self.id)
+
+
+class MessageState(BaseModel):
+    id: str
+    status: MessageStatus
+    error: str | None = None
+
+
+class ProcessingStatus(BaseModel):
+    """Processing state of a session's messages: counts by status, then each message."""
+
+    session_id: str
+    pending: int = 0
+    processed: int = 0
+    failed: int = 0
+    done: bool = True
+    messages: list[MessageState] = Field(default_factory=list)
+
+
+class Project(BaseModel):
+    """A tenant: owns API keys, users' memory and (on the server) webhooks."""
+
+    id: str
+    name: str
+    created_at: datetime
+
+
+class ApiKey(BaseModel):
+    """An API key's record. The key itself is shown once, when created, and never stored."""
+
+    id: str
+    project_id: str
+    name: str | None = None
+    prefix: str
+    created_at: datetime
+    revoked_at: datetime | None = None
+    last_used_at: datetime | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.revoked_at is None
+
+
+class AuditRecord(BaseModel):
+    """Who changed or removed what, when and why (never the content itself)."""
+
+    id: int
+    project_id: str
+    user_id: str | None = None
+    action: Literal["set_status", "forget", "erase_user"]
+    target: str | None = None
+    actor: str
+    reason: str | None = None
+    details: JsonObject = Field(default_factory=dict)
+    at: datetime
 
 
 class AddResult(BaseModel):

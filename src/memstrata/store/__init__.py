@@ -18,14 +18,18 @@ from ._filters import MetadataCondition, SearchFilters, parse_metadata_filters
 __all__ = [
     "CURRENT_SUMMARY",
     "AddOutcome",
+    "ApiKeyRow",
+    "AuditRow",
     "CallWrite",
     "ClaimedBatch",
     "FactRow",
     "FactWrite",
+    "ItemFilters",
     "LayerWrite",
     "LeaseLostError",
     "MessageRow",
     "MetadataCondition",
+    "ProjectRow",
     "SearchFilters",
     "SessionRow",
     "Store",
@@ -224,6 +228,48 @@ class TopicRow:
     updated_at: str
 
 
+@dataclass(frozen=True)
+class ProjectRow:
+    id: str
+    name: str
+    created_at: str
+
+
+@dataclass(frozen=True)
+class ApiKeyRow:
+    id: str
+    project_id: str
+    name: str | None
+    prefix: str
+    created_at: str
+    revoked_at: str | None = None
+    last_used_at: str | None = None
+
+
+@dataclass(frozen=True)
+class AuditRow:
+    pk: int
+    project_id: str
+    user_id: str | None
+    action: str
+    target: str | None
+    actor: str
+    reason: str | None
+    details: dict[str, Any]
+    at: str
+
+
+@dataclass(frozen=True)
+class ItemFilters:
+    """Filters for listing facts and summaries. The time window applies to when an item
+    happened or was observed; metadata conditions apply to the messages it came from."""
+
+    status: tuple[str, ...] = ()
+    since: str | None = None
+    until: str | None = None
+    metadata: tuple[MetadataCondition, ...] = ()
+
+
 class LeaseLostError(Exception):
     """The worker's lease expired and another worker reclaimed the job; its work is void."""
 
@@ -304,6 +350,7 @@ class Store(Protocol):
         status: Sequence[str] = (),
         limit: int = 100,
         offset: int = 0,
+        filters: ItemFilters | None = None,
     ) -> list[SummaryRow]: ...
     def summary_history(self, project_id: str, summary_id: str) -> list[dict[str, Any]]: ...
     def list_facts(
@@ -314,6 +361,7 @@ class Store(Protocol):
         limit: int = 100,
         offset: int = 0,
         newest_first: bool = False,
+        filters: ItemFilters | None = None,
     ) -> list[FactRow]: ...
     def get_facts(self, project_id: str, ids: Sequence[str]) -> list[FactRow]: ...
     def list_topics(self, project_id: str, user_id: str) -> list[TopicRow]: ...
@@ -415,6 +463,40 @@ class Store(Protocol):
     ) -> None: ...
 
     def stats(self, project_id: str | None = None) -> dict[str, Any]: ...
+
+    # projects, keys, audit, governance (see store/_sqlite_governance.py)
+    def create_project(self, project_id: str, name: str) -> tuple[ProjectRow, bool]: ...
+    def get_project(self, project_id: str) -> ProjectRow | None: ...
+    def list_projects(self) -> list[ProjectRow]: ...
+    def create_api_key(self, row: ApiKeyRow, key_hash: str) -> None: ...
+    def find_api_key(self, key_hash: str) -> ApiKeyRow | None: ...
+    def list_api_keys(self, project_id: str | None) -> list[ApiKeyRow]: ...
+    def revoke_api_key(self, key_id: str) -> ApiKeyRow | None: ...
+    def touch_api_key(self, key_id: str, when: str) -> None: ...
+    def list_audit(
+        self, project_id: str, user_id: str | None, limit: int, offset: int
+    ) -> list[AuditRow]: ...
+    def set_summary_status(
+        self, project_id: str, summary_id: str, status: str, reason: str, actor: str
+    ) -> bool: ...
+    def forget(
+        self,
+        project_id: str,
+        user_id: str,
+        *,
+        message_ids: Sequence[str] = (),
+        session_id: str | None = None,
+        topic_id: str | None = None,
+        actor: str,
+        reason: str | None,
+    ) -> dict[str, int] | None: ...
+    def erase_user(
+        self, project_id: str, user_id: str, *, actor: str, reason: str | None
+    ) -> dict[str, int]: ...
+    def session_status(
+        self, project_id: str, session_id: str
+    ) -> list[tuple[str, str, str | None]]: ...
+    def get_topic(self, project_id: str, topic_id: str) -> TopicRow | None: ...
 
 
 def open_store(url: str, **options: Any) -> Store:

@@ -27,6 +27,7 @@ from . import (
     CallWrite,
     ClaimedBatch,
     FactRow,
+    ItemFilters,
     LayerWrite,
     LeaseLostError,
     MessageRow,
@@ -36,6 +37,7 @@ from . import (
     TopicRow,
 )
 from ._filters import MetadataCondition
+from ._sqlite_governance import SQLiteGovernance
 from ._text import fts_document, scope_token
 from ._vectors import VectorCache
 
@@ -159,6 +161,25 @@ def _filter_sql(filters: SearchFilters, alias: str = "m") -> tuple[str, list[Any
     return " AND ".join(clauses), params
 
 
+def _item_filter_sql(filters: ItemFilters, alias: str, when: str) -> tuple[str, list[Any]]:
+    """Time window and source-message metadata conditions of a fact or summary listing."""
+    sql, params = "", []
+    if filters.since:
+        sql += f" AND {when} >= ?"
+        params.append(filters.since)
+    if filters.until:
+        sql += f" AND {when} < ?"
+        params.append(filters.until)
+    if filters.metadata:
+        where, args = _filter_sql(SearchFilters(metadata=filters.metadata))
+        sql += (
+            f" AND EXISTS (SELECT 1 FROM json_each({alias}.message_ids) j JOIN messages m "
+            f"ON m.project_id = {alias}.project_id AND m.id = j.value WHERE {where})"
+        )
+        params += args
+    return sql, params
+
+
 def _row_to_message(row: sqlite3.Row | tuple[Any, ...]) -> MessageRow:
     (
         pk,
@@ -279,7 +300,7 @@ def _row_to_fact(r: tuple[Any, ...]) -> FactRow:
     )
 
 
-class SQLiteStore:
+class SQLiteStore(SQLiteGovernance):
     """The embedded store. Thread-safe; several processes may share one file."""
 
     def __init__(
@@ -1416,8 +1437,9 @@ class SQLiteStore:
         status: Sequence[str] = (),
         limit: int = 100,
         offset: int = 0,
+        filters: ItemFilters | None = None,
     ) -> list[SummaryRow]:
-        sql = f"SELECT {_SUMMARY_COLUMNS} FROM summaries WHERE project_id = ?"
+        sql = f"SELECT {_SUMMARY_COLUMNS} FROM summaries s WHERE project_id = ?"
         params: list[Any] = [project_id]
         if user_id is not None:
             sql += " AND user_id = ?"
@@ -1425,6 +1447,10 @@ class SQLiteStore:
         if status:
             sql += f" AND status IN ({','.join('?' * len(status))})"
             params.extend(status)
+        if filters is not None:
+            where, args = _item_filter_sql(filters, "s", "COALESCE(s.valid_from, s.observed_at)")
+            sql += where
+            params += args
         sql += " ORDER BY pk LIMIT ? OFFSET ?"
         params += [limit, offset]
         return [_row_to_summary(r) for r in self._conn().execute(sql, params)]
@@ -1465,14 +1491,22 @@ class SQLiteStore:
         limit: int = 100,
         offset: int = 0,
         newest_first: bool = False,
+        filters: ItemFilters | None = None,
     ) -> list[FactRow]:
-        sql = f"SELECT {_FACT_COLUMNS} FROM facts WHERE project_id = ?"
+        sql = f"SELECT {_FACT_COLUMNS} FROM facts f WHERE project_id = ?"
         params: list[Any] = [project_id]
         if user_id is not None:
             sql += " AND user_id = ?"
             params.append(user_id)
         if newest_first:
             sql += " AND status = 'active'"
+        if filters is not None:
+            if filters.status:
+                sql += f" AND status IN ({','.join('?' * len(filters.status))})"
+                params.extend(filters.status)
+            where, args = _item_filter_sql(filters, "f", "COALESCE(f.occurred_at, f.observed_at)")
+            sql += where
+            params += args
         sql += f" ORDER BY pk {'DESC' if newest_first else ''} LIMIT ? OFFSET ?"
         params += [limit, offset]
         return [_row_to_fact(r) for r in self._conn().execute(sql, params)]
