@@ -1,4 +1,4 @@
-"""``memstrata`` command line: demo, import, search, stats, worker, reindex, retry-failed."""
+"""``memstrata`` command line: demo, serve, import, search, stats, worker, reindex, retry-failed."""
 
 from __future__ import annotations
 
@@ -241,6 +241,82 @@ def _cmd_retry(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- serve ---------------------------------------------------------------------------------
+
+
+def _bootstrap_key(mem: Any) -> str | None:
+    """On a store that has never had an API key: a ``default`` project and a key for it.
+
+    Returns the key (to print once; only its hash is stored), or ``None`` when the store
+    already has keys (revoked ones included: revoking every key must not mint a new one).
+    """
+    if mem.keys.list():
+        return None
+    project = mem.projects.create("default", project_id="default")
+    _, secret = mem.keys.create(project.id, name="bootstrap")
+    return str(secret)
+
+
+def _access_logging() -> None:
+    # One JSON line per request on stderr, whatever the level of the other loggers.
+    from .server._logging import ACCESS_LOGGER
+
+    access = logging.getLogger(ACCESS_LOGGER)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    access.addHandler(handler)
+    access.setLevel(logging.INFO)
+    access.propagate = False
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from .server import create_app, load_server_settings
+
+    try:
+        import uvicorn
+    except ModuleNotFoundError:
+        raise MemstrataError("the server needs uvicorn: pip install 'memstrata[server]'") from None
+    settings = load_server_settings(host=args.host, port=args.port)
+    from .memory import Memory
+
+    mem = Memory(
+        args.database_url or args.db,
+        embedder=args.embedder,
+        project_id=args.project,
+        workers=0 if args.no_worker else None,
+    )
+    try:
+        key = _bootstrap_key(mem)
+        app = create_app(mem, settings)
+        url = f"http://{settings.host}:{settings.port}"
+        workers = "no worker (API only)" if args.no_worker else f"{mem.settings.workers} worker(s)"
+        print(f"memstrata serving {url}", flush=True)
+        print(f"  store {mem.store.url}; embedder {mem.embedder.name}; {workers}", flush=True)
+        print(f"  llm: {mem.mode}", flush=True)
+        if key is not None:
+            print(
+                "Bootstrap API key of project 'default' (shown once; only its hash is stored):\n"
+                f"  {key}\n"
+                "Try:\n"
+                f"  curl -s -X POST {url}/api/sessions -H 'Authorization: Api-Key {key}' "
+                "-H 'Content-Type: application/json' -d '{\"user_id\": \"u1\"}'",
+                flush=True,
+            )
+        _access_logging()
+        config = uvicorn.Config(
+            app,
+            host=settings.host,
+            port=settings.port,
+            log_config=None,
+            access_log=False,  # ours is structured, with request ids
+            server_header=False,
+        )
+        uvicorn.Server(config).run()
+    finally:
+        mem.close()
+    return 0
+
+
 # -- demo ----------------------------------------------------------------------------------
 
 DEMO_USER = "alex"
@@ -344,6 +420,19 @@ def _parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("demo", help="run the embedded default on a small bundled conversation")
     s.set_defaults(func=_cmd_demo)
+
+    s = sub.add_parser(
+        "serve", help="run the REST API and background workers (GUMem-compatible, see docs)"
+    )
+    s.add_argument("--host", help="interface to bind (default: $MEMSTRATA_HOST or 127.0.0.1)")
+    s.add_argument("--port", type=int, help="TCP port (default: $MEMSTRATA_PORT or 8000)")
+    s.add_argument(
+        "--no-worker",
+        action="store_true",
+        help="API only: queued messages are processed by a separate `memstrata worker`",
+    )
+    s.add_argument("--database-url", help="same as --db")
+    s.set_defaults(func=_cmd_serve)
 
     s = sub.add_parser("import", help="import messages from a JSONL file ('-' for stdin)")
     s.add_argument("file")

@@ -1,0 +1,80 @@
+"""The FastAPI application: routes, error handlers, limits and access logs around one Memory."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI
+
+from . import (
+    _routes_actions,
+    _routes_admin,
+    _routes_governance,
+    _routes_health,
+    _routes_memory,
+    _routes_sessions,
+)
+from ._errors import install_error_handlers
+from ._limits import BodyLimit
+from ._logging import RequestContext
+from ._settings import ServerSettings, load_server_settings
+
+__all__ = ["create_app"]
+
+_DESCRIPTION = """\
+Long-term memory for LLM applications, as a service: sessions, messages and context in
+GUMem's wire format, plus facts, summaries and topics with provenance, governance, deletion
+and audit.
+
+Authenticate with `Authorization: Api-Key <key>` (or `Bearer <key>`). Every response is an
+envelope `{"success", "data", "message", "error"}`; errors carry a real status code and
+`error.code`, `error.detail`, `error.problems` (the offending fields) and `error.request_id`.
+"""
+
+
+def create_app(memory: Any = None, settings: ServerSettings | None = None) -> FastAPI:
+    """The REST API over ``memory`` (a :class:`memstrata.Memory`).
+
+    Without ``memory`` the app opens ``Memory()`` from the ``MEMSTRATA_*`` environment when
+    it starts and closes it when it stops; a Memory passed in stays the caller's to close.
+    ``settings`` default to :class:`ServerSettings` from the environment.
+    """
+    settings = settings or load_server_settings()
+    owned = memory is None
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if owned:
+            from ..memory import Memory
+
+            app.state.memory = Memory()
+        try:
+            yield
+        finally:
+            if owned:
+                app.state.memory.close()
+
+    app = FastAPI(
+        title="memstrata",
+        description=_DESCRIPTION,
+        version=_routes_health._VERSION,
+        lifespan=lifespan,
+    )
+    app.state.memory = memory
+    app.state.settings = settings
+    install_error_handlers(app)
+    for module in (
+        _routes_health,
+        _routes_sessions,
+        _routes_actions,
+        _routes_memory,
+        _routes_governance,
+        _routes_admin,
+    ):
+        app.include_router(module.router)
+    # Added last = outermost: the request id exists before the body limit can refuse.
+    app.add_middleware(BodyLimit, max_body_bytes=settings.max_body_bytes)
+    app.add_middleware(RequestContext)
+    return app

@@ -1,0 +1,49 @@
+"""Settings of the REST server, from arguments and ``MEMSTRATA_*`` environment variables.
+
+They live apart from the engine's :class:`memstrata.config.Settings` because only the server
+reads them; both use the same prefix, so one environment configures a deployment.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field, SecretStr
+from pydantic import ValidationError as PydanticValidationError
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from ..errors import ConfigError
+
+__all__ = ["ServerSettings", "load_server_settings"]
+
+
+class ServerSettings(BaseSettings):
+    # extra="ignore": the engine's MEMSTRATA_* variables share the prefix and are not ours.
+    model_config = SettingsConfigDict(env_prefix="MEMSTRATA_", extra="ignore", frozen=True)
+
+    host: str = Field(default="127.0.0.1", description="Interface `memstrata serve` binds.")
+    port: int = Field(default=8000, ge=1, le=65535, description="TCP port of `memstrata serve`.")
+    admin_token: SecretStr | None = Field(
+        default=None,
+        description="Bearer token of the /admin API (projects and keys); unset, the admin "
+        "API answers 403.",
+    )
+    max_body_bytes: int = Field(
+        default=1_048_576,
+        ge=1024,
+        le=1 << 30,
+        description="Largest request body accepted; larger ones are refused with 413.",
+    )
+
+
+def load_server_settings(**overrides: Any) -> ServerSettings:
+    """Server settings; ``None`` arguments mean "not given" so the environment still applies."""
+    given = {k: v for k, v in overrides.items() if v is not None}
+    try:
+        return ServerSettings(**given)
+    except PydanticValidationError as exc:
+        problems = [
+            f"{'.'.join(str(p) for p in err['loc']) or 'settings'}: {err['msg']}"
+            for err in exc.errors()
+        ]
+        raise ConfigError("invalid server configuration:\n  " + "\n  ".join(problems)) from None
