@@ -23,6 +23,7 @@ from typing import Any, Generic, TypeVar
 from urllib.parse import quote
 
 import httpx
+from pydantic import ValidationError as PydanticValidationError
 from pydantic_core import to_jsonable_python
 
 from .. import __version__
@@ -134,6 +135,17 @@ def _delay(attempt: int, response: httpx.Response | None) -> float:
     return random.uniform(0, min(_BACKOFF_CAP, _BACKOFF_BASE * 2**attempt))
 
 
+def _malformed(call: Call[Any], why: str) -> APIError:
+    # A server of another version, or something else answering at base_url: say so rather
+    # than let a parsing error from deep inside look like a bug of the caller.
+    err = APIError(
+        f"{call.method} {call.path}: the server's answer is not what this client "
+        f"expects ({why[:300]})"
+    )
+    err.detail = str(err)
+    return err
+
+
 def _decode(call: Call[Any], response: httpx.Response) -> Any:
     try:
         body: Any = response.json()
@@ -216,6 +228,19 @@ class _Base:
         err.detail = str(err)
         return err
 
+    def _parse(self, call: Call[T], data: Any) -> T:
+        try:
+            return call.parse(data)
+        except (PydanticValidationError, TypeError, ValueError, KeyError) as exc:
+            raise _malformed(call, f"{type(exc).__name__}: {exc}") from exc
+
+    @staticmethod
+    def _items(call: Call[Any], data: Any) -> tuple[list[Any], int | None]:
+        if not isinstance(data, dict) or not isinstance(data.get("items"), list):
+            raise _malformed(call, "expected a page {items, limit, offset, next_offset}")
+        following = data.get("next_offset")
+        return data["items"], following if isinstance(following, int) else None
+
     @staticmethod
     def _retryable(call: Call[Any], exc: BaseException | None, response: Any) -> bool:
         if isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout)):
@@ -255,16 +280,17 @@ class Transport(_Base):
 
     def send(self, call: Call[T]) -> T:
         if call.paged is None:
-            return call.parse(self._request(call, call.params))
+            return self._parse(call, self._request(call, call.params))
         limit, offset = call.paged
         items: list[Any] = []
         while True:
             size = min(limit - len(items), MAX_PAGE)
             data = self._request(call, {**(call.params or {}), "limit": size, "offset": offset})
-            items.extend(data["items"])
-            if data.get("next_offset") is None or len(items) >= limit:
-                return call.parse(items)
-            offset = data["next_offset"]
+            page, following = self._items(call, data)
+            items.extend(page)
+            if following is None or len(items) >= limit:
+                return self._parse(call, items)
+            offset = following
 
     def _request(self, call: Call[Any], params: Mapping[str, Any] | None) -> Any:
         self._check_open()
@@ -319,17 +345,18 @@ class AsyncTransport(_Base):
 
     async def send(self, call: Call[T]) -> T:
         if call.paged is None:
-            return call.parse(await self._request(call, call.params))
+            return self._parse(call, await self._request(call, call.params))
         limit, offset = call.paged
         items: list[Any] = []
         while True:
             size = min(limit - len(items), MAX_PAGE)
             params = {**(call.params or {}), "limit": size, "offset": offset}
             data = await self._request(call, params)
-            items.extend(data["items"])
-            if data.get("next_offset") is None or len(items) >= limit:
-                return call.parse(items)
-            offset = data["next_offset"]
+            page, following = self._items(call, data)
+            items.extend(page)
+            if following is None or len(items) >= limit:
+                return self._parse(call, items)
+            offset = following
 
     async def _request(self, call: Call[Any], params: Mapping[str, Any] | None) -> Any:
         self._check_open()

@@ -33,6 +33,11 @@ __all__ = ["RemoteMemory"]
 log = logging.getLogger("memstrata")
 
 
+def _first_project(page: Any) -> str | None:
+    items = page["items"]
+    return str(items[0]["project_id"]) if items else None
+
+
 def _close_at_exit(ref: weakref.ReferenceType[RemoteMemory]) -> None:
     memory = ref()
     if memory is not None:
@@ -98,10 +103,9 @@ class RemoteMemory(MemoryClient):
         """The project the API key belongs to, as the server reports it on sessions (None
         until known: the key's project has no session yet)."""
         if self._project_id is None:
-            call: Call[Any] = Call("GET", "/api/sessions", lambda d: d, params={"limit": 1})
-            items = self._send(call).get("items") or []
-            if items:
-                self._project_id = items[0].get("project_id")
+            # No route names the key's project (yet); any of its sessions does.
+            call = Call("GET", "/api/sessions", _first_project, params={"limit": 1})
+            self._project_id = self._send(call)
         return self._project_id
 
     def scope(
