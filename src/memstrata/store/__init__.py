@@ -14,6 +14,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from ._filters import MetadataCondition, SearchFilters, parse_metadata_filters
+from ._webhook_rows import OutboxItem, OutboxWrite, WebhookDeliveryRow, WebhookRow
 
 __all__ = [
     "CURRENT_SUMMARY",
@@ -29,6 +30,8 @@ __all__ = [
     "LeaseLostError",
     "MessageRow",
     "MetadataCondition",
+    "OutboxItem",
+    "OutboxWrite",
     "ProjectRow",
     "SearchFilters",
     "SessionRow",
@@ -37,6 +40,8 @@ __all__ = [
     "SummaryWrite",
     "TopicRow",
     "TopicWrite",
+    "WebhookDeliveryRow",
+    "WebhookRow",
     "open_store",
     "parse_metadata_filters",
 ]
@@ -167,6 +172,8 @@ class LayerWrite:
     summaries: list[SummaryWrite] = field(default_factory=list)
     topics: list[TopicWrite] = field(default_factory=list)
     calls: list[CallWrite] = field(default_factory=list)
+    # Async webhook deliveries the batch triggered: queued only if the batch commits.
+    outbox: list[OutboxWrite] = field(default_factory=list)
 
 
 @dataclass
@@ -497,6 +504,35 @@ class Store(Protocol):
         self, project_id: str, session_id: str
     ) -> list[tuple[str, str, str | None]]: ...
     def get_topic(self, project_id: str, topic_id: str) -> TopicRow | None: ...
+
+    # webhooks: records, delivery log, async outbox (see store/_sqlite_webhooks.py)
+    def webhooks_version(self) -> int: ...
+    def create_webhook(self, row: WebhookRow) -> WebhookRow: ...
+    def get_webhook(self, project_id: str, hook_id: str) -> WebhookRow | None: ...
+    def list_webhooks(
+        self, project_id: str, *, enabled_only: bool = False, limit: int = -1, offset: int = 0
+    ) -> list[WebhookRow]: ...
+    def update_webhook(
+        self, project_id: str, hook_id: str, changes: dict[str, Any]
+    ) -> WebhookRow | None: ...
+    def delete_webhook(self, project_id: str, hook_id: str) -> bool: ...
+    def add_webhook_delivery(self, delivery: WebhookDeliveryRow, keep: int = 1000) -> None: ...
+    def list_webhook_deliveries(
+        self, project_id: str, hook_id: str, limit: int, offset: int
+    ) -> list[WebhookDeliveryRow]: ...
+    def claim_webhook_delivery(self, owner: str, lease_seconds: float) -> OutboxItem | None: ...
+    def finish_webhook_delivery(
+        self,
+        item: OutboxItem,
+        outcome: str,
+        *,
+        retry_at: float | None = None,
+        error: str | None = None,
+        log: WebhookDeliveryRow | None = None,
+        keep: int = 1000,
+    ) -> bool: ...
+    def next_webhook_time(self) -> float | None: ...
+    def webhook_outbox_counts(self, project_id: str | None = None) -> dict[str, int]: ...
 
 
 def open_store(url: str, **options: Any) -> Store:

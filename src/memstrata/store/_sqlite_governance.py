@@ -299,6 +299,7 @@ class SQLiteGovernance:
         """Delete the messages in ``temp.gone_messages`` and, upward from them, every fact,
         summary and topic built on them (plus whatever is already in the other gone tables)."""
         scope = (project_id, user_id)
+        self._forget_webhook_traces(c, project_id, user_id)  # type: ignore[attr-defined]
         # Facts citing a gone message: through fact_sources, and through their message id
         # list, which also names context messages that fact_sources leaves out.
         c.execute(

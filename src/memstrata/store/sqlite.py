@@ -38,6 +38,7 @@ from . import (
 )
 from ._filters import MetadataCondition
 from ._sqlite_governance import SQLiteGovernance
+from ._sqlite_webhooks import SQLiteWebhooks
 from ._text import fts_document, scope_token
 from ._vectors import VectorCache
 
@@ -300,7 +301,7 @@ def _row_to_fact(r: tuple[Any, ...]) -> FactRow:
     )
 
 
-class SQLiteStore(SQLiteGovernance):
+class SQLiteStore(SQLiteGovernance, SQLiteWebhooks):
     """The embedded store. Thread-safe; several processes may share one file."""
 
     def __init__(
@@ -742,6 +743,7 @@ class SQLiteStore(SQLiteGovernance):
             if layers is not None:
                 self._write_layers(c, batch, embedder, layers)
                 self._record_calls(c, batch, layers.calls)
+                self._enqueue_webhooks(c, layers.outbox)
             c.execute(
                 f"UPDATE messages SET status = 'processed', error = NULL, processed_at = ? "
                 f"WHERE job_id IN ({marks})",
