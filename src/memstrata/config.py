@@ -6,6 +6,8 @@ defaults below. ``docs/configuration.md`` documents each field; keep the two in 
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from typing import Any
 
 from pydantic import Field, ValidationError, field_validator
@@ -14,6 +16,11 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from .errors import ConfigError
 
 __all__ = ["Settings", "load_settings"]
+
+# A host name of the webhook allow-list: labels of letters, digits and hyphens; a leading
+# "*." allows every subdomain.
+_LABEL = r"[A-Za-z0-9][A-Za-z0-9-]{0,62}"
+_HOST_RE = re.compile(rf"^(?:\*\.)?{_LABEL}(?:\.{_LABEL})*\.?$")
 
 
 class Settings(BaseSettings):
@@ -121,6 +128,59 @@ class Settings(BaseSettings):
         description="mem.llm: user of calls made outside any mem.scope(...) and without "
         "mem.llm.attribution(...) defaults; unset, such calls are not captured.",
     )
+
+    webhook_allow: str = Field(
+        default="",
+        description="Hosts and CIDRs webhooks may reach although they resolve to loopback, "
+        "private, link-local or reserved addresses (comma or space separated), e.g. "
+        "`hooks.internal, 10.1.0.0/16, 127.0.0.1`.",
+    )
+    webhook_timeout_ms: int = Field(
+        default=5000,
+        ge=100,
+        le=30_000,
+        description="Timeout of a webhook created without one (each hook may set 100-30000).",
+    )
+    webhook_max_response_bytes: int = Field(
+        default=1_048_576,
+        ge=1024,
+        le=100_000_000,
+        description="A webhook answer longer than this is cut and the delivery fails.",
+    )
+    webhook_max_attempts: int = Field(
+        default=10, ge=1, le=100, description="Attempts of an async delivery before it fails."
+    )
+    webhook_backoff_seconds: float = Field(
+        default=5.0,
+        ge=0.0,
+        le=3600,
+        description="First retry delay of an async delivery; doubles per attempt (+-20% jitter).",
+    )
+    webhook_backoff_max_seconds: float = Field(
+        default=3600.0, ge=0.0, description="Longest delay between async delivery attempts."
+    )
+    webhook_async_concurrency: int = Field(
+        default=4, ge=1, le=64, description="Async deliveries sent at once by this process."
+    )
+    webhook_log_keep: int = Field(
+        default=1000, ge=10, le=1_000_000, description="Delivery attempts kept per webhook."
+    )
+
+    @field_validator("webhook_allow", mode="before")
+    @classmethod
+    def _allow(cls, v: Any) -> Any:
+        # Memory(webhook_allow=["127.0.0.1", "10.0.0.0/8"]) reads better than one string.
+        if isinstance(v, (list, tuple, set)):
+            v = ",".join(map(str, v))
+        if not isinstance(v, str):
+            raise ValueError("expected hosts and CIDRs separated by commas or spaces")
+        for entry in v.replace(",", " ").split():
+            try:
+                ipaddress.ip_network(entry.strip("[]"), strict=False)
+            except ValueError:
+                if "/" in entry or not _HOST_RE.match(entry):
+                    raise ValueError(f"{entry!r} is neither a host name nor an IP/CIDR") from None
+        return v
 
     @field_validator("database_url")
     @classmethod

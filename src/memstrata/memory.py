@@ -32,6 +32,7 @@ from ._governance import (
     processing_status,
 )
 from ._time import as_utc, now_iso, to_iso, utcnow
+from ._webhooks import AsyncWebhooks, Webhooks
 from .capture import Attribution, Capture
 from .capture import scope as capture_scope
 from .config import Settings, load_settings
@@ -46,6 +47,7 @@ from .errors import (
     ValidationError,
 )
 from .hooks import Hooks
+from .hooks._engine import WebhookEngine
 from .jobs import WorkerPool
 from .llm import ChatModel, make_chat_model
 from .pipeline import Pipeline, embedding_text
@@ -493,8 +495,10 @@ class Memory:
         self._prune_at = 1024
         self.projects = Projects(self)
         self.keys = ApiKeys(self)
+        self.hooks.remote = self._webhook_engine = WebhookEngine(self._store, settings)
         self._bind_faces()
         self._pool.start()
+        self._webhook_engine.start()
         self._warm_up()
         self._atexit = functools.partial(_close_at_exit, weakref.ref(self))
         atexit.register(self._atexit)
@@ -599,6 +603,7 @@ class Memory:
         self.summaries = Summaries(self)
         self.topics = Topics(self)
         self.llm = Capture(self)
+        self.webhooks = Webhooks(self)
 
     def close(self, timeout: float | None = None) -> None:
         """Finish this process's queued work (bounded by ``timeout``), then release files.
@@ -623,6 +628,7 @@ class Memory:
             except Exception:
                 log.exception("error while finishing queued work at close")
         self._pool.stop(timeout=max(1.0, timeout))
+        self._webhook_engine.close(timeout=max(1.0, timeout))
         self._recaller.close()
         if self._warmup is not None:
             # Native code (onnxruntime) must not be mid-load when the interpreter exits:
@@ -1153,6 +1159,7 @@ class AsyncMemory:
         self.sync = Memory(database_url, **kwargs)
         self.sessions = _AsyncSessions(self)
         self.messages = _AsyncMessages(self)
+        self.webhooks = AsyncWebhooks(self.sync.webhooks)
 
     @property
     def project_id(self) -> str:

@@ -39,6 +39,8 @@ __all__ = [
     "Session",
     "Summary",
     "Topic",
+    "Webhook",
+    "WebhookDelivery",
 ]
 
 Role = Literal["user", "assistant", "system", "tool"]
@@ -434,3 +436,50 @@ class AddResult(BaseModel):
     duplicates: list[str] = Field(default_factory=list)
     job_id: int | None = None
     processed: bool = False
+
+
+class Webhook(BaseModel):
+    """A project's webhook: where and how one hook point is delivered over HTTP.
+
+    The signing secret is not part of it: it is returned once, by ``create`` and
+    ``rotate_secret``, and never again.
+    """
+
+    id: str
+    project_id: str
+    name: str
+    resource: Literal["fact", "summary", "topic"]
+    event: Literal["before_llm", "after_llm", "before_add"]
+    mode: Literal["sync", "async"]
+    target_url: str
+    enabled: bool
+    timeout_ms: int
+    created_at: datetime
+    updated_at: datetime
+
+
+class WebhookDelivery(BaseModel):
+    """One delivery attempt of a webhook, as the delivery log keeps it.
+
+    ``id`` is the delivery id (the ``webhook-id`` header), the same on every attempt of an
+    async delivery. ``status`` is ``delivered``, ``failed`` (skipped for a sync hook; given
+    up for an async one) or ``retrying`` (async, another attempt is scheduled). ``request``
+    and ``response`` are the first characters of each body.
+    """
+
+    id: str
+    hook_id: str
+    project_id: str
+    user_id: str | None = None
+    message_ids: list[str] = Field(default_factory=list)
+    resource: str
+    event: str
+    mode: Literal["sync", "async"]
+    attempt: int
+    status: Literal["delivered", "failed", "retrying"]
+    http_status: int | None = None
+    latency_ms: float
+    reason: str
+    request: str
+    response: str
+    at: datetime

@@ -14,7 +14,16 @@ DESIGN §5 payload and answers like a webhook would: ``{"data": {...}}`` or noth
 
 A hook that raises, times out, or answers with something malformed is skipped, the
 delivery is recorded with its reason, and the pipeline continues with the unmodified data.
-This module is the in-process implementation; HTTP delivery plugs in as a hook callable.
+
+Two kinds of hook share these semantics: callables registered in this process
+(``mem.hooks.register``; deliveries in ``Hooks.deliveries``) and the project's stored
+webhooks (``mem.webhooks``; delivered over HTTP by ``WebhookEngine``, logged in the store).
+At each point the in-process hooks run first, then the webhooks, each in creation order.
+Sync webhooks are called as the batch runs; async ones are queued on the batch's context
+and sent once the batch has committed (their answers are ignored).
+
+Every payload carries ``version`` (:data:`PAYLOAD_VERSION`), the version of the ``data``
+shapes documented in docs/webhooks.md, and a unique ``delivery_id``.
 """
 
 from __future__ import annotations
@@ -27,11 +36,24 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ValidationError
+from ._signing import new_delivery_id
 
-__all__ = ["HOOK_POINTS", "ITEMS_KEY", "Delivery", "HookContext", "Hooks"]
+if TYPE_CHECKING:
+    from ..store import OutboxWrite, WebhookRow
+    from ._engine import WebhookEngine
+
+__all__ = [
+    "HOOK_POINTS",
+    "ITEMS_KEY",
+    "PAYLOAD_VERSION",
+    "Delivery",
+    "HookContext",
+    "Hooks",
+    "payload",
+]
 
 log = logging.getLogger("memstrata.hooks")
 
@@ -48,16 +70,25 @@ HOOK_POINTS: frozenset[tuple[str, str]] = frozenset(
 )
 # The wire names of the items a before_add answer may carry, per resource.
 ITEMS_KEY = {"fact": "observations", "summary": "propositions", "topic": "topics"}
+# Version of the payload's ``data`` shapes (docs/webhooks.md); bumped on any change that
+# is not purely additive, so receivers can tell which shape they were sent.
+PAYLOAD_VERSION = 1
 
 HookFn = Callable[[dict[str, Any]], Any]
 
 
 @dataclass(frozen=True)
 class HookContext:
+    """One batch as hooks see it; built by :meth:`Hooks.context` once per batch."""
+
     project_id: str
     user_id: str
     session_ids: tuple[str, ...]
     message_ids: tuple[str, ...]
+    # The project's enabled webhooks when the batch began, in creation order.
+    webhooks: tuple[WebhookRow, ...] = ()
+    # Async deliveries triggered so far, committed with the batch (LayerWrite.outbox).
+    outbox: list[OutboxWrite] = field(default_factory=list, compare=False, repr=False)
 
     def wire(self) -> dict[str, Any]:
         session = self.session_ids[-1] if self.session_ids else None
@@ -91,6 +122,34 @@ class _Hook:
     fn: HookFn
 
 
+def payload(
+    hook_id: str,
+    hook_name: str,
+    mode: str,
+    resource: str,
+    event: str,
+    ctx: HookContext,
+    data: dict[str, Any],
+) -> dict[str, Any]:
+    """The DESIGN §5 request body of one delivery."""
+    return {
+        "version": PAYLOAD_VERSION,
+        "delivery_id": new_delivery_id(),
+        "hook_id": hook_id,
+        "hook_name": hook_name,
+        "project_id": ctx.project_id,
+        "resource": resource,
+        "event": event,
+        "mode": mode,
+        "triggered_at": datetime.now(timezone.utc).isoformat(),
+        "context": ctx.wire(),
+        "data": data,
+    }
+
+
+Apply = Callable[[dict[str, Any] | None], str]
+
+
 class Hooks:
     """Registered hooks and the semantics of calling them."""
 
@@ -98,6 +157,24 @@ class Hooks:
         self._hooks: list[_Hook] = []
         self._lock = threading.Lock()
         self.deliveries: deque[Delivery] = deque(maxlen=max_log)
+        # The project's stored webhooks (set by Memory); None: in-process hooks only.
+        self.remote: WebhookEngine | None = None
+
+    def context(
+        self,
+        project_id: str,
+        user_id: str,
+        session_ids: tuple[str, ...],
+        message_ids: tuple[str, ...],
+    ) -> HookContext:
+        """The context of one batch, with the project's webhooks looked up once for it."""
+        webhooks = self.remote.snapshot(project_id) if self.remote is not None else ()
+        return HookContext(project_id, user_id, session_ids, message_ids, webhooks)
+
+    def committed(self, ctx_outbox: Sequence[OutboxWrite]) -> None:
+        """A batch committed with async deliveries: have them sent now."""
+        if ctx_outbox and self.remote is not None:
+            self.remote.notify()
 
     def register(self, resource: str, event: str, fn: HookFn, *, name: str | None = None) -> str:
         """Add ``fn`` at ``resource.event``; hooks at one point run in registration order."""
@@ -127,32 +204,48 @@ class Hooks:
         with self._lock:
             return [h for h in self._hooks if h.resource == resource and h.event == event]
 
-    def _deliver(
-        self, hook: _Hook, ctx: HookContext, data: dict[str, Any]
-    ) -> tuple[dict[str, Any] | None, float]:
-        payload = {
-            "hook_id": hook.id,
-            "hook_name": hook.name,
-            "project_id": ctx.project_id,
-            "resource": hook.resource,
-            "event": hook.event,
-            "mode": "sync",
-            "triggered_at": datetime.now(timezone.utc).isoformat(),
-            "context": ctx.wire(),
-            "data": data,
-        }
+    def _run(
+        self,
+        resource: str,
+        event: str,
+        ctx: HookContext,
+        data: Callable[[], dict[str, Any]],
+        apply: Apply | None,
+    ) -> None:
+        """Every hook at ``resource.event``: in-process ones, then the project's webhooks.
+
+        ``data()`` is the point's data as it stands (before_add chains, so it changes as
+        hooks answer); ``apply`` takes a hook's answer data (``None``: no change) and
+        returns what happened, or raises when the answer breaks the point's rules;
+        ``None`` means answers are ignored.
+        """
+        for hook in self._at(resource, event):
+            self._call(hook, ctx, data(), apply)
+        if self.remote is None:
+            return
+        for webhook in ctx.webhooks:
+            if webhook.resource != resource or webhook.event != event:
+                continue
+            body = payload(webhook.id, webhook.name, webhook.mode, resource, event, ctx, data())
+            if webhook.mode == "async":
+                self.remote.queue(webhook, ctx, body)
+            else:
+                self.remote.deliver(webhook, ctx, body, apply)
+
+    def _call(
+        self, hook: _Hook, ctx: HookContext, data: dict[str, Any], apply: Apply | None
+    ) -> None:
         started = time.perf_counter()
-        answer = hook.fn(payload)
-        latency = (time.perf_counter() - started) * 1000
-        if answer is None:
-            return None, latency
-        if not isinstance(answer, dict):
-            raise ValueError(f"answer is {type(answer).__name__}, not an object")
-        if "data" not in answer or answer["data"] is None:
-            return None, latency  # a 2xx without data means "no change"
-        if not isinstance(answer["data"], dict):
-            raise ValueError("answer.data is not an object")
-        return answer["data"], latency
+        try:
+            answer = hook.fn(
+                payload(hook.id, hook.name, "sync", hook.resource, hook.event, ctx, data)
+            )
+            outcome = _answer_data(answer)
+            result = "delivered (answers are ignored)" if apply is None else apply(outcome)
+        except Exception as exc:
+            self._log(hook, False, _reason(exc), (time.perf_counter() - started) * 1000)
+            return
+        self._log(hook, True, result, (time.perf_counter() - started) * 1000)
 
     def _log(self, hook: _Hook, ok: bool, reason: str, latency: float) -> None:
         self.deliveries.append(
@@ -164,28 +257,21 @@ class Hooks:
     def before_llm(self, resource: str, ctx: HookContext, data: dict[str, Any]) -> str:
         """Instructions to append to the user prompt (empty string if none)."""
         parts: list[str] = []
-        for hook in self._at(resource, "before_llm"):
-            try:
-                answer, latency = self._deliver(hook, ctx, data)
-                instruction = None if answer is None else answer.get("instruction")
-                if instruction is not None and not isinstance(instruction, str):
-                    raise ValueError("data.instruction is not a string")
-            except Exception as exc:
-                self._log(hook, False, _reason(exc), 0.0)
-                continue
+
+        def apply(answer: dict[str, Any] | None) -> str:
+            instruction = None if answer is None else answer.get("instruction")
+            if instruction is not None and not isinstance(instruction, str):
+                raise ValueError("data.instruction is not a string")
             if instruction and instruction.strip():
                 parts.append(instruction.strip()[:4000])
-            self._log(hook, True, "instruction" if instruction else "no change", latency)
+                return "instruction"
+            return "no change"
+
+        self._run(resource, "before_llm", ctx, lambda: data, apply)
         return "\n".join(parts)
 
     def after_llm(self, resource: str, ctx: HookContext, data: dict[str, Any]) -> None:
-        for hook in self._at(resource, "after_llm"):
-            try:
-                _, latency = self._deliver(hook, ctx, data)
-            except Exception as exc:
-                self._log(hook, False, _reason(exc), 0.0)
-                continue
-            self._log(hook, True, "delivered (answers are ignored)", latency)
+        self._run(resource, "after_llm", ctx, lambda: data, None)
 
     def before_add(
         self,
@@ -204,23 +290,36 @@ class Hooks:
         key = ITEMS_KEY[resource]
         current = list(items)
         changed = False
-        for hook in self._at(resource, "before_add"):
+
+        def apply(answer: dict[str, Any] | None) -> str:
+            nonlocal current, changed
+            if answer is None or key not in answer:
+                return "no change"
+            replacement = answer[key]
+            if not isinstance(replacement, list):
+                raise ValueError(f"data.{key} is not a list")
             try:
-                answer, latency = self._deliver(hook, ctx, {key: current, **(extra or {})})
-                if answer is None or key not in answer:
-                    self._log(hook, True, "no change", latency)
-                    continue
-                replacement = answer[key]
-                if not isinstance(replacement, list):
-                    raise ValueError(f"data.{key} is not a list")
                 validate(replacement)  # raises if it breaks the engine's rules
-                current = replacement
-                changed = True
             except Exception as exc:
-                self._log(hook, False, _reason(exc), 0.0)
-                continue
-            self._log(hook, True, f"{len(current)} {key}", latency)
+                raise ValueError(f"failed validation: {exc}") from None
+            current, changed = replacement, True
+            return f"{len(current)} {key}"
+
+        self._run(resource, "before_add", ctx, lambda: {key: current, **(extra or {})}, apply)
         return current if changed else None
+
+
+def _answer_data(answer: Any) -> dict[str, Any] | None:
+    """The ``data`` of an in-process hook's answer (``None``: no change)."""
+    if answer is None:
+        return None
+    if not isinstance(answer, dict):
+        raise ValueError(f"answer is {type(answer).__name__}, not an object")
+    if answer.get("data") is None:
+        return None  # an answer without data means "no change"
+    if not isinstance(answer["data"], dict):
+        raise ValueError("answer.data is not an object")
+    return answer["data"]
 
 
 def _reason(exc: BaseException) -> str:

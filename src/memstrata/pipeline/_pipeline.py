@@ -172,11 +172,12 @@ class Pipeline:
             exc.memstrata_calls = calls  # type: ignore[attr-defined]
             raise
         self.store.complete_batch(batch, embedder=self.embedder.id, vectors=vectors, layers=layers)
+        self.hooks.committed(layers.outbox)
 
     # -- orchestration ---------------------------------------------------------------------
 
     def derive(self, batch: ClaimedBatch, calls: list[CallWrite]) -> LayerWrite:
-        ctx = HookContext(
+        ctx = self.hooks.context(
             project_id=batch.project_id,
             user_id=batch.user_id,
             session_ids=tuple(dict.fromkeys(m.session_id for m in batch.messages)),
@@ -187,7 +188,11 @@ class Pipeline:
         summaries = self._consolidate(batch, ctx, facts, calls)
         topics = self._topics(batch, ctx, summaries, calls)
         return LayerWrite(
-            facts=[f.write for f in facts], summaries=summaries, topics=topics, calls=calls
+            facts=[f.write for f in facts],
+            summaries=summaries,
+            topics=topics,
+            calls=calls,
+            outbox=ctx.outbox,
         )
 
     def _ask(
@@ -380,6 +385,7 @@ class Pipeline:
             validate=lambda items: _validated_summaries(
                 items, fact_ids, set(existing), facts, self.model_id
             ),
+            extra={"observations": [_fact_wire(f.draft, f.write.id) for f in facts]},
         )
         if replaced is not None:
             writes = _validated_summaries(replaced, fact_ids, set(existing), facts, self.model_id)
@@ -600,7 +606,11 @@ class Pipeline:
         self.hooks.after_llm(
             "summary",
             ctx,
-            {"raw_output": raw, "propositions": [_summary_wire(w) for w in writes]},
+            {
+                "raw_output": raw,
+                "observations": [_fact_wire(f.draft, f.write.id) for f in facts],
+                "propositions": [_summary_wire(w) for w in writes],
+            },
         )
         return writes
 
@@ -658,14 +668,18 @@ class Pipeline:
                 )
             grouped[key].summary_ids.append(sid)
         topics = list(grouped.values())
-        summary_ids = {sid for sid, _, _ in pairs}
+        summary_ids = list(dict.fromkeys(sid for sid, _, _ in pairs))
+        texts = {s.id: s.text for s in summaries}
         replaced = self.hooks.before_add(
             "topic",
             ctx,
             [_topic_wire(t) for t in topics],
-            validate=lambda items: _validated_topics(items, summary_ids, by_name),
+            validate=lambda items: _validated_topics(items, set(summary_ids), by_name),
+            extra={"propositions": [{"id": sid, "text": texts[sid]} for sid in summary_ids]},
         )
-        return topics if replaced is None else _validated_topics(replaced, summary_ids, by_name)
+        if replaced is None:
+            return topics
+        return _validated_topics(replaced, set(summary_ids), by_name)
 
     def _topics_llm(
         self,

@@ -1,0 +1,341 @@
+"""``mem.webhooks``: a project's stored webhooks (DESIGN §5) and their delivery log.
+
+A webhook calls one hook point of the write pipeline (``fact``/``summary`` ×
+``before_llm``/``after_llm``/``before_add``, ``topic.before_add``) over HTTP, signed the
+Standard Webhooks way with a secret that is shown once. ``sync`` hooks are called as a
+batch is processed and may change what is stored; ``async`` ones are queued with the batch
+and sent in the background with retries. docs/webhooks.md has the payloads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import secrets
+import time
+from typing import TYPE_CHECKING, Any
+
+from ._time import now_iso
+from .errors import NotFoundError, ValidationError
+from .hooks import HOOK_POINTS
+from .hooks._signing import new_secret
+from .hooks._ssrf import TargetRefused, forbidden_reason, parse_target
+from .store import WebhookDeliveryRow, WebhookRow
+from .types import Webhook, WebhookDelivery
+
+if TYPE_CHECKING:
+    from .memory import Memory
+
+__all__ = ["MAX_TIMEOUT_MS", "MIN_TIMEOUT_MS", "AsyncWebhooks", "Webhooks"]
+
+MIN_TIMEOUT_MS = 100
+MAX_TIMEOUT_MS = 30_000
+MODES = ("sync", "async")
+_POINTS = ", ".join(sorted(f"{r}.{e}" for r, e in HOOK_POINTS))
+
+
+def _webhook(row: WebhookRow) -> Webhook:
+    return Webhook(
+        id=row.id,
+        project_id=row.project_id,
+        name=row.name,
+        resource=row.resource,  # type: ignore[arg-type]
+        event=row.event,  # type: ignore[arg-type]
+        mode=row.mode,  # type: ignore[arg-type]
+        target_url=row.target_url,
+        enabled=row.enabled,
+        timeout_ms=row.timeout_ms,
+        created_at=row.created_at,  # type: ignore[arg-type]
+        updated_at=row.updated_at,  # type: ignore[arg-type]
+    )
+
+
+def _delivery(row: WebhookDeliveryRow) -> WebhookDelivery:
+    return WebhookDelivery(
+        id=row.id,
+        hook_id=row.hook_id,
+        project_id=row.project_id,
+        user_id=row.user_id,
+        message_ids=row.message_ids,
+        resource=row.resource,
+        event=row.event,
+        mode=row.mode,  # type: ignore[arg-type]
+        attempt=row.attempt,
+        status=row.status,  # type: ignore[arg-type]
+        http_status=row.http_status,
+        latency_ms=row.latency_ms,
+        reason=row.reason,
+        request=row.request,
+        response=row.response,
+        at=row.at,  # type: ignore[arg-type]
+    )
+
+
+def _new_id() -> str:
+    return f"wh_{int(time.time() * 1000):012x}{secrets.token_hex(6)}"
+
+
+class Webhooks:
+    """Create, list, change and delete the project's webhooks; read their delivery log."""
+
+    def __init__(self, memory: Memory) -> None:
+        self._m = memory
+
+    # -- validation --------------------------------------------------------------------
+
+    def _check(self, fields: dict[str, Any]) -> list[str]:
+        problems = []
+        if "resource" in fields or "event" in fields:
+            point = (fields.get("resource"), fields.get("event"))
+            if point not in HOOK_POINTS:
+                problems.append(f"{point[0]}.{point[1]}: supported are {_POINTS}")
+        if "mode" in fields and fields["mode"] not in MODES:
+            problems.append(f"mode: expected 'sync' or 'async' (got {fields['mode']!r})")
+        if "name" in fields:
+            name = fields["name"]
+            if not isinstance(name, str) or not name.strip() or len(name) > 200:
+                problems.append("name: expected a string of 1 to 200 characters")
+        if "timeout_ms" in fields:
+            t = fields["timeout_ms"]
+            if (
+                isinstance(t, bool)
+                or not isinstance(t, int)
+                or not (MIN_TIMEOUT_MS <= t <= MAX_TIMEOUT_MS)
+            ):
+                problems.append(
+                    f"timeout_ms: expected an integer from {MIN_TIMEOUT_MS} to "
+                    f"{MAX_TIMEOUT_MS} (got {t!r})"
+                )
+        if "enabled" in fields and not isinstance(fields["enabled"], bool):
+            problems.append("enabled: expected true or false")
+        if "target_url" in fields:
+            problems.extend(self._check_url(fields["target_url"]))
+        return problems
+
+    def _check_url(self, url: Any) -> list[str]:
+        try:
+            target = parse_target(url)
+        except TargetRefused as exc:
+            return [str(exc)]
+        # A literal address is refused now, when the mistake is made; host names are
+        # checked at every delivery, against what they resolve to then.
+        try:
+            addr = ipaddress.ip_address(target.host)
+        except ValueError:
+            return []
+        allow = self._m._webhook_engine.allow
+        reason = forbidden_reason(addr)
+        if reason is None or allow.permits_address(addr):
+            return []
+        return [f"target_url: {addr} is {reason}; add it to MEMSTRATA_WEBHOOK_ALLOW to permit it"]
+
+    def _row(self, hook_id: str) -> WebhookRow:
+        if not isinstance(hook_id, str):
+            raise NotFoundError(f"no webhook {hook_id!r}")
+        row = self._m._store.get_webhook(self._m.project_id, hook_id)
+        if row is None:
+            raise NotFoundError(f"no webhook {hook_id!r}")
+        return row
+
+    # -- the API -----------------------------------------------------------------------
+
+    def create(
+        self,
+        *,
+        resource: str,
+        event: str,
+        target_url: str,
+        mode: str = "sync",
+        name: str | None = None,
+        timeout_ms: int | None = None,
+        enabled: bool = True,
+    ) -> tuple[Webhook, str]:
+        """Add a webhook at ``resource.event``; returns it and its signing secret.
+
+        The secret (``whsec_...``) is shown only here: store it with the receiver, which
+        verifies each delivery's ``webhook-signature`` with it. Webhooks at one point run
+        in creation order, after the point's in-process hooks.
+        """
+        self._m._check_open()
+        fields: dict[str, Any] = {
+            "resource": resource,
+            "event": event,
+            "target_url": target_url,
+            "mode": mode,
+            "name": f"{resource}.{event}" if name is None else name,
+            "timeout_ms": self._m.settings.webhook_timeout_ms if timeout_ms is None else timeout_ms,
+            "enabled": enabled,
+        }
+        problems = self._check(fields)
+        if problems:
+            raise ValidationError("invalid webhook", problems)
+        secret = new_secret()
+        now = now_iso()
+        row = self._m._store.create_webhook(
+            WebhookRow(
+                pk=0,
+                id=_new_id(),
+                project_id=self._m.project_id,
+                name=fields["name"].strip(),
+                resource=resource,
+                event=event,
+                mode=mode,
+                target_url=target_url.strip(),
+                secret=secret,
+                enabled=enabled,
+                timeout_ms=fields["timeout_ms"],
+                created_at=now,
+                updated_at=now,
+            )
+        )
+        return _webhook(row), secret
+
+    def list(self, *, limit: int = 100, offset: int = 0) -> list[Webhook]:
+        """The project's webhooks in creation order."""
+        self._m._check_open()
+        _paging(limit, offset)
+        rows = self._m._store.list_webhooks(self._m.project_id, limit=limit, offset=offset)
+        return [_webhook(r) for r in rows]
+
+    def get(self, hook_id: str) -> Webhook:
+        self._m._check_open()
+        return _webhook(self._row(hook_id))
+
+    def update(
+        self,
+        hook_id: str,
+        *,
+        name: str | None = None,
+        resource: str | None = None,
+        event: str | None = None,
+        target_url: str | None = None,
+        mode: str | None = None,
+        timeout_ms: int | None = None,
+        enabled: bool | None = None,
+    ) -> Webhook:
+        """Change some of a webhook's fields (``None`` leaves a field as it is). Batches
+        that start after the change see it."""
+        self._m._check_open()
+        current = self._row(hook_id)
+        changes = {
+            k: v
+            for k, v in (
+                ("name", name),
+                ("resource", resource),
+                ("event", event),
+                ("target_url", target_url),
+                ("mode", mode),
+                ("timeout_ms", timeout_ms),
+                ("enabled", enabled),
+            )
+            if v is not None
+        }
+        check = dict(changes)
+        if "resource" in changes or "event" in changes:
+            check.setdefault("resource", current.resource)
+            check.setdefault("event", current.event)
+        problems = self._check(check)
+        if problems:
+            raise ValidationError("invalid webhook", problems)
+        if not changes:
+            return _webhook(current)
+        for key in ("name", "target_url"):
+            if key in changes:
+                changes[key] = changes[key].strip()
+        row = self._m._store.update_webhook(self._m.project_id, hook_id, changes)
+        if row is None:
+            raise NotFoundError(f"no webhook {hook_id!r}")
+        return _webhook(row)
+
+    def enable(self, hook_id: str) -> Webhook:
+        return self.update(hook_id, enabled=True)
+
+    def disable(self, hook_id: str) -> Webhook:
+        """Stop calling the webhook; async deliveries still queued for it fail."""
+        return self.update(hook_id, enabled=False)
+
+    def delete(self, hook_id: str) -> None:
+        """Delete the webhook with its delivery log and queued deliveries."""
+        self._m._check_open()
+        if not isinstance(hook_id, str) or not self._m._store.delete_webhook(
+            self._m.project_id, hook_id
+        ):
+            raise NotFoundError(f"no webhook {hook_id!r}")
+
+    def rotate_secret(self, hook_id: str) -> str:
+        """Replace the signing secret and return the new one (shown only here). Deliveries
+        from now on, including retries of queued async ones, are signed with it."""
+        self._m._check_open()
+        self._row(hook_id)
+        secret = new_secret()
+        if self._m._store.update_webhook(self._m.project_id, hook_id, {"secret": secret}) is None:
+            raise NotFoundError(f"no webhook {hook_id!r}")
+        return secret
+
+    def deliveries(
+        self, hook_id: str, *, limit: int = 100, offset: int = 0
+    ) -> list[WebhookDelivery]:
+        """The webhook's delivery attempts, newest first: when, status, HTTP status,
+        latency, reason, and the start of the request and the answer."""
+        self._m._check_open()
+        _paging(limit, offset)
+        self._row(hook_id)
+        rows = self._m._store.list_webhook_deliveries(self._m.project_id, hook_id, limit, offset)
+        return [_delivery(r) for r in rows]
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Block until the project's async deliveries are settled (delivered or failed
+        for good); without worker threads they are sent in the calling thread."""
+        self._m._check_open()
+        self._m._webhook_engine.wait(self._m.project_id, timeout)
+
+
+def _paging(limit: Any, offset: Any) -> None:
+    problems = []
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
+        problems.append(f"limit: expected an integer from 1 to 10000 (got {limit!r})")
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+        problems.append(f"offset: expected an integer >= 0 (got {offset!r})")
+    if problems:
+        raise ValidationError("invalid paging", problems)
+
+
+class AsyncWebhooks:
+    """``AsyncMemory.webhooks``: the same methods as coroutines."""
+
+    def __init__(self, webhooks: Webhooks) -> None:
+        self._w = webhooks
+
+    async def create(self, **kwargs: Any) -> tuple[Webhook, str]:
+        return await _thread(self._w.create, **kwargs)
+
+    async def list(self, **kwargs: Any) -> list[Webhook]:
+        return await _thread(self._w.list, **kwargs)
+
+    async def get(self, hook_id: str) -> Webhook:
+        return await _thread(self._w.get, hook_id)
+
+    async def update(self, hook_id: str, **kwargs: Any) -> Webhook:
+        return await _thread(self._w.update, hook_id, **kwargs)
+
+    async def enable(self, hook_id: str) -> Webhook:
+        return await _thread(self._w.enable, hook_id)
+
+    async def disable(self, hook_id: str) -> Webhook:
+        return await _thread(self._w.disable, hook_id)
+
+    async def delete(self, hook_id: str) -> None:
+        await _thread(self._w.delete, hook_id)
+
+    async def rotate_secret(self, hook_id: str) -> str:
+        return await _thread(self._w.rotate_secret, hook_id)
+
+    async def deliveries(self, hook_id: str, **kwargs: Any) -> list[WebhookDelivery]:
+        return await _thread(self._w.deliveries, hook_id, **kwargs)
+
+    async def wait(self, timeout: float | None = None) -> None:
+        await _thread(self._w.wait, timeout)
+
+
+async def _thread(fn: Any, *args: Any, **kwargs: Any) -> Any:
+    return await asyncio.to_thread(fn, *args, **kwargs)
