@@ -8,6 +8,7 @@ import functools
 import hashlib
 import json
 import logging
+import os
 import re
 import secrets
 import threading
@@ -407,7 +408,27 @@ class Memory:
     come from a ``MEMSTRATA_*`` environment variable (arguments win). Background worker
     threads process accepted messages; ``close()`` (or leaving a ``with`` block, or process
     exit) lets them finish what this process queued, within ``close_timeout_seconds``.
+
+    With an ``http(s)://`` URL (argument, ``settings`` or ``MEMSTRATA_DATABASE_URL``) it is
+    a :class:`~memstrata.client.RemoteMemory`: the same interface over a memstrata server.
     """
+
+    def __new__(
+        cls,
+        database_url: str | None = None,
+        *,
+        api_key: str | None = None,
+        settings: Settings | None = None,
+        **options: Any,
+    ) -> Any:
+        url = database_url or (
+            settings.database_url if settings else os.environ.get("MEMSTRATA_DATABASE_URL")
+        )
+        if cls is Memory and url and url.lower().startswith(("http://", "https://")):
+            from .client import RemoteMemory
+
+            return RemoteMemory(url, api_key=api_key, settings=settings, **options)
+        return super().__new__(cls)
 
     def __init__(
         self,
