@@ -1,0 +1,151 @@
+"""A webhook receiver on 127.0.0.1: a real HTTP server in a thread, scripted per path.
+
+Each path answers with what its script returns for the parsed request; built-in paths
+misbehave the ways a real receiver can: ``/hang`` never answers (until the server stops),
+``/huge`` sends 10 MB, ``/redirect`` answers 302, ``/status/<code>`` answers that status,
+``/not-json`` answers text, ``/list`` answers a JSON list, ``/data-string`` answers a
+``data`` that is not an object. Every request is recorded with its headers and raw body so
+tests can verify signatures the way a receiver would.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any
+
+from typing_extensions import Self
+
+__all__ = ["Received", "WebhookReceiver"]
+
+# (status, body): a dict/list is sent as JSON, bytes/str verbatim, None as an empty body.
+Answer = tuple[int, Any]
+Script = Callable[[dict[str, Any]], Answer]
+
+HUGE_BYTES = 10 * 1024 * 1024
+
+
+@dataclass
+class Received:
+    path: str
+    headers: dict[str, str]
+    body: bytes
+
+    @property
+    def json(self) -> dict[str, Any]:
+        return json.loads(self.body)
+
+
+class WebhookReceiver:
+    """``with WebhookReceiver() as r: r.url("/x")``; ``r.script("/x", fn)`` sets answers."""
+
+    def __init__(self) -> None:
+        self.requests: list[Received] = []
+        self._scripts: dict[str, Script] = {}
+        self._lock = threading.Lock()
+        self._release = threading.Event()
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("content-length") or 0)
+                body = self.rfile.read(length)
+                with receiver._lock:
+                    receiver.requests.append(
+                        Received(self.path, {k.lower(): v for k, v in self.headers.items()}, body)
+                    )
+                status, answer = receiver._answer(self.path, body)
+                if status == -1:  # /hang: hold the connection until the server stops
+                    receiver._release.wait(30)
+                    return
+                if status == -2:  # /huge
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(HUGE_BYTES))
+                    self.end_headers()
+                    chunk = b" " * 65536
+                    try:
+                        for _ in range(HUGE_BYTES // len(chunk)):
+                            self.wfile.write(chunk)
+                    except OSError:
+                        pass  # the client stopped reading at its cap: expected
+                    return
+                if answer is None:
+                    data = b""
+                elif isinstance(answer, bytes):
+                    data = answer
+                elif isinstance(answer, str):
+                    data = answer.encode()
+                else:
+                    data = json.dumps(answer).encode()
+                self.send_response(status)
+                if status in (301, 302, 307, 308):
+                    self.send_header("Location", "http://169.254.169.254/latest/meta-data/")
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+
+    @property
+    def port(self) -> int:
+        return int(self._server.server_address[1])
+
+    def url(self, path: str = "/hook") -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    def script(self, path: str, fn: Script | Answer) -> None:
+        """Answer requests to ``path`` with ``fn(payload)`` (or always the given answer)."""
+        self._scripts[path] = fn if callable(fn) else (lambda _payload, a=fn: a)
+
+    def at(self, path: str) -> list[Received]:
+        with self._lock:
+            return [r for r in self.requests if r.path == path]
+
+    def _answer(self, path: str, body: bytes) -> Answer:
+        if path == "/hang":
+            return -1, None
+        if path == "/huge":
+            return -2, None
+        if path == "/redirect":
+            return 302, None
+        if path.startswith("/status/"):
+            return int(path.rsplit("/", 1)[1]), {"error": "scripted"}
+        if path == "/not-json":
+            return 200, "this is not JSON"
+        if path == "/list":
+            return 200, [1, 2, 3]
+        if path == "/data-string":
+            return 200, {"data": "not an object"}
+        script = self._scripts.get(path)
+        if script is None:
+            return 200, {}
+        return script(json.loads(body))
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._release.set()
+        self._server.shutdown()
+        self._server.server_close()

@@ -1,0 +1,751 @@
+"""Webhooks end to end: stored hooks, real HTTP receivers on 127.0.0.1, the real pipeline.
+
+The receivers are real HTTP servers (tests/fakes/webhook_receiver.py); signatures are
+checked with the ``standardwebhooks`` package, as a receiver would; the LLM is the scripted
+model behind a loopback OpenAI-compatible server. 127.0.0.1 is reachable only because each
+Memory here allows it (``webhook_allow``); the SSRF tests run without that.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import sqlite3
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import standardwebhooks
+
+from fakes.memory_model import MemoryModel
+from fakes.openai_server import FakeOpenAIServer
+from fakes.webhook_receiver import WebhookReceiver
+from memstrata import Memory, NotFoundError, ValidationError
+from memstrata.store.sqlite import sqlite_path
+
+POINTS = [
+    ("fact", "before_llm"),
+    ("fact", "after_llm"),
+    ("fact", "before_add"),
+    ("summary", "before_llm"),
+    ("summary", "after_llm"),
+    ("summary", "before_add"),
+    ("topic", "before_add"),
+]
+
+TURNS = [
+    ("w1", "user", "I love oat milk lattes every morning."),
+    ("w2", "assistant", "Noted."),
+    ("w3", "user", "My sister Mia lives in Porto."),
+    ("w4", "user", "I work as a nurse at the city hospital."),
+]
+
+
+def _messages(rows: list[tuple[str, str, str]] = TURNS) -> list[dict[str, Any]]:
+    return [
+        {"id": mid, "role": role, "content": text, "timestamp": f"2026-03-0{i + 1}T10:00:00Z"}
+        for i, (mid, role, text) in enumerate(rows)
+    ]
+
+
+def _verify(secret: str, request: Any) -> dict[str, Any]:
+    """What a receiver does first: check the signature (raises if it does not match)."""
+    return standardwebhooks.Webhook(secret).verify(request.body, request.headers)
+
+
+def _sql(mem: Memory, query: str, *args: Any) -> list[tuple[Any, ...]]:
+    with sqlite3.connect(sqlite_path(mem.store.url)) as conn:
+        return conn.execute(query, args).fetchall()
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def receiver() -> Iterator[WebhookReceiver]:
+    with WebhookReceiver() as r:
+        yield r
+
+
+@pytest.fixture
+def model() -> MemoryModel:
+    return MemoryModel()
+
+
+@pytest.fixture
+def llm(model: MemoryModel) -> Iterator[FakeOpenAIServer]:
+    with FakeOpenAIServer() as server:
+        server.chat_script = model
+        yield server
+
+
+def _llm_memory(make_memory: Any, server: FakeOpenAIServer, **kw: Any) -> Memory:
+    kw.setdefault("webhook_allow", "127.0.0.1")
+    return make_memory(
+        llm="openai:fake-chat",
+        llm_base_url=server.base_url,
+        llm_api_key="k",
+        llm_max_retries=0,
+        job_backoff_seconds=0.01,
+        **kw,
+    )
+
+
+# -- every point, sync --------------------------------------------------------------------
+
+
+def test_every_point_is_delivered_signed_and_its_answer_applied(
+    make_memory: Any, llm: FakeOpenAIServer, model: MemoryModel, receiver: WebhookReceiver
+) -> None:
+    mem = _llm_memory(make_memory, llm)
+
+    def shout(payload: dict[str, Any]) -> tuple[int, Any]:
+        items = payload["data"]["observations"]
+        for item in items:
+            item["text"] = item["text"].replace("User:", "USER:")
+        return 200, {"data": {"observations": items}}
+
+    def label(payload: dict[str, Any]) -> tuple[int, Any]:
+        props = payload["data"]["propositions"]
+        for p in props:
+            p["labels"] = ["synced"]
+        return 200, {"data": {"propositions": props}}
+
+    def rename(payload: dict[str, Any]) -> tuple[int, Any]:
+        topics = payload["data"]["topics"]
+        for t in topics:
+            t["name"] = "crm: " + t["name"]
+        return 200, {"data": {"topics": topics}}
+
+    answers: dict[str, Any] = {
+        "fact.before_llm": (200, {"data": {"instruction": "Mind allergies."}}),
+        # after_llm answers are ignored, even when they try to change something.
+        "fact.after_llm": (200, {"data": {"observations": []}}),
+        "fact.before_add": shout,
+        "summary.before_llm": (200, {"data": {"instruction": "Keep dates."}}),
+        "summary.after_llm": (200, "ok, not JSON, ignored"),
+        "summary.before_add": label,
+        "topic.before_add": rename,
+    }
+    secrets = {}
+    for resource, event in POINTS:
+        point = f"{resource}.{event}"
+        receiver.script(f"/{point}", answers[point])
+        hook, secrets[point] = mem.webhooks.create(
+            resource=resource, event=event, target_url=receiver.url(f"/{point}")
+        )
+        assert hook.mode == "sync" and hook.enabled and hook.name == point
+
+    s = mem.sessions.create(user_id="ana", session_id="chat-1")
+    s.add_messages(_messages(), sync=True)
+
+    payloads = {}
+    for resource, event in POINTS:
+        point = f"{resource}.{event}"
+        got = receiver.at(f"/{point}")
+        assert len(got) == 1, point
+        payload = _verify(secrets[point], got[0])  # signed with that hook's own secret
+        with pytest.raises(standardwebhooks.webhooks.WebhookVerificationError):
+            other = secrets["topic.before_add" if point != "topic.before_add" else "fact.after_llm"]
+            _verify(other, got[0])
+        assert got[0].headers["webhook-id"] == payload["delivery_id"]
+        assert payload["version"] == 1 and payload["mode"] == "sync"
+        assert (payload["resource"], payload["event"]) == (resource, event)
+        assert payload["project_id"] == mem.project_id and payload["hook_name"] == point
+        ctx = payload["context"]
+        assert ctx["user_id"] == "ana" and ctx["session_id"] == ctx["thread_id"] == "chat-1"
+        assert ctx["message_ids"] == ["w1", "w2", "w3", "w4"]
+        payloads[point] = payload["data"]
+    ids = [r.headers["webhook-id"] for r in receiver.requests]
+    assert len(set(ids)) == len(ids)  # a unique delivery id per delivery
+
+    # data of each point, as docs/webhooks.md specifies it
+    assert [m["id"] for m in payloads["fact.before_llm"]["messages"]] == ["w1", "w2", "w3", "w4"]
+    assert payloads["fact.before_llm"]["messages"][0]["content"] == TURNS[0][2]
+    assert set(payloads["fact.after_llm"]) == {"raw_output", "observations"}
+    assert json.loads(payloads["fact.after_llm"]["raw_output"])["facts"]
+    assert {o["message_ids"][0] for o in payloads["fact.before_add"]["observations"]} == {
+        "w1",
+        "w3",
+        "w4",
+    }
+    assert set(payloads["summary.before_llm"]) == {"observations", "propositions"}
+    assert all(o["id"].startswith("f_") for o in payloads["summary.before_llm"]["observations"])
+    assert set(payloads["summary.after_llm"]) == {"raw_output", "observations", "propositions"}
+    assert set(payloads["summary.before_add"]) == {"propositions", "observations"}
+    assert all(
+        o["text"].startswith("USER:") for o in payloads["summary.before_add"]["observations"]
+    )
+    assert set(payloads["topic.before_add"]) == {"topics", "propositions"}
+    filed = {p["id"] for p in payloads["topic.before_add"]["propositions"]}
+    assert filed == {
+        sid for t in payloads["topic.before_add"]["topics"] for sid in t["summary_ids"]
+    }
+
+    # answers applied: instructions appended to the user prompt only, edits stored
+    extract_user = next(u for stage, _, u in model.prompts if stage == "extract")
+    extract_system = next(sy for stage, sy, _ in model.prompts if stage == "extract")
+    assert extract_user.endswith("Additional instructions:\nMind allergies.")
+    assert "Mind allergies" not in extract_system
+    assert next(u for st, _, u in model.prompts if st == "consolidate").endswith("Keep dates.")
+    facts = mem.facts.list(user_id="ana")
+    assert len(facts) == 3 and all(f.text.startswith("USER:") for f in facts)
+    assert all(x.labels == ["synced"] for x in mem.summaries.list(user_id="ana"))
+    assert all(t.name.startswith("crm: ") for t in mem.topics.list(user_id="ana"))
+
+    for hook in mem.webhooks.list():
+        (delivery,) = mem.webhooks.deliveries(hook.id)
+        assert delivery.status == "delivered", (hook.name, delivery.reason)
+        assert delivery.http_status == 200 and delivery.latency_ms > 0
+        assert delivery.mode == "sync" and delivery.attempt == 1
+        assert delivery.request.startswith('{"version":1,') and delivery.user_id == "ana"
+    by_name = {h.name: h for h in mem.webhooks.list()}
+    fact_add = mem.webhooks.deliveries(by_name["fact.before_add"].id)[0]
+    assert fact_add.reason == "3 observations" and "USER:" in fact_add.response
+    after = mem.webhooks.deliveries(by_name["summary.after_llm"].id)[0]
+    assert after.reason == "HTTP 200 (answers are ignored)"
+
+
+def test_offline_pipeline_calls_before_add_webhooks(
+    make_memory: Any, receiver: WebhookReceiver
+) -> None:
+    # Without an LLM there is no LLM call, so only the before_add points fire.
+    mem = make_memory(webhook_allow="127.0.0.1", workers=0)
+    for resource, event in POINTS:
+        mem.webhooks.create(
+            resource=resource, event=event, target_url=receiver.url(f"/{resource}.{event}")
+        )
+    s = mem.sessions.create(user_id="u")
+    s.add_messages(_messages(TURNS[:1]), sync=True)
+    assert [r.path for r in receiver.requests] == [
+        "/fact.before_add",
+        "/summary.before_add",
+        "/topic.before_add",
+    ]
+
+
+# -- order and chaining ---------------------------------------------------------------------
+
+
+def test_hooks_chain_in_creation_order_after_in_process_hooks(
+    make_memory: Any, llm: FakeOpenAIServer, model: MemoryModel, receiver: WebhookReceiver
+) -> None:
+    mem = _llm_memory(make_memory, llm)
+    mem.hooks.register(
+        "fact", "before_llm", lambda p: {"data": {"instruction": "first (in process)"}}
+    )
+    receiver.script("/i2", (200, {"data": {"instruction": "second"}}))
+    receiver.script("/i3", (200, {"data": {"instruction": "third"}}))
+    mem.webhooks.create(resource="fact", event="before_llm", target_url=receiver.url("/i2"))
+    mem.webhooks.create(resource="fact", event="before_llm", target_url=receiver.url("/i3"))
+
+    def in_process(payload: dict[str, Any]) -> Any:
+        kept = [o for o in payload["data"]["observations"] if "nurse" not in o["text"]]
+        return {"data": {"observations": kept}}
+
+    def tag(marker: str) -> Any:
+        def edit(payload: dict[str, Any]) -> tuple[int, Any]:
+            items = payload["data"]["observations"]
+            for o in items:
+                o["text"] += marker
+            return 200, {"data": {"observations": items}}
+
+        return edit
+
+    mem.hooks.register("fact", "before_add", in_process)
+    receiver.script("/a", tag(" [a]"))
+    receiver.script("/b", tag(" [b]"))
+    mem.webhooks.create(resource="fact", event="before_add", target_url=receiver.url("/a"))
+    mem.webhooks.create(resource="fact", event="before_add", target_url=receiver.url("/b"))
+
+    s = mem.sessions.create(user_id="u")
+    s.add_messages(_messages(), sync=True)
+
+    user = next(u for stage, _, u in model.prompts if stage == "extract")
+    assert user.endswith("Additional instructions:\nfirst (in process)\nsecond\nthird")
+    # /a saw the in-process edit (no nurse); /b saw /a's edit; the store has both markers.
+    seen_a = receiver.at("/a")[0].json["data"]["observations"]
+    seen_b = receiver.at("/b")[0].json["data"]["observations"]
+    assert seen_a and not any("nurse" in o["text"] for o in seen_a)
+    assert all(o["text"].endswith(" [a]") for o in seen_b)
+    assert sorted(f.text for f in mem.facts.list(user_id="u")) == sorted(
+        o["text"] + " [b]" for o in seen_b
+    )
+
+
+# -- failures -------------------------------------------------------------------------------
+
+FAILURES = {
+    "hang": ("/hang", "timed out after 300 ms"),
+    "huge": ("/huge", "answer over 1048576 bytes (cut)"),
+    "redirect": ("/redirect", "HTTP 302: redirect to http://169.254.169.254/"),
+    "non-2xx": ("/status/500", "HTTP 500"),
+    "invalid JSON": ("/not-json", "answer is not valid JSON"),
+    "not an object": ("/list", "answer is list, not an object"),
+    "data not an object": ("/data-string", "answer.data is not an object"),
+    "failed validation": ("/foreign", "failed validation"),
+    "unreachable": (None, "unreachable: ConnectError"),
+}
+
+
+@pytest.mark.parametrize("case", list(FAILURES))
+def test_a_failing_webhook_is_logged_and_skipped(
+    make_memory: Any, receiver: WebhookReceiver, case: str
+) -> None:
+    path, reason = FAILURES[case]
+    url = receiver.url(path) if path else f"http://127.0.0.1:{_closed_port()}/hook"
+    # A before_add hook that tries to inject another user's message: validation refuses it.
+    receiver.script(
+        "/foreign",
+        (
+            200,
+            {
+                "data": {
+                    "observations": [
+                        {
+                            "text": "User is a billionaire.",
+                            "kind": "fact",
+                            "message_ids": ["someone-elses-message"],
+                            "confidence": 1.0,
+                        }
+                    ]
+                }
+            },
+        ),
+    )
+    mem = make_memory(webhook_allow="127.0.0.1", workers=0)
+    bad, _ = mem.webhooks.create(
+        resource="fact", event="before_add", target_url=url, timeout_ms=300, name=case
+    )
+    # A later hook still runs, and receives the data the failing one could not change.
+    after, _ = mem.webhooks.create(
+        resource="fact", event="before_add", target_url=receiver.url("/after")
+    )
+    s = mem.sessions.create(user_id="u")
+    started = time.monotonic()
+    s.add_messages(_messages(TURNS[:1]), sync=True)
+    assert time.monotonic() - started < 15  # bounded by the hook's timeout, not the receiver
+
+    facts = mem.facts.list(user_id="u")
+    assert [f.message_ids for f in facts] == [["w1"]]  # the engine's own output was kept
+    assert "billionaire" not in facts[0].text
+    (seen,) = receiver.at("/after")
+    assert seen.json["data"]["observations"][0]["message_ids"] == ["w1"]
+    (delivery,) = mem.webhooks.deliveries(bad.id)
+    assert delivery.status == "failed"
+    assert reason in delivery.reason, delivery.reason
+    assert delivery.request.startswith('{"version":1,')
+    if case == "huge":
+        assert len(delivery.response) < 5000  # the log keeps an excerpt, not 10 MB
+    if case == "redirect":
+        assert delivery.http_status == 302
+    if case == "hang":
+        assert delivery.http_status is None and delivery.latency_ms < 5000
+    assert mem.webhooks.deliveries(after.id)[0].status == "delivered"
+
+
+def test_bad_before_llm_answers_are_skipped(
+    make_memory: Any, llm: FakeOpenAIServer, model: MemoryModel, receiver: WebhookReceiver
+) -> None:
+    mem = _llm_memory(make_memory, llm)
+    receiver.script("/number", (200, {"data": {"instruction": 42}}))
+    receiver.script("/good", (200, {"data": {"instruction": "Be brief."}}))
+    bad, _ = mem.webhooks.create(
+        resource="fact", event="before_llm", target_url=receiver.url("/number")
+    )
+    mem.webhooks.create(resource="fact", event="before_llm", target_url=receiver.url("/good"))
+    mem.sessions.create(user_id="u", session_id="s").add_messages(_messages(), sync=True)
+    user = next(u for stage, _, u in model.prompts if stage == "extract")
+    assert user.endswith("Additional instructions:\nBe brief.")
+    assert "not a string" in mem.webhooks.deliveries(bad.id)[0].reason
+
+
+# -- async ----------------------------------------------------------------------------------
+
+
+def test_async_deliveries_retry_with_backoff_until_delivered(
+    make_memory: Any, receiver: WebhookReceiver
+) -> None:
+    calls = {"n": 0}
+
+    def flaky(payload: dict[str, Any]) -> tuple[int, Any]:
+        calls["n"] += 1
+        return (503, {"error": "busy"}) if calls["n"] < 3 else (200, {"data": {"topics": []}})
+
+    receiver.script("/flaky", flaky)
+    mem = make_memory(
+        webhook_allow="127.0.0.1", webhook_backoff_seconds=0.01, webhook_max_attempts=5
+    )
+    hook, secret = mem.webhooks.create(
+        resource="topic", event="before_add", target_url=receiver.url("/flaky"), mode="async"
+    )
+    s = mem.sessions.create(user_id="u")
+    s.add_messages(_messages(TURNS[:1]), sync=True)
+    mem.webhooks.wait(timeout=30)
+
+    # The async answer (an empty topic list) changed nothing.
+    assert mem.topics.list(user_id="u")
+    got = receiver.at("/flaky")
+    assert len(got) == 3
+    assert len({r.headers["webhook-id"] for r in got}) == 1  # one delivery, three attempts
+    for request in got:
+        payload = _verify(secret, request)  # each attempt is signed
+        assert payload["mode"] == "async" and payload["event"] == "before_add"
+    log = mem.webhooks.deliveries(hook.id)
+    assert [(d.attempt, d.status) for d in log] == [
+        (3, "delivered"),
+        (2, "retrying"),
+        (1, "retrying"),
+    ]
+    assert "HTTP 503" in log[2].reason and "attempt 1/5, next in" in log[2].reason
+    assert mem.store.webhook_outbox_counts() == {"queued": 0, "running": 0, "failed": 0}
+
+
+def test_async_deliveries_end_failed_after_max_attempts(
+    make_memory: Any, receiver: WebhookReceiver
+) -> None:
+    mem = make_memory(
+        webhook_allow="127.0.0.1",
+        webhook_backoff_seconds=0.01,
+        webhook_max_attempts=3,
+        workers=0,
+    )
+    hook, _ = mem.webhooks.create(
+        resource="fact", event="before_add", target_url=receiver.url("/status/500"), mode="async"
+    )
+    mem.sessions.create(user_id="u").add_messages(_messages(TURNS[:1]), sync=True)
+    assert receiver.at("/status/500") == []  # queued, not sent by the pipeline itself
+    mem.webhooks.wait(timeout=30)  # workers=0: sent in this thread
+    assert len(receiver.at("/status/500")) == 3
+    log = mem.webhooks.deliveries(hook.id)
+    assert [d.status for d in log] == ["failed", "retrying", "retrying"]
+    assert log[0].reason.endswith("(attempt 3/3, final)")
+    assert mem.store.webhook_outbox_counts(mem.project_id)["failed"] == 1
+    assert mem.facts.list(user_id="u")  # the batch itself went through
+
+
+def test_async_deliveries_are_sent_after_the_batch_commits(
+    make_memory: Any, receiver: WebhookReceiver
+) -> None:
+    mem = make_memory(webhook_allow="127.0.0.1")
+    stored_when_received: list[int] = []
+
+    def check(payload: dict[str, Any]) -> tuple[int, Any]:
+        stored_when_received.append(len(mem.facts.list(user_id="u")))
+        return 200, {"data": {"observations": []}}  # ignored: async
+
+    receiver.script("/audit", check)
+    mem.webhooks.create(
+        resource="fact", event="before_add", target_url=receiver.url("/audit"), mode="async"
+    )
+    mem.sessions.create(user_id="u").add_messages(_messages(), sync=True)
+    mem.webhooks.wait(timeout=30)
+    assert stored_when_received == [3]
+    assert len(mem.facts.list(user_id="u")) == 3
+
+
+def test_a_failed_batch_sends_no_async_delivery(
+    make_memory: Any, llm: FakeOpenAIServer, receiver: WebhookReceiver
+) -> None:
+    mem = _llm_memory(make_memory, llm, job_max_attempts=2, workers=0)
+    llm.chat_script = lambda body: (500, {"error": {"message": "down"}})
+    mem.webhooks.create(
+        resource="fact", event="before_llm", target_url=receiver.url("/n"), mode="async"
+    )
+    sync_hook, _ = mem.webhooks.create(
+        resource="fact", event="before_llm", target_url=receiver.url("/s")
+    )
+    s = mem.sessions.create(user_id="u")
+    with pytest.raises(Exception, match="failed for good"):
+        s.add_messages(_messages(), sync=True)
+    mem.webhooks.wait(timeout=10)
+    # The sync hook was called by each attempt; the async one waits for a commit that
+    # never came, so the receiver never hears of a batch that was not stored.
+    assert len(receiver.at("/s")) == 2 and receiver.at("/n") == []
+    assert len(mem.webhooks.deliveries(sync_hook.id)) == 2
+    assert _sql(mem, "SELECT count(*) FROM webhook_outbox") == [(0,)]
+
+
+# -- safety -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://127.0.0.1/hook",
+        "http://10.0.0.1/hook",
+        "http://169.254.169.254/latest/meta-data/",
+        "http://[::1]:8080/hook",
+        "http://[::ffff:127.0.0.1]/hook",
+        "http://0.0.0.0/hook",
+        "http://192.168.1.10/hook",
+    ],
+)
+def test_private_literal_targets_are_refused_at_creation(mem: Memory, url: str) -> None:
+    with pytest.raises(ValidationError, match="MEMSTRATA_WEBHOOK_ALLOW") as info:
+        mem.webhooks.create(resource="fact", event="before_add", target_url=url)
+    assert any("target_url" in p for p in info.value.problems)
+    assert mem.webhooks.list() == []
+
+
+def test_a_host_resolving_to_loopback_is_refused_at_delivery(
+    make_memory: Any, receiver: WebhookReceiver
+) -> None:
+    mem = make_memory(workers=0)  # nothing allowed
+    hook, _ = mem.webhooks.create(
+        resource="fact",
+        event="before_add",
+        target_url=f"http://localhost:{receiver.port}/hook",
+    )
+    mem.sessions.create(user_id="u").add_messages(_messages(TURNS[:1]), sync=True)
+    assert receiver.requests == []  # never connected
+    (delivery,) = mem.webhooks.deliveries(hook.id)
+    assert delivery.status == "failed"
+    assert delivery.reason.startswith("refused: localhost resolves to ")
+    assert "loopback" in delivery.reason
+    assert mem.facts.list(user_id="u")  # the pipeline went on
+
+
+def test_allow_list_by_host_name_permits_a_private_target(
+    make_memory: Any, receiver: WebhookReceiver
+) -> None:
+    mem = make_memory(webhook_allow=["localhost"], workers=0)
+    hook, _ = mem.webhooks.create(
+        resource="fact", event="before_add", target_url=f"http://localhost:{receiver.port}/x"
+    )
+    mem.sessions.create(user_id="u").add_messages(_messages(TURNS[:1]), sync=True)
+    (request,) = receiver.at("/x")
+    assert request.headers["host"] == f"localhost:{receiver.port}"
+    assert mem.webhooks.deliveries(hook.id)[0].status == "delivered"
+
+
+def test_invalid_allow_list_is_a_config_error(tmp_path: Any) -> None:
+    from memstrata import ConfigError
+
+    with pytest.raises(ConfigError, match="webhook_allow"):
+        Memory(f"sqlite:///{tmp_path}/x.db", embedder="hash", webhook_allow="10.0.0.0/33")
+
+
+# -- management -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("fields", "problem"),
+    [
+        ({"resource": "topic", "event": "before_llm"}, "topic.before_llm: supported are"),
+        ({"resource": "message", "event": "before_add"}, "supported are"),
+        ({"mode": "later"}, "mode: expected 'sync' or 'async'"),
+        ({"target_url": "ftp://example.com/x"}, "scheme must be http or https"),
+        ({"target_url": "https://user:pw@example.com/x"}, "must not carry credentials"),
+        ({"target_url": "not a url"}, "target_url"),
+        ({"target_url": ""}, "target_url"),
+        ({"timeout_ms": 99}, "timeout_ms: expected an integer from 100 to 30000"),
+        ({"timeout_ms": 30_001}, "timeout_ms"),
+        ({"timeout_ms": True}, "timeout_ms"),
+        ({"name": ""}, "name"),
+        ({"enabled": "yes"}, "enabled"),
+    ],
+)
+def test_create_validates(mem: Memory, fields: dict[str, Any], problem: str) -> None:
+    args: dict[str, Any] = {
+        "resource": "fact",
+        "event": "before_add",
+        "target_url": "https://hooks.example.com/memstrata",
+    }
+    args.update(fields)
+    with pytest.raises(ValidationError) as info:
+        mem.webhooks.create(**args)
+    assert any(problem in p for p in info.value.problems), info.value.problems
+
+
+def test_manage_webhooks(make_memory: Any, receiver: WebhookReceiver) -> None:
+    mem = make_memory(webhook_allow="127.0.0.1", workers=0)
+    a, secret_a = mem.webhooks.create(
+        resource="fact", event="before_add", target_url=receiver.url("/a"), name="pii"
+    )
+    b, _ = mem.webhooks.create(
+        resource="summary", event="after_llm", target_url=receiver.url("/b"), mode="async"
+    )
+    assert secret_a.startswith("whsec_") and a.timeout_ms == 5000
+    assert [h.id for h in mem.webhooks.list()] == [a.id, b.id]
+    assert [h.id for h in mem.webhooks.list(limit=1, offset=1)] == [b.id]
+    assert mem.webhooks.get(a.id) == a
+
+    changed = mem.webhooks.update(a.id, name="redact", timeout_ms=1500)
+    assert (changed.name, changed.timeout_ms, changed.resource) == ("redact", 1500, "fact")
+    assert changed.updated_at >= a.updated_at
+    with pytest.raises(ValidationError, match="invalid webhook"):
+        mem.webhooks.update(a.id, event="after_add")
+    with pytest.raises(ValidationError):
+        mem.webhooks.update(b.id, resource="topic")  # topic.after_llm does not exist
+    assert mem.webhooks.update(b.id, resource="topic", event="before_add").resource == "topic"
+
+    assert mem.webhooks.disable(a.id).enabled is False
+    s = mem.sessions.create(user_id="u")
+    s.add_messages(_messages(TURNS[:1]), sync=True)
+    assert receiver.at("/a") == []  # disabled: not called
+    assert mem.webhooks.enable(a.id).enabled is True
+    s.add_messages(_messages(TURNS[2:3]), sync=True)
+    (first,) = receiver.at("/a")
+    _verify(secret_a, first)
+
+    new_secret = mem.webhooks.rotate_secret(a.id)
+    assert new_secret != secret_a and new_secret.startswith("whsec_")
+    s.add_messages(_messages(TURNS[3:4]), sync=True)
+    second = receiver.at("/a")[1]
+    _verify(new_secret, second)
+    with pytest.raises(standardwebhooks.webhooks.WebhookVerificationError):
+        _verify(secret_a, second)
+
+    assert len(mem.webhooks.deliveries(a.id)) == 2
+    assert [d.attempt for d in mem.webhooks.deliveries(a.id, limit=1, offset=1)] == [1]
+    mem.webhooks.delete(a.id)
+    with pytest.raises(NotFoundError):
+        mem.webhooks.get(a.id)
+    with pytest.raises(NotFoundError):
+        mem.webhooks.deliveries(a.id)
+    with pytest.raises(NotFoundError):
+        mem.webhooks.delete(a.id)
+    with pytest.raises(NotFoundError):
+        mem.webhooks.rotate_secret(a.id)
+    assert _sql(
+        mem,
+        "SELECT count(*) FROM webhook_deliveries d JOIN webhooks w "
+        "ON w.pk = d.hook_pk WHERE w.id = ?",
+        a.id,
+    ) == [(0,)]
+    assert [h.id for h in mem.webhooks.list()] == [b.id]
+
+
+def test_webhooks_belong_to_their_project(make_memory: Any, receiver: WebhookReceiver) -> None:
+    mem = make_memory(webhook_allow="127.0.0.1", workers=0)
+    other = mem.for_project("other")
+    hook, _ = other.webhooks.create(
+        resource="fact", event="before_add", target_url=receiver.url("/other")
+    )
+    assert mem.webhooks.list() == []
+    with pytest.raises(NotFoundError):
+        mem.webhooks.get(hook.id)
+    with pytest.raises(NotFoundError):
+        mem.webhooks.delete(hook.id)
+    assert hook.project_id == "other" and other.webhooks.get(hook.id) == hook
+    # A batch of the default project does not call the other project's hook ...
+    mem.sessions.create(user_id="u").add_messages(_messages(TURNS[:1]), sync=True)
+    assert receiver.at("/other") == []
+    # ... and one of the other project does.
+    other.sessions.create(user_id="u").add_messages(_messages(TURNS[:1]), sync=True)
+    assert receiver.at("/other")[0].json["project_id"] == "other"
+
+
+def test_changes_reach_the_pipeline_of_another_memory_on_the_same_store(
+    make_memory: Any, db_url: str, receiver: WebhookReceiver
+) -> None:
+    worker = make_memory(webhook_allow="127.0.0.1", workers=0)
+    s = worker.sessions.create(user_id="u")
+    s.add_messages(_messages(TURNS[:1]), sync=True)  # caches "no webhooks"
+    admin = make_memory(db_url, webhook_allow="127.0.0.1", workers=0)  # e.g. the server
+    hook, _ = admin.webhooks.create(
+        resource="fact", event="before_add", target_url=receiver.url("/new")
+    )
+    s.add_messages(_messages(TURNS[2:3]), sync=True)
+    assert len(receiver.at("/new")) == 1
+    admin.webhooks.disable(hook.id)
+    s.add_messages(_messages(TURNS[3:4]), sync=True)
+    assert len(receiver.at("/new")) == 1
+
+
+def test_secrets_are_never_returned_again_nor_logged(
+    make_memory: Any, receiver: WebhookReceiver, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    mem = make_memory(
+        webhook_allow="127.0.0.1", webhook_backoff_seconds=0.01, webhook_max_attempts=2, workers=0
+    )
+    hook, secret = mem.webhooks.create(
+        resource="fact", event="before_add", target_url=receiver.url("/status/500")
+    )
+    async_hook, async_secret = mem.webhooks.create(
+        resource="fact",
+        event="before_add",
+        target_url=receiver.url("/hang"),
+        mode="async",
+        timeout_ms=200,
+    )
+    rotated = mem.webhooks.rotate_secret(hook.id)
+    mem.sessions.create(user_id="u").add_messages(_messages(TURNS[:1]), sync=True)
+    mem.webhooks.wait(timeout=30)
+    shown = [
+        repr(hook),
+        hook.model_dump_json(),
+        *(h.model_dump_json() for h in mem.webhooks.list()),
+        mem.webhooks.get(hook.id).model_dump_json(),
+        mem.webhooks.update(hook.id, name="renamed").model_dump_json(),
+        *(d.model_dump_json() for d in mem.webhooks.deliveries(hook.id)),
+        *(d.model_dump_json() for d in mem.webhooks.deliveries(async_hook.id)),
+        repr(mem.store.get_webhook(mem.project_id, hook.id)),
+        caplog.text,
+        *(r.getMessage() for r in caplog.records),
+    ]
+    assert "failed" in caplog.text  # the failures were logged, without the secrets
+    for secret_value in (secret, rotated, async_secret):
+        key = secret_value.removeprefix("whsec_")
+        assert not any(key in text for text in shown)
+        # Not on the wire either: receivers see an HMAC, never the secret.
+        assert not any(key.encode() in r.body or key in str(r.headers) for r in receiver.requests)
+
+
+def test_forget_and_erase_remove_logged_content(
+    make_memory: Any, receiver: WebhookReceiver
+) -> None:
+    mem = make_memory(webhook_allow="127.0.0.1", webhook_backoff_seconds=60, workers=0)
+    sync_hook, _ = mem.webhooks.create(
+        resource="fact", event="before_add", target_url=receiver.url("/log")
+    )
+    mem.webhooks.create(
+        resource="fact", event="before_add", target_url=receiver.url("/status/500"), mode="async"
+    )
+    s = mem.sessions.create(user_id="u")
+    s.add_messages(_messages(TURNS[:1]), sync=True)
+    s.add_messages(_messages(TURNS[2:3]), sync=True)
+    mem.webhooks._m._webhook_engine.outbox.run_once()  # one failed attempt, retry in 60 s
+    assert len(mem.webhooks.deliveries(sync_hook.id)) == 2
+    assert mem.store.webhook_outbox_counts()["queued"] == 2
+
+    mem.forget(user_id="u", message_ids=["w1"])
+    remaining = mem.webhooks.deliveries(sync_hook.id)
+    assert [d.message_ids for d in remaining] == [["w3"]]
+    assert not any("oat milk" in d.request for d in remaining)
+    assert mem.store.webhook_outbox_counts()["queued"] == 1
+
+    mem.erase_user("u")
+    assert mem.webhooks.deliveries(sync_hook.id) == []
+    assert mem.store.webhook_outbox_counts()["queued"] == 0
+    assert mem.webhooks.get(sync_hook.id)  # the hooks themselves stay
+
+
+def test_async_memory_mirrors_webhooks(make_memory: Any, db_url: str) -> None:
+    import asyncio
+
+    from memstrata import AsyncMemory
+
+    async def run() -> None:
+        amem = AsyncMemory(db_url, embedder="hash", workers=0)
+        try:
+            hook, secret = await amem.webhooks.create(
+                resource="topic", event="before_add", target_url="https://hooks.example.com/t"
+            )
+            assert secret.startswith("whsec_")
+            assert [h.id for h in await amem.webhooks.list()] == [hook.id]
+            assert (await amem.webhooks.disable(hook.id)).enabled is False
+            assert await amem.webhooks.deliveries(hook.id) == []
+            await amem.webhooks.delete(hook.id)
+            assert await amem.webhooks.list() == []
+        finally:
+            await amem.close()
+
+    asyncio.run(run())
