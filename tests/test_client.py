@@ -236,9 +236,12 @@ def test_unknown_ids_conflicts_and_invalid_input_are_typed(client: MemoryClient)
         s.get_memory("x", recall_config={"no_such_key": 1})
     with pytest.raises(ValidationError, match="status"):
         client.set_status("s_whatever", "forgotten", reason="r")
-    # Refused before any request: an id that cannot be one path segment of a real id.
+    # Refused before any request: an id that cannot be one path segment of a real id, and a
+    # body that cannot be JSON.
     with pytest.raises(ValidationError, match="session_id"):
         client.sessions.get("")
+    with pytest.raises(ValidationError, match="JSON"):
+        s.add_messages([{"role": "user", "content": "x", "metadata": {"o": object()}}])
     assert s.messages() == []  # nothing of the refused batch was stored
 
 

@@ -24,11 +24,18 @@ from urllib.parse import quote
 
 import httpx
 from pydantic import ValidationError as PydanticValidationError
-from pydantic_core import to_jsonable_python
+from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from .. import __version__
 from ..errors import ConfigError, ProcessingError
-from ._errors import APIConnectionError, APIError, APIStatusError, APITimeoutError, error_for_status
+from ._errors import (
+    APIConnectionError,
+    APIError,
+    APIStatusError,
+    APITimeoutError,
+    ValidationError,
+    error_for_status,
+)
 
 __all__ = [
     "DEFAULT_CONNECT_TIMEOUT",
@@ -211,7 +218,12 @@ class _Base:
             "timeout": timeout,
         }
         if call.body is not None:
-            args["json"] = to_jsonable_python(call.body)
+            try:
+                args["json"] = to_jsonable_python(call.body)
+            except PydanticSerializationError as exc:
+                raise ValidationError(
+                    "invalid request; nothing was sent", [f"body: not JSON-serialisable ({exc})"]
+                ) from None
         return args
 
     def _connection_error(
