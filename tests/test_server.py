@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import re
 import secrets
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -291,6 +293,16 @@ def test_an_unexpected_error_is_a_500_with_a_request_id_and_nothing_else(
     for leak in ("boom", "secret", "Traceback", "RuntimeError", ".py"):
         assert leak not in r.text
     assert any("boom" in (rec.exc_text or "") or rec.exc_info for rec in caplog.records)
+
+
+def test_the_server_package_imports_without_fastapi() -> None:
+    # `memstrata.server` is importable (settings, create_app) before FastAPI is needed.
+    code = (
+        "import sys, memstrata, memstrata.server\n"
+        "print(sorted(m for m in ('fastapi', 'starlette', 'uvicorn') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
 
 
 # -- sessions, messages, context ----------------------------------------------------------
