@@ -537,8 +537,8 @@ def test_invalid_allow_list_is_a_config_error(tmp_path: Any) -> None:
 @pytest.mark.parametrize(
     ("fields", "problem"),
     [
-        ({"resource": "topic", "event": "before_llm"}, "topic.before_llm: supported are"),
-        ({"resource": "message", "event": "before_add"}, "supported are"),
+        ({"resource": "topic", "event": "before_llm"}, "topic.before_llm is not a hook point"),
+        ({"resource": "message", "event": "before_add"}, "supported are fact.after_llm"),
         ({"mode": "later"}, "mode: expected 'sync' or 'async'"),
         ({"target_url": "ftp://example.com/x"}, "scheme must be http or https"),
         ({"target_url": "https://user:pw@example.com/x"}, "must not carry credentials"),

@@ -88,7 +88,9 @@ class Webhooks:
         if "resource" in fields or "event" in fields:
             point = (fields.get("resource"), fields.get("event"))
             if point not in HOOK_POINTS:
-                problems.append(f"{point[0]}.{point[1]}: supported are {_POINTS}")
+                problems.append(
+                    f"event: {point[0]}.{point[1]} is not a hook point; supported are {_POINTS}"
+                )
         if "mode" in fields and fields["mode"] not in MODES:
             problems.append(f"mode: expected 'sync' or 'async' (got {fields['mode']!r})")
         if "name" in fields:

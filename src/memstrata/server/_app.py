@@ -15,6 +15,7 @@ from . import (
     _routes_health,
     _routes_memory,
     _routes_sessions,
+    _routes_webhooks,
 )
 from ._errors import install_error_handlers
 from ._limits import BodyLimit
@@ -72,6 +73,7 @@ def create_app(memory: Any = None, settings: ServerSettings | None = None) -> Fa
         _routes_memory,
         _routes_governance,
         _routes_admin,
+        _routes_webhooks,
     ):
         app.include_router(module.router)
     # Added last = outermost: the request id exists before the body limit can refuse.
