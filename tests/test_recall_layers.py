@@ -395,3 +395,28 @@ def test_search_validates_its_new_arguments(mem: Memory) -> None:
         mem.search("x", user_id="u", as_of="yesterday-ish")
     with pytest.raises(ValidationError, match="include_superseded"):
         mem.search("x", user_id="u", include_superseded="yes")  # type: ignore[arg-type]
+
+
+def test_briefs_order_turns_that_share_a_timestamp(mem: Memory) -> None:
+    """Neighbouring turns are found by (timestamp, arrival) even when a whole batch shares
+    one timestamp, and a brief carries what ranking needs, vector included."""
+    s = mem.sessions.create(user_id="bo", session_id="batch")
+    same = "2025-05-01T10:00:00Z"
+    s.add_messages(
+        [{"role": "user", "content": "first, earlier", "timestamp": "2025-04-30T10:00:00Z"}]
+        + [{"role": "user", "content": f"turn {i}", "timestamp": same} for i in range(4)]
+        + [{"role": "user", "content": "last, later", "timestamp": "2025-05-02T10:00:00Z"}],
+        sync=True,
+    )
+    store = mem._store
+    pks = [m.pk for m in store.list_messages(mem.project_id, session_id="batch", limit=10)]
+    briefs, _, _ = store.recall_briefs(
+        mem.project_id, "bo", pks, neighbours=True, embedder=mem._embedder.id
+    )
+    order = [None, *pks, None]
+    for i, pk in enumerate(pks, start=1):
+        assert briefs[pk][5:7] == (order[i - 1], order[i + 1])
+        assert briefs[pk][1] == "batch" and not briefs[pk][4]  # nothing superseded
+        assert len(briefs[pk][-1]) == 4 * mem._embedder.dim
+    # another user's items are never described
+    assert store.recall_briefs(mem.project_id, "someone-else", pks) == ({}, {}, {})

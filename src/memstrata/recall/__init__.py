@@ -8,6 +8,7 @@ See docs/recall.md.
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 from collections.abc import Mapping, Sequence
@@ -137,6 +138,28 @@ def _row_text(row: Any) -> str:
     return str(getattr(row, "content", None) or getattr(row, "text", ""))
 
 
+def _similarities(
+    tables: Mapping[str, Mapping[int, tuple[Any, ...]]],
+    keys: Sequence[Key],
+    qvecs: Sequence[np.ndarray],
+) -> dict[Key, list[float]]:
+    """Cosine of each query variant with every key that has a vector (the last item of its
+    brief): one matrix product for all of them."""
+    have: list[Key] = []
+    blobs: list[bytes] = []
+    for key in keys:
+        brief = tables[key[0]].get(key[1])
+        if brief is not None and brief[-1] is not None:
+            have.append(key)
+            blobs.append(brief[-1])
+    if not have or not len(qvecs):
+        return {}
+    matrix = np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(have), -1)
+    queries = np.asarray(qvecs, dtype=np.float32)
+    sims = (matrix @ queries.T).tolist()
+    return dict(zip(have, sims, strict=True))
+
+
 @dataclass(frozen=True)
 class SearchOptions:
     """How one search runs; built from ``Memory.search`` arguments or a RecallConfig."""
@@ -155,11 +178,12 @@ class SearchOptions:
 
 @dataclass
 class _Rows:
-    """Rows loaded for scoring, by layer and pk."""
+    """Briefs of the candidates loaded so far (``Store.recall_briefs`` tuples), by layer and
+    pk: what ranking needs, without text or metadata."""
 
-    messages: dict[int, MessageRow] = field(default_factory=dict)
-    facts: dict[int, FactRow] = field(default_factory=dict)
-    summaries: dict[int, SummaryRow] = field(default_factory=dict)
+    messages: dict[int, tuple[Any, ...]] = field(default_factory=dict)
+    facts: dict[int, tuple[Any, ...]] = field(default_factory=dict)
+    summaries: dict[int, tuple[Any, ...]] = field(default_factory=dict)
     neighbours: dict[int, tuple[int | None, int | None]] = field(default_factory=dict)
 
     def __contains__(self, key: Key) -> bool:
@@ -177,10 +201,16 @@ class _Rows:
 @dataclass
 class Scored:
     score: float
-    row: Any  # MessageRow, FactRow or SummaryRow
+    brief: tuple[Any, ...]  # the item's recall_briefs tuple; brief[0] is its public id
     cand: Candidate
     window: dict[Key, float] | None = None
     _signals: dict[str, float] | None = None
+    # MessageRow, FactRow or SummaryRow: read for the hits only (Recaller._load)
+    row: Any = None
+
+    @property
+    def id(self) -> str:
+        return str(self.brief[0])
 
     @property
     def signals(self) -> dict[str, float]:
@@ -335,31 +365,38 @@ class Recaller:
     def _rows(
         self, project_id: str, user_id: str, keys: Sequence[Key], filters: SearchFilters
     ) -> _Rows:
-        """Stored rows of ``keys``, and the neighbouring turns of its messages."""
-        out = _Rows(
-            messages=self.store.messages_by_pk([pk for lay, pk in keys if lay == "message"]),
-            facts=self.store.facts_by_pk([pk for lay, pk in keys if lay == "fact"]),
-            summaries=self.store.summaries_by_pk([pk for lay, pk in keys if lay == "summary"]),
+        """Briefs of ``keys`` and, for an unfiltered search, the neighbouring turns of its
+        messages (a filter describes which messages count)."""
+        messages, facts, summaries = self.store.recall_briefs(
+            project_id,
+            user_id,
+            [pk for lay, pk in keys if lay == "message"],
+            [pk for lay, pk in keys if lay == "fact"],
+            [pk for lay, pk in keys if lay == "summary"],
+            neighbours=filters.empty,
+            embedder=self.embedder.id,
         )
-        # Neighbours join only unfiltered searches: a filter describes which messages count.
-        if out.messages and filters.empty:
-            out.neighbours = self.store.message_neighbors(project_id, user_id, list(out.messages))
+        out = _Rows(messages, facts, summaries)
+        if filters.empty:
+            out.neighbours = {pk: (b[5], b[6]) for pk, b in messages.items()}
         return out
 
-    def _similarities(
-        self, project_id: str, user_id: str, keys: Sequence[Key], qvecs: Sequence[np.ndarray]
-    ) -> dict[Key, list[float]]:
-        out: dict[Key, list[float]] = {}
-        for layer in ("message", "fact", "summary"):
-            pks = [pk for lay, pk in keys if lay == layer]
-            if not pks:
-                continue
-            for v, q in enumerate(qvecs):
-                for pk, sim in self.store.vector_scores(
-                    project_id, user_id, layer, q, self.embedder.id, pks
-                ).items():
-                    out.setdefault((layer, pk), [0.0] * len(qvecs))[v] = sim
-        return out
+    def _load(self, items: Sequence[tuple[Key, Scored]]) -> None:
+        """Read the full rows of ``items`` that have none yet (hits, rerank, chain seeds)."""
+        wanted: dict[str, list[int]] = {}
+        for (layer, pk), x in items:
+            if x.row is None:
+                wanted.setdefault(layer, []).append(pk)
+        if not wanted:
+            return
+        found: dict[str, dict[int, Any]] = {
+            "message": self.store.messages_by_pk(wanted.get("message", [])),
+            "fact": self.store.facts_by_pk(wanted.get("fact", [])),
+            "summary": self.store.summaries_by_pk(wanted.get("summary", [])),
+        }
+        for (layer, pk), x in items:
+            if x.row is None:
+                x.row = found[layer].get(pk)
 
     def search(
         self,
@@ -410,7 +447,10 @@ class Recaller:
             more = {p for pair in neighbours.values() for p in pair if p is not None}
             more -= set(messages)
             if more:
-                messages.update(self.store.messages_by_pk(sorted(more)))
+                added, _, _ = self.store.recall_briefs(
+                    project_id, user_id, sorted(more), embedder=self.embedder.id
+                )
+                messages.update(added)
                 keys = sorted(set(keys) | {("message", pk) for pk in more})
                 # An added turn's link back to the candidate it neighbours is known; its
                 # other side is not needed for a turn that only came in as context.
@@ -419,17 +459,14 @@ class Recaller:
                         neighbours[prev] = (neighbours.get(prev, (None, None))[0], pk)
                     if nxt in more:
                         neighbours[nxt] = (pk, neighbours.get(nxt, (None, None))[1])
-        retired = self.store.superseded_messages(list(messages))
-        topics_of = self.store.topics_of_summaries(list(summaries))
-        sims = self._similarities(project_id, user_id, keys, qvecs)
+        tables = {"message": messages, "fact": facts, "summary": summaries}
+        sims = _similarities(tables, keys, qvecs)
         cands: dict[Key, Candidate] = {}
-        rows: dict[Key, Any] = {}
+        briefs: dict[Key, tuple[Any, ...]] = {}
         for key in keys:
             layer, pk = key
-            row: Any = (
-                messages if layer == "message" else facts if layer == "fact" else summaries
-            ).get(pk)
-            if row is None:
+            brief = tables[layer].get(pk)
+            if brief is None:
                 continue
             # A non-positive cosine means "unrelated" for every embedder we ship.
             floor = max(opts.min_similarity.get(layer, 0.0), 1e-6)
@@ -439,27 +476,32 @@ class Recaller:
                 continue
             cand = Candidate(key=key, fulltext=text, vector=vec)
             if layer == "message":
-                cand.session, cand.name, cand.ts = row.session_id, row.name, parse_ts(row.ts)
+                _, cand.session, cand.name, ts, retired = brief[:5]
+                cand.ts = parse_ts(ts)
                 prev, nxt = neighbours.get(pk, (None, None))
                 cand.prev = ("message", prev) if prev is not None else None
                 cand.next = ("message", nxt) if nxt is not None else None
                 # Raw history stays full evidence ("how many since..." needs the old value
                 # too); it is only marked, and get_memory leaves it out unless asked.
-                cand.superseded = pk in retired
+                cand.superseded = retired == 1
             else:
                 # A fact is placed in time by when it happened ("went hiking last spring"),
                 # a summary by when it was observed.
-                when = getattr(row, "occurred_at", None) or row.observed_at or row.created_at
+                if layer == "fact":
+                    _, status, occurred, observed, created, valid_to = brief[:6]
+                    when = occurred or observed or created
+                else:
+                    _, status, observed, created, valid_to, _, topic_ids = brief[:7]
+                    when = observed or created
+                    cand.topics = tuple(json.loads(topic_ids)) if topic_ids else ()
                 cand.ts = parse_ts(when)
-                cand.weight = _STATUS_WEIGHT.get(row.status, 1.0)
-                valid_to = parse_ts(row.valid_to)
-                if valid_to is not None and opts.as_of is not None and valid_to < opts.as_of:
+                cand.weight = _STATUS_WEIGHT.get(status, 1.0)
+                until = parse_ts(valid_to)
+                if until is not None and opts.as_of is not None and until < opts.as_of:
                     cand.weight *= EXPIRED_WEIGHT  # no longer holds: history, not current
                     cand.expired = True
-                if layer == "summary":
-                    cand.topics = tuple(t.id for t in topics_of.get(pk, []))
             cands[key] = cand
-            rows[key] = row
+            briefs[key] = brief
         window = None
         span = intent.window
         if span is None and intent.relation and intent.anchor:
@@ -476,7 +518,7 @@ class Recaller:
             window=window,
             as_of=opts.as_of,
         )
-        return {k: Scored(s, rows[k], cands[k], window) for k, s in scores.items()}
+        return {k: Scored(s, briefs[k], cands[k], window) for k, s in scores.items()}
 
     def _anchor_window(
         self, project_id: str, user_id: str, intent: TimeIntent, as_of: datetime | None
@@ -512,8 +554,9 @@ class Recaller:
     ) -> dict[Key, Scored]:
         """Multi-hop: a second retrieval seeded by what the first found (the query plus the
         best hits' text), merged with the first at a lower weight."""
-        top = sorted(first.values(), key=lambda x: -x.score)[:3]
-        seed = " ".join(_row_text(x.row) for x in top)
+        top = sorted(first.items(), key=lambda kv: -kv[1].score)[:3]
+        self._load(top)
+        seed = " ".join(_row_text(x.row) for _, x in top if x.row is not None)
         second = self._score(
             project_id, user_id, query, [f"{query} {seed}"], n, filters, opts, intent
         )
@@ -521,7 +564,7 @@ class Recaller:
         for key, found in second.items():
             s2 = CHAIN_WEIGHT * found.score
             if key not in merged or merged[key].score < s2:
-                merged[key] = Scored(s2, found.row, found.cand, found.window)
+                merged[key] = Scored(s2, found.brief, found.cand, found.window, row=found.row)
                 merged[key].signals["chain"] = 1.0
         return merged
 
@@ -536,33 +579,42 @@ class Recaller:
         skip = set(exclude)
         ranked = sorted(scored.items(), key=lambda kv: (-kv[1].score, kv[0]))
         if opts.rerank:
-            ranked = rerank(ranked, query, chat=self.chat, depth=max(limit * 2, 20))
-        message_score = {x.row.id: x.score for (lay, _), x in scored.items() if lay == "message"}
+            depth = max(limit * 2, 20)
+            self._load(ranked[:depth])
+            ranked = rerank(ranked, query, chat=self.chat, depth=depth)
+        message_score = {x.id: x.score for (lay, _), x in scored.items() if lay == "message"}
         # A summary made of one fact says what the fact says: list the summary only.
-        restated = {
-            fid
-            for (lay, _), x in scored.items()
-            if lay == "summary"
-            for fid in x.row.fact_ids
-            if len(x.row.fact_ids) == 1
-        }
+        restated: set[str] = set()
+        for (lay, _), x in scored.items():
+            if lay == "summary":
+                fact_ids = json.loads(x.brief[5])
+                if len(fact_ids) == 1:
+                    restated.add(fact_ids[0])
         hits: list[Hit] = []
-        for (layer, _), x in ranked:
-            s = round(x.score, 6)
-            if layer == "message":
-                if x.row.id in skip:
+        pos = 0
+        while len(hits) < limit and pos < len(ranked):
+            chosen: list[tuple[Key, Scored]] = []
+            while pos < len(ranked) and len(chosen) < limit - len(hits):
+                key, x = ranked[pos]
+                pos += 1
+                if key[0] == "message" and x.id in skip:
                     continue
-                hit = _hit(x.row, s)
-            elif layer == "fact":
-                if x.row.id in restated:
+                if key[0] == "fact" and x.id in restated:
                     continue
-                hit = _fact_hit(x.row, s, message_score)
-            else:
-                hit = _summary_hit(x.row, s, message_score)
-            hit.signals = x.signals
-            hits.append(hit)
-            if len(hits) >= limit:
-                break
+                chosen.append((key, x))
+            self._load(chosen)
+            for (layer, _), x in chosen:
+                if x.row is None:
+                    continue  # forgotten since it was ranked
+                s = round(x.score, 6)
+                if layer == "message":
+                    hit = _hit(x.row, s)
+                elif layer == "fact":
+                    hit = _fact_hit(x.row, s, message_score)
+                else:
+                    hit = _summary_hit(x.row, s, message_score)
+                hit.signals = x.signals
+                hits.append(hit)
         return hits
 
     def context(

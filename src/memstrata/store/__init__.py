@@ -534,6 +534,21 @@ class Store(Protocol):
     def next_webhook_time(self) -> float | None: ...
     def webhook_outbox_counts(self, project_id: str | None = None) -> dict[str, int]: ...
 
+    # recall: what candidates are ranked on, in one query per layer (see SQLiteStore)
+    def recall_briefs(
+        self,
+        project_id: str,
+        user_id: str,
+        messages: Sequence[int] = (),
+        facts: Sequence[int] = (),
+        summaries: Sequence[int] = (),
+        *,
+        neighbours: bool = False,
+        embedder: str | None = None,
+    ) -> tuple[
+        dict[int, tuple[Any, ...]], dict[int, tuple[Any, ...]], dict[int, tuple[Any, ...]]
+    ]: ...
+
 
 def open_store(url: str, **options: Any) -> Store:
     """Open the store a database URL names (``sqlite:///path``; bare paths are SQLite)."""

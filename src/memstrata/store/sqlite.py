@@ -1877,6 +1877,85 @@ class SQLiteStore(SQLiteGovernance, SQLiteWebhooks):
             "llm_usage": self.llm_usage(project_id),
         }
 
+    def recall_briefs(
+        self,
+        project_id: str,
+        user_id: str,
+        messages: Sequence[int] = (),
+        facts: Sequence[int] = (),
+        summaries: Sequence[int] = (),
+        *,
+        neighbours: bool = False,
+        embedder: str | None = None,
+    ) -> tuple[dict[int, tuple[Any, ...]], dict[int, tuple[Any, ...]], dict[int, tuple[Any, ...]]]:
+        """What recall ranks items of a user on, without their text (read for the hits only).
+
+        messages: pk -> (id, session_id, name, ts, superseded, prev_pk, next_pk, vec);
+        superseded is 1 when every fact of the message was superseded; prev/next (same
+        session, time order) only with ``neighbours``, else None. facts: pk -> (id, status,
+        occurred_at, observed_at, created_at, valid_to, vec). summaries: pk -> (id, status,
+        observed_at, created_at, valid_to, fact_ids JSON, JSON ids of its active topics,
+        vec). vec is the item's float32 vector from ``embedder`` as bytes (None without one,
+        or when no embedder is given).
+        """
+        conn = self._conn()
+        # A previous turn sharing the timestamp (a batch without timestamps) is the nearest
+        # one: seeking on (ts =, pk <) first keeps each lookup one index seek, where a row
+        # value (ts, pk) < (?, ?) walks every turn with that timestamp.
+        side = (
+            "COALESCE((SELECT x.pk FROM messages x INDEXED BY messages_by_session_time "
+            "WHERE x.project_id = m.project_id AND x.session_id = m.session_id "
+            "AND x.ts = m.ts AND x.pk {op} m.pk ORDER BY x.pk {desc} LIMIT 1), "
+            "(SELECT x.pk FROM messages x INDEXED BY messages_by_session_time "
+            "WHERE x.project_id = m.project_id AND x.session_id = m.session_id "
+            "AND x.ts {op} m.ts ORDER BY x.ts {desc}, x.pk {desc} LIMIT 1))"
+        )
+        around = (
+            f"{side.format(op='<', desc='DESC')}, {side.format(op='>', desc='')}"
+            if neighbours
+            else "NULL, NULL"
+        )
+        vec = (
+            "(SELECT v.vec FROM vectors v WHERE v.kind = '{kind}' AND v.item_pk = m.pk "
+            "AND v.embedder = ?)"
+        )
+        queries = (
+            (
+                messages,
+                "SELECT m.pk, m.id, m.session_id, m.name, m.ts, (SELECT min(f.status = "
+                "'superseded') FROM fact_sources fs JOIN facts f ON f.pk = fs.fact_pk "
+                f"WHERE fs.message_pk = m.pk), {around}, {vec.format(kind='message')} "
+                "FROM messages m",
+            ),
+            (
+                facts,
+                "SELECT m.pk, m.id, m.status, m.occurred_at, m.observed_at, m.created_at, "
+                f"m.valid_to, {vec.format(kind='fact')} FROM facts m",
+            ),
+            (
+                summaries,
+                "SELECT m.pk, m.id, m.status, m.observed_at, m.created_at, m.valid_to, "
+                "m.fact_ids, (SELECT json_group_array(id) FROM (SELECT t.id FROM "
+                "topic_summaries ts JOIN topics t ON t.pk = ts.topic_pk WHERE "
+                "ts.summary_pk = m.pk AND t.status = 'active' ORDER BY t.pk)), "
+                f"{vec.format(kind='summary')} FROM summaries m",
+            ),
+        )
+        out: list[dict[int, tuple[Any, ...]]] = []
+        for pks, select in queries:
+            found: dict[int, tuple[Any, ...]] = {}
+            pks = list(pks)
+            for i in range(0, len(pks), 500):
+                chunk = pks[i : i + 500]
+                marks = ",".join("?" * len(chunk))
+                for row in conn.execute(
+                    f"{select} WHERE m.pk IN ({marks}) AND m.project_id = ? AND m.user_id = ?",
+                    (embedder, *chunk, project_id, user_id),
+                ):
+                    found[row[0]] = row[1:]
+            out.append(found)
+        return out[0], out[1], out[2]
+
 
 def _split_sql(script: str) -> list[str]:
     """Statements of a migration file (no semicolons inside our string literals)."""
