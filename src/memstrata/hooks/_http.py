@@ -16,11 +16,12 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
-
-import certifi
-import httpx
+from typing import TYPE_CHECKING
 
 from ._ssrf import AllowList, DeliveryError, Resolver, parse_target, pin, system_resolver
+
+if TYPE_CHECKING:
+    import httpx
 
 __all__ = ["EXCERPT_CHARS", "HttpResult", "WebhookHttp", "excerpt", "http_failure"]
 
@@ -66,6 +67,8 @@ class WebhookHttp:
         self._ssl = tls
 
     def _client(self, key: tuple[str, str, str, int]) -> httpx.Client:
+        import httpx  # lazily: `import memstrata` must not pay for it
+
         with self._lock:
             client = self._clients.get(key)
             if client is not None:
@@ -91,10 +94,14 @@ class WebhookHttp:
         # Loading the CA bundle takes tens of milliseconds: once, not per target. Plain
         # http clients get verify=False only because they never start TLS at all.
         if self._ssl is None:
+            import certifi
+
             self._ssl = ssl.create_default_context(cafile=certifi.where())
         return self._ssl
 
     def post(self, url: str, body: bytes, headers: dict[str, str], timeout_ms: int) -> HttpResult:
+        import httpx
+
         started = time.perf_counter()
         timeout = timeout_ms / 1000
         deadline = started + timeout

@@ -16,8 +16,6 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import httpx
-
 __all__ = [
     "AllowList",
     "DeliveryError",
@@ -145,6 +143,8 @@ def parse_target(url: str) -> Target:
         raise TargetRefused("target_url: expected an http(s) URL")
     if len(url) > _MAX_URL:
         raise TargetRefused(f"target_url: longer than {_MAX_URL} characters")
+    import httpx  # lazily: `import memstrata` must not pay for it
+
     try:
         parsed = httpx.URL(url.strip())
         host = parsed.raw_host.decode("ascii")
