@@ -153,7 +153,7 @@ def _validation_problems(exc: RequestValidationError) -> tuple[int, str, list[tu
 
 def _short(value: Any) -> str:
     # Echo scalar inputs (bounded) so the client sees what was refused; never whole objects.
-    if isinstance(value, (str, int, float, bool)) and not isinstance(value, dict):
+    if isinstance(value, (str, int, float, bool)):
         text = json.dumps(value, ensure_ascii=False)
         return text if len(text) <= 80 else text[:77] + "..."
     return ""
