@@ -127,3 +127,29 @@ def test_bad_input_exits_2_with_a_message(tmp_path: Path) -> None:
     assert proc.returncode == 2 and "role: must be one of" in proc.stderr
     proc = run("--embedder", "nope", "stats", db=db, check=False)
     assert proc.returncode == 2 and "unknown embedder spec" in proc.stderr
+
+
+def test_projects_and_keys(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'm.db'}"
+    assert run("projects", "create", "Acme Inc.", "--id", "acme", db=db).stdout.startswith("acme")
+    assert "acme\tAcme Inc." in run("projects", "list", db=db).stdout
+    out = run("keys", "create", "acme", "--name", "ci", db=db).stdout
+    key_id = out.split()[2]
+    secret = out.strip().splitlines()[-1]
+    assert secret.startswith("ms_")
+    listed = run("keys", "list", "acme", db=db).stdout
+    assert key_id in listed and "active" in listed and secret not in listed
+
+    from memstrata import Memory
+
+    with Memory(db, embedder="hash", workers=0) as mem:
+        assert mem.keys.verify(secret).project_id == "acme"  # type: ignore[union-attr]
+    assert "revoked" in run("keys", "revoke", key_id, db=db).stdout
+    assert "revoked" in run("keys", "list", db=db).stdout
+    with Memory(db, embedder="hash", workers=0) as mem:
+        assert mem.keys.verify(secret) is None
+
+    bad = run("keys", "create", "nope", db=db, check=False)
+    assert bad.returncode == 2 and "no project 'nope'" in bad.stderr
+    bad = run("keys", "revoke", "key_nope", db=db, check=False)
+    assert bad.returncode == 2 and "no API key" in bad.stderr

@@ -257,6 +257,34 @@ def _bootstrap_key(mem: Any) -> str | None:
     return str(secret)
 
 
+def _cmd_projects(args: argparse.Namespace) -> int:
+    with _memory(args, workers=0) as mem:
+        if args.action == "create":
+            project = mem.projects.create(args.name, project_id=args.id)
+            print(f"{project.id}\t{project.name}")
+            return 0
+        for project in mem.projects.list():
+            print(f"{project.id}\t{project.name}\t{project.created_at:%Y-%m-%d %H:%M}")
+    return 0
+
+
+def _cmd_keys(args: argparse.Namespace) -> int:
+    with _memory(args, workers=0) as mem:
+        if args.action == "create":
+            record, secret = mem.keys.create(args.project_id, name=args.name)
+            print(f"API key {record.id} for project {record.project_id!r} (shown once):")
+            print(secret)
+        elif args.action == "revoke":
+            record = mem.keys.revoke(args.key_id)
+            print(f"revoked {record.id} ({record.prefix}...) of project {record.project_id!r}")
+        else:
+            for k in mem.keys.list(args.project_id):
+                state = "active" if k.revoked_at is None else f"revoked {k.revoked_at:%Y-%m-%d}"
+                used = "never used" if k.last_used_at is None else f"used {k.last_used_at:%Y-%m-%d}"
+                print(f"{k.id}\t{k.project_id}\t{k.prefix}...\t{k.name or '-'}\t{state}\t{used}")
+    return 0
+
+
 def _access_logging() -> None:
     # One JSON line per request on stderr, whatever the level of the other loggers.
     from .server._logging import ACCESS_LOGGER
@@ -433,6 +461,25 @@ def _parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--database-url", help="same as --db")
     s.set_defaults(func=_cmd_serve)
+
+    s = sub.add_parser("projects", help="create or list projects (tenants of the server)")
+    acts = s.add_subparsers(dest="action", required=True)
+    a = acts.add_parser("create", help="create a project")
+    a.add_argument("name")
+    a.add_argument("--id", help="project id (default: generated)")
+    acts.add_parser("list", help="list projects")
+    s.set_defaults(func=_cmd_projects)
+
+    s = sub.add_parser("keys", help="create, list or revoke a project's API keys")
+    acts = s.add_subparsers(dest="action", required=True)
+    a = acts.add_parser("create", help="create a key (printed once; only its hash is stored)")
+    a.add_argument("project_id")
+    a.add_argument("--name")
+    a = acts.add_parser("list", help="list keys (never the keys themselves)")
+    a.add_argument("project_id", nargs="?")
+    a = acts.add_parser("revoke", help="revoke a key by id")
+    a.add_argument("key_id")
+    s.set_defaults(func=_cmd_keys)
 
     s = sub.add_parser("import", help="import messages from a JSONL file ('-' for stdin)")
     s.add_argument("file")
