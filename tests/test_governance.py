@@ -151,6 +151,9 @@ def test_erase_user_leaves_nothing_but_the_audit(mem: Memory) -> None:
     [record] = mem.audit(user_id="u1")
     assert (record.action, record.actor, record.reason) == ("erase_user", "dpo", "GDPR request")
     assert mem.export_user("u1")["messages"] == []
+    with pytest.raises(NotFoundError):  # a second erasure finds nothing, records nothing
+        mem.erase_user("u1")
+    assert len(mem.audit(user_id="u1")) == 1
 
 
 def test_export_user_has_every_layer_with_provenance(mem: Memory) -> None:

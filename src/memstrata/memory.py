@@ -1077,15 +1077,19 @@ class Memory:
     ) -> dict[str, int]:
         """Remove everything held about ``user_id``: sessions, messages, facts, summaries
         with their history, topics, vectors, index entries and queued jobs. The audit
-        record of the erasure (who, when, counts) is all that remains."""
+        record of the erasure (who, when, counts) is all that remains. ``NotFoundError``
+        if nothing is held about the user."""
         self._check_open()
         _check_id(user_id, "user_id")
-        return self._store.erase_user(
+        counts = self._store.erase_user(
             self.project_id,
             user_id,
             actor=self._actor(actor),
             reason=check_reason(reason, required=False),
         )
+        if not any(counts.values()):
+            raise NotFoundError(f"no user {user_id!r}")
+        return counts
 
     def export_user(self, user_id: str) -> dict[str, Any]:
         """A user's whole memory as JSON-ready data: sessions, messages, facts, summaries

@@ -284,6 +284,8 @@ class SQLiteGovernance:
             counts["jobs"] = c.execute(f"DELETE FROM jobs {where}", scope).rowcount
             for table in ("speakers", "llm_calls"):
                 c.execute(f"DELETE FROM {table} {where}", scope)
+            if not any(counts.values()):
+                return counts  # an unknown user: nothing to record
             self._audit(c, project_id, user_id, "erase_user", user_id, actor, reason, counts)
             return counts
 
