@@ -449,6 +449,21 @@ def test_async_deliveries_are_sent_after_the_batch_commits(
     assert len(mem.facts.list(user_id="u")) == 3
 
 
+def test_queued_deliveries_of_a_disabled_webhook_fail(
+    make_memory: Any, receiver: WebhookReceiver
+) -> None:
+    mem = make_memory(webhook_allow="127.0.0.1", workers=0)
+    hook, _ = mem.webhooks.create(
+        resource="fact", event="before_add", target_url=receiver.url("/later"), mode="async"
+    )
+    mem.sessions.create(user_id="u").add_messages(_messages(TURNS[:1]), sync=True)
+    mem.webhooks.disable(hook.id)
+    mem.webhooks.wait(timeout=10)
+    assert receiver.at("/later") == []
+    (attempt,) = mem.webhooks.deliveries(hook.id)
+    assert (attempt.status, attempt.reason) == ("failed", "webhook disabled before delivery")
+
+
 def test_a_failed_batch_sends_no_async_delivery(
     make_memory: Any, llm: FakeOpenAIServer, receiver: WebhookReceiver
 ) -> None:

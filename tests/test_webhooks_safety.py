@@ -289,3 +289,11 @@ def test_target_parsing_keeps_host_port_and_path() -> None:
     assert t.host_header == "hooks.example.com:8443"
     assert parse_target("http://[2606:4700::1]/").host_header == "[2606:4700::1]"
     assert parse_target("https://bücher.example/").host == "xn--bcher-kva.example"
+
+
+@pytest.mark.parametrize("host", ["2130706433", "127.1", "0x7f.0.0.1"])
+def test_other_spellings_of_loopback_are_refused_after_resolution(host: str) -> None:
+    # Not literal addresses to a URL parser, but the system resolver reads them as 127.0.0.1:
+    # the check runs on what the name resolves to, so the spelling does not matter.
+    with pytest.raises(TargetRefused, match="loopback"):
+        pin(parse_target(f"http://{host}:8080/x"), AllowList())

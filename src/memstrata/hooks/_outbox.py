@@ -193,7 +193,12 @@ class OutboxSender:
             try:
                 self.send(item)
             except Exception:
-                log.exception("webhook delivery %s could not be settled", item.delivery_id)
+                if self._stop.is_set():
+                    # Closing under it (the store went away): the row stays leased and the
+                    # next process with a sender retries it once the lease runs out.
+                    log.debug("webhook delivery %s left to a later sender", item.delivery_id)
+                else:
+                    log.exception("webhook delivery %s could not be settled", item.delivery_id)
             finally:
                 self._slots.release()
                 # A retry may now be due sooner than the poller planned to look again.
