@@ -197,6 +197,17 @@ def test_no_worker_serves_the_api_and_leaves_messages_queued(tmp_path: Path) -> 
 # -- authentication and the admin API -----------------------------------------------------
 
 
+def test_project_route_names_the_keys_project(srv: Srv) -> None:
+    key = srv.new_project("whoami")
+    with srv.api(key) as c:
+        me = ok(c.get("/api/project"))
+    assert me["project_id"] == "whoami" and me["name"] == "whoami"
+    assert key.startswith(me["key"]["prefix"]) and me["key"]["name"] == "tests"
+    assert key not in json.dumps(me)
+    with srv.api("ms_not-a-key") as c:
+        err(c.get("/api/project"), 401)
+
+
 def test_keys_are_required_and_both_header_forms_work(srv: Srv) -> None:
     url = f"{srv.url}/api/sessions"
     e = err(httpx.get(url), 401, "unauthorized")
@@ -625,6 +636,24 @@ def test_items_with_provenance_filters_and_paging(srv: Srv) -> None:
             err(c.get(f"/api/{path}/no-such-item"), 404, "not_found")
         err(c.get("/api/summaries/no-such-item/history"), 404, "not_found")
         assert ok(c.get("/api/users/nobody-here/facts"))["items"] == []
+
+        # A user's messages across sessions, with paging and a status filter.
+        other = session(c, "items-user")
+        ok(c.post(f"/api/sessions/{other}/messages", json={"messages": [_msg("later")]}))
+        wait_done(c, other)
+        listed = ok(c.get("/api/users/items-user/messages", params={"status": "processed"}))
+        sessions_seen = {m["session_id"] for m in listed["items"]}
+        assert sessions_seen == {"items-session", other}
+        assert all(m["user_id"] == "items-user" for m in listed["items"])
+        one = ok(c.get("/api/users/items-user/messages", params={"limit": 1}))
+        assert one["items"] == listed["items"][:1] and one["next_offset"] == 1
+        assert ok(c.get("/api/users/items-user/messages", params={"status": "failed"})) == {
+            "items": [],
+            "limit": 100,
+            "offset": 0,
+            "next_offset": None,
+        }
+        assert ok(c.get("/api/users/nobody-here/messages"))["items"] == []
 
 
 def _key_id(srv: Srv, project: str = "default", name: str = "bootstrap") -> str:

@@ -206,12 +206,18 @@ def list_messages(
     offset: int,
 ) -> Call[list[Message]]:
     if session_id is None:
-        raise ValidationError(
-            "invalid messages.list",
-            [
-                "session_id: required against a server, which lists messages per session"
-                + (f" (user_id={user_id!r} alone is not enough)" if user_id else "")
-            ],
+        if user_id is None:
+            raise ValidationError(
+                "invalid messages.list",
+                ["session_id or user_id: required against a server (it lists per user)"],
+            )
+        uid = path_segment(check_id(user_id, "user_id"))
+        return Call(
+            "GET",
+            f"/api/users/{uid}/messages",
+            _parse_list(Message),
+            params={"status": status},
+            paged=check_paging(limit, offset),
         )
     sid = path_segment(check_id(session_id, "session_id"))
     parse = _parse_list(Message)

@@ -33,11 +33,6 @@ __all__ = ["RemoteMemory"]
 log = logging.getLogger("memstrata")
 
 
-def _first_project(page: Any) -> str | None:
-    items = page["items"]
-    return str(items[0]["project_id"]) if items else None
-
-
 def _close_at_exit(ref: weakref.ReferenceType[RemoteMemory]) -> None:
     memory = ref()
     if memory is not None:
@@ -99,12 +94,10 @@ class RemoteMemory(MemoryClient):
         atexit.register(self._atexit)
 
     @property
-    def project_id(self) -> str | None:
-        """The project the API key belongs to, as the server reports it on sessions (None
-        until known: the key's project has no session yet)."""
+    def project_id(self) -> str:
+        """The project the API key belongs to (asked of the server once)."""
         if self._project_id is None:
-            # No route names the key's project (yet); any of its sessions does.
-            call = Call("GET", "/api/sessions", _first_project, params={"limit": 1})
+            call = Call("GET", "/api/project", lambda data: str(data["project_id"]))
             self._project_id = self._send(call)
         return self._project_id
 

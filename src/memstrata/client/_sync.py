@@ -104,8 +104,8 @@ class _Messages:
         limit: int = 100,
         offset: int = 0,
     ) -> list[Message]:
-        """A session's messages in acceptance order (the server lists per session, so
-        ``session_id`` is required)."""
+        """A session's or a user's messages in acceptance order (against a server one of
+        ``session_id`` and ``user_id`` is required)."""
         return self._c._send(calls.list_messages(session_id, user_id, status, limit, offset))
 
 

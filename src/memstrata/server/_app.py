@@ -14,6 +14,7 @@ from . import (
     _routes_governance,
     _routes_health,
     _routes_memory,
+    _routes_project,
     _routes_sessions,
     _routes_webhooks,
 )
@@ -70,6 +71,7 @@ def create_app(memory: Any = None, settings: ServerSettings | None = None) -> Fa
         _routes_health,
         _routes_sessions,
         _routes_actions,
+        _routes_project,
         _routes_memory,
         _routes_governance,
         _routes_admin,

@@ -35,10 +35,33 @@ SummaryStatus = Literal["active", "deprioritized", "archived", "deleted", "super
 
 
 @router.get(
+    f"/users/{UID}/messages",
+    summary="List a user's messages",
+    description="The user's messages across sessions in acceptance order, with their "
+    "processing status.",
+    response_model=Envelope[Page[Message]],
+)
+def list_user_messages(
+    user_id: str,
+    caller: CallerDep,
+    limit: Limit = 100,
+    offset: Offset = 0,
+    status: Annotated[
+        Literal["pending", "processed", "failed"] | None,
+        Query(description="Only messages in this processing state."),
+    ] = None,
+) -> Envelope[Page[Message]]:
+    def fetch(n: int, skip: int) -> list[Message]:
+        return caller.memory.messages.list(user_id=user_id, status=status, limit=n, offset=skip)
+
+    return Envelope(data=page(fetch, limit, offset))
+
+
+@router.get(
     f"/users/{UID}/facts",
     summary="List a user's facts",
     description="Facts extracted from the user's messages, each with `message_ids` "
-    "(provenance), newest first; filter by status, time and metadata.",
+    "(provenance), in extraction order; filter by status, time and metadata.",
     response_model=Envelope[Page[Fact]],
 )
 def list_facts(
