@@ -419,6 +419,15 @@ def test_messages_are_stored_then_processed(srv: Srv) -> None:
         e = err(c.post(f"/api/sessions/{sid}/messages", json={"messages": []}), 422)
         assert fields(e) == {"messages"}
         err(c.post("/api/sessions/missing/messages", json={"messages": [_msg("x")]}), 404)
+        # With the user named, a new session id is created on the way in.
+        added = ok(
+            c.post(
+                "/api/sessions/new-thread/messages",
+                json={"user_id": "m-user", "messages": [_msg("z")], "sync": True},
+            )
+        )
+        assert added["processed"] is True
+        assert ok(c.get("/api/sessions/new-thread"))["user_id"] == "m-user"
 
 
 def test_context_get_and_post(srv: Srv) -> None:

@@ -124,7 +124,9 @@ class AddMessages(_Body):
     user_id: str | None = Field(
         default=None,
         pattern=ID_PATTERN,
-        description="Optional check: when given it must be the session's user (409 if not).",
+        description="The session's user. For an existing session it must match (409 if "
+        "not); for a session id that does not exist yet, the session is created for this user "
+        "(without it, an unknown session is a 404).",
     )
 
 

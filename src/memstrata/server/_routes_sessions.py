@@ -59,7 +59,8 @@ def list_sessions(
     f"/{SID}/messages",
     summary="Add messages",
     description="Store messages (chat turns or behaviour events) durably and queue their "
-    "processing in one transaction. With `sync: false` (default) the call returns once "
+    "processing in one transaction. With `user_id`, a session id that does not exist yet is "
+    "created for that user. With `sync: false` (default) the call returns once "
     "they are stored; with `sync: true` once they are processed. A message resent with the "
     "same `id` and content is a duplicate (listed in `duplicates`, not stored again); the "
     "same `id` with other content is a 409.",
@@ -68,9 +69,12 @@ def list_sessions(
 def add_messages(session_id: str, body: AddMessages, caller: CallerDep) -> Envelope[AddResult]:
     view = caller.memory
     check_sizes([(m.content, m.metadata) for m in body.messages], view.settings, "messages")
-    session = view.sessions.get(session_id)
-    if body.user_id is not None and body.user_id != session.user_id:
-        raise ApiError(409, f"session {session_id!r} belongs to another user")
+    if body.user_id is None:
+        session = view.sessions.get(session_id)
+    else:
+        # create() returns an existing session of the same user and refuses (409) one of
+        # another user: adding to a new thread needs no separate call.
+        session = view.sessions.create(body.user_id, session_id=session_id)
     result = view.add_messages(session.id, body.messages, sync=body.sync)
     return Envelope(data=result)
 
