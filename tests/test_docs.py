@@ -23,5 +23,5 @@ def test_readme_starts_with_the_two_commands() -> None:
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
     blocks = [b.split("```", 1)[0].strip() for b in readme.split("```bash\n")[1:3]]
-    assert blocks[0].endswith("memstrata demo")
+    assert blocks[0].endswith('pip install -e ".[server]" && memstrata serve')
     assert blocks[1] in ci  # CI runs exactly the documented test command

@@ -1,0 +1,43 @@
+"""The README's curl lines, run verbatim (host and key aside) against `memstrata serve`."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from server_proc import ServerProcess
+
+pytestmark = pytest.mark.slow
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def _curl_block() -> list[str]:
+    text = README.read_text(encoding="utf-8")
+    blocks = [b.split("```", 1)[0].strip() for b in text.split("```bash\n")[1:]]
+    return next(b for b in blocks if b.startswith("curl")).splitlines()
+
+
+def test_readme_curl_lines_add_and_query_memory(tmp_path: Path) -> None:
+    lines = _curl_block()
+    assert len(lines) == 2  # the README promises two lines
+    server = ServerProcess(tmp_path).start()
+    try:
+        env = {**os.environ, "KEY": server.bootstrap_key()}
+        answers = []
+        for line in lines:
+            line = line.replace("localhost:8000", f"127.0.0.1:{server.port}")
+            done = subprocess.run(
+                ["bash", "-c", line], capture_output=True, text=True, env=env, timeout=60
+            )
+            assert done.returncode == 0, done.stderr
+            answers.append(json.loads(done.stdout))
+    finally:
+        server.stop()
+    added, context = answers
+    assert added["success"] and added["data"]["processed"] is True
+    assert context["success"] and "Berlin" in context["data"]["formatted_context"]
