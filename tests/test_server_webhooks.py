@@ -272,3 +272,49 @@ def test_webhooks_are_project_scoped(srv: Srv) -> None:
         assert _data(api.get(f"/api/webhooks/{hid}"))["enabled"] is True
     with httpx.Client(base_url=srv.url, timeout=30) as anonymous:
         assert anonymous.get("/api/webhooks").status_code == 401
+
+
+def test_python_clients_manage_webhooks(srv: Srv, receiver: WebhookReceiver) -> None:
+    from memstrata.client import AsyncMemoryClient, MemoryClient, NotFoundError, ValidationError
+
+    key = srv.new_project("client-hooks")
+    with MemoryClient(api_key=key, base_url=srv.url) as c:
+        hook, secret = c.webhooks.create(
+            resource="fact", event="before_add", target_url=receiver.url("/client"), mode="async"
+        )
+        assert secret.startswith("whsec_") and hook.mode == "async"
+        assert [h.id for h in c.webhooks.list()] == [hook.id]
+        assert c.webhooks.disable(hook.id).enabled is False
+        assert c.webhooks.update(hook.id, name="audit", enabled=True).name == "audit"
+        new_secret = c.webhooks.rotate_secret(hook.id)
+        assert new_secret.startswith("whsec_") and new_secret != secret
+
+        s = c.sessions.create(user_id="hooked")
+        s.add_messages([{"role": "user", "content": "I moved to Porto."}], sync=True)
+        deadline = time.monotonic() + 30
+        while not (log := c.webhooks.deliveries(hook.id)):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert log[0].status in ("delivered", "retrying", "failed")
+        # The receiver verifies with the rotated secret, as the server signed with it.
+        sent = next(r for r in receiver.requests if r.path == "/client")
+        standardwebhooks.Webhook(new_secret).verify(sent.body, sent.headers)
+
+        with pytest.raises(ValidationError):
+            c.webhooks.create(resource="topic", event="after_llm", target_url=receiver.url("/x"))
+        c.webhooks.delete(hook.id)
+        with pytest.raises(NotFoundError):
+            c.webhooks.get(hook.id)
+
+    async def run() -> None:
+        async with AsyncMemoryClient(api_key=key, base_url=srv.url) as ac:
+            made, _ = await ac.webhooks.create(
+                resource="summary", event="before_add", target_url=receiver.url("/async")
+            )
+            assert (await ac.webhooks.get(made.id)).event == "before_add"
+            await ac.webhooks.delete(made.id)
+            assert await ac.webhooks.list() == []
+
+    import asyncio
+
+    asyncio.run(run())

@@ -32,6 +32,8 @@ from ..types import (
     Session,
     Summary,
     Topic,
+    Webhook,
+    WebhookDelivery,
 )
 from . import _calls as calls
 from ._errors import NotFoundError
@@ -207,6 +209,62 @@ class _Topics:
         return await self._c._send(calls.get_item("topics", topic_id, Topic))
 
 
+class _Webhooks:
+    """``client.webhooks``: the project's webhooks (see docs/webhooks.md)."""
+
+    def __init__(self, client: AsyncMemoryClient) -> None:
+        self._c = client
+
+    async def create(
+        self,
+        *,
+        resource: str,
+        event: str,
+        target_url: str,
+        mode: str = "sync",
+        name: str | None = None,
+        timeout_ms: int | None = None,
+        enabled: bool = True,
+    ) -> tuple[Webhook, str]:
+        """The webhook and its signing secret (``whsec_...``), shown only now."""
+        fields = {
+            "resource": resource,
+            "event": event,
+            "target_url": target_url,
+            "mode": mode,
+            "name": name,
+            "timeout_ms": timeout_ms,
+            "enabled": enabled,
+        }
+        return await self._c._send(calls.create_webhook(fields))
+
+    async def list(self, *, limit: int = 100, offset: int = 0) -> list[Webhook]:
+        return await self._c._send(calls.list_webhooks(limit, offset))
+
+    async def get(self, hook_id: str) -> Webhook:
+        return await self._c._send(calls.get_webhook(hook_id))
+
+    async def update(self, hook_id: str, **fields: Any) -> Webhook:
+        return await self._c._send(calls.update_webhook(hook_id, fields))
+
+    async def enable(self, hook_id: str) -> Webhook:
+        return await self.update(hook_id, enabled=True)
+
+    async def disable(self, hook_id: str) -> Webhook:
+        return await self.update(hook_id, enabled=False)
+
+    async def delete(self, hook_id: str) -> None:
+        await self._c._send(calls.delete_webhook(hook_id))
+
+    async def rotate_secret(self, hook_id: str) -> str:
+        return await self._c._send(calls.rotate_webhook_secret(hook_id))
+
+    async def deliveries(
+        self, hook_id: str, *, limit: int = 100, offset: int = 0
+    ) -> list[WebhookDelivery]:
+        return await self._c._send(calls.webhook_deliveries(hook_id, limit, offset))
+
+
 class _UserActions:
     def __init__(self, client: AsyncMemoryClient) -> None:
         self._c = client
@@ -275,6 +333,7 @@ class AsyncMemoryClient:
         self.summaries = _Summaries(self)
         self.topics = _Topics(self)
         self.user_actions = _UserActions(self)
+        self.webhooks = _Webhooks(self)
 
     async def _send(self, call: Call[T]) -> T:
         return await self._transport.send(call)

@@ -25,6 +25,8 @@ from ..types import (
     Session,
     Summary,
     Topic,
+    Webhook,
+    WebhookDelivery,
 )
 from ._errors import ValidationError
 from ._http import MAX_PAGE, Call, path_segment
@@ -417,3 +419,49 @@ __all__ = [
     "set_status",
     "summary_history",
 ]
+
+
+# -- webhooks ----------------------------------------------------------------------------
+
+
+def _with_secret(data: Any) -> tuple[Webhook, str]:
+    return Webhook.model_validate(data["webhook"]), str(data["secret"])
+
+
+def _hook_path(hook_id: str, suffix: str = "") -> str:
+    return f"/api/webhooks/{path_segment(check_id(hook_id, 'hook_id'))}{suffix}"
+
+
+def create_webhook(fields: Mapping[str, Any]) -> Call[tuple[Webhook, str]]:
+    body = {k: v for k, v in fields.items() if v is not None}
+    return Call("POST", "/api/webhooks", _with_secret, body=body)
+
+
+def list_webhooks(limit: int, offset: int) -> Call[list[Webhook]]:
+    return Call("GET", "/api/webhooks", _parse_list(Webhook), paged=check_paging(limit, offset))
+
+
+def get_webhook(hook_id: str) -> Call[Webhook]:
+    return Call("GET", _hook_path(hook_id), Webhook.model_validate)
+
+
+def update_webhook(hook_id: str, fields: Mapping[str, Any]) -> Call[Webhook]:
+    body = {k: v for k, v in fields.items() if v is not None}
+    return Call("PATCH", _hook_path(hook_id), Webhook.model_validate, body=body)
+
+
+def delete_webhook(hook_id: str) -> Call[None]:
+    return Call("DELETE", _hook_path(hook_id), lambda _: None)
+
+
+def rotate_webhook_secret(hook_id: str) -> Call[str]:
+    return Call("POST", _hook_path(hook_id, "/rotate-secret"), lambda data: str(data["secret"]))
+
+
+def webhook_deliveries(hook_id: str, limit: int, offset: int) -> Call[list[WebhookDelivery]]:
+    return Call(
+        "GET",
+        _hook_path(hook_id, "/deliveries"),
+        _parse_list(WebhookDelivery),
+        paged=check_paging(limit, offset),
+    )

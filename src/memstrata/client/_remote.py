@@ -3,8 +3,9 @@
 ``Memory("http://host:8000", api_key=...)`` gives one of these: the same sessions,
 messages, recall, search, listings and governance calls as an embedded ``Memory``, the same
 public types back, and ``mem.llm`` / ``mem.scope`` so captured LLM calls recall from and
-write to the server. What only makes sense in-process (workers, reindex, hooks, projects
-and keys) is not here; the server and ``memstrata`` CLI own those.
+write to the server, and ``mem.webhooks`` for the project's webhooks. What only makes sense
+in-process (workers, reindex, in-process hooks, projects and keys) is not here; the server
+and ``memstrata`` CLI own those.
 """
 
 from __future__ import annotations

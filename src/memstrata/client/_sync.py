@@ -36,6 +36,8 @@ from ..types import (
     Session,
     Summary,
     Topic,
+    Webhook,
+    WebhookDelivery,
 )
 from . import _calls as calls
 from ._errors import NotFoundError
@@ -194,6 +196,62 @@ class _Topics:
         return self._c._send(calls.get_item("topics", topic_id, Topic))
 
 
+class _Webhooks:
+    """``client.webhooks``: the project's webhooks (see docs/webhooks.md)."""
+
+    def __init__(self, client: MemoryClient) -> None:
+        self._c = client
+
+    def create(
+        self,
+        *,
+        resource: str,
+        event: str,
+        target_url: str,
+        mode: str = "sync",
+        name: str | None = None,
+        timeout_ms: int | None = None,
+        enabled: bool = True,
+    ) -> tuple[Webhook, str]:
+        """The webhook and its signing secret (``whsec_...``), shown only now."""
+        fields = {
+            "resource": resource,
+            "event": event,
+            "target_url": target_url,
+            "mode": mode,
+            "name": name,
+            "timeout_ms": timeout_ms,
+            "enabled": enabled,
+        }
+        return self._c._send(calls.create_webhook(fields))
+
+    def list(self, *, limit: int = 100, offset: int = 0) -> list[Webhook]:
+        return self._c._send(calls.list_webhooks(limit, offset))
+
+    def get(self, hook_id: str) -> Webhook:
+        return self._c._send(calls.get_webhook(hook_id))
+
+    def update(self, hook_id: str, **fields: Any) -> Webhook:
+        return self._c._send(calls.update_webhook(hook_id, fields))
+
+    def enable(self, hook_id: str) -> Webhook:
+        return self.update(hook_id, enabled=True)
+
+    def disable(self, hook_id: str) -> Webhook:
+        return self.update(hook_id, enabled=False)
+
+    def delete(self, hook_id: str) -> None:
+        self._c._send(calls.delete_webhook(hook_id))
+
+    def rotate_secret(self, hook_id: str) -> str:
+        return self._c._send(calls.rotate_webhook_secret(hook_id))
+
+    def deliveries(
+        self, hook_id: str, *, limit: int = 100, offset: int = 0
+    ) -> list[WebhookDelivery]:
+        return self._c._send(calls.webhook_deliveries(hook_id, limit, offset))
+
+
 class _UserActions:
     """``client.user_actions``: behaviour events (searches, clicks, views, tool calls)."""
 
@@ -276,6 +334,7 @@ class MemoryClient:
         self.summaries = _Summaries(self)
         self.topics = _Topics(self)
         self.user_actions = _UserActions(self)
+        self.webhooks = _Webhooks(self)
 
     # -- plumbing -----------------------------------------------------------------------
 
