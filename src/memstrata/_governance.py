@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ._checks import check_id, check_text, new_id, parse_time
 from ._time import now_iso, to_iso
 from .errors import NotFoundError, ValidationError
 from .recall._rows import fact_from_row, message_from_row, summary_from_row, topic_from_row
@@ -76,11 +77,7 @@ def _audit(row: AuditRow) -> AuditRecord:
 def _text(value: Any, name: str, *, max_len: int, required: bool = False) -> str | None:
     if value is None and not required:
         return None
-    if not isinstance(value, str) or not value.strip() or len(value) > max_len:
-        raise ValidationError(
-            f"invalid {name}", [f"{name}: expected a non-empty string of at most {max_len}"]
-        )
-    return value
+    return check_text(value, name, max_len=max_len)
 
 
 class Projects:
@@ -91,10 +88,8 @@ class Projects:
 
     def create(self, name: str, *, project_id: str | None = None) -> Project:
         """Create a project (or return it if ``project_id`` already exists)."""
-        from .memory import _check_id, _new_id
-
         _text(name, "name", max_len=200, required=True)
-        pid = _new_id("p") if project_id is None else _check_id(project_id, "project_id")
+        pid = new_id("p") if project_id is None else check_id(project_id, "project_id")
         row, _ = self._m.store.create_project(pid, name)
         return _project(row)
 
@@ -164,15 +159,13 @@ def item_filters(
     metadata_filters: dict[str, Any] | None,
 ) -> ItemFilters:
     """Validated listing filters for facts and summaries."""
-    from .memory import _parse_time
-
     wanted = (status,) if isinstance(status, str) else tuple(status or ())
     bad = [s for s in wanted if s not in allowed]
     if bad:
         raise ValidationError(
             "invalid status", [f"status: {bad[0]!r} is not one of {', '.join(allowed)}"]
         )
-    start, end = _parse_time(since, "since"), _parse_time(until, "until")
+    start, end = parse_time(since, "since"), parse_time(until, "until")
     return ItemFilters(
         status=wanted,
         since=None if start is None else to_iso(start),

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
-import secrets
-import time
 from typing import TYPE_CHECKING, Any
 
+from ._checks import check_paging, new_id
 from ._time import now_iso
 from .errors import NotFoundError, ValidationError
 from .hooks import HOOK_POINTS
@@ -69,10 +68,6 @@ def _delivery(row: WebhookDeliveryRow) -> WebhookDelivery:
         response=row.response,
         at=row.at,  # type: ignore[arg-type]
     )
-
-
-def _new_id() -> str:
-    return f"wh_{int(time.time() * 1000):012x}{secrets.token_hex(6)}"
 
 
 class Webhooks:
@@ -176,7 +171,7 @@ class Webhooks:
         row = self._m._store.create_webhook(
             WebhookRow(
                 pk=0,
-                id=_new_id(),
+                id=new_id("wh"),
                 project_id=self._m.project_id,
                 name=fields["name"].strip(),
                 resource=resource,
@@ -195,7 +190,7 @@ class Webhooks:
     def list(self, *, limit: int = 100, offset: int = 0) -> list[Webhook]:
         """The project's webhooks in creation order."""
         self._m._check_open()
-        _paging(limit, offset)
+        check_paging(limit, offset)
         rows = self._m._store.list_webhooks(self._m.project_id, limit=limit, offset=offset)
         return [_webhook(r) for r in rows]
 
@@ -280,7 +275,7 @@ class Webhooks:
         """The webhook's delivery attempts, newest first: when, status, HTTP status,
         latency, reason, and the start of the request and the answer."""
         self._m._check_open()
-        _paging(limit, offset)
+        check_paging(limit, offset)
         self._row(hook_id)
         rows = self._m._store.list_webhook_deliveries(self._m.project_id, hook_id, limit, offset)
         return [_delivery(r) for r in rows]
@@ -290,16 +285,6 @@ class Webhooks:
         for good); without worker threads they are sent in the calling thread."""
         self._m._check_open()
         self._m._webhook_engine.wait(self._m.project_id, timeout)
-
-
-def _paging(limit: Any, offset: Any) -> None:
-    problems = []
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
-        problems.append(f"limit: expected an integer from 1 to 10000 (got {limit!r})")
-    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-        problems.append(f"offset: expected an integer >= 0 (got {offset!r})")
-    if problems:
-        raise ValidationError("invalid paging", problems)
 
 
 class AsyncWebhooks:

@@ -9,10 +9,7 @@ import hashlib
 import json
 import logging
 import os
-import re
-import secrets
 import threading
-import time
 import weakref
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
@@ -22,6 +19,9 @@ from typing import Any, Literal
 from pydantic import TypeAdapter
 from pydantic import ValidationError as PydanticValidationError
 
+from ._checks import check_id as _check_id
+from ._checks import check_paging as _check_paging
+from ._checks import check_text, new_id
 from ._governance import (
     SETTABLE_STATUSES,
     ApiKeys,
@@ -63,7 +63,6 @@ from .store import (
     parse_metadata_filters,
 )
 from .types import (
-    ID_PATTERN,
     ROLES,
     AddResult,
     AuditRecord,
@@ -83,52 +82,7 @@ __all__ = ["AsyncMemory", "Memory"]
 
 log = logging.getLogger("memstrata")
 
-_ID_RE = re.compile(ID_PATTERN)
 _DATETIME = TypeAdapter(datetime)
-
-
-def _new_id(prefix: str) -> str:
-    # Time-ordered so ids sort by creation, random so they never collide across processes.
-    return f"{prefix}_{int(time.time() * 1000):012x}{secrets.token_hex(6)}"
-
-
-def _check_id(value: Any, name: str) -> str:
-    if not isinstance(value, str) or not _ID_RE.match(value):
-        raise ValidationError(
-            f"invalid {name}",
-            [
-                f"{name}: expected 1-200 characters of letters, digits and ._:@/+=- "
-                f"starting with a letter or digit (got {value!r})"
-            ],
-        )
-    return value
-
-
-def _text_id(value: Any, name: str) -> str:
-    if not isinstance(value, str) or not value.strip() or len(value) > 200:
-        raise ValidationError(f"invalid {name}", [f"{name}: expected a string of 1 to 200"])
-    return value
-
-
-def _check_paging(limit: Any, offset: Any) -> None:
-    problems = []
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
-        problems.append(f"limit: expected an integer from 1 to 10000 (got {limit!r})")
-    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-        problems.append(f"offset: expected an integer >= 0 (got {offset!r})")
-    if problems:
-        raise ValidationError("invalid paging", problems)
-
-
-def _parse_time(value: datetime | str | None, name: str) -> datetime | None:
-    if value is None:
-        return None
-    try:
-        return as_utc(_DATETIME.validate_python(value))
-    except PydanticValidationError:
-        raise ValidationError(
-            f"invalid {name}", [f"{name}: expected an ISO-8601 datetime (got {value!r})"]
-        ) from None
 
 
 def _pydantic_problems(exc: PydanticValidationError, prefix: str) -> list[str]:
@@ -185,7 +139,7 @@ class Sessions:
         """Create a session (or return it if ``session_id`` exists for the same user)."""
         m = self._m
         _check_id(user_id, "user_id")
-        sid = _new_id("s") if session_id is None else _check_id(session_id, "session_id")
+        sid = new_id("s") if session_id is None else _check_id(session_id, "session_id")
         if title is not None and (not isinstance(title, str) or len(title) > 500):
             raise ValidationError("invalid session", ["title: expected a string of at most 500"])
         meta = m._check_metadata(metadata, "metadata")
@@ -740,7 +694,7 @@ class Memory:
         rows = [
             MessageRow(
                 project_id=self.project_id,
-                id=m.id or _new_id("m"),
+                id=m.id or new_id("m"),
                 user_id=session.user_id,
                 session_id=session.id,
                 role=m.role,
@@ -1117,7 +1071,7 @@ class Memory:
     def _actor(actor: str | None) -> str:
         if actor is None:
             return "local"
-        return _text_id(actor, "actor")
+        return check_text(actor, "actor")
 
     def stats(self) -> dict[str, Any]:
         self._check_open()

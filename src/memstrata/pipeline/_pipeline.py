@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import logging
 import re
-import secrets
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -22,6 +20,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic import ValidationError as PydanticValidationError
 
+from .._checks import new_id
 from .._time import to_iso as _iso
 from ..embed import Embedder
 from ..hooks import HookContext, Hooks
@@ -61,10 +60,6 @@ def embedding_text(message: MessageRow) -> str:
             parts.append(f"(page: {message.page})")
         return " ".join(parts)
     return f"{message.name}: {message.content}" if message.name else message.content
-
-
-def _new_id(prefix: str) -> str:
-    return f"{prefix}_{int(time.time() * 1000):012x}{secrets.token_hex(6)}"
 
 
 def topic_key(name: str) -> str:
@@ -320,7 +315,7 @@ class Pipeline:
         return [
             _NewFact(
                 FactWrite(
-                    id=_new_id("f"),
+                    id=new_id("f"),
                     text=d.text,
                     kind=d.kind,
                     message_ids=d.message_ids,
@@ -478,7 +473,7 @@ class Pipeline:
                 retired.add(supersedes)
             sw = SummaryWrite(
                 action="supersede" if supersedes else "add",
-                id=_new_id("s"),
+                id=new_id("s"),
                 text=w.text,
                 confidence=w.confidence,
                 fact_ids=[w.id],
@@ -585,7 +580,7 @@ class Pipeline:
             writes.append(
                 SummaryWrite(
                     action="supersede" if supersedes else "add",
-                    id=_new_id("s"),
+                    id=new_id("s"),
                     text=text,
                     confidence=conf,
                     fact_ids=fact_ids,
@@ -660,7 +655,7 @@ class Pipeline:
             if key not in grouped:
                 old = by_name.get(key)
                 grouped[key] = TopicWrite(
-                    id=old.id if old else _new_id("t"),
+                    id=old.id if old else new_id("t"),
                     name=old.name if old else name.strip(),
                     description=(old.description if old and old.description else description),
                     summary_ids=[],
@@ -835,7 +830,7 @@ def _validated_summaries(
         if item.action == "supersede" and item.supersedes not in existing | created:
             raise ValueError(f"propositions[{i}] supersedes unknown summary {item.supersedes!r}")
         message_ids = list(dict.fromkeys(m for f in item.fact_ids for m in by_fact[f].message_ids))
-        sid = item.id if item.action == "strengthen" else _new_id("s")
+        sid = item.id if item.action == "strengthen" else new_id("s")
         if item.action != "strengthen":
             created.add(sid)
         out.append(
@@ -890,7 +885,7 @@ def _validated_topics(
         topic = out.setdefault(
             key,
             TopicWrite(
-                id=old.id if old else _new_id("t"),
+                id=old.id if old else new_id("t"),
                 name=old.name if old else item.name.strip(),
                 description=item.description or (old.description if old else ""),
                 summary_ids=[],

@@ -1,0 +1,65 @@
+"""Checks of the facade's arguments and the id scheme, shared by every public entry point."""
+
+from __future__ import annotations
+
+import re
+import secrets
+import time
+from datetime import datetime
+from typing import Any
+
+from pydantic import TypeAdapter
+from pydantic import ValidationError as PydanticValidationError
+
+from ._time import as_utc
+from .errors import ValidationError
+from .types import ID_PATTERN
+
+_ID_RE = re.compile(ID_PATTERN)
+_DATETIME = TypeAdapter(datetime)
+
+
+def new_id(prefix: str) -> str:
+    # Time-ordered so ids sort by creation, random so they never collide across processes.
+    return f"{prefix}_{int(time.time() * 1000):012x}{secrets.token_hex(6)}"
+
+
+def check_id(value: Any, name: str) -> str:
+    if not isinstance(value, str) or not _ID_RE.match(value):
+        raise ValidationError(
+            f"invalid {name}",
+            [
+                f"{name}: expected 1-200 characters of letters, digits and ._:@/+=- "
+                f"starting with a letter or digit (got {value!r})"
+            ],
+        )
+    return value
+
+
+def check_text(value: Any, name: str, *, max_len: int = 200) -> str:
+    if not isinstance(value, str) or not value.strip() or len(value) > max_len:
+        raise ValidationError(
+            f"invalid {name}", [f"{name}: expected a non-empty string of at most {max_len}"]
+        )
+    return value
+
+
+def check_paging(limit: Any, offset: Any) -> None:
+    problems = []
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
+        problems.append(f"limit: expected an integer from 1 to 10000 (got {limit!r})")
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+        problems.append(f"offset: expected an integer >= 0 (got {offset!r})")
+    if problems:
+        raise ValidationError("invalid paging", problems)
+
+
+def parse_time(value: datetime | str | None, name: str) -> datetime | None:
+    if value is None:
+        return None
+    try:
+        return as_utc(_DATETIME.validate_python(value))
+    except PydanticValidationError:
+        raise ValidationError(
+            f"invalid {name}", [f"{name}: expected an ISO-8601 datetime (got {value!r})"]
+        ) from None
