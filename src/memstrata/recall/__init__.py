@@ -185,6 +185,9 @@ class _Rows:
     facts: dict[int, tuple[Any, ...]] = field(default_factory=dict)
     summaries: dict[int, tuple[Any, ...]] = field(default_factory=dict)
     neighbours: dict[int, tuple[int | None, int | None]] = field(default_factory=dict)
+    # Briefs of turns read only as neighbours of the above (no links of their own yet): a
+    # turn that turns out to be a candidate too is read again, with its neighbours.
+    context: dict[int, tuple[Any, ...]] = field(default_factory=dict)
 
     def __contains__(self, key: Key) -> bool:
         layer, pk = key
@@ -196,6 +199,7 @@ class _Rows:
         self.facts.update(other.facts)
         self.summaries.update(other.summaries)
         self.neighbours.update(other.neighbours)
+        self.context.update(other.context)
 
 
 @dataclass
@@ -324,12 +328,19 @@ class Recaller:
         speakers: Sequence[str],
     ) -> tuple[dict[Key, list[float]], list[Key], list[np.ndarray], _Rows]:
         """Candidates of every layer: full text (run beside the query embedding, with the
-        rows of what it found), then vectors. Returns (full-text scores per variant, every
-        candidate, query vectors, the rows loaded so far)."""
+        briefs of what it found and of their neighbouring turns), then vectors. Returns
+        (full-text scores per variant, every candidate, query vectors, briefs so far)."""
 
         def fulltext_and_rows() -> tuple[dict[Key, list[float]], _Rows]:
             found = self._fulltext(project_id, user_id, variants, n, filters, opts, speakers)
-            return found, self._rows(project_id, user_id, list(found), filters)
+            rows = self._rows(project_id, user_id, list(found), filters)
+            around = {p for pair in rows.neighbours.values() for p in pair if p is not None}
+            around -= set(rows.messages)
+            if around:
+                rows.context = self.store.recall_briefs(
+                    project_id, user_id, sorted(around), embedder=self.embedder.id
+                )[0]
+            return found, rows
 
         pending = self._executor().submit(fulltext_and_rows)
         qvecs = self.embedder.embed(list(variants))
@@ -408,8 +419,10 @@ class Recaller:
         filters: SearchFilters,
         options: SearchOptions | None = None,
         exclude: Sequence[str] = (),
+        rows: dict[str, Any] | None = None,
     ) -> list[Hit]:
-        """Ranked hits of every layer asked for, each with its provenance message ids."""
+        """Ranked hits of every layer asked for, each with its provenance message ids.
+        ``rows``, when given, receives the stored row of each hit by id."""
         opts = options or SearchOptions()
         if limit <= 0 or not query.strip():
             return []
@@ -423,7 +436,7 @@ class Recaller:
         scored = self._score(project_id, user_id, query, variants, n, filters, opts, intent)
         if opts.router == "multi_hop_chain" and scored:
             scored = self._chain(project_id, user_id, query, scored, n, filters, opts, intent)
-        return self._hits(scored, limit, exclude, opts, query)
+        return self._hits(scored, limit, exclude, opts, query, rows)
 
     def _score(
         self,
@@ -447,10 +460,14 @@ class Recaller:
             more = {p for pair in neighbours.values() for p in pair if p is not None}
             more -= set(messages)
             if more:
-                added, _, _ = self.store.recall_briefs(
-                    project_id, user_id, sorted(more), embedder=self.embedder.id
-                )
-                messages.update(added)
+                missing = sorted(more - set(rows.context))
+                if missing:
+                    rows.context.update(
+                        self.store.recall_briefs(
+                            project_id, user_id, missing, embedder=self.embedder.id
+                        )[0]
+                    )
+                messages.update((pk, rows.context[pk]) for pk in more if pk in rows.context)
                 keys = sorted(set(keys) | {("message", pk) for pk in more})
                 # An added turn's link back to the candidate it neighbours is known; its
                 # other side is not needed for a turn that only came in as context.
@@ -575,6 +592,7 @@ class Recaller:
         exclude: Sequence[str],
         opts: SearchOptions,
         query: str,
+        rows: dict[str, Any] | None = None,
     ) -> list[Hit]:
         skip = set(exclude)
         ranked = sorted(scored.items(), key=lambda kv: (-kv[1].score, kv[0]))
@@ -615,6 +633,8 @@ class Recaller:
                     hit = _summary_hit(x.row, s, message_score)
                 hit.signals = x.signals
                 hits.append(hit)
+                if rows is not None:
+                    rows[hit.id] = x.row
         return hits
 
     def context(
@@ -640,6 +660,7 @@ class Recaller:
         history = [message_from_row(r) for r in reversed(history_rows)]
         user_id = session.user_id
         matches: list[Hit] = []
+        found: dict[str, Any] = {}  # stored rows of the hits, not read twice
         if query and query.strip() and config.enable_long_term_recall:
             caps = {
                 "summary": config.proposition_top_k,
@@ -661,6 +682,7 @@ class Recaller:
                     filters=filters,
                     options=search_options(config, layers=layers, min_similarity=floors),
                     exclude=[m.id for m in history],
+                    rows=found,
                 )
                 taken = dict.fromkeys(caps, 0)
                 best = hits[0].score if hits else 0.0
@@ -672,9 +694,7 @@ class Recaller:
                         continue
                     taken[hit.layer] += 1
                     matches.append(hit)
-        summary_rows = self.store.get_summaries(
-            project_id, [h.id for h in matches if h.layer == "summary"]
-        )
+        summary_rows = [found[h.id] for h in matches if h.layer == "summary"]
         topics_of = self.store.topics_of_summaries([r.pk for r in summary_rows])
         by_summary = {
             r.id: [topic_from_row(t) for t in topics_of.get(r.pk, [])] for r in summary_rows
@@ -688,7 +708,7 @@ class Recaller:
             : config.topic_top_k
         ]
         evidence = self._evidence(project_id, matches, config.observation_context_top_k)
-        fact_rows = self.store.get_facts(project_id, [h.id for h in matches if h.layer == "fact"])
+        fact_rows = [found[h.id] for h in matches if h.layer == "fact"]
         if config.observation_recent_limit:
             known = {r.id for r in fact_rows}
             fact_rows += [
