@@ -172,6 +172,25 @@ def test_local_concurrent_embeds_agree(local: LocalEmbedder) -> None:
         np.testing.assert_allclose(result, expected, atol=1e-5)
 
 
+def test_local_batches_give_way_to_queries_and_still_finish(local: LocalEmbedder) -> None:
+    """A query stops a running background batch, which runs again after it: the batch's
+    vectors are the same as undisturbed, and a batch is stopped a bounded number of times."""
+    long_texts = [f"{i} " + "a long sentence about the weekend plans " * 40 for i in range(32)]
+    expected = local.embed(long_texts)
+    query = local.embed(["where does the user live?"])
+    before = local.yielded
+    out: list[np.ndarray] = []
+    batch = threading.Thread(target=lambda: out.append(local.embed(long_texts)))
+    batch.start()
+    while batch.is_alive():
+        np.testing.assert_allclose(local.embed(["where does the user live?"]), query, atol=1e-6)
+    batch.join()
+    np.testing.assert_allclose(out[0], expected, atol=1e-6)
+    assert local.yielded > before  # queries did stop batch runs
+    batches = (len(long_texts) + 15) // 16
+    assert local.yielded - before <= batches * 2  # at most _MAX_YIELDS per batch
+
+
 @pytest.fixture(scope="module")
 def corrupt_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("model") / "model.onnx"

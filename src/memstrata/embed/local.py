@@ -13,7 +13,8 @@ import hashlib
 import importlib.util
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -46,6 +47,11 @@ _MAX_TOKENS = 256
 _BATCH_SIZE = 16
 _CLS_ID = 101
 _SEP_ID = 102
+# Background batches give way to queries (see LocalEmbedder._run_batch), but boundedly: a
+# batch waits at most this long for queries to end, and is stopped for one at most this
+# many times, so that a steady stream of queries cannot starve the write pipeline.
+_YIELD_WAIT_SECONDS = 0.1
+_MAX_YIELDS = 2
 
 
 def _build_tokenizer() -> Tokenizer:
@@ -136,6 +142,12 @@ class LocalEmbedder:
         # is what a user (or an LLM call) is waiting for.
         self._query_session: onnxruntime.InferenceSession | None = None
         self._load_lock = threading.Lock()
+        # Queries in flight, and the run options of the batches running now: a query stops
+        # them (they run again after it) rather than sharing the cores with them.
+        self._queries = 0
+        self._quiet = threading.Condition()
+        self._batch_runs: dict[int, onnxruntime.RunOptions] = {}
+        self.yielded = 0  # batch runs stopped for a query (for tests and diagnostics)
 
     @property
     def model_path(self) -> Path:
@@ -190,11 +202,54 @@ class LocalEmbedder:
         except Exception as exc:
             raise EmbeddingError(f"onnxruntime cannot load {self._model_path}: {exc}") from exc
 
-    def _run(self, session: onnxruntime.InferenceSession, feed: dict[str, Any]) -> np.ndarray:
+    def _run(
+        self,
+        session: onnxruntime.InferenceSession,
+        feed: dict[str, Any],
+        options: onnxruntime.RunOptions | None = None,
+    ) -> np.ndarray:
         try:
-            return session.run(["last_hidden_state"], feed)[0]
+            return session.run(["last_hidden_state"], feed, options)[0]
         except Exception as exc:
             raise EmbeddingError(f"local embedding model failed: {exc}") from exc
+
+    @contextmanager
+    def _query(self) -> Iterator[None]:
+        """A query (one text) is what a user or an LLM call waits for: while it runs, no
+        batch holds the cores."""
+        with self._quiet:
+            self._queries += 1
+            for options in self._batch_runs.values():
+                options.terminate = True
+        try:
+            yield
+        finally:
+            with self._quiet:
+                self._queries -= 1
+                if not self._queries:
+                    self._quiet.notify_all()
+
+    def _run_batch(self, session: onnxruntime.InferenceSession, feed: dict[str, Any]) -> np.ndarray:
+        """One batch (background work): starts once no query is running and, if a query
+        arrives meanwhile, is stopped and run again after it, within the bounds above."""
+        import onnxruntime
+
+        for attempt in range(_MAX_YIELDS + 1):
+            options = onnxruntime.RunOptions()
+            with self._quiet:
+                self._quiet.wait_for(lambda: not self._queries, timeout=_YIELD_WAIT_SECONDS)
+                if attempt < _MAX_YIELDS:  # the last attempt runs to the end
+                    self._batch_runs[id(options)] = options
+            try:
+                return self._run(session, feed, options)
+            except EmbeddingError:
+                if not options.terminate:
+                    raise
+                self.yielded += 1
+            finally:
+                with self._quiet:
+                    self._batch_runs.pop(id(options), None)
+        raise AssertionError("unreachable: the last attempt is never stopped")
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """Embed ``texts``: float32 ``(len(texts), 384)``, unit rows; see ``Embedder``."""
@@ -205,7 +260,8 @@ class LocalEmbedder:
             return np.zeros((0, _DIM), dtype=np.float32)
         encode = self._tokenizer.encode
         if n == 1:
-            return self._embed_one(self._get_session(query=True), encode(texts[0]).ids)
+            with self._query():
+                return self._embed_one(self._get_session(query=True), encode(texts[0]).ids)
         session = self._get_session()
 
         ids_list = [encode(text).ids for text in texts]
@@ -225,7 +281,7 @@ class LocalEmbedder:
                 ids = ids_list[i]
                 input_ids[r, : len(ids)] = ids
                 mask[r, : len(ids)] = 1
-            hidden = self._run(
+            hidden = self._run_batch(
                 session,
                 {
                     "input_ids": input_ids,
