@@ -35,6 +35,11 @@ def adapter_for(client: Any) -> Callable[[Any, Any], Callable[[], None]]:
         classes = tuple(getattr(sdk, n) for n in names if hasattr(sdk, n))
         if classes and isinstance(client, classes):
             return getattr(importlib.import_module(adapter, __package__), fn)
+    from ._frameworks import named_hint
+
+    hint = named_hint(client)
+    if hint is not None:
+        raise TypeError(hint)
     raise TypeError(
         f"mem.llm.register does not know {type(client).__module__}.{type(client).__qualname__}; "
         "supported: openai.OpenAI, AsyncOpenAI, AzureOpenAI, AsyncAzureOpenAI; "

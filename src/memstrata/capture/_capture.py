@@ -7,6 +7,7 @@ A provider adapter (``_openai.py``, ...) wraps a client's generation methods and
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import threading
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._time import utcnow
 from ..recall._format import HISTORY_HEADER
+from ._layers import inside
 from ._scope import Attribution, check, current
 
 if TYPE_CHECKING:
@@ -103,10 +105,18 @@ class Capture:
 
     # -- public -------------------------------------------------------------------------
 
-    def register(self, client: Any) -> Any:
-        """Wrap ``client``'s generation methods; returns the same client. Idempotent."""
+    def register(self, client: Any = None, /, **named: Any) -> Any:
+        """Wrap ``client``'s generation methods; returns the same client. Idempotent.
+
+        Framework objects go by name (``register(chatopenai=model)``, ``pydantic_ai=``,
+        ``agno=``, ``bedrock=``, ...; see ``docs/capture.md``): one of them can reach several
+        providers, so the name says which integration wraps it."""
         from ._adapters import adapter_for
 
+        if named:
+            from ._frameworks import register_named
+
+            return register_named(self, client, named)
         with self._lock:
             owner = getattr(client, "_memstrata_capture", None)
             if owner is self:
@@ -128,7 +138,8 @@ class Capture:
         if entry is None:
             return
         entry[1]()
-        del client._memstrata_capture
+        with contextlib.suppress(AttributeError):  # framework objects carry no marker
+            del client._memstrata_capture
 
     def attribution(
         self,
@@ -186,6 +197,8 @@ class Capture:
     def before(self, query: str | None) -> Recalled | None:
         """Attribution and recalled memory for a call about to be made. Never raises; gives
         up on recall after ``capture_recall_timeout_ms``."""
+        if inside(self):  # a registered framework around this call captures it
+            return None
         try:
             who = self.resolve()
         except Exception:
