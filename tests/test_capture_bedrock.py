@@ -35,7 +35,9 @@ def server() -> Iterator[FakeBedrockServer]:
 
 @pytest.fixture
 def mem(make_memory: Any) -> Memory:
-    mem = make_memory()
+    # Recall's default budget (50 ms) is for production; here a slow recall on a busy
+    # machine must not turn into a request without memory.
+    mem = make_memory(capture_recall_timeout_ms=10_000)
     s = mem.sessions.create(user_id="ana", session_id="chat")
     s.add_messages([{"role": "user", "content": "I am allergic to peanuts."}], sync=True)
     return mem

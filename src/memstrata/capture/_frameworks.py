@@ -79,6 +79,18 @@ _SPECS: tuple[_Spec, ...] = (
         ((_LC, "BaseChatModel"),),
         "._langchain",
     ),
+    _Spec(
+        "pydantic_ai",
+        "a PydanticAI Agent or Model",
+        (("pydantic_ai.agent", "Agent"), ("pydantic_ai.models", "Model")),
+        "._pydantic_ai",
+    ),
+    _Spec(
+        "agno",
+        "an Agno Agent or Model",
+        (("agno.agent.agent", "Agent"), ("agno.models.base", "Model")),
+        "._agno",
+    ),
     _Spec("bedrock", 'a boto3 client("bedrock-runtime")', (), "._bedrock"),
 )
 
