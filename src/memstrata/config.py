@@ -28,8 +28,8 @@ class Settings(BaseSettings):
 
     database_url: str = Field(
         default="sqlite:///./memstrata.db",
-        description="sqlite:///path.db (embedded). postgresql:// and http(s):// arrive with "
-        "the PostgreSQL store and the server.",
+        description="sqlite:///path.db (embedded), postgresql://user:pass@host/db (PostgreSQL "
+        "with pgvector; needs the postgres extra), or http(s):// (a memstrata server).",
     )
     project_id: str = Field(default="default", description="Project (tenant) this Memory acts in.")
     llm: str = Field(
@@ -99,7 +99,7 @@ class Settings(BaseSettings):
         default=20_000,
         ge=0,
         description="Above this many vectors in one user's scope, search uses an HNSW index "
-        "(usearch) instead of exact numpy search.",
+        "(usearch in process on SQLite, pgvector on PostgreSQL) instead of exact search.",
     )
     token_budget: int = Field(
         default=800,
@@ -108,6 +108,20 @@ class Settings(BaseSettings):
         description="Default token budget of formatted_context (recall_config.token_budget wins).",
     )
     sqlite_busy_timeout_ms: int = Field(default=30_000, ge=0)
+    postgres_pool_size: int = Field(
+        default=10,
+        ge=1,
+        le=1000,
+        description="PostgreSQL: most connections this process opens (worker threads, "
+        "recall, webhook senders and server requests share them).",
+    )
+    postgres_ef_search: int = Field(
+        default=100,
+        ge=10,
+        le=1000,
+        description="PostgreSQL: hnsw.ef_search of vector searches through the HNSW index "
+        "(raised to twice the results wanted when that is more); higher is more exact.",
+    )
     capture_recall: bool = Field(
         default=True,
         description="mem.llm: recall memory for the scoped user before each captured call "

@@ -416,6 +416,8 @@ class Memory:
             settings.database_url,
             busy_timeout_ms=settings.sqlite_busy_timeout_ms,
             vector_index_threshold=settings.vector_index_threshold,
+            pool_size=settings.postgres_pool_size,
+            ef_search=settings.postgres_ef_search,
         )
         try:
             self._embedder: Embedder = (

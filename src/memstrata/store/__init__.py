@@ -550,22 +550,31 @@ class Store(Protocol):
     ]: ...
 
 
+# Options each adapter understands; the facade passes all of them, whatever the URL.
+_SQLITE_OPTIONS = frozenset({"busy_timeout_ms", "synchronous", "vector_index_threshold"})
+_POSTGRES_OPTIONS = frozenset({"pool_size", "vector_index_threshold", "ef_search"})
+
+
 def open_store(url: str, **options: Any) -> Store:
-    """Open the store a database URL names (``sqlite:///path``; bare paths are SQLite)."""
+    """Open the store a database URL names: ``sqlite:///path`` (bare paths are SQLite) or
+    ``postgresql://...``. Options an adapter does not use are ignored."""
     from ..errors import ConfigError
 
     lowered = url.lower()
     if lowered.startswith("sqlite:") or "://" not in url:
         from .sqlite import SQLiteStore
 
-        return SQLiteStore(url, **options)
+        return SQLiteStore(url, **{k: v for k, v in options.items() if k in _SQLITE_OPTIONS})
     if lowered.startswith(("postgresql:", "postgres:")):
-        raise ConfigError(
-            "PostgreSQL is not supported by this version of memstrata yet; "
-            "use sqlite:///path.db (the PostgreSQL store is planned, see docs/deployment.md)"
-        )
+        # Imported here: `import memstrata` must not need psycopg.
+        from .postgres import PostgresStore
+
+        return PostgresStore(url, **{k: v for k, v in options.items() if k in _POSTGRES_OPTIONS})
     if lowered.startswith(("http:", "https:")):
         raise ConfigError(
-            "a remote memstrata server is not supported by this version yet; use sqlite:///path.db"
+            "a remote memstrata server is not a database; use Memory(url) "
+            "(memstrata.Memory opens a remote server itself) or sqlite:///path.db"
         )
-    raise ConfigError(f"unsupported database URL {url!r}: expected sqlite:///path.db")
+    raise ConfigError(
+        f"unsupported database URL {url!r}: expected sqlite:///path.db or postgresql://..."
+    )

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import hashlib
 import re
+import unicodedata
+from functools import lru_cache
 
-__all__ = ["fts_document", "fts_query_terms", "scope_token"]
+__all__ = ["fts_document", "fts_query_terms", "fts_words", "scope_token"]
 
 # Han, Hiragana, Katakana, Hangul (syllables and jamo), CJK punctuation excluded.
 _CJK = (
@@ -89,6 +91,32 @@ def fts_query_terms(query: str, *, max_terms: int = 24) -> list[str]:
     for t in chosen:
         seen.setdefault(t, None)
     return list(seen)[:max_terms]
+
+
+_WORD = re.compile(r"[^\W_]+")
+
+
+@lru_cache(maxsize=65536)
+def _fold(ch: str) -> str:
+    # Like unicode61's remove_diacritics: "é" -> "e", "Å" -> "a". CJK is left alone:
+    # dropping a dakuten ("ガ" -> "カ") would change the word, not an accent.
+    if ch < "\u00c0" or ch >= "\u3000":
+        return ch
+    return "".join(c for c in unicodedata.normalize("NFD", ch) if not unicodedata.combining(c))
+
+
+def fts_words(text: str) -> list[str]:
+    """The words SQLite's tokenizer (unicode61, remove_diacritics 2) sees in ``text``:
+    lowercased, diacritics removed, runs of letters and digits.
+
+    The PostgreSQL store indexes these words, joined by spaces, instead of handing raw text
+    to PostgreSQL's parser, which keeps "/shop/search", "e-mail" or "a@b.c" as one token and
+    would then disagree with the query terms (``fts_query_terms``) and with SQLite.
+    """
+    lowered = text.lower()
+    if not lowered.isascii():
+        lowered = "".join(map(_fold, lowered))
+    return _WORD.findall(lowered)
 
 
 def scope_token(project_id: str, user_id: str) -> str:

@@ -1,0 +1,298 @@
+"""What the PostgreSQL store's mixins share: connections, row converters, SQL fragments.
+
+Kept apart from ``postgres.py`` so that the mixins (jobs, governance, webhooks) can import
+the helpers without importing the store class, and the store class can import them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit, urlunsplit
+
+from .._time import to_iso
+from ..errors import StoreError
+from . import FactRow, ItemFilters, MessageRow, SearchFilters, SessionRow, SummaryRow
+from ._filters import MetadataCondition
+from ._text import fts_document, fts_words
+
+if TYPE_CHECKING:
+    import psycopg
+    from psycopg_pool import ConnectionPool
+
+__all__ = [
+    "FACT_COLUMNS",
+    "MESSAGE_COLUMNS",
+    "SESSION_COLUMNS",
+    "SUMMARY_COLUMNS",
+    "PgBase",
+    "fact_row",
+    "fts_body",
+    "item_filter_sql",
+    "mask_url",
+    "message_row",
+    "search_filter_sql",
+    "session_row",
+    "summary_row",
+    "user_lock_sql",
+]
+
+# PostgreSQL's tsvector holds at most 1 MB; a longer document is indexed by its start.
+_MAX_FTS_WORDS = 100_000
+
+MESSAGE_COLUMNS = (
+    "pk, project_id, id, user_id, session_id, process_id, role, content, content_hash, ts, "
+    "event_type, page, metadata, status, error, attempts, job_id, created_at, processed_at, name"
+)
+SESSION_COLUMNS = "project_id, id, user_id, title, metadata, created_at, updated_at"
+SUMMARY_COLUMNS = (
+    "pk, project_id, id, user_id, text, status, confidence, version, fact_ids, message_ids, "
+    "labels, valid_from, valid_to, superseded_by, model, prompt_version, created_at, updated_at, "
+    "observed_at"
+)
+FACT_COLUMNS = (
+    "pk, project_id, id, user_id, text, kind, confidence, status, message_ids, labels, "
+    "occurred_at, valid_from, valid_to, superseded_by, model, prompt_version, created_at, "
+    "observed_at"
+)
+
+# One transaction-scoped advisory lock per (schema, project, user): taken by everything that
+# writes a user's messages or memory, so writes of one user are serialised (job ids are
+# then allocated in commit order, which per-user processing order relies on) while
+# different users never wait for each other.
+user_lock_sql = "hashtextextended(current_schema() || chr(31) || %s || chr(31) || %s, 7)"
+
+
+def mask_url(url: str) -> str:
+    """The URL without its password, fit for logs and ``Store.url``."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)
+    user = netloc[0].split(":", 1)[0]
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc[1]}"))
+
+
+def fts_body(text: str) -> tuple[str, int]:
+    """(document, number of words) to index for ``text``: the words SQLite would index,
+    CJK runs expanded to grams, joined by spaces so PostgreSQL's parser sees just words."""
+    words = fts_words(fts_document(text))[:_MAX_FTS_WORDS]
+    return " ".join(words), len(words)
+
+
+def message_fts(content: str, event_type: str | None, page: str | None) -> tuple[str, int]:
+    parts = [content]
+    if event_type:
+        parts.append(event_type.replace("_", " "))
+    if page:
+        parts.append(page)
+    return fts_body("\n".join(parts))
+
+
+def message_row(r: Sequence[Any]) -> MessageRow:
+    return MessageRow(
+        pk=r[0],
+        project_id=r[1],
+        id=r[2],
+        user_id=r[3],
+        session_id=r[4],
+        process_id=r[5],
+        role=r[6],
+        content=r[7],
+        content_hash=r[8],
+        ts=r[9],
+        event_type=r[10],
+        page=r[11],
+        metadata=r[12],
+        status=r[13],
+        error=r[14],
+        attempts=r[15],
+        job_id=r[16],
+        created_at=r[17],
+        processed_at=r[18],
+        name=r[19],
+    )
+
+
+def session_row(r: Sequence[Any]) -> SessionRow:
+    return SessionRow(
+        project_id=r[0],
+        id=r[1],
+        user_id=r[2],
+        title=r[3],
+        metadata=r[4],
+        created_at=r[5],
+        updated_at=r[6],
+    )
+
+
+def summary_row(r: Sequence[Any]) -> SummaryRow:
+    return SummaryRow(
+        pk=r[0],
+        project_id=r[1],
+        id=r[2],
+        user_id=r[3],
+        text=r[4],
+        status=r[5],
+        confidence=r[6],
+        version=r[7],
+        fact_ids=list(r[8]),
+        message_ids=list(r[9]),
+        labels=list(r[10]),
+        valid_from=r[11],
+        valid_to=r[12],
+        superseded_by=r[13],
+        model=r[14],
+        prompt_version=r[15],
+        created_at=r[16],
+        updated_at=r[17],
+        observed_at=r[18],
+    )
+
+
+def fact_row(r: Sequence[Any]) -> FactRow:
+    return FactRow(
+        pk=r[0],
+        project_id=r[1],
+        id=r[2],
+        user_id=r[3],
+        text=r[4],
+        kind=r[5],
+        confidence=r[6],
+        status=r[7],
+        message_ids=list(r[8]),
+        labels=list(r[9]),
+        occurred_at=r[10],
+        valid_from=r[11],
+        valid_to=r[12],
+        superseded_by=r[13],
+        model=r[14],
+        prompt_version=r[15],
+        created_at=r[16],
+        observed_at=r[17],
+    )
+
+
+# -- metadata filters on JSONB ----------------------------------------------------------
+
+
+def _metadata_sql(cond: MetadataCondition, column: str) -> tuple[str, list[Any]]:
+    """One condition of the filter vocabulary (store/_filters.py) as SQL on a JSONB column.
+
+    Values compare as JSON, as in the SQLite store: a number matches only a number (5 and
+    5.0 are equal), a string only a string (byte order for ranges), true only true, null
+    only a present null. Negations ($ne, $nin) match a missing value too.
+    """
+    path = list(cond.path)
+    value = f"({column} #> %s::text[])"
+    op, arg = cond.op, cond.value
+    if op == "$exists":
+        return f"{value} IS {'NOT ' if arg else ''}NULL", [path]
+    if op in ("$eq", "$ne", "$in", "$nin"):
+        values = [json.dumps(v) for v in (arg if op in ("$in", "$nin") else [arg])]
+        sql = f"{value} = ANY(%s::jsonb[])"
+        if op in ("$ne", "$nin"):
+            sql = f"NOT coalesce({sql}, false)"
+        return sql, [path, values]
+    sql_op = {"$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}[op]
+    if isinstance(arg, str):
+        return (
+            f"(jsonb_typeof({value}) = 'string' AND "
+            f'({column} #>> %s::text[]) COLLATE "C" {sql_op} %s)',
+            [path, path, arg],
+        )
+    return (
+        f"(jsonb_typeof({value}) = 'number' AND ({value})::numeric {sql_op} %s)",
+        [path, path, arg],
+    )
+
+
+def search_filter_sql(filters: SearchFilters, alias: str = "m") -> tuple[str, list[Any]]:
+    """``filters`` as `` AND ...`` conditions on messages aliased ``alias`` (may be empty)."""
+    sql = ""
+    params: list[Any] = []
+    if filters.session_id:
+        sql += f" AND {alias}.session_id = %s"
+        params.append(filters.session_id)
+    if filters.roles:
+        sql += f" AND {alias}.role = ANY(%s::text[])"
+        params.append(list(filters.roles))
+    if filters.event_types:
+        sql += f" AND {alias}.event_type = ANY(%s::text[])"
+        params.append(list(filters.event_types))
+    if filters.since:
+        sql += f" AND {alias}.ts >= %s"
+        params.append(to_iso(filters.since))
+    if filters.until:
+        sql += f" AND {alias}.ts < %s"
+        params.append(to_iso(filters.until))
+    for cond in filters.metadata:
+        clause, args = _metadata_sql(cond, f"{alias}.metadata")
+        sql += f" AND {clause}"
+        params.extend(args)
+    return sql, params
+
+
+def item_filter_sql(filters: ItemFilters, alias: str, when: str) -> tuple[str, list[Any]]:
+    """Time window and source-message metadata conditions of a fact or summary listing."""
+    sql, params = "", []
+    if filters.since:
+        sql += f" AND {when} >= %s"
+        params.append(filters.since)
+    if filters.until:
+        sql += f" AND {when} < %s"
+        params.append(filters.until)
+    if filters.metadata:
+        where, args = search_filter_sql(SearchFilters(metadata=filters.metadata))
+        sql += (
+            f" AND EXISTS (SELECT 1 FROM messages m WHERE m.project_id = {alias}.project_id "
+            f"AND m.id = ANY({alias}.message_ids){where})"
+        )
+        params += args
+    return sql, params
+
+
+_IDENT = re.compile(r"^[a-z_]+$")
+
+
+def checked(name: str) -> str:
+    """A table or column name from our own code, asserted to be one before it enters SQL."""
+    if not _IDENT.match(name):
+        raise ValueError(f"not an identifier: {name!r}")
+    return name
+
+
+class PgBase:
+    """Connections for the PostgreSQL store and its mixins."""
+
+    _pool: ConnectionPool[Any]
+    url: str
+
+    @contextmanager
+    def _read(self) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled connection in autocommit mode: each statement is its own transaction."""
+        import psycopg
+        from psycopg_pool import PoolClosed, PoolTimeout
+
+        try:
+            with self._pool.connection() as conn:
+                yield conn
+        except PoolClosed:
+            raise StoreError("the store is closed") from None
+        except PoolTimeout as exc:
+            raise StoreError(f"no PostgreSQL connection available ({self.url}): {exc}") from exc
+        except psycopg.OperationalError as exc:
+            raise StoreError(f"PostgreSQL error ({self.url}): {exc}") from exc
+
+    @contextmanager
+    def _write(self) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled connection inside one transaction, committed when the block ends."""
+        with self._read() as conn, conn.transaction():
+            yield conn
+
+    @staticmethod
+    def _lock_user(c: psycopg.Connection[Any], project_id: str, user_id: str) -> None:
+        c.execute(f"SELECT pg_advisory_xact_lock({user_lock_sql})", (project_id, user_id))

@@ -1,0 +1,287 @@
+"""The durable job queue of the PostgreSQL store: claim, lease, complete, fail, retry.
+
+A mixin of ``PostgresStore``, kept in one module so that a job library (procrastinate)
+can later replace or wrap exactly this part. Semantics are SQLite's (store/sqlite.py):
+
+* A job is claimable when it is queued and due, or running with an expired lease, and no
+  earlier job of the same (project, user) is unfinished: each user's messages are
+  processed in acceptance order, one batch at a time.
+* A claim takes that head job and the user's following claimable jobs up to
+  ``max_messages``, in one transaction, under a lease.
+* Completing or failing a batch first checks, with the job rows locked, that the worker
+  still holds every job; a worker whose lease ran out and was reclaimed gets
+  ``LeaseLostError`` and its work is discarded.
+
+How PostgreSQL keeps that with many workers on many machines:
+
+* Claimers lock the head job ``FOR UPDATE SKIP LOCKED``: two workers never take the same
+  head, and neither waits for the other. A later job of that user is not claimable while
+  the head is unfinished, so the other worker moves on to another user.
+* Each claim also takes the user's transaction-scoped advisory lock, without waiting
+  (``pg_try_advisory_xact_lock``). ``add_messages``, ``complete_batch``, ``forget`` and
+  ``erase_user`` hold the same lock while they write the user's rows, so a claim never
+  interleaves with a half-written batch of that user and job ids of one user are
+  committed in id order (``add_messages`` allocates them under the lock).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from .._time import now_iso
+from . import CallWrite, ClaimedBatch, LayerWrite, LeaseLostError
+from ._pg_base import MESSAGE_COLUMNS, PgBase, message_row, user_lock_sql
+
+if TYPE_CHECKING:
+    import numpy as np
+    import psycopg
+
+__all__ = ["PostgresJobs"]
+
+# Claimable: queued and due, or running under an expired lease.
+_READY = (
+    "((j.status = 'queued' AND j.run_after <= %(now)s) "
+    "OR (j.status = 'running' AND j.lease_until < %(now)s))"
+)
+
+
+class PostgresJobs(PgBase):
+    """Mixin: the job half of the ``Store`` port for PostgreSQL."""
+
+    if TYPE_CHECKING:  # provided by PostgresStore and PostgresWebhooks
+
+        def _prepare_vectors(self, dims: dict[str, int]) -> None: ...
+        def _put_vectors(
+            self, c: Any, embedder: str, rows: Sequence[Any], vectors: np.ndarray
+        ) -> None: ...
+        def _write_layers(
+            self, c: Any, batch: ClaimedBatch, embedder: str, layers: LayerWrite
+        ) -> None: ...
+        def _record_calls(
+            self, c: Any, batch: ClaimedBatch, calls: Sequence[CallWrite]
+        ) -> None: ...
+        def _enqueue_webhooks(self, c: Any, items: Sequence[Any]) -> None: ...
+        @staticmethod
+        def _layer_dims(vectors: np.ndarray, layers: LayerWrite | None) -> dict[str, int]: ...
+
+    # -- claiming ------------------------------------------------------------------------
+
+    def claim_batch(
+        self, worker_id: str, lease_seconds: float, max_messages: int
+    ) -> ClaimedBatch | None:
+        now = time.time()
+        skipped: list[str] = []
+        # A head whose user is being written to right now is left for the next poll; a few
+        # tries find another user's head in the meantime.
+        for _ in range(4):
+            with self._write() as c:
+                head = c.execute(
+                    "SELECT j.id, j.project_id, j.user_id FROM jobs j "
+                    f"WHERE j.status IN ('queued', 'running') AND {_READY} "
+                    "AND NOT (j.project_id || chr(31) || j.user_id = ANY(%(skipped)s::text[])) "
+                    "AND NOT EXISTS (SELECT 1 FROM jobs e WHERE e.project_id = j.project_id "
+                    "    AND e.user_id = j.user_id AND e.status IN ('queued', 'running') "
+                    "    AND e.id < j.id) "
+                    "ORDER BY j.id LIMIT 1 FOR UPDATE OF j SKIP LOCKED",
+                    {"now": now, "skipped": skipped},
+                ).fetchone()
+                if head is None:
+                    return None
+                _, project_id, user_id = head
+                locked = c.execute(
+                    f"SELECT pg_try_advisory_xact_lock({user_lock_sql})", (project_id, user_id)
+                ).fetchone()
+                if not locked or not locked[0]:
+                    skipped.append(f"{project_id}\x1f{user_id}")
+                    continue
+                return self._take(c, worker_id, lease_seconds, max_messages, now, head)
+        return None
+
+    def _take(
+        self,
+        c: psycopg.Connection[Any],
+        worker_id: str,
+        lease_seconds: float,
+        max_messages: int,
+        now: float,
+        head: tuple[int, str, str],
+    ) -> ClaimedBatch:
+        first_id, project_id, user_id = head
+        job_ids: list[int] = []
+        total = 0
+        for jid, status, run_after, lease_until, size in c.execute(
+            "SELECT id, status, run_after, lease_until, size FROM jobs "
+            "WHERE project_id = %s AND user_id = %s AND status IN ('queued', 'running') "
+            "AND id >= %s ORDER BY id LIMIT 256 FOR UPDATE",
+            (project_id, user_id, first_id),
+        ).fetchall():
+            ready = (status == "queued" and run_after <= now) or (
+                status == "running" and (lease_until or 0) < now
+            )
+            if not ready or (job_ids and total + size > max_messages):
+                break
+            job_ids.append(jid)
+            total += size
+        attempts = c.execute(
+            "UPDATE jobs SET status = 'running', locked_by = %s, lease_until = %s, "
+            "attempts = attempts + 1 WHERE id = ANY(%s::bigint[]) RETURNING attempts",
+            (worker_id, now + lease_seconds, job_ids),
+        ).fetchall()
+        c.execute(
+            "UPDATE messages SET attempts = attempts + 1 WHERE job_id = ANY(%s::bigint[])",
+            (job_ids,),
+        )
+        messages = [
+            message_row(r)
+            for r in c.execute(
+                f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE job_id = ANY(%s::bigint[]) "
+                "ORDER BY pk",
+                (job_ids,),
+            )
+        ]
+        return ClaimedBatch(
+            worker_id=worker_id,
+            project_id=project_id,
+            user_id=user_id,
+            job_ids=job_ids,
+            messages=messages,
+            attempts=max(int(a[0]) for a in attempts),
+        )
+
+    def _check_lease(self, c: psycopg.Connection[Any], batch: ClaimedBatch) -> None:
+        # FOR UPDATE: a reclaim racing this commit waits for it, or this check sees it.
+        held = c.execute(
+            "SELECT id FROM jobs WHERE id = ANY(%s::bigint[]) AND status = 'running' "
+            "AND locked_by = %s FOR UPDATE",
+            (batch.job_ids, batch.worker_id),
+        ).fetchall()
+        if len(held) != len(batch.job_ids):
+            raise LeaseLostError(f"worker {batch.worker_id} no longer holds jobs {batch.job_ids}")
+
+    def extend_lease(self, job_ids: Sequence[int], worker_id: str, lease_seconds: float) -> bool:
+        if not job_ids:
+            return True
+        with self._write() as c:
+            cur = c.execute(
+                "UPDATE jobs SET lease_until = %s WHERE id = ANY(%s::bigint[]) "
+                "AND status = 'running' AND locked_by = %s",
+                (time.time() + lease_seconds, list(job_ids), worker_id),
+            )
+            return cur.rowcount == len(job_ids)
+
+    # -- finishing -----------------------------------------------------------------------
+
+    def complete_batch(
+        self,
+        batch: ClaimedBatch,
+        *,
+        embedder: str,
+        vectors: np.ndarray,
+        layers: LayerWrite | None = None,
+    ) -> None:
+        now = time.time()
+        self._prepare_vectors(self._layer_dims(vectors, layers))
+        with self._write() as c:
+            self._lock_user(c, batch.project_id, batch.user_id)
+            self._check_lease(c, batch)
+            self._put_vectors(c, embedder, batch.messages, vectors)
+            if layers is not None:
+                self._write_layers(c, batch, embedder, layers)
+                self._record_calls(c, batch, layers.calls)
+                self._enqueue_webhooks(c, layers.outbox)
+            c.execute(
+                "UPDATE messages SET status = 'processed', error = NULL, processed_at = %s "
+                "WHERE job_id = ANY(%s::bigint[])",
+                (now_iso(), batch.job_ids),
+            )
+            c.execute(
+                "UPDATE jobs SET status = 'done', finished_at = %s, locked_by = NULL, "
+                "lease_until = NULL, last_error = NULL WHERE id = ANY(%s::bigint[])",
+                (now, batch.job_ids),
+            )
+
+    def fail_batch(
+        self,
+        batch: ClaimedBatch,
+        error: str,
+        retry_at: float | None,
+        calls: Sequence[CallWrite] = (),
+    ) -> None:
+        error = error[:2000]
+        with self._write() as c:
+            self._check_lease(c, batch)
+            # Tokens spent on a failed attempt were still spent: account for them.
+            self._record_calls(c, batch, calls)
+            if retry_at is not None:
+                c.execute(
+                    "UPDATE jobs SET status = 'queued', run_after = %s, locked_by = NULL, "
+                    "lease_until = NULL, last_error = %s WHERE id = ANY(%s::bigint[])",
+                    (retry_at, error, batch.job_ids),
+                )
+                c.execute(
+                    "UPDATE messages SET error = %s WHERE job_id = ANY(%s::bigint[])",
+                    (error, batch.job_ids),
+                )
+            else:
+                c.execute(
+                    "UPDATE jobs SET status = 'failed', finished_at = %s, locked_by = NULL, "
+                    "lease_until = NULL, last_error = %s WHERE id = ANY(%s::bigint[])",
+                    (time.time(), error, batch.job_ids),
+                )
+                c.execute(
+                    "UPDATE messages SET status = 'failed', error = %s "
+                    "WHERE job_id = ANY(%s::bigint[])",
+                    (error, batch.job_ids),
+                )
+
+    def retry_failed(self, project_id: str, user_id: str | None = None) -> int:
+        """Queue terminally failed jobs again (after the cause was fixed)."""
+        sql_user = " AND user_id = %s" if user_id is not None else ""
+        params: list[Any] = [project_id] + ([user_id] if user_id is not None else [])
+        with self._write() as c:
+            ids = [
+                r[0]
+                for r in c.execute(
+                    "UPDATE jobs SET status = 'queued', attempts = 0, run_after = %s, "
+                    f"finished_at = NULL WHERE status = 'failed' AND project_id = %s{sql_user} "
+                    "RETURNING id",
+                    [time.time(), *params],
+                )
+            ]
+            if ids:
+                c.execute(
+                    "UPDATE messages SET status = 'pending' WHERE job_id = ANY(%s::bigint[])",
+                    (ids,),
+                )
+        return len(ids)
+
+    # -- state -------------------------------------------------------------------------
+
+    def job_states(self, job_ids: Sequence[int]) -> dict[int, str]:
+        if not job_ids:
+            return {}
+        with self._read() as c:
+            rows = c.execute(
+                "SELECT id, status FROM jobs WHERE id = ANY(%s::bigint[])", (list(job_ids),)
+            ).fetchall()
+        return {int(i): s for i, s in rows}
+
+    def unfinished_jobs(self, project_id: str | None = None) -> int:
+        sql = "SELECT count(*) FROM jobs WHERE status IN ('queued', 'running')"
+        params: tuple[Any, ...] = ()
+        if project_id is not None:
+            sql += " AND project_id = %s"
+            params = (project_id,)
+        with self._read() as c:
+            row = c.execute(sql, params).fetchone()
+        return int(row[0]) if row else 0
+
+    def next_job_time(self) -> float | None:
+        with self._read() as c:
+            row = c.execute(
+                "SELECT min(CASE status WHEN 'queued' THEN run_after ELSE lease_until END) "
+                "FROM jobs WHERE status IN ('queued', 'running')"
+            ).fetchone()
+        return None if row is None or row[0] is None else float(row[0])

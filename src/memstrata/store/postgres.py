@@ -1,0 +1,1718 @@
+"""PostgreSQL adapter of the ``Store`` port: psycopg 3 with a connection pool, pgvector,
+tsvector full text. Any number of processes (API replicas, workers) share one database.
+
+Same semantics as the SQLite store, row for row; what differs is how:
+
+* **Vectors** live in one ``vectors`` table with a ``vector`` column of no fixed dimension
+  (the embedder decides it, and a reindex may change it). When vectors of a dimension are
+  first written, an HNSW index per (kind, dimension) is created on the expression
+  ``vec::vector(dim)`` (``halfvec`` above 2,000 dimensions), partial on ``kind`` and
+  ``dim``. Similarity is the inner product, which is the cosine for the unit vectors every
+  embedder returns, as in SQLite. A user's scope up to ``vector_index_threshold`` vectors
+  is searched exactly (a scan of that user's rows); a larger one through the HNSW index
+  with ``hnsw.ef_search`` raised to the number of results wanted and, on pgvector 0.8+,
+  iterative scans so that status filters cannot starve the result; if the index still
+  returns too few rows the search falls back to the exact one.
+* **Full text** is a ``tsvector`` column with a GIN index. Documents are the words SQLite's
+  tokenizer would see (``_text.fts_words`` over ``fts_document``: CJK runs as grams), so
+  PostgreSQL's parser only ever sees plain words; the ``memstrata_fts`` configuration
+  stems them like SQLite's porter tokenizer and keeps stop words. Matches are scored with
+  FTS5's BM25 formula (k1 = 1.2, b = 0.75, collection-wide IDF and average length), so
+  full-text scores mean the same on both stores. Rows are scoped by their
+  (project_id, user_id) columns.
+* **Jobs** are claimed with ``FOR UPDATE SKIP LOCKED`` and per-user advisory locks
+  (see ``_pg_jobs.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+import time
+from collections.abc import Sequence
+from importlib import resources
+from typing import Any
+
+import numpy as np
+
+from .._time import now_iso
+from ..errors import ConfigError, ConflictError, EmbedderMismatchError, StoreError
+from . import (
+    CURRENT_SUMMARY,
+    AddOutcome,
+    CallWrite,
+    ClaimedBatch,
+    FactRow,
+    ItemFilters,
+    LayerWrite,
+    MessageRow,
+    SearchFilters,
+    SessionRow,
+    SummaryRow,
+    TopicRow,
+)
+from ._pg_base import (
+    FACT_COLUMNS,
+    MESSAGE_COLUMNS,
+    SESSION_COLUMNS,
+    SUMMARY_COLUMNS,
+    checked,
+    fact_row,
+    fts_body,
+    item_filter_sql,
+    mask_url,
+    message_fts,
+    message_row,
+    search_filter_sql,
+    session_row,
+    summary_row,
+)
+from ._pg_governance import PostgresGovernance
+from ._pg_jobs import PostgresJobs
+from ._pg_webhooks import PostgresWebhooks
+from ._text import fts_words
+
+__all__ = ["PostgresStore", "latest_schema_version"]
+
+_KINDS = {"message": "messages", "fact": "facts", "summary": "summaries"}
+_TABLES = ("messages", "facts", "summaries")
+# pgvector's HNSW indexes `vector` up to 2,000 dimensions and `halfvec` up to 4,000.
+_MAX_VECTOR_DIM = 2000
+_MAX_HALFVEC_DIM = 4000
+# BM25 as SQLite's FTS5 computes it.
+_K1, _B = 1.2, 0.75
+# Tables up to this many rows (planner's estimate) have their full-text statistics counted
+# at every query, exactly like FTS5; larger ones take them from caches (see _fts_stats).
+_LIVE_STATS_ROWS = 5000
+_TSQUERY_ESCAPE = str.maketrans({"'": "''", "\\": "\\\\"})
+
+# The BM25 sum over a row's matching lexemes; `q` holds (lexeme, idf), `st.avgdl` the
+# average row length, and tf is the number of positions of the lexeme in the row.
+_BM25_SUM = (
+    f"sum(q.idf * cardinality(u.positions) * {_K1 + 1} / (cardinality(u.positions) + {_K1} * "
+    f"({1 - _B} + {_B} * (t.fts_len + 1) / st.avgdl)))"
+)
+
+# Full text of a small table in one statement: the query words' lexemes, the table's row
+# count and average length, each lexeme's document frequency, the terms kept within the
+# budget (rarest first; the rarest always), their tsquery, and the ranking. Lexemes are
+# letters and digits only (see _fulltext), so quote_literal makes a tsquery operand of one.
+_SMALL_FTS = (
+    "WITH terms AS ("
+    " SELECT x.i, array_agg(l.lexeme ORDER BY l.positions[1]) AS lexemes"
+    " FROM unnest(%(words)s::text[]) WITH ORDINALITY AS x (w, i)"
+    " CROSS JOIN LATERAL unnest(to_tsvector('memstrata_fts', x.w)) AS l GROUP BY x.i),"
+    " st AS (SELECT count(*)::float8 AS n,"
+    " coalesce(sum(fts_len), 0)::float8 / greatest(count(*), 1) + 1 AS avgdl FROM {t}),"
+    " lex AS (SELECT DISTINCT unnest(lexemes) AS lexeme FROM terms),"
+    " df AS (SELECT lex.lexeme, (SELECT count(*) FROM {t}"
+    " WHERE fts @@ quote_literal(lex.lexeme)::tsquery)::float8 AS df FROM lex),"
+    " ranked AS (SELECT terms.i, terms.lexemes, sum(g.d) OVER w AS cum,"
+    " row_number() OVER w AS rn FROM terms CROSS JOIN LATERAL"
+    " (SELECT max(df.df) AS d FROM df WHERE df.lexeme = ANY(terms.lexemes)) g"
+    " WINDOW w AS (ORDER BY g.d, terms.i)),"
+    " kept AS (SELECT i, lexemes FROM ranked"
+    " WHERE rn = 1 OR %(budget)s::float8 IS NULL OR cum <= %(budget)s::float8),"
+    " q AS (SELECT DISTINCT df.lexeme,"
+    " CASE WHEN ln((st.n - df.df + 0.5) / (df.df + 0.5)) > 0"
+    " THEN ln((st.n - df.df + 0.5) / (df.df + 0.5)) ELSE 1e-6 END AS idf"
+    " FROM kept CROSS JOIN LATERAL unnest(kept.lexemes) AS k (lexeme)"
+    " JOIN df ON df.lexeme = k.lexeme CROSS JOIN st),"
+    " tsq AS (SELECT string_agg('(' || array_to_string(ARRAY("
+    " SELECT quote_literal(x) FROM unnest(kept.lexemes) AS x), ' <-> ') || ')', ' | ')"
+    "::tsquery AS q FROM kept)"
+    f" SELECT t.pk, {_BM25_SUM} AS score"
+    " FROM {t} t CROSS JOIN LATERAL unnest(t.fts) AS u JOIN q ON q.lexeme = u.lexeme"
+    " CROSS JOIN st WHERE t.fts @@ (SELECT q FROM tsq){scope}"
+    " GROUP BY t.pk ORDER BY score DESC, t.pk LIMIT %(limit)s"
+)
+
+# Full text of a large table: lexemes, IDF and the average length come from the caches.
+_LARGE_FTS = (
+    "WITH q AS (SELECT * FROM unnest(%(lexemes)s::text[], %(idf)s::float8[])"
+    " AS q (lexeme, idf)), st AS (SELECT %(avgdl)s::float8 AS avgdl)"
+    f" SELECT t.pk, {_BM25_SUM} AS score"
+    " FROM {t} t CROSS JOIN LATERAL unnest(t.fts) AS u JOIN q ON q.lexeme = u.lexeme"
+    " CROSS JOIN st WHERE t.fts @@ %(tsquery)s::tsquery{scope}"
+    " GROUP BY t.pk ORDER BY score DESC, t.pk LIMIT %(limit)s"
+)
+
+
+def _migrations() -> list[tuple[int, str, str]]:
+    folder = resources.files("memstrata.store.migrations.postgres")
+    found = []
+    for entry in folder.iterdir():
+        name = entry.name
+        if name.endswith(".sql") and name[:4].isdigit():
+            found.append((int(name[:4]), name, entry.read_text(encoding="utf-8")))
+    return sorted(found)
+
+
+def latest_schema_version() -> int:
+    return _migrations()[-1][0]
+
+
+def _index_type(dim: int) -> str | None:
+    """The pgvector type an HNSW index of ``dim`` dimensions is built on (None: none fits)."""
+    if dim <= _MAX_VECTOR_DIM:
+        return f"vector({dim})"
+    if dim <= _MAX_HALFVEC_DIM:
+        return f"halfvec({dim})"
+    return None
+
+
+def _lexeme_query(lexemes: Sequence[Sequence[str]]) -> str:
+    """A tsquery (text form) matching any of the terms; a term of several lexemes is a
+    phrase. Lexemes are quoted, so nothing in them is tsquery syntax."""
+    parts = []
+    for group in lexemes:
+        quoted = [f"'{lex.translate(_TSQUERY_ESCAPE)}'" for lex in group]
+        parts.append(quoted[0] if len(quoted) == 1 else "(" + " <-> ".join(quoted) + ")")
+    return " | ".join(parts)
+
+
+class PostgresStore(PostgresJobs, PostgresGovernance, PostgresWebhooks):
+    """The store at scale. Thread-safe; any number of processes may share the database."""
+
+    # Like SQLiteStore.MATCH_BUDGET: message terms are taken rarest first while the rows
+    # they match (collection-wide) add up to at most this many; the rarest is always kept.
+    MATCH_BUDGET = 4000
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        pool_size: int = 10,
+        vector_index_threshold: int = 20_000,
+        ef_search: int = 100,
+        connect_timeout: float = 10.0,
+        migrate_to: int | None = None,
+    ) -> None:
+        try:
+            import psycopg
+            from psycopg_pool import ConnectionPool
+        except ImportError as exc:  # pragma: no cover - depends on the installation
+            raise ConfigError(
+                "the PostgreSQL store needs the postgres extra: "
+                "pip install 'memstrata[postgres]' (psycopg, psycopg-pool, pgvector)"
+            ) from exc
+        if pool_size < 1:
+            raise ConfigError("the PostgreSQL pool size must be at least 1")
+        self._conninfo = url
+        self.url = mask_url(url)
+        self._vector_index_threshold = vector_index_threshold
+        self._ef_search = max(10, min(1000, ef_search))
+        self._lock = threading.Lock()
+        self._indexed: set[tuple[str, int]] = set()
+        self._scope_sizes: dict[tuple[Any, ...], tuple[bool, float]] = {}
+        self._lexemes: dict[str, tuple[str, ...]] = {}
+        self._df_cache: dict[tuple[str, str], tuple[int, int]] = {}
+        self._stats_cache: dict[str, tuple[int, float, float]] = {}
+        self._size_estimates: dict[str, tuple[float, float]] = {}
+        self._vector_info: Any = None
+        try:
+            with psycopg.connect(url, autocommit=True, connect_timeout=connect_timeout) as conn:
+                self._migrate(conn, migrate_to)
+                row = conn.execute(
+                    "SELECT extversion FROM pg_extension WHERE extname = 'vector'"
+                ).fetchone()
+        except psycopg.OperationalError as exc:
+            raise StoreError(f"cannot connect to PostgreSQL at {self.url}: {exc}") from exc
+        version = tuple(int(p) for p in str(row[0] if row else "0").split(".")[:2] if p.isdigit())
+        # Iterative index scans (pgvector 0.8) keep filtered HNSW searches from coming back
+        # short; older versions fall back to the exact search when they do.
+        self._iterative = version >= (0, 8)
+        self._pool: ConnectionPool[Any] = ConnectionPool(
+            url,
+            # A few connections ready from the start: a first recall asks in parallel, and
+            # opening one (TCP, auth) costs more than the query.
+            min_size=min(4, pool_size),
+            max_size=pool_size,
+            kwargs={"autocommit": True},
+            configure=self._configure,
+            open=False,
+            name="memstrata",
+        )
+        try:
+            self._pool.open(wait=True, timeout=connect_timeout)
+        except Exception as exc:
+            self._pool.close()
+            raise StoreError(f"cannot open a connection pool to {self.url}: {exc}") from exc
+
+    def _configure(self, conn: Any) -> None:
+        # pgvector's register_vector looks up four types per connection; the vector type's
+        # oid does not change, so it is looked up once.
+        from pgvector.psycopg.vector import register_vector_info
+        from psycopg.types import TypeInfo
+
+        if self._vector_info is None:
+            self._vector_info = TypeInfo.fetch(conn, "vector")
+        register_vector_info(conn, self._vector_info)
+
+    def close(self) -> None:
+        self._pool.close()
+
+    # -- schema ----------------------------------------------------------------------
+
+    def _migrate(self, conn: Any, target: int | None) -> None:
+        import psycopg
+
+        migrations = _migrations()
+        latest = migrations[-1][0]
+        target = latest if target is None else target
+        if conn.execute("SELECT current_schema()").fetchone()[0] is None:
+            raise StoreError(
+                f"{self.url}: no schema to create tables in (the search_path names none that "
+                "exists)"
+            )
+        current = self._current_version(conn)
+        if current > latest:
+            raise StoreError(
+                f"{self.url} has schema version {current}, newer than this memstrata "
+                f"understands ({latest}); upgrade memstrata"
+            )
+        if current >= target:
+            return
+        try:
+            with conn.transaction():
+                # One migrator at a time per database: processes starting together wait
+                # here, then find the work done.
+                conn.execute("SELECT pg_advisory_xact_lock(hashtext('memstrata.migrate'))")
+                conn.execute(
+                    "CREATE TABLE IF NOT EXISTS schema_migrations (version integer PRIMARY KEY, "
+                    "name text NOT NULL, applied_at text NOT NULL)"
+                )
+                current = self._current_version(conn)
+                for version, name, sql in migrations:
+                    if current < version <= target:
+                        conn.execute(sql)
+                        conn.execute(
+                            "INSERT INTO schema_migrations (version, name, applied_at) "
+                            "VALUES (%s, %s, %s)",
+                            (version, name, now_iso()),
+                        )
+        except psycopg.errors.FeatureNotSupported as exc:
+            raise StoreError(f"{self.url}: migration failed: {exc}") from exc
+        except (psycopg.errors.UndefinedFile, psycopg.errors.InsufficientPrivilege) as exc:
+            raise StoreError(
+                f"{self.url}: the pgvector extension is missing or may not be created by this "
+                f"role ({exc}). Install pgvector on the server and run CREATE EXTENSION vector "
+                "as a superuser once, or connect as a role allowed to."
+            ) from exc
+
+    @staticmethod
+    def _current_version(conn: Any) -> int:
+        exists = conn.execute("SELECT to_regclass('schema_migrations')").fetchone()[0]
+        if exists is None:
+            return 0
+        row = conn.execute("SELECT max(version) FROM schema_migrations").fetchone()
+        return int(row[0] or 0)
+
+    def schema_version(self) -> int:
+        with self._read() as c:
+            return self._current_version(c)
+
+    def get_meta(self, key: str) -> str | None:
+        with self._read() as c:
+            row = c.execute("SELECT value FROM meta WHERE key = %s", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def set_meta(self, key: str, value: str) -> None:
+        with self._write() as c:
+            c.execute(
+                "INSERT INTO meta (key, value) VALUES (%s, %s) "
+                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                (key, value),
+            )
+
+    # -- sessions ----------------------------------------------------------------------
+
+    def create_session(self, row: SessionRow) -> tuple[SessionRow, bool]:
+        from psycopg.types.json import Jsonb
+
+        with self._write() as c:
+            created = c.execute(
+                "INSERT INTO sessions (project_id, id, user_id, title, metadata, created_at, "
+                "updated_at) VALUES (%s, %s, %s, %s, %s, %s, %s) "
+                "ON CONFLICT (project_id, id) DO NOTHING RETURNING pk",
+                (
+                    row.project_id,
+                    row.id,
+                    row.user_id,
+                    row.title,
+                    Jsonb(row.metadata),
+                    row.created_at,
+                    row.updated_at,
+                ),
+            ).fetchone()
+            stored = c.execute(
+                f"SELECT {SESSION_COLUMNS} FROM sessions WHERE project_id = %s AND id = %s",
+                (row.project_id, row.id),
+            ).fetchone()
+        assert stored is not None
+        return session_row(stored), created is not None
+
+    def get_session(self, project_id: str, session_id: str) -> SessionRow | None:
+        with self._read() as c:
+            row = c.execute(
+                f"SELECT {SESSION_COLUMNS} FROM sessions WHERE project_id = %s AND id = %s",
+                (project_id, session_id),
+            ).fetchone()
+        return None if row is None else session_row(row)
+
+    def list_sessions(
+        self, project_id: str, user_id: str | None, limit: int, offset: int
+    ) -> list[SessionRow]:
+        sql = f"SELECT {SESSION_COLUMNS} FROM sessions WHERE project_id = %s"
+        params: list[Any] = [project_id]
+        if user_id is not None:
+            sql += " AND user_id = %s"
+            params.append(user_id)
+        sql += " ORDER BY pk LIMIT %s OFFSET %s"
+        params += [limit, offset]
+        with self._read() as c:
+            return [session_row(r) for r in c.execute(sql, params).fetchall()]
+
+    # -- messages ----------------------------------------------------------------------
+
+    def add_messages(
+        self, project_id: str, session: SessionRow, rows: Sequence[MessageRow]
+    ) -> AddOutcome:
+        import psycopg
+
+        # Two callers adding the same new id for different users do not wait for each
+        # other (the lock is per user); the loser hits the unique key and tries again,
+        # now seeing the winner's row as it would have in SQLite.
+        for attempt in range(3):
+            try:
+                return self._add_messages(project_id, session, rows)
+            except psycopg.errors.UniqueViolation:
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _add_messages(
+        self, project_id: str, session: SessionRow, rows: Sequence[MessageRow]
+    ) -> AddOutcome:
+        from psycopg.types.json import Jsonb
+
+        ids = [r.id for r in rows]
+        now = time.time()
+        with self._write() as c:
+            self._lock_user(c, project_id, session.user_id)
+            existing: dict[str, str] = dict(
+                c.execute(
+                    "SELECT id, content_hash FROM messages WHERE project_id = %s "
+                    "AND id = ANY(%s::text[])",
+                    (project_id, ids),
+                ).fetchall()
+            )
+            conflicts = [
+                r.id for r in rows if r.id in existing and existing[r.id] != r.content_hash
+            ]
+            if conflicts:
+                raise ConflictError(
+                    f"message id(s) already stored with different content: {conflicts[:10]}; "
+                    "an id may be resent only with the same session, role and content"
+                )
+            new = [r for r in rows if r.id not in existing]
+            job_id = None
+            if new:
+                job = c.execute(
+                    "INSERT INTO jobs (project_id, user_id, kind, status, run_after, created_at, "
+                    "size) VALUES (%s, %s, 'process_messages', 'queued', %s, %s, %s) RETURNING id",
+                    (project_id, session.user_id, now, now, len(new)),
+                ).fetchone()
+                assert job is not None
+                job_id = int(job[0])
+                params = []
+                for r in new:
+                    doc, length = message_fts(r.content, r.event_type, r.page)
+                    params.append(
+                        (
+                            project_id,
+                            r.id,
+                            session.user_id,
+                            session.id,
+                            r.process_id,
+                            r.role,
+                            r.content,
+                            r.content_hash,
+                            r.ts,
+                            r.event_type,
+                            r.page,
+                            Jsonb(r.metadata),
+                            job_id,
+                            r.created_at,
+                            r.name,
+                            doc,
+                            length,
+                        )
+                    )
+                with c.cursor() as cur:
+                    cur.executemany(
+                        "INSERT INTO messages (project_id, id, user_id, session_id, process_id, "
+                        "role, content, content_hash, ts, event_type, page, metadata, status, "
+                        "job_id, created_at, name, fts, fts_len) VALUES (%s, %s, %s, %s, %s, "
+                        "%s, %s, %s, %s, %s, %s, %s, 'pending', %s, %s, %s, "
+                        "to_tsvector('memstrata_fts', %s), %s) RETURNING pk",
+                        params,
+                        returning=True,
+                    )
+                    pks = []
+                    while True:
+                        got = cur.fetchone()
+                        assert got is not None
+                        pks.append(int(got[0]))
+                        if not cur.nextset():
+                            break
+                for r, pk in zip(new, pks, strict=True):
+                    r.pk, r.job_id = pk, job_id
+                names = sorted({r.name for r in new if r.name})
+                if names:
+                    c.execute(
+                        "INSERT INTO speakers (project_id, user_id, name) "
+                        "SELECT %s, %s, unnest(%s::text[]) ON CONFLICT DO NOTHING",
+                        (project_id, session.user_id, names),
+                    )
+                c.execute(
+                    "UPDATE sessions SET updated_at = %s WHERE project_id = %s AND id = %s",
+                    (now_iso(), project_id, session.id),
+                )
+        dupes = [r.id for r in rows if r.id in existing]
+        return AddOutcome(message_ids=ids, duplicates=dupes, job_id=job_id)
+
+    def get_message(self, project_id: str, message_id: str) -> MessageRow | None:
+        with self._read() as c:
+            row = c.execute(
+                f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE project_id = %s AND id = %s",
+                (project_id, message_id),
+            ).fetchone()
+        return None if row is None else message_row(row)
+
+    def get_messages(self, project_id: str, message_ids: Sequence[str]) -> dict[str, MessageRow]:
+        """The messages of ``message_ids`` that exist, by id (one query)."""
+        if not message_ids:
+            return {}
+        with self._read() as c:
+            rows = c.execute(
+                f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE project_id = %s "
+                "AND id = ANY(%s::text[])",
+                (project_id, list(message_ids)),
+            ).fetchall()
+        return {m.id: m for m in map(message_row, rows)}
+
+    def list_messages(
+        self,
+        project_id: str,
+        *,
+        user_id: str | None = None,
+        session_id: str | None = None,
+        status: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+        newest_first: bool = False,
+    ) -> list[MessageRow]:
+        sql = f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE project_id = %s"
+        params: list[Any] = [project_id]
+        for column, value in (("user_id", user_id), ("session_id", session_id), ("status", status)):
+            if value is not None:
+                sql += f" AND {column} = %s"
+                params.append(value)
+        sql += f" ORDER BY pk {'DESC' if newest_first else 'ASC'} LIMIT %s OFFSET %s"
+        params += [limit, offset]
+        with self._read() as c:
+            return [message_row(r) for r in c.execute(sql, params).fetchall()]
+
+    def messages_by_pk(self, pks: Sequence[int]) -> dict[int, MessageRow]:
+        if not pks:
+            return {}
+        with self._read() as c:
+            rows = c.execute(
+                f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE pk = ANY(%s::bigint[])",
+                (list(pks),),
+            ).fetchall()
+        return {r[0]: message_row(r) for r in rows}
+
+    def context_messages(
+        self, project_id: str, user_id: str, before_pk: int, limit: int
+    ) -> list[MessageRow]:
+        with self._read() as c:
+            rows = c.execute(
+                f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE project_id = %s "
+                "AND user_id = %s AND pk < %s ORDER BY pk DESC LIMIT %s",
+                (project_id, user_id, before_pk, limit),
+            ).fetchall()
+        return [message_row(r) for r in reversed(rows)]
+
+    # -- full text -----------------------------------------------------------------------
+    #
+    # BM25 as FTS5 computes it: for each query lexeme, IDF = ln((N - df + 0.5) / (df + 0.5))
+    # (1e-6 when not positive) over the whole table, and per row
+    # IDF * tf * (k1 + 1) / (tf + k1 * (1 - b + b * len / avglen)), lengths counting SQLite's
+    # one-word scope column too. A table of up to _LIVE_STATS_ROWS rows (by the planner's
+    # estimate) has N, the lengths and df counted exactly inside the one statement that
+    # ranks; a larger one takes them from caches (_large_fulltext), as counting df of a
+    # common word means visiting every row that holds it.
+
+    def _is_large(self, c: Any, table: str) -> bool:
+        now = time.monotonic()
+        hit = self._size_estimates.get(table)
+        if hit is None or now - hit[1] > 60:
+            row = c.execute(
+                "SELECT reltuples FROM pg_class WHERE oid = to_regclass(%s)", (table,)
+            ).fetchone()
+            hit = (float(row[0]) if row and row[0] is not None else 0.0, now)
+            self._size_estimates[table] = hit
+        return hit[0] > _LIVE_STATS_ROWS
+
+    def _fulltext(
+        self,
+        table: str,
+        project_id: str,
+        user_id: str,
+        terms: Sequence[str],
+        limit: int,
+        budget: int | None,
+        where: str,
+        params: Sequence[Any],
+    ) -> list[tuple[int, float]]:
+        # Words as the index holds them (fts_words: letters and digits only, which is what
+        # lets the statements below quote lexemes by wrapping them in single quotes).
+        words = [w for w in (" ".join(fts_words(t)) for t in terms) if w]
+        if not words:
+            return []
+        scope = f" AND t.project_id = %(project)s AND t.user_id = %(user)s{where}"
+        args: dict[str, Any] = {
+            "project": project_id,
+            "user": user_id,
+            "limit": limit,
+            "budget": budget,
+            **{f"p{i}": v for i, v in enumerate(params)},
+        }
+        with self._read() as c:
+            if self._is_large(c, table):
+                return self._large_fulltext(c, table, words, budget, scope, args)
+            args["words"] = words
+            rows = c.execute(_SMALL_FTS.format(t=checked(table), scope=scope), args).fetchall()
+        return [(int(pk), float(score)) for pk, score in rows]
+
+    def _large_fulltext(
+        self,
+        c: Any,
+        table: str,
+        words: Sequence[str],
+        budget: int | None,
+        scope: str,
+        args: dict[str, Any],
+    ) -> list[tuple[int, float]]:
+        groups = [g for g in self._term_lexemes(c, words) if g]
+        if not groups:
+            return []
+        rows, avg, df = self._fts_stats(c, table, [lex for g in groups for lex in g])
+        if budget is not None:
+            # Rarest terms first, while the rows they match add up to at most the budget
+            # (the rarest is always kept), as SQLiteStore._plan_fulltext does.
+            scored = sorted((max(df[lex] for lex in g), i) for i, g in enumerate(groups))
+            kept: list[tuple[str, ...]] = []
+            matched = 0
+            for d, i in scored:
+                if kept and matched + d > budget:
+                    break
+                kept.append(groups[i])
+                matched += d
+            groups = kept
+        idf = {}
+        for g in groups:
+            for lex in g:
+                value = math.log((rows - df[lex] + 0.5) / (df[lex] + 0.5))
+                idf[lex] = value if value > 0 else 1e-6
+        lexemes = list(idf)
+        args.update(
+            avgdl=avg,
+            lexemes=lexemes,
+            idf=[idf[x] for x in lexemes],
+            tsquery=_lexeme_query(groups),
+        )
+        found = c.execute(_LARGE_FTS.format(t=checked(table), scope=scope), args).fetchall()
+        return [(int(pk), float(score)) for pk, score in found]
+
+    def _term_lexemes(self, c: Any, words: Sequence[str]) -> list[tuple[str, ...]]:
+        """The index's lexemes of each query word (stemmed), cached."""
+        missing = sorted({w for w in words if w not in self._lexemes})
+        if missing:
+            rows = c.execute(
+                "SELECT w, ARRAY(SELECT t.lexeme FROM unnest(to_tsvector('memstrata_fts', w)) t "
+                "ORDER BY t.positions[1]) FROM unnest(%s::text[]) w",
+                (missing,),
+            ).fetchall()
+            if len(self._lexemes) > 100_000:
+                self._lexemes.clear()
+            for w, lexemes in rows:
+                self._lexemes[w] = tuple(lexemes)
+        return [self._lexemes.get(w, ()) for w in words]
+
+    def _fts_stats(
+        self, c: Any, table: str, lexemes: Sequence[str]
+    ) -> tuple[int, float, dict[str, int]]:
+        """(rows, average length, rows holding each lexeme) of a large table: recounted once
+        a minute (a large collection's average barely moves, and IDF follows the logarithm
+        of the counts); a lexeme's count is cached until the table grew by a tenth, as
+        SQLiteStore caches them."""
+        now = time.monotonic()
+        hit = self._stats_cache.get(table)
+        if hit is None or now - hit[2] > 60:
+            n, total = c.execute(
+                f"SELECT count(*), coalesce(sum(fts_len), 0) FROM {checked(table)}"
+            ).fetchone()
+            # + 1: SQLite's one-word scope column counts in its row lengths.
+            hit = (int(n), (float(total) / n if n else 0.0) + 1.0, now)
+            self._stats_cache[table] = hit
+        rows, avg = hit[0], hit[1]
+        df: dict[str, int] = {}
+        missing = []
+        for lex in dict.fromkeys(lexemes):
+            cached = self._df_cache.get((table, lex))
+            if cached is not None and rows <= cached[1] * 1.1 + 100:
+                df[lex] = cached[0]
+            else:
+                missing.append(lex)
+        if missing:
+            found = c.execute(
+                f"SELECT l, (SELECT count(*) FROM {checked(table)} WHERE fts @@ q::tsquery) "
+                "FROM unnest(%s::text[], %s::text[]) x (l, q)",
+                (missing, [_lexeme_query([(lex,)]) for lex in missing]),
+            ).fetchall()
+            if len(self._df_cache) > 100_000:
+                self._df_cache.clear()
+            for lex, k in found:
+                df[lex] = int(k)
+                self._df_cache[(table, lex)] = (int(k), rows)
+        return rows, avg, df
+
+    def fulltext_messages(
+        self,
+        project_id: str,
+        user_id: str,
+        terms: Sequence[str],
+        limit: int,
+        filters: SearchFilters,
+    ) -> list[tuple[int, float]]:
+        if not terms or limit <= 0:
+            return []
+        where, params = search_filter_sql(filters, "t")
+        # The statements use named placeholders: the filter's become %(p0)s, %(p1)s, ...
+        for i in range(len(params)):
+            where = where.replace("%s", f"%(p{i})s", 1)
+        return self._fulltext(
+            "messages", project_id, user_id, terms, limit, self.MATCH_BUDGET, where, params
+        )
+
+    def _fulltext_layer(
+        self,
+        table: str,
+        project_id: str,
+        user_id: str,
+        terms: Sequence[str],
+        limit: int,
+        statuses: Sequence[str],
+    ) -> list[tuple[int, float]]:
+        if not terms or limit <= 0 or not statuses:
+            return []
+        return self._fulltext(
+            table,
+            project_id,
+            user_id,
+            terms,
+            limit,
+            None,
+            " AND t.status = ANY(%(p0)s::text[])",
+            [list(statuses)],
+        )
+
+    def fulltext_summaries(
+        self,
+        project_id: str,
+        user_id: str,
+        terms: Sequence[str],
+        limit: int,
+        statuses: Sequence[str] = CURRENT_SUMMARY,
+    ) -> list[tuple[int, float]]:
+        """Summaries of a user in ``statuses`` matching any of ``terms``, best first (BM25)."""
+        return self._fulltext_layer("summaries", project_id, user_id, terms, limit, statuses)
+
+    def fulltext_facts(
+        self,
+        project_id: str,
+        user_id: str,
+        terms: Sequence[str],
+        limit: int,
+        statuses: Sequence[str] = ("active",),
+    ) -> list[tuple[int, float]]:
+        """Facts of a user in ``statuses`` matching any of ``terms``, best first (BM25)."""
+        return self._fulltext_layer("facts", project_id, user_id, terms, limit, statuses)
+
+    # -- vectors: search -----------------------------------------------------------------
+
+    def _scope_is_large(
+        self, c: Any, project_id: str, user_id: str, kind: str, embedder: str, dim: int
+    ) -> bool:
+        """Whether a user's vectors of one kind exceed ``vector_index_threshold`` (counted
+        up to the threshold only; remembered for 30 s, as either answer is correct)."""
+        threshold = self._vector_index_threshold
+        if threshold <= 0:
+            return True
+        key = (project_id, user_id, kind, embedder, dim)
+        now = time.monotonic()
+        hit = self._scope_sizes.get(key)
+        if hit is not None and now - hit[1] < 30:
+            return hit[0]
+        row = c.execute(
+            "SELECT count(*) FROM (SELECT 1 FROM vectors WHERE project_id = %s AND user_id = %s "
+            "AND kind = %s AND embedder = %s AND dim = %s LIMIT %s) s",
+            (project_id, user_id, kind, embedder, dim, threshold + 1),
+        ).fetchone()
+        large = int(row[0]) > threshold
+        if len(self._scope_sizes) > 100_000:
+            self._scope_sizes.clear()
+        self._scope_sizes[key] = (large, now)
+        return large
+
+    def _vector_search(
+        self,
+        kind: str,
+        project_id: str,
+        user_id: str,
+        query: np.ndarray,
+        embedder: str,
+        limit: int,
+        join: str = "",
+        params: Sequence[Any] = (),
+    ) -> list[tuple[int, float]]:
+        """Top ``limit`` (item pk, similarity) of a user's vectors of ``kind``; ``join``
+        (with ``params``) restricts the items, e.g. to wanted statuses."""
+        if limit <= 0:
+            return []
+        q = np.ascontiguousarray(query, dtype=np.float32)
+        dim = int(q.shape[0])
+        kind_sql = {"message": "'message'", "fact": "'fact'", "summary": "'summary'"}[kind]
+        # kind and dim are literals, not parameters, so that the planner can match the
+        # partial HNSW index (WHERE kind = ... AND dim = ...) in a cached generic plan too.
+        scope = (
+            f"FROM vectors v {join} WHERE v.kind = {kind_sql} AND v.dim = {dim} "
+            "AND v.project_id = %s AND v.user_id = %s AND v.embedder = %s"
+        )
+        args = [*params, project_id, user_id, embedder]
+        with self._read() as c:
+            index_type = _index_type(dim)
+            if index_type is not None and self._scope_is_large(
+                c, project_id, user_id, kind, embedder, dim
+            ):
+                with c.transaction():
+                    c.execute(
+                        "SELECT set_config('hnsw.ef_search', %s, true)",
+                        (str(max(self._ef_search, min(1000, limit * 2))),),
+                    )
+                    if self._iterative:
+                        c.execute("SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true)")
+                    expr = f"v.vec::{index_type} <#> %b::{index_type}"
+                    # Iterative scans may return neighbours slightly out of order: sort the
+                    # candidates again, exactly, outside the index scan.
+                    found = c.execute(
+                        "WITH c AS MATERIALIZED (SELECT v.item_pk, v.pk, v.vec <#> %b AS d "
+                        f"{scope} ORDER BY {expr} LIMIT %s) "
+                        "SELECT item_pk, d FROM c ORDER BY d, pk",
+                        (q, *args, q, limit),
+                    ).fetchall()
+                if len(found) >= limit:
+                    return [(int(pk), -float(d)) for pk, d in found]
+            found = c.execute(
+                f"SELECT v.item_pk, v.vec <#> %b AS d {scope} ORDER BY d, v.pk LIMIT %s",
+                (q, *args, limit),
+            ).fetchall()
+        return [(int(pk), -float(d)) for pk, d in found]
+
+    def vector_messages(
+        self,
+        project_id: str,
+        user_id: str,
+        query: np.ndarray,
+        embedder: str,
+        limit: int,
+        filters: SearchFilters,
+    ) -> list[tuple[int, float]]:
+        if filters.empty:
+            return self._vector_search("message", project_id, user_id, query, embedder, limit)
+        where, params = search_filter_sql(filters, "m")
+        return self._vector_search(
+            "message",
+            project_id,
+            user_id,
+            query,
+            embedder,
+            limit,
+            f"JOIN messages m ON m.pk = v.item_pk{where}",
+            params,
+        )
+
+    def _vector_layer(
+        self,
+        kind: str,
+        project_id: str,
+        user_id: str,
+        query: np.ndarray,
+        embedder: str,
+        limit: int,
+        statuses: Sequence[str],
+    ) -> list[tuple[int, float]]:
+        if limit <= 0 or not statuses:
+            return []
+        return self._vector_search(
+            kind,
+            project_id,
+            user_id,
+            query,
+            embedder,
+            limit,
+            f"JOIN {_KINDS[kind]} s ON s.pk = v.item_pk AND s.status = ANY(%s::text[])",
+            [list(statuses)],
+        )
+
+    def vector_summaries(
+        self,
+        project_id: str,
+        user_id: str,
+        query: np.ndarray,
+        embedder: str,
+        limit: int,
+        statuses: Sequence[str] = CURRENT_SUMMARY,
+    ) -> list[tuple[int, float]]:
+        """Summaries of a user in ``statuses`` nearest to ``query``: (pk, cosine similarity)."""
+        return self._vector_layer("summary", project_id, user_id, query, embedder, limit, statuses)
+
+    def vector_facts(
+        self,
+        project_id: str,
+        user_id: str,
+        query: np.ndarray,
+        embedder: str,
+        limit: int,
+        statuses: Sequence[str] = ("active",),
+    ) -> list[tuple[int, float]]:
+        """Facts of a user in ``statuses`` nearest to ``query``: (pk, cosine similarity)."""
+        return self._vector_layer("fact", project_id, user_id, query, embedder, limit, statuses)
+
+    def vector_scores(
+        self,
+        project_id: str,
+        user_id: str,
+        kind: str,
+        query: np.ndarray,
+        embedder: str,
+        pks: Sequence[int],
+    ) -> dict[int, float]:
+        """Cosine similarity of ``query`` with each of the items ``pks`` that has a vector."""
+        if not pks:
+            return {}
+        q = np.ascontiguousarray(query, dtype=np.float32)
+        with self._read() as c:
+            rows = c.execute(
+                "SELECT item_pk, vec <#> %b FROM vectors WHERE kind = %s AND embedder = %s "
+                "AND item_pk = ANY(%s::bigint[]) AND project_id = %s AND user_id = %s "
+                "AND dim = %s",
+                (q, kind, embedder, sorted(set(pks)), project_id, user_id, int(q.shape[0])),
+            ).fetchall()
+        return {int(pk): -float(d) for pk, d in rows}
+
+    def similar_summaries(
+        self, project_id: str, user_id: str, query: np.ndarray, embedder: str, limit: int
+    ) -> list[tuple[SummaryRow, float]]:
+        """Current (active or deprioritized) summaries nearest to ``query``."""
+        found = self.vector_summaries(project_id, user_id, query, embedder, limit)
+        rows = self.summaries_by_pk([pk for pk, _ in found])
+        return [(rows[pk], sim) for pk, sim in found if pk in rows]
+
+    # -- vectors: writes and bookkeeping -------------------------------------------------
+
+    def _prepare_vectors(self, dims: dict[str, int]) -> None:
+        """Create the HNSW index of each (kind, dimension) about to be written, if missing.
+
+        In its own short transaction, before the write: CREATE INDEX takes a lock that
+        conflicts with concurrent writers, which inside a batch's transaction could
+        deadlock with another worker's batch."""
+        for kind, dim in dims.items():
+            if (kind, dim) in self._indexed:
+                continue
+            index_type = _index_type(dim)
+            name = f"vectors_hnsw_{kind}_{dim}"
+            if index_type is not None:
+                ops = "halfvec_ip_ops" if index_type.startswith("halfvec") else "vector_ip_ops"
+                with self._write() as c:
+                    if c.execute("SELECT to_regclass(%s)", (name,)).fetchone()[0] is None:
+                        c.execute("SELECT pg_advisory_xact_lock(hashtext('memstrata.index'))")
+                        c.execute(
+                            f"CREATE INDEX IF NOT EXISTS {name} ON vectors USING hnsw "
+                            f"((vec::{index_type}) {ops}) WHERE kind = '{checked(kind)}' "
+                            f"AND dim = {int(dim)}"
+                        )
+            with self._lock:
+                self._indexed.add((kind, dim))
+
+    @staticmethod
+    def _layer_dims(vectors: np.ndarray, layers: LayerWrite | None) -> dict[str, int]:
+        dims: dict[str, int] = {}
+        if len(vectors):
+            dims["message"] = int(np.asarray(vectors).shape[1])
+        if layers is not None:
+            for f in layers.facts:
+                dims["fact"] = int(f.vector.shape[0])
+            for s in layers.summaries:
+                if s.vector is not None:
+                    dims["summary"] = int(s.vector.shape[0])
+        return dims
+
+    @staticmethod
+    def _claim_embedder(c: Any, embedder: str) -> None:
+        c.execute(
+            "INSERT INTO meta (key, value) VALUES ('embedder', %s) ON CONFLICT DO NOTHING",
+            (embedder,),
+        )
+        stored = c.execute("SELECT value FROM meta WHERE key = 'embedder'").fetchone()[0]
+        if stored != embedder:
+            raise EmbedderMismatchError(
+                f"this store's vectors were made by {stored!r}, not {embedder!r}"
+            )
+
+    def _insert_vectors(
+        self,
+        c: Any,
+        embedder: str,
+        kind: str,
+        project_id: str,
+        user_id: str,
+        items: Sequence[tuple[int, np.ndarray]],
+    ) -> None:
+        if not items:
+            return
+        self._claim_embedder(c, embedder)
+        with c.cursor() as cur:
+            cur.executemany(
+                "INSERT INTO vectors (project_id, user_id, kind, item_pk, embedder, dim, vec) "
+                "VALUES (%s, %s, %s, %s, %s, %s, %b) ON CONFLICT (kind, item_pk, embedder) "
+                "DO UPDATE SET vec = excluded.vec, dim = excluded.dim",
+                [
+                    (
+                        project_id,
+                        user_id,
+                        kind,
+                        pk,
+                        embedder,
+                        int(v.shape[0]),
+                        np.ascontiguousarray(v, dtype=np.float32),
+                    )
+                    for pk, v in items
+                ],
+            )
+
+    def _put_vectors(
+        self, c: Any, embedder: str, rows: Sequence[MessageRow], vectors: np.ndarray
+    ) -> None:
+        if len(rows) != len(vectors):
+            raise ValueError("one vector per message is required")
+        by_user: dict[tuple[str, str], list[tuple[int, np.ndarray]]] = {}
+        for r, v in zip(rows, vectors, strict=True):
+            by_user.setdefault((r.project_id, r.user_id), []).append((r.pk or 0, v))
+        for (project_id, user_id), items in by_user.items():
+            self._insert_vectors(c, embedder, "message", project_id, user_id, items)
+
+    def drop_vectors_except(self, embedder: str) -> int:
+        with self._write() as c:
+            cur = c.execute("DELETE FROM vectors WHERE embedder != %s", (embedder,))
+            c.execute(
+                "INSERT INTO meta (key, value) VALUES ('embedder', %s) "
+                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                (embedder,),
+            )
+        self._scope_sizes.clear()
+        return cur.rowcount
+
+    def messages_missing_vectors(
+        self, embedder: str, after_pk: int, limit: int
+    ) -> list[MessageRow]:
+        with self._read() as c:
+            rows = c.execute(
+                f"SELECT {MESSAGE_COLUMNS} FROM messages m WHERE m.pk > %s "
+                "AND m.status = 'processed' AND NOT EXISTS (SELECT 1 FROM vectors v "
+                "WHERE v.kind = 'message' AND v.item_pk = m.pk AND v.embedder = %s) "
+                "ORDER BY m.pk LIMIT %s",
+                (after_pk, embedder, limit),
+            ).fetchall()
+        return [message_row(r) for r in rows]
+
+    def layer_items_missing_vectors(
+        self, embedder: str, kind: str, after_pk: int, limit: int
+    ) -> list[tuple[int, str, str, str]]:
+        """(pk, project_id, user_id, text) of facts or summaries without a vector of
+        ``embedder``, in pk order, for re-embedding."""
+        table = {"fact": "facts", "summary": "summaries"}[kind]
+        with self._read() as c:
+            rows = c.execute(
+                f"SELECT t.pk, t.project_id, t.user_id, t.text FROM {table} t WHERE t.pk > %s "
+                "AND NOT EXISTS (SELECT 1 FROM vectors v WHERE v.kind = %s "
+                "AND v.item_pk = t.pk AND v.embedder = %s) ORDER BY t.pk LIMIT %s",
+                (after_pk, kind, embedder, limit),
+            ).fetchall()
+        return [(int(r[0]), r[1], r[2], r[3]) for r in rows]
+
+    def put_layer_vectors(
+        self,
+        embedder: str,
+        kind: str,
+        items: Sequence[tuple[int, str, str, str]],
+        vectors: np.ndarray,
+    ) -> None:
+        if len(items):
+            self._prepare_vectors({kind: int(np.asarray(vectors).shape[1])})
+        with self._write() as c:
+            for (pk, project_id, user_id, _), v in zip(items, vectors, strict=True):
+                self._insert_vectors(c, embedder, kind, project_id, user_id, [(pk, v)])
+
+    def put_message_vectors(
+        self, embedder: str, rows: Sequence[MessageRow], vectors: np.ndarray
+    ) -> None:
+        if len(rows):
+            self._prepare_vectors({"message": int(np.asarray(vectors).shape[1])})
+        with self._write() as c:
+            self._put_vectors(c, embedder, rows, vectors)
+
+    # -- derived layers: writes (inside complete_batch's transaction) --------------------
+
+    def _write_layers(self, c: Any, batch: ClaimedBatch, embedder: str, layers: LayerWrite) -> None:
+        project, user = batch.project_id, batch.user_id
+        now = now_iso()
+        message_pks = {m.id: m.pk for m in batch.messages}
+        fact_vectors: list[tuple[int, np.ndarray]] = []
+        for f in layers.facts:
+            doc, length = fts_body(f.text)
+            pk = c.execute(
+                "INSERT INTO facts (project_id, id, user_id, text, kind, occurred_at, "
+                "observed_at, valid_from, valid_to, confidence, message_ids, labels, model, "
+                "prompt_version, created_at, fts, fts_len) VALUES (%s, %s, %s, %s, %s, %s, %s, "
+                "%s, %s, %s, %s, %s, %s, %s, %s, to_tsvector('memstrata_fts', %s), %s) "
+                "RETURNING pk",
+                (
+                    project,
+                    f.id,
+                    user,
+                    f.text,
+                    f.kind,
+                    f.occurred_at,
+                    f.observed_at,
+                    f.valid_from,
+                    f.valid_to,
+                    f.confidence,
+                    list(f.message_ids),
+                    list(f.labels),
+                    f.model,
+                    f.prompt_version,
+                    now,
+                    doc,
+                    length,
+                ),
+            ).fetchone()[0]
+            sources = sorted({message_pks[m] for m in f.message_ids if message_pks.get(m)})
+            if sources:
+                c.execute(
+                    "INSERT INTO fact_sources (fact_pk, message_pk) "
+                    "SELECT %s, unnest(%s::bigint[]) ON CONFLICT DO NOTHING",
+                    (pk, sources),
+                )
+            fact_vectors.append((pk, f.vector))
+        self._insert_vectors(c, embedder, "fact", project, user, fact_vectors)
+
+        summary_vectors: list[tuple[int, np.ndarray]] = []
+        for w in layers.summaries:
+            if w.action in ("add", "supersede"):
+                doc, length = fts_body(w.text)
+                pk = c.execute(
+                    "INSERT INTO summaries (project_id, id, user_id, text, status, valid_from, "
+                    "valid_to, confidence, labels, version, fact_ids, message_ids, model, "
+                    "prompt_version, created_at, updated_at, observed_at, fts, fts_len) "
+                    "VALUES (%s, %s, %s, %s, 'active', %s, %s, %s, %s, 1, %s, %s, %s, %s, %s, "
+                    "%s, %s, to_tsvector('memstrata_fts', %s), %s) RETURNING pk",
+                    (
+                        project,
+                        w.id,
+                        user,
+                        w.text,
+                        w.valid_from,
+                        w.valid_to,
+                        w.confidence,
+                        list(w.labels),
+                        list(w.fact_ids),
+                        list(w.message_ids),
+                        w.model,
+                        w.prompt_version,
+                        now,
+                        now,
+                        w.observed_at,
+                        doc,
+                        length,
+                    ),
+                ).fetchone()[0]
+                self._history(
+                    c, pk, 1, w.text, "active", w.confidence, w.fact_ids, w.reason, w.model, now
+                )
+                if w.vector is not None:
+                    summary_vectors.append((pk, w.vector))
+                if w.action == "supersede" and w.supersedes:
+                    old = self._summary_by_id(c, project, w.supersedes)
+                    if old is None or old.user_id != user:
+                        raise ValueError(f"cannot supersede unknown summary {w.supersedes!r}")
+                    c.execute(
+                        "UPDATE summaries SET status = 'superseded', superseded_by = %s, "
+                        "version = version + 1, updated_at = %s WHERE pk = %s",
+                        (w.id, now, old.pk),
+                    )
+                    self._history(
+                        c,
+                        old.pk,
+                        old.version + 1,
+                        old.text,
+                        "superseded",
+                        old.confidence,
+                        old.fact_ids,
+                        w.reason,
+                        w.model,
+                        now,
+                    )
+                    # The successor belongs where its predecessor did.
+                    c.execute(
+                        "INSERT INTO topic_summaries (topic_pk, summary_pk) "
+                        "SELECT topic_pk, %s FROM topic_summaries WHERE summary_pk = %s "
+                        "ON CONFLICT DO NOTHING",
+                        (pk, old.pk),
+                    )
+                    self._retire_facts(c, project, user, old.fact_ids, w.id)
+            elif w.action == "strengthen":
+                old = self._summary_by_id(c, project, w.id)
+                if old is None or old.user_id != user:
+                    raise ValueError(f"cannot strengthen unknown summary {w.id!r}")
+                fact_ids = list(dict.fromkeys([*old.fact_ids, *w.fact_ids]))
+                message_ids = list(dict.fromkeys([*old.message_ids, *w.message_ids]))
+                doc, length = fts_body(w.text)
+                c.execute(
+                    "UPDATE summaries SET text = %s, confidence = %s, fact_ids = %s, "
+                    "message_ids = %s, version = version + 1, updated_at = %s, "
+                    "valid_from = coalesce(valid_from, %s), valid_to = coalesce(%s, valid_to), "
+                    "observed_at = nullif(greatest(coalesce(observed_at, ''), "
+                    "coalesce(%s, '')), ''), fts = to_tsvector('memstrata_fts', %s), "
+                    "fts_len = %s WHERE pk = %s",
+                    (
+                        w.text,
+                        w.confidence,
+                        fact_ids,
+                        message_ids,
+                        now,
+                        w.valid_from,
+                        w.valid_to,
+                        w.observed_at,
+                        doc,
+                        length,
+                        old.pk,
+                    ),
+                )
+                self._history(
+                    c,
+                    old.pk,
+                    old.version + 1,
+                    w.text,
+                    old.status,
+                    w.confidence,
+                    fact_ids,
+                    w.reason,
+                    w.model,
+                    now,
+                )
+                if w.text != old.text and w.vector is not None:
+                    summary_vectors.append((old.pk, w.vector))
+            else:
+                raise ValueError(f"unknown summary action {w.action!r}")
+        self._insert_vectors(c, embedder, "summary", project, user, summary_vectors)
+
+        for t in layers.topics:
+            if t.is_new:
+                c.execute(
+                    "INSERT INTO topics (project_id, id, user_id, name, description, "
+                    "created_at, updated_at) VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                    (project, t.id, user, t.name, t.description, now, now),
+                )
+            else:
+                c.execute(
+                    "UPDATE topics SET description = %s, updated_at = %s WHERE project_id = %s "
+                    "AND id = %s AND user_id = %s",
+                    (t.description, now, project, t.id, user),
+                )
+            topic_pk = c.execute(
+                "SELECT pk FROM topics WHERE project_id = %s AND id = %s AND user_id = %s",
+                (project, t.id, user),
+            ).fetchone()
+            if topic_pk is None:
+                raise ValueError(f"unknown topic {t.id!r}")
+            for sid in t.summary_ids:
+                row = self._summary_by_id(c, project, sid)
+                if row is None or row.user_id != user:
+                    raise ValueError(f"topic {t.name!r} names unknown summary {sid!r}")
+                c.execute(
+                    "INSERT INTO topic_summaries (topic_pk, summary_pk) VALUES (%s, %s) "
+                    "ON CONFLICT DO NOTHING",
+                    (topic_pk[0], row.pk),
+                )
+
+    @staticmethod
+    def _history(
+        c: Any,
+        summary_pk: int,
+        version: int,
+        text: str,
+        status: str,
+        confidence: float,
+        fact_ids: list[str],
+        reason: str,
+        actor: str,
+        when: str,
+    ) -> None:
+        c.execute(
+            "INSERT INTO summary_history (summary_pk, version, text, status, confidence, "
+            "fact_ids, reason, actor, changed_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+            (summary_pk, version, text, status, confidence, list(fact_ids), reason, actor, when),
+        )
+
+    def _record_calls(self, c: Any, batch: ClaimedBatch, calls: Sequence[CallWrite]) -> None:
+        if not calls:
+            return
+        now = time.time()
+        with c.cursor() as cur:
+            cur.executemany(
+                "INSERT INTO llm_calls (project_id, user_id, stage, model, prompt_version, "
+                "prompt_tokens, completion_tokens, latency_ms, ok, created_at) "
+                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                [
+                    (
+                        batch.project_id,
+                        batch.user_id,
+                        k.stage,
+                        k.model,
+                        k.prompt_version,
+                        k.prompt_tokens,
+                        k.completion_tokens,
+                        k.latency_ms,
+                        bool(k.ok),
+                        now,
+                    )
+                    for k in calls
+                ],
+            )
+
+    @staticmethod
+    def _retire_facts(
+        c: Any, project: str, user: str, fact_ids: Sequence[str], successor: str
+    ) -> None:
+        """Facts of a superseded summary that no current summary holds are superseded too:
+        recall must not present "lives in Lisbon" as current once it was corrected."""
+        if not fact_ids:
+            return
+        c.execute(
+            "UPDATE facts SET status = 'superseded', superseded_by = %s "
+            "WHERE project_id = %s AND user_id = %s AND id = ANY(%s::text[]) "
+            "AND status = 'active' AND NOT EXISTS (SELECT 1 FROM summaries s "
+            "WHERE s.project_id = %s AND s.user_id = %s "
+            "AND s.status IN ('active', 'deprioritized') AND facts.id = ANY(s.fact_ids))",
+            (successor, project, user, list(fact_ids), project, user),
+        )
+
+    # -- derived layers: reads -----------------------------------------------------------
+
+    @staticmethod
+    def _summary_by_id(c: Any, project_id: str, summary_id: str) -> SummaryRow | None:
+        row = c.execute(
+            f"SELECT {SUMMARY_COLUMNS} FROM summaries WHERE project_id = %s AND id = %s",
+            (project_id, summary_id),
+        ).fetchone()
+        return None if row is None else summary_row(row)
+
+    def get_summaries(self, project_id: str, ids: Sequence[str]) -> list[SummaryRow]:
+        if not ids:
+            return []
+        with self._read() as c:
+            rows = c.execute(
+                f"SELECT {SUMMARY_COLUMNS} FROM summaries WHERE project_id = %s "
+                "AND id = ANY(%s::text[])",
+                (project_id, list(ids)),
+            ).fetchall()
+        by_id = {r[2]: summary_row(r) for r in rows}
+        return [by_id[i] for i in ids if i in by_id]
+
+    def list_summaries(
+        self,
+        project_id: str,
+        user_id: str | None,
+        *,
+        status: Sequence[str] = (),
+        limit: int = 100,
+        offset: int = 0,
+        filters: ItemFilters | None = None,
+    ) -> list[SummaryRow]:
+        sql = f"SELECT {SUMMARY_COLUMNS} FROM summaries s WHERE project_id = %s"
+        params: list[Any] = [project_id]
+        if user_id is not None:
+            sql += " AND user_id = %s"
+            params.append(user_id)
+        if status:
+            sql += " AND status = ANY(%s::text[])"
+            params.append(list(status))
+        if filters is not None:
+            where, args = item_filter_sql(filters, "s", "COALESCE(s.valid_from, s.observed_at)")
+            sql += where
+            params += args
+        sql += " ORDER BY pk LIMIT %s OFFSET %s"
+        params += [limit, offset]
+        with self._read() as c:
+            return [summary_row(r) for r in c.execute(sql, params).fetchall()]
+
+    def summary_history(self, project_id: str, summary_id: str) -> list[dict[str, Any]]:
+        with self._read() as c:
+            rows = c.execute(
+                "SELECT h.version, h.text, h.status, h.confidence, h.fact_ids, h.reason, "
+                "h.actor, h.changed_at FROM summary_history h "
+                "JOIN summaries s ON s.pk = h.summary_pk "
+                "WHERE s.project_id = %s AND s.id = %s ORDER BY h.version, h.pk",
+                (project_id, summary_id),
+            ).fetchall()
+        keys = (
+            "version",
+            "text",
+            "status",
+            "confidence",
+            "fact_ids",
+            "reason",
+            "actor",
+            "changed_at",
+        )
+        out = []
+        for r in rows:
+            item = dict(zip(keys, r, strict=True))
+            item["fact_ids"] = list(item["fact_ids"])
+            out.append(item)
+        return out
+
+    def list_facts(
+        self,
+        project_id: str,
+        user_id: str | None,
+        *,
+        limit: int = 100,
+        offset: int = 0,
+        newest_first: bool = False,
+        filters: ItemFilters | None = None,
+    ) -> list[FactRow]:
+        sql = f"SELECT {FACT_COLUMNS} FROM facts f WHERE project_id = %s"
+        params: list[Any] = [project_id]
+        if user_id is not None:
+            sql += " AND user_id = %s"
+            params.append(user_id)
+        if newest_first:
+            sql += " AND status = 'active'"
+        if filters is not None:
+            if filters.status:
+                sql += " AND status = ANY(%s::text[])"
+                params.append(list(filters.status))
+            where, args = item_filter_sql(filters, "f", "COALESCE(f.occurred_at, f.observed_at)")
+            sql += where
+            params += args
+        sql += f" ORDER BY pk {'DESC' if newest_first else ''} LIMIT %s OFFSET %s"
+        params += [limit, offset]
+        with self._read() as c:
+            return [fact_row(r) for r in c.execute(sql, params).fetchall()]
+
+    def get_facts(self, project_id: str, ids: Sequence[str]) -> list[FactRow]:
+        if not ids:
+            return []
+        with self._read() as c:
+            rows = c.execute(
+                f"SELECT {FACT_COLUMNS} FROM facts WHERE project_id = %s AND id = ANY(%s::text[])",
+                (project_id, list(ids)),
+            ).fetchall()
+        by_id = {r[2]: fact_row(r) for r in rows}
+        return [by_id[i] for i in ids if i in by_id]
+
+    def facts_by_pk(self, pks: Sequence[int]) -> dict[int, FactRow]:
+        if not pks:
+            return {}
+        with self._read() as c:
+            rows = c.execute(
+                f"SELECT {FACT_COLUMNS} FROM facts WHERE pk = ANY(%s::bigint[])", (list(pks),)
+            ).fetchall()
+        return {r[0]: fact_row(r) for r in rows}
+
+    def summaries_by_pk(self, pks: Sequence[int]) -> dict[int, SummaryRow]:
+        if not pks:
+            return {}
+        with self._read() as c:
+            rows = c.execute(
+                f"SELECT {SUMMARY_COLUMNS} FROM summaries WHERE pk = ANY(%s::bigint[])",
+                (list(pks),),
+            ).fetchall()
+        return {r[0]: summary_row(r) for r in rows}
+
+    def list_topics(self, project_id: str, user_id: str) -> list[TopicRow]:
+        with self._read() as c:
+            rows = c.execute(
+                "SELECT t.pk, t.project_id, t.id, t.user_id, t.name, t.description, t.status, "
+                "t.created_at, t.updated_at, ARRAY(SELECT s.id FROM topic_summaries ts "
+                "JOIN summaries s ON s.pk = ts.summary_pk WHERE ts.topic_pk = t.pk "
+                "ORDER BY s.pk) FROM topics t WHERE t.project_id = %s AND t.user_id = %s "
+                "AND t.status = 'active' ORDER BY t.pk",
+                (project_id, user_id),
+            ).fetchall()
+        return [
+            TopicRow(pk, proj, tid, uid, name, desc, status, list(ids), created, updated)
+            for pk, proj, tid, uid, name, desc, status, created, updated, ids in rows
+        ]
+
+    def merge_topics(self, project_id: str, user_id: str, source_id: str, target_id: str) -> int:
+        """File every summary of ``source_id`` under ``target_id`` and retire the source.
+
+        Returns how many summaries moved. The source keeps a ``merged_into`` link."""
+        with self._write() as c:
+            rows = {
+                tid: pk
+                for pk, tid in c.execute(
+                    "SELECT pk, id FROM topics WHERE project_id = %s AND user_id = %s "
+                    "AND status = 'active' AND id IN (%s, %s) FOR UPDATE",
+                    (project_id, user_id, source_id, target_id),
+                ).fetchall()
+            }
+            if source_id not in rows or target_id not in rows or source_id == target_id:
+                raise KeyError(source_id if source_id not in rows else target_id)
+            moved = c.execute(
+                "INSERT INTO topic_summaries (topic_pk, summary_pk) "
+                "SELECT %s, summary_pk FROM topic_summaries WHERE topic_pk = %s "
+                "ON CONFLICT DO NOTHING",
+                (rows[target_id], rows[source_id]),
+            ).rowcount
+            c.execute("DELETE FROM topic_summaries WHERE topic_pk = %s", (rows[source_id],))
+            now = now_iso()
+            c.execute(
+                "UPDATE topics SET status = 'merged', merged_into = %s, updated_at = %s "
+                "WHERE pk = %s",
+                (target_id, now, rows[source_id]),
+            )
+            c.execute("UPDATE topics SET updated_at = %s WHERE pk = %s", (now, rows[target_id]))
+        return int(moved)
+
+    def message_neighbors(
+        self, project_id: str, user_id: str, pks: Sequence[int]
+    ) -> dict[int, tuple[int | None, int | None]]:
+        """The previous and next message (same session, time order) of each of ``pks``."""
+        if not pks:
+            return {}
+        with self._read() as c:
+            rows = c.execute(
+                "SELECT m.pk, "
+                "(SELECT p.pk FROM messages p WHERE p.project_id = m.project_id "
+                "AND p.session_id = m.session_id AND (p.ts, p.pk) < (m.ts, m.pk) "
+                "ORDER BY p.ts DESC, p.pk DESC LIMIT 1), "
+                "(SELECT n.pk FROM messages n WHERE n.project_id = m.project_id "
+                "AND n.session_id = m.session_id AND (n.ts, n.pk) > (m.ts, m.pk) "
+                "ORDER BY n.ts, n.pk LIMIT 1) "
+                "FROM messages m WHERE m.pk = ANY(%s::bigint[]) AND m.project_id = %s "
+                "AND m.user_id = %s",
+                (list(pks), project_id, user_id),
+            ).fetchall()
+        return {pk: (prev, nxt) for pk, prev, nxt in rows}
+
+    def superseded_messages(self, pks: Sequence[int]) -> set[int]:
+        """Messages whose every fact is superseded: what they said was corrected since."""
+        if not pks:
+            return set()
+        with self._read() as c:
+            rows = c.execute(
+                "SELECT fs.message_pk FROM fact_sources fs JOIN facts f ON f.pk = fs.fact_pk "
+                "WHERE fs.message_pk = ANY(%s::bigint[]) GROUP BY fs.message_pk "
+                "HAVING bool_and(f.status = 'superseded')",
+                (list(pks),),
+            ).fetchall()
+        return {int(r[0]) for r in rows}
+
+    def speaker_names(self, project_id: str, user_id: str) -> list[str]:
+        """Names of the speakers of a user's messages (messages sent with a ``name``)."""
+        with self._read() as c:
+            rows = c.execute(
+                "SELECT name FROM speakers WHERE project_id = %s AND user_id = %s ORDER BY name",
+                (project_id, user_id),
+            ).fetchall()
+        return [r[0] for r in rows]
+
+    def topics_of_summaries(self, pks: Sequence[int]) -> dict[int, list[TopicRow]]:
+        """The active topics each summary is filed under (summary pk → topics)."""
+        if not pks:
+            return {}
+        with self._read() as c:
+            rows = c.execute(
+                "SELECT ts.summary_pk, t.pk, t.project_id, t.id, t.user_id, t.name, "
+                "t.description, t.status, t.created_at, t.updated_at FROM topic_summaries ts "
+                "JOIN topics t ON t.pk = ts.topic_pk "
+                "WHERE ts.summary_pk = ANY(%s::bigint[]) AND t.status = 'active' ORDER BY t.pk",
+                (list(pks),),
+            ).fetchall()
+        out: dict[int, list[TopicRow]] = {}
+        for spk, pk, proj, tid, uid, name, desc, status, created, updated in rows:
+            out.setdefault(spk, []).append(
+                TopicRow(pk, proj, tid, uid, name, desc, status, [], created, updated)
+            )
+        return out
+
+    def llm_usage(self, project_id: str | None = None) -> dict[str, Any]:
+        where, params = ("WHERE project_id = %s", (project_id,)) if project_id else ("", ())
+        with self._read() as c:
+            rows = c.execute(
+                f"SELECT stage, model, count(*), sum(prompt_tokens), sum(completion_tokens), "
+                f"count(*) FILTER (WHERE NOT ok) FROM llm_calls {where} "
+                "GROUP BY stage, model ORDER BY stage, model",
+                params,
+            ).fetchall()
+        return {
+            f"{stage} {model}": {
+                "calls": int(n),
+                "prompt_tokens": int(p or 0),
+                "completion_tokens": int(k or 0),
+                "failed": int(f or 0),
+            }
+            for stage, model, n, p, k, f in rows
+        }
+
+    # -- stats -------------------------------------------------------------------------
+
+    def stats(self, project_id: str | None = None) -> dict[str, Any]:
+        where, params = ("WHERE project_id = %s", (project_id,)) if project_id else ("", ())
+        with self._read() as c:
+
+            def grouped(sql: str) -> dict[str, int]:
+                return {str(k): int(v) for k, v in c.execute(sql, params).fetchall()}
+
+            def one(sql: str) -> int:
+                row = c.execute(sql, params).fetchone()
+                return int(row[0]) if row else 0
+
+            messages = grouped(f"SELECT status, count(*) FROM messages {where} GROUP BY status")
+            jobs = grouped(f"SELECT status, count(*) FROM jobs {where} GROUP BY status")
+            users = one(f"SELECT count(DISTINCT user_id) FROM sessions {where}")
+            sessions = one(f"SELECT count(*) FROM sessions {where}")
+            vectors = grouped(f"SELECT embedder, count(*) FROM vectors {where} GROUP BY embedder")
+            facts = one(f"SELECT count(*) FROM facts {where}")
+            summaries = grouped(f"SELECT status, count(*) FROM summaries {where} GROUP BY status")
+            topic_where = f"{where} {'AND' if where else 'WHERE'} status = 'active'"
+            topics = one(f"SELECT count(*) FROM topics {topic_where}")
+            size = c.execute(
+                "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
+                "WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind = 'r'"
+            ).fetchone()
+            version = self._current_version(c)
+        return {
+            "store": "postgres",
+            "url": self.url,
+            "schema_version": version,
+            "size_bytes": int(size[0]) if size else 0,
+            "users": users,
+            "sessions": sessions,
+            "messages": {k: messages.get(k, 0) for k in ("pending", "processed", "failed")},
+            "jobs": {k: jobs.get(k, 0) for k in ("queued", "running", "done", "failed")},
+            "facts": facts,
+            "summaries": summaries,
+            "topics": topics,
+            "vectors": vectors,
+            "embedder": self.get_meta("embedder"),
+            "llm_usage": self.llm_usage(project_id),
+        }
+
+    # -- recall --------------------------------------------------------------------------
+
+    def recall_briefs(
+        self,
+        project_id: str,
+        user_id: str,
+        messages: Sequence[int] = (),
+        facts: Sequence[int] = (),
+        summaries: Sequence[int] = (),
+        *,
+        neighbours: bool = False,
+        embedder: str | None = None,
+    ) -> tuple[dict[int, tuple[Any, ...]], dict[int, tuple[Any, ...]], dict[int, tuple[Any, ...]]]:
+        """What recall ranks items of a user on, without their text; the tuples are
+        SQLiteStore.recall_briefs' (JSON lists as JSON text, vectors as float32 bytes)."""
+        side = (
+            "COALESCE((SELECT x.pk FROM messages x WHERE x.project_id = m.project_id "
+            "AND x.session_id = m.session_id AND x.ts = m.ts AND x.pk {op} m.pk "
+            "ORDER BY x.pk {desc} LIMIT 1), "
+            "(SELECT x.pk FROM messages x WHERE x.project_id = m.project_id "
+            "AND x.session_id = m.session_id AND x.ts {op} m.ts "
+            "ORDER BY x.ts {desc}, x.pk {desc} LIMIT 1))"
+        )
+        around = (
+            f"{side.format(op='<', desc='DESC')}, {side.format(op='>', desc='')}"
+            if neighbours
+            else "NULL::bigint, NULL::bigint"
+        )
+        vec = (
+            "(SELECT v.vec FROM vectors v WHERE v.kind = '{kind}' AND v.item_pk = m.pk "
+            "AND v.embedder = %(embedder)s)"
+        )
+        queries = (
+            (
+                messages,
+                "SELECT m.pk, m.id, m.session_id, m.name, m.ts, (SELECT bool_and(f.status = "
+                "'superseded')::int FROM fact_sources fs JOIN facts f ON f.pk = fs.fact_pk "
+                f"WHERE fs.message_pk = m.pk), {around}, {vec.format(kind='message')} "
+                "FROM messages m",
+            ),
+            (
+                facts,
+                "SELECT m.pk, m.id, m.status, m.occurred_at, m.observed_at, m.created_at, "
+                f"m.valid_to, {vec.format(kind='fact')} FROM facts m",
+            ),
+            (
+                summaries,
+                "SELECT m.pk, m.id, m.status, m.observed_at, m.created_at, m.valid_to, "
+                "m.fact_ids, ARRAY(SELECT t.id FROM topic_summaries ts JOIN topics t "
+                "ON t.pk = ts.topic_pk WHERE ts.summary_pk = m.pk AND t.status = 'active' "
+                f"ORDER BY t.pk), {vec.format(kind='summary')} FROM summaries m",
+            ),
+        )
+        out: list[dict[int, tuple[Any, ...]]] = []
+        with self._read() as c:
+            for layer, (pks, select) in enumerate(queries):
+                found: dict[int, tuple[Any, ...]] = {}
+                if pks:
+                    with c.cursor(binary=True) as cur:
+                        cur.execute(
+                            f"{select} WHERE m.pk = ANY(%(pks)s::bigint[]) "
+                            "AND m.project_id = %(project)s AND m.user_id = %(user)s",
+                            {
+                                "embedder": embedder,
+                                "pks": list(pks),
+                                "project": project_id,
+                                "user": user_id,
+                            },
+                        )
+                        for row in cur.fetchall():
+                            brief = list(row[1:])
+                            v = brief[-1]
+                            brief[-1] = None if v is None else v.to_numpy().tobytes()
+                            if layer == 2:
+                                brief[5] = json.dumps(list(brief[5]))
+                                brief[6] = json.dumps(list(brief[6]))
+                            found[int(row[0])] = tuple(brief)
+                out.append(found)
+        return out[0], out[1], out[2]
