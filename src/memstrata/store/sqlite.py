@@ -115,26 +115,48 @@ def _json_path(path: tuple[str, ...]) -> str:
     return "$" + "".join(f'."{p}"' for p in path)
 
 
+def _equals_sql(column: str, path: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
+    """The value at ``path`` equals one of ``values``, compared as JSON: a number matches
+    only a number, a string only a string, true only true, null only a present null (as in
+    the PostgreSQL store; bare json_extract would make true equal 1 and "5" greater than 3)."""
+    kind = f"json_type({column}, ?)"
+    value = f"json_extract({column}, ?)"
+    parts: list[str] = []
+    params: list[Any] = []
+    numbers = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    strings = [v for v in values if isinstance(v, str)]
+    for group, types in ((numbers, "('integer', 'real')"), (strings, "('text')")):
+        if group:
+            parts.append(f"({kind} IN {types} AND {value} IN ({','.join('?' * len(group))}))")
+            params += [path, path, *group]
+    literals = sorted(
+        {
+            "null" if v is None else str(v).lower()
+            for v in values
+            if v is None or isinstance(v, bool)
+        }
+    )
+    if literals:
+        parts.append(f"{kind} IN ({','.join('?' * len(literals))})")
+        params += [path, *literals]
+    return "(" + " OR ".join(parts) + ")", params
+
+
 def _metadata_sql(cond: MetadataCondition, column: str) -> tuple[str, list[Any]]:
     path = _json_path(cond.path)
-    value = f"json_extract({column}, ?)"
     op, arg = cond.op, cond.value
     if op == "$exists":
-        sql = f"json_type({column}, ?) IS {'NOT ' if arg else ''}NULL"
-        return sql, [path]
-    if op == "$eq":
-        if arg is None:
-            return f"json_type({column}, ?) = 'null'", [path]
-        return f"{value} = ?", [path, arg]
-    if op == "$ne":
-        return f"({value} IS NULL OR {value} != ?)", [path, path, arg]
-    if op in ("$in", "$nin"):
-        marks = ",".join("?" * len(arg))
-        if op == "$in":
-            return f"{value} IN ({marks})", [path, *arg]
-        return f"({value} IS NULL OR {value} NOT IN ({marks}))", [path, path, *arg]
+        return f"json_type({column}, ?) IS {'NOT ' if arg else ''}NULL", [path]
+    if op in ("$eq", "$ne", "$in", "$nin"):
+        sql, params = _equals_sql(column, path, arg if op in ("$in", "$nin") else [arg])
+        # Negations match a missing value too.
+        return (f"NOT IFNULL({sql}, 0)" if op in ("$ne", "$nin") else sql), params
     sql_op = {"$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}[op]
-    return f"{value} {sql_op} ?", [path, arg]
+    types = "('text')" if isinstance(arg, str) else "('integer', 'real')"
+    return (
+        f"(json_type({column}, ?) IN {types} AND json_extract({column}, ?) {sql_op} ?)",
+        [path, path, arg],
+    )
 
 
 def _filter_sql(filters: SearchFilters, alias: str = "m") -> tuple[str, list[Any]]:
