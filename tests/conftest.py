@@ -1,12 +1,22 @@
-"""Shared fixtures: real SQLite files in tmp_path, real embedders, no mocks of our code."""
+"""Shared fixtures: real databases, real embedders, no mocks of our code.
+
+Tests that take ``db_url`` (directly or through ``mem`` / ``make_memory``) run once per
+store backend: ``[sqlite]`` on a file in tmp_path and ``[postgres]`` in a fresh schema of
+a throwaway database on the server ``MEMSTRATA_TEST_POSTGRES_URL`` names. Without that
+variable the PostgreSQL half is skipped, except in CI (``CI`` or
+``MEMSTRATA_REQUIRE_POSTGRES`` set), where a missing server fails the run. A test or
+module about SQLite files specifically is marked ``sqlite_only``.
+"""
 
 from __future__ import annotations
 
 import os
+import secrets
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import pytest
 
@@ -17,6 +27,37 @@ from memstrata import Memory
 from memstrata.embed import make_embedder
 
 REPO = Path(__file__).resolve().parent.parent
+
+# Read once, before the autouse fixture below hides MEMSTRATA_* variables from the tests.
+POSTGRES_URL = os.environ.get("MEMSTRATA_TEST_POSTGRES_URL", "").strip()
+REQUIRE_POSTGRES = any(
+    os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no")
+    for name in ("MEMSTRATA_REQUIRE_POSTGRES", "CI")
+)
+BACKENDS = ("sqlite", "postgres")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "sqlite_only: about the SQLite store itself; not run against PostgreSQL"
+    )
+    if REQUIRE_POSTGRES and not POSTGRES_URL:
+        raise pytest.UsageError(
+            "CI requires the PostgreSQL half of the suite, but MEMSTRATA_TEST_POSTGRES_URL "
+            "is not set (.ci/run sets it up with .ci/postgres.sh)"
+        )
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "backend" in metafunc.fixturenames:
+        only = metafunc.definition.get_closest_marker("sqlite_only")
+        metafunc.parametrize("backend", ["sqlite"] if only else list(BACKENDS))
+
+
+@pytest.fixture
+def backend() -> str:
+    """The store backend of this test run (parametrised by pytest_generate_tests)."""
+    return "sqlite"
 
 
 @pytest.fixture(autouse=True)
@@ -33,8 +74,66 @@ def local_embedder() -> Any:
     return make_embedder("local")
 
 
+def _with_database(url: str, database: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path="/" + database))
+
+
+def with_search_path(url: str, schema: str) -> str:
+    """``url`` connecting with ``schema`` first on the search path (pgvector stays in public)."""
+    parts = urlsplit(url)
+    query = [(k, v) for k, v in parse_qsl(parts.query) if k != "options"]
+    query.append(("options", f"-csearch_path={schema},public"))
+    return urlunsplit(parts._replace(query=urlencode(query, quote_via=quote)))
+
+
+@pytest.fixture(scope="session")
+def pg_database() -> Iterator[str]:
+    """A database of its own for this test session, with pgvector; dropped at the end."""
+    if not POSTGRES_URL:
+        pytest.skip("PostgreSQL tests need MEMSTRATA_TEST_POSTGRES_URL (see README: Tests)")
+    import psycopg
+
+    name = f"memstrata_test_{os.getpid()}_{secrets.token_hex(3)}"
+    try:
+        with psycopg.connect(POSTGRES_URL, autocommit=True, connect_timeout=10) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+    except psycopg.Error as exc:
+        message = f"PostgreSQL at MEMSTRATA_TEST_POSTGRES_URL is not usable: {exc}"
+        if REQUIRE_POSTGRES:
+            pytest.fail(message)
+        pytest.skip(message)
+    url = _with_database(POSTGRES_URL, name)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+    yield url
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 @pytest.fixture
-def db_url(tmp_path: Path) -> str:
+def pg_url(pg_database: str) -> Iterator[str]:
+    """A URL to a fresh, empty schema, dropped after the test."""
+    import psycopg
+
+    schema = f"t_{secrets.token_hex(6)}"
+    with psycopg.connect(pg_database, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    yield with_search_path(pg_database, schema)
+    with psycopg.connect(pg_database, autocommit=True) as conn:
+        # A transaction a killed process left open must not keep the schema alive.
+        conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = "
+            "current_database() AND pid != pg_backend_pid() AND state = 'idle in transaction'"
+        )
+        conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+@pytest.fixture
+def db_url(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
+    """A fresh, empty store of the test's backend."""
+    if backend == "postgres":
+        return str(request.getfixturevalue("pg_url"))
     return f"sqlite:///{tmp_path / 'memory.db'}"
 
 
@@ -58,5 +157,5 @@ def make_memory(db_url: str) -> Iterator[Callable[..., Memory]]:
 
 @pytest.fixture
 def mem(make_memory: Callable[..., Memory]) -> Memory:
-    """A Memory on a fresh file with the hashing embedder and one worker thread."""
+    """A Memory on a fresh store with the hashing embedder and one worker thread."""
     return make_memory()

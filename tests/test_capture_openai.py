@@ -50,7 +50,7 @@ def test_register_is_idempotent_exclusive_and_reversible(
     assert mem.llm.register(client) is client
     assert mem.llm.register(client) is client  # twice: a no-op
     assert "create" in vars(completions)
-    other = make_memory(url=f"sqlite:///{mem._store.path}.other")
+    other = make_memory()  # another Memory on the same store
     with pytest.raises(ValueError, match="another Memory"):
         other.llm.register(client)
     mem.llm.unregister(client)
@@ -107,7 +107,7 @@ def test_no_user_means_no_recall_and_no_capture_unless_a_default(
     client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
     assert server.chat_requests()[-1]["messages"] == [{"role": "user", "content": "hi"}]
     assert mem.llm.flush(5) and mem.messages.list(user_id="anonymous") == []
-    mem2 = make_memory(url=f"sqlite:///{mem._store.path}.2", capture_default_user="anonymous")
+    mem2 = make_memory(capture_default_user="anonymous")
     client2 = mem2.llm.register(_client(server))
     client2.chat.completions.create(model="m", messages=[{"role": "user", "content": "hello"}])
     assert ("user", "hello") in _stored(mem2, "llm-anonymous")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -14,6 +13,7 @@ from typing import Any
 
 import pytest
 
+import dbsql
 from fakes.openai_server import FakeOpenAIServer
 from memstrata import Memory, ProcessingError
 from memstrata.embed.openai import OpenAIEmbedder
@@ -25,8 +25,7 @@ def _msg(i: int, **extra: Any) -> dict[str, Any]:
 
 
 def _rows(url: str, sql: str, *args: Any) -> list[tuple[Any, ...]]:
-    with sqlite3.connect(sqlite_path(url)) as conn:
-        return conn.execute(sql, args).fetchall()
+    return dbsql.rows(url, sql, *args)
 
 
 def test_accepted_messages_are_durable_and_pending_before_processing(
@@ -289,4 +288,5 @@ def test_short_script_loses_nothing_on_exit(db_url: str, make_memory: Any, how: 
     assert _rows(db_url, "SELECT status, count(*) FROM messages GROUP BY status") == [
         ("processed", 20)
     ]
-    assert Path(sqlite_path(db_url)).exists()
+    if not dbsql.is_postgres(db_url):
+        assert Path(sqlite_path(db_url)).exists()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import sqlite3
 import threading
 import time
 from collections.abc import Iterator
@@ -12,11 +11,11 @@ from typing import Any
 
 import pytest
 
+import dbsql
 from fakes.anthropic_server import FakeAnthropicServer
 from fakes.memory_model import MemoryModel
 from fakes.openai_server import FakeOpenAIServer
 from memstrata import Memory
-from memstrata.store.sqlite import sqlite_path
 
 CONVERSATION = [
     ("c01", "user", "Hi there!"),
@@ -65,8 +64,7 @@ def _messages(rows: list[tuple[str, str, str]]) -> list[dict[str, Any]]:
 
 
 def _sql(mem: Memory, query: str, *args: Any) -> list[tuple[Any, ...]]:
-    with sqlite3.connect(sqlite_path(mem.store.url)) as conn:
-        return conn.execute(query, args).fetchall()
+    return dbsql.rows(mem.settings.database_url, query, *args)
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+import dbsql
 from fakes.openai_server import FakeOpenAIServer
 from memstrata import Memory
 from memstrata.errors import ValidationError
@@ -88,15 +89,14 @@ def test_a_superseded_memory_is_never_presented_as_current(life: Memory) -> None
 def test_archived_and_deleted_summaries_are_never_recalled_and_deprioritized_weigh_less(
     life: Memory,
 ) -> None:
-    store = life._store
     pottery = next(s for s in life.summaries.list(user_id="ana") if "pottery" in s.text)
     before = next(
         h.score
         for h in life.search("pottery classes", user_id="ana", layers=["summary"])
         if h.id == pottery.id
     )
-    conn = store._conn()  # status changes arrive with governance (issue 6); set them here
-    conn.execute("UPDATE summaries SET status = 'deprioritized' WHERE id = ?", (pottery.id,))
+    url = life.settings.database_url  # a status change without governance's history
+    dbsql.execute(url, "UPDATE summaries SET status = 'deprioritized' WHERE id = ?", pottery.id)
     after = next(
         h.score
         for h in life.search("pottery classes", user_id="ana", layers=["summary"])
@@ -104,7 +104,7 @@ def test_archived_and_deleted_summaries_are_never_recalled_and_deprioritized_wei
     )
     assert after == pytest.approx(before * 0.5, rel=1e-2)  # the small recency bonus is not halved
     for status in ("archived", "deleted"):
-        conn.execute("UPDATE summaries SET status = ? WHERE id = ?", (status, pottery.id))
+        dbsql.execute(url, "UPDATE summaries SET status = ? WHERE id = ?", status, pottery.id)
         hits = life.search(
             "pottery classes", user_id="ana", layers=["summary"], include_superseded=True
         )
@@ -125,14 +125,14 @@ def test_memories_whose_validity_ended_weigh_less(life: Memory) -> None:
 
     before, signals = score()
     assert "expired" not in signals
-    conn = life._store._conn()  # validity windows come from the LLM pipeline; set one here
-    conn.execute(
-        "UPDATE summaries SET valid_to = '2025-12-01T00:00:00.000000Z' WHERE id = ?", (book.id,)
+    url = life.settings.database_url  # validity windows come from the LLM pipeline
+    dbsql.execute(
+        url, "UPDATE summaries SET valid_to = '2025-12-01T00:00:00.000000Z' WHERE id = ?", book.id
     )
     after, signals = score()
     assert signals["expired"] == 1.0 and after < before * 0.6
-    conn.execute(
-        "UPDATE summaries SET valid_to = '2026-06-01T00:00:00.000000Z' WHERE id = ?", (book.id,)
+    dbsql.execute(
+        url, "UPDATE summaries SET valid_to = '2026-06-01T00:00:00.000000Z' WHERE id = ?", book.id
     )
     assert score()[0] == pytest.approx(before)
 

@@ -15,6 +15,10 @@ from memstrata.store._text import fts_document, fts_query_terms
 from memstrata.store._vectors import VectorScope
 from memstrata.store.sqlite import SQLiteStore, latest_schema_version, sqlite_path
 
+# About the SQLite store itself (files, FTS5 plans, the in-process vector index);
+# what every store must do is in test_store_contract.py.
+pytestmark = pytest.mark.sqlite_only
+
 
 def _conn(url: str) -> sqlite3.Connection:
     return sqlite3.connect(sqlite_path(url))

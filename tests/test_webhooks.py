@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import logging
 import socket
-import sqlite3
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -19,11 +18,11 @@ from typing import Any
 import pytest
 import standardwebhooks
 
+import dbsql
 from fakes.memory_model import MemoryModel
 from fakes.openai_server import FakeOpenAIServer
 from fakes.webhook_receiver import WebhookReceiver
 from memstrata import Memory, NotFoundError, ValidationError
-from memstrata.store.sqlite import sqlite_path
 
 POINTS = [
     ("fact", "before_llm"),
@@ -56,8 +55,7 @@ def _verify(secret: str, request: Any) -> dict[str, Any]:
 
 
 def _sql(mem: Memory, query: str, *args: Any) -> list[tuple[Any, ...]]:
-    with sqlite3.connect(sqlite_path(mem.store.url)) as conn:
-        return conn.execute(query, args).fetchall()
+    return dbsql.rows(mem.settings.database_url, query, *args)
 
 
 def _closed_port() -> int:

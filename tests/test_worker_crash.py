@@ -5,25 +5,18 @@ from __future__ import annotations
 
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
-from typing import Any
 
 import numpy as np
 import pytest
 
+from dbsql import rows as _rows
 from fakes.openai_server import FakeOpenAIServer
 from memstrata import Memory
 from memstrata.embed import make_embedder
-from memstrata.store import LeaseLostError
-from memstrata.store.sqlite import SQLiteStore, sqlite_path
-
-
-def _rows(url: str, sql: str, *args: Any) -> list[tuple[Any, ...]]:
-    with sqlite3.connect(sqlite_path(url)) as conn:
-        return conn.execute(sql, args).fetchall()
+from memstrata.store import LeaseLostError, open_store
 
 
 def _worker(db_url: str, base_url: str, *extra: str) -> subprocess.Popen[bytes]:
@@ -100,7 +93,7 @@ def test_a_worker_that_lost_its_lease_cannot_commit(db_url: str) -> None:
         mem.sessions.create(user_id="u1", session_id="s1").add_messages(
             [{"role": "user", "content": "hello"}]
         )
-    store = SQLiteStore(db_url)
+    store = open_store(db_url)
     embedder = make_embedder("hash")
     try:
         slow = store.claim_batch("slow-worker", lease_seconds=0.6, max_messages=10)

@@ -1,0 +1,1360 @@
+"""The Store port's contract: every method's semantics, run unchanged on each backend.
+
+Each test gets a fresh, empty store (a SQLite file, or a schema of its own in PostgreSQL)
+through the ``db_url`` fixture, which conftest parametrises by backend. Nothing here
+knows which backend it talks to: what passes here on both is what the engine may rely on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import pytest
+
+from memstrata.errors import ConflictError, EmbedderMismatchError
+from memstrata.store import (
+    ApiKeyRow,
+    CallWrite,
+    ClaimedBatch,
+    FactWrite,
+    ItemFilters,
+    LayerWrite,
+    LeaseLostError,
+    MessageRow,
+    OutboxWrite,
+    SearchFilters,
+    SessionRow,
+    Store,
+    SummaryWrite,
+    TopicWrite,
+    WebhookDeliveryRow,
+    WebhookRow,
+    open_store,
+    parse_metadata_filters,
+)
+
+P = "proj"
+EMB = "test:v1:8"
+DIM = 8
+NOW = "2026-03-01T10:00:00.000000Z"
+
+
+@pytest.fixture
+def store(db_url: str) -> Iterator[Store]:
+    s = open_store(db_url)
+    yield s
+    s.close()
+
+
+# -- builders ------------------------------------------------------------------------
+
+
+def unit(*hot: float, seed: int | None = None) -> np.ndarray:
+    """A unit vector of DIM dimensions: the given leading components, or random by seed."""
+    if seed is not None:
+        v = np.random.default_rng(seed).normal(size=DIM)
+    else:
+        v = np.zeros(DIM)
+        v[: len(hot)] = hot
+    return (v / np.linalg.norm(v)).astype(np.float32)
+
+
+def session(store: Store, user: str = "u1", sid: str = "s1", project: str = P) -> SessionRow:
+    row, _ = store.create_session(
+        SessionRow(project, sid, user, None, {}, NOW, NOW),
+    )
+    return row
+
+
+def message(mid: str, content: str, **extra: Any) -> MessageRow:
+    fields: dict[str, Any] = {
+        "project_id": P,
+        "id": mid,
+        "user_id": "",
+        "session_id": "",
+        "role": "user",
+        "content": content,
+        "content_hash": hashlib.sha256(content.encode()).hexdigest(),
+        "ts": NOW,
+        "created_at": NOW,
+    }
+    fields.update(extra)
+    return MessageRow(**fields)
+
+
+def add(
+    store: Store,
+    texts: Sequence[str],
+    *,
+    user: str = "u1",
+    sid: str = "s1",
+    project: str = P,
+    prefix: str = "",
+    **extra: Any,
+) -> list[MessageRow]:
+    """Store messages (ids prefix + user + index) and return the rows with their pks."""
+    s = session(store, user, sid, project)
+    rows = [
+        message(f"{prefix}{user}-{sid}-{i}", t, project_id=project, **extra)
+        for i, t in enumerate(texts)
+    ]
+    store.add_messages(project, s, rows)
+    return rows
+
+
+def claim(store: Store, worker: str = "w", lease: float = 30, most: int = 100) -> ClaimedBatch:
+    batch = store.claim_batch(worker, lease, most)
+    assert batch is not None
+    return batch
+
+
+def vectors_for(batch: ClaimedBatch) -> np.ndarray:
+    return np.stack([unit(seed=m.pk) for m in batch.messages]).astype(np.float32)
+
+
+def complete(store: Store, batch: ClaimedBatch, layers: LayerWrite | None = None) -> None:
+    store.complete_batch(batch, embedder=EMB, vectors=vectors_for(batch), layers=layers)
+
+
+def process(store: Store, layers: LayerWrite | None = None) -> ClaimedBatch:
+    """Claim the next batch and complete it with ``layers``."""
+    batch = claim(store)
+    complete(store, batch, layers)
+    return batch
+
+
+def fact(fid: str, text: str, message_ids: Sequence[str], vec: np.ndarray, **kw: Any) -> FactWrite:
+    return FactWrite(
+        id=fid,
+        text=text,
+        kind=kw.pop("kind", "fact"),
+        message_ids=list(message_ids),
+        confidence=kw.pop("confidence", 0.9),
+        model="test",
+        prompt_version="t1",
+        vector=vec,
+        **kw,
+    )
+
+
+def summary(
+    sid: str,
+    text: str,
+    *,
+    action: str = "add",
+    fact_ids: Sequence[str] = (),
+    message_ids: Sequence[str] = (),
+    vec: np.ndarray | None = None,
+    **kw: Any,
+) -> SummaryWrite:
+    return SummaryWrite(
+        action=action,
+        id=sid,
+        text=text,
+        confidence=kw.pop("confidence", 0.8),
+        fact_ids=list(fact_ids),
+        message_ids=list(message_ids),
+        model="test",
+        prompt_version="t1",
+        reason=kw.pop("reason", "test"),
+        vector=vec,
+        **kw,
+    )
+
+
+def layered(store: Store) -> dict[str, Any]:
+    """u1 with two messages, two facts, one summary per fact, and a topic holding both."""
+    rows = add(store, ["I moved to Berlin last May", "My favourite food is ramen"])
+    m0, m1 = (r.id for r in rows)
+    process(
+        store,
+        LayerWrite(
+            facts=[
+                fact("f-berlin", "User moved to Berlin", [m0], unit(1, 0), occurred_at=NOW),
+                fact("f-ramen", "User likes ramen", [m1], unit(0, 1), labels=["food"]),
+            ],
+            summaries=[
+                summary(
+                    "s-home",
+                    "User lives in Berlin",
+                    fact_ids=["f-berlin"],
+                    message_ids=[m0],
+                    vec=unit(1, 0.1),
+                    observed_at=NOW,
+                ),
+                summary(
+                    "s-food",
+                    "User likes ramen",
+                    fact_ids=["f-ramen"],
+                    message_ids=[m1],
+                    vec=unit(0.1, 1),
+                ),
+            ],
+            topics=[TopicWrite("t-life", "life", "home and food", ["s-home", "s-food"], True)],
+            calls=[CallWrite("extract", "test", "t1", 10, 5, 12.5, True)],
+        ),
+    )
+    return {"messages": rows, "m0": m0, "m1": m1}
+
+
+# -- meta and schema -------------------------------------------------------------------
+
+
+def test_meta_round_trips_and_the_schema_is_current(store: Store) -> None:
+    assert store.schema_version() >= 1
+    assert store.get_meta("nothing") is None
+    store.set_meta("k", "v1")
+    store.set_meta("k", "v2")
+    assert store.get_meta("k") == "v2"
+
+
+def test_a_store_reopens_with_its_data(db_url: str) -> None:
+    first = open_store(db_url)
+    add(first, ["kept across opens"])
+    version = first.schema_version()
+    first.close()
+    again = open_store(db_url)
+    try:
+        assert again.schema_version() == version
+        assert [m.content for m in again.list_messages(P)] == ["kept across opens"]
+    finally:
+        again.close()
+
+
+# -- sessions --------------------------------------------------------------------------
+
+
+def test_sessions_are_created_once_and_listed_in_creation_order(store: Store) -> None:
+    row, created = store.create_session(
+        SessionRow(P, "s1", "u1", "trip", {"a": 1, "城市": "東京"}, NOW, NOW)
+    )
+    assert created and row.title == "trip" and row.metadata == {"a": 1, "城市": "東京"}
+    again, created = store.create_session(SessionRow(P, "s1", "other", "x", {}, NOW, NOW))
+    assert not created and again == row  # the stored row, not the new values
+    session(store, "u2", "s2")
+    session(store, "u1", "s3")
+    session(store, "u1", "s4", project="elsewhere")
+    assert [s.id for s in store.list_sessions(P, None, 10, 0)] == ["s1", "s2", "s3"]
+    assert [s.id for s in store.list_sessions(P, "u1", 10, 0)] == ["s1", "s3"]
+    assert [s.id for s in store.list_sessions(P, None, 1, 1)] == ["s2"]
+    assert store.get_session(P, "s4") is None
+    assert store.get_session("elsewhere", "s4") is not None
+
+
+# -- messages --------------------------------------------------------------------------
+
+
+def test_messages_are_stored_with_a_job_in_acceptance_order(store: Store) -> None:
+    s = session(store)
+    rows = [
+        message("a", "first", metadata={"城市": "東京", "nested": {"l": [1, 2.5, None, True]}}),
+        message("b", "second", name="Caroline", event_type="search", page="/shop"),
+    ]
+    out = store.add_messages(P, s, rows)
+    assert out.message_ids == ["a", "b"] and out.duplicates == [] and out.job_id is not None
+    assert rows[0].pk is not None and rows[1].pk is not None and rows[0].pk < rows[1].pk
+    assert rows[0].job_id == rows[1].job_id == out.job_id
+    a = store.get_message(P, "a")
+    assert a is not None and a.status == "pending" and a.attempts == 0
+    assert a.metadata == {"城市": "東京", "nested": {"l": [1, 2.5, None, True]}}
+    assert (a.user_id, a.session_id, a.pk) == ("u1", "s1", rows[0].pk)
+    b = store.get_message(P, "b")
+    assert b is not None and (b.name, b.event_type, b.page) == ("Caroline", "search", "/shop")
+    assert store.speaker_names(P, "u1") == ["Caroline"]
+    assert store.job_states([out.job_id]) == {out.job_id: "queued"}
+    assert store.unfinished_jobs() == 1 and store.unfinished_jobs("other") == 0
+    assert store.get_session(P, "s1").updated_at > NOW  # type: ignore[union-attr]
+
+
+def test_a_resend_is_a_duplicate_and_a_changed_resend_a_conflict(store: Store) -> None:
+    s = session(store)
+    store.add_messages(P, s, [message("a", "hello")])
+    again = store.add_messages(P, s, [message("a", "hello"), message("b", "new")])
+    assert again.duplicates == ["a"] and again.job_id is not None
+    only = store.add_messages(P, s, [message("a", "hello")])
+    assert only.duplicates == ["a"] and only.job_id is None
+    with pytest.raises(ConflictError):
+        store.add_messages(P, s, [message("c", "fresh"), message("a", "changed")])
+    # All or nothing: "c" of the refused call was not stored.
+    assert store.get_message(P, "c") is None
+    assert [m.id for m in store.list_messages(P)] == ["a", "b"]
+    assert store.unfinished_jobs() == 2
+
+
+def test_message_reads(store: Store) -> None:
+    rows = add(store, ["one", "two", "three"])
+    add(store, ["other user"], user="u2", sid="s2")
+    add(store, ["other project"], project="q")
+    ids = [r.id for r in rows]
+    assert set(store.get_messages(P, [ids[0], ids[2], "missing"])) == {ids[0], ids[2]}
+    assert store.get_messages(P, []) == {}
+    assert [m.id for m in store.list_messages(P, user_id="u1")] == ids
+    assert [m.id for m in store.list_messages(P, user_id="u1", newest_first=True)] == ids[::-1]
+    assert [m.id for m in store.list_messages(P, user_id="u1", limit=1, offset=1)] == ids[1:2]
+    assert [m.id for m in store.list_messages(P, session_id="s2")] == ["u2-s2-0"]
+    assert store.list_messages(P, status="processed") == []
+    assert len(store.list_messages(P)) == 4
+    by_pk = store.messages_by_pk([rows[1].pk or 0, 10**9])
+    assert list(by_pk) == [rows[1].pk] and by_pk[rows[1].pk or 0].content == "two"
+    before = store.context_messages(P, "u1", rows[2].pk or 0, 5)
+    assert [m.content for m in before] == ["one", "two"]
+    assert [m.content for m in store.context_messages(P, "u1", rows[2].pk or 0, 1)] == ["two"]
+    assert store.session_status(P, "s1") == [(i, "pending", None) for i in ids]
+
+
+# -- jobs ------------------------------------------------------------------------------
+
+
+def test_nothing_to_claim_is_none(store: Store) -> None:
+    assert store.claim_batch("w", 30, 10) is None
+    assert store.next_job_time() is None
+
+
+def test_a_claim_takes_one_users_jobs_in_order_within_the_size_limit(store: Store) -> None:
+    for n in range(3):
+        add(store, [f"a{n}-x", f"a{n}-y"], prefix=f"{n}")
+    add(store, ["b0"], user="u2", sid="s2")
+    batch = claim(store, most=4)
+    assert batch.user_id == "u1" and batch.project_id == P and batch.attempts == 1
+    assert len(batch.job_ids) == 2  # two jobs of two messages fill 4; the third waits
+    assert [m.content for m in batch.messages] == ["a0-x", "a0-y", "a1-x", "a1-y"]
+    assert all(m.attempts == 1 for m in batch.messages)
+    # u1's next job is not claimable while earlier ones run: the next claim is u2's.
+    other = claim(store, "w2")
+    assert other.user_id == "u2" and [m.content for m in other.messages] == ["b0"]
+    assert store.claim_batch("w3", 30, 100) is None
+    complete(store, batch)
+    rest = claim(store, "w3")
+    assert [m.content for m in rest.messages] == ["a2-x", "a2-y"]
+    # A first job larger than the limit is still claimed (alone).
+    add(store, [f"big {i}" for i in range(5)], user="u3", sid="s3")
+    big = claim(store, "w4", most=2)
+    assert len(big.messages) == 5
+
+
+def test_completing_a_batch_stores_vectors_and_finishes_jobs(store: Store) -> None:
+    rows = add(store, ["hello", "world"])
+    batch = claim(store)
+    assert store.job_states(batch.job_ids) == {batch.job_ids[0]: "running"}
+    assert store.unfinished_jobs() == 1
+    complete(store, batch)
+    assert store.job_states(batch.job_ids) == {batch.job_ids[0]: "done"}
+    assert store.unfinished_jobs() == 0
+    done = store.list_messages(P)
+    assert {m.status for m in done} == {"processed"} and all(m.processed_at for m in done)
+    assert store.get_meta("embedder") == EMB
+    q = unit(seed=rows[1].pk)
+    found = store.vector_messages(P, "u1", q, EMB, 10, SearchFilters())
+    assert found[0][0] == rows[1].pk and found[0][1] == pytest.approx(1.0, abs=1e-5)
+    assert store.stats(P)["vectors"] == {EMB: 2}
+
+
+def test_an_expired_lease_is_reclaimed_and_the_old_holder_cannot_commit(store: Store) -> None:
+    add(store, ["slow"])
+    slow = claim(store, "slow", lease=0.3)
+    assert store.claim_batch("fast", 30, 10) is None  # held
+    assert store.extend_lease(slow.job_ids, "slow", 0.3)
+    assert store.extend_lease([], "anyone", 1)
+    time.sleep(0.4)
+    fast = claim(store, "fast")
+    assert fast.job_ids == slow.job_ids and fast.attempts == 2
+    assert fast.messages[0].attempts == 2
+    with pytest.raises(LeaseLostError):
+        complete(store, slow)
+    with pytest.raises(LeaseLostError):
+        store.fail_batch(slow, "late", None)
+    assert not store.extend_lease(slow.job_ids, "slow", 30)
+    complete(store, fast)
+    assert store.stats(P)["vectors"] == {EMB: 1}  # only the holder's write landed
+
+
+def test_failures_are_retried_later_or_fail_for_good(store: Store) -> None:
+    add(store, ["flaky"])
+    batch = claim(store)
+    later = time.time() + 60
+    store.fail_batch(
+        batch, "boom " * 1000, later, [CallWrite("extract", "m", "t1", 7, 0, 1.0, False)]
+    )
+    [m] = store.list_messages(P)
+    assert m.status == "pending" and m.error is not None and len(m.error) <= 2000
+    assert store.job_states(batch.job_ids) == {batch.job_ids[0]: "queued"}
+    assert store.claim_batch("w", 30, 10) is None  # not due yet
+    assert store.next_job_time() == pytest.approx(later)
+    usage = store.stats(P)["llm_usage"]
+    assert usage == {
+        "extract m": {"calls": 1, "prompt_tokens": 7, "completion_tokens": 0, "failed": 1}
+    }
+    add(store, ["doomed"], user="u2", sid="s2")
+    doomed = claim(store, "w2")
+    store.fail_batch(doomed, "fatal", None)
+    assert store.get_message(P, "u2-s2-0").status == "failed"  # type: ignore[union-attr]
+    assert store.job_states(doomed.job_ids) == {doomed.job_ids[0]: "failed"}
+    assert store.retry_failed(P, "nobody") == 0
+    assert store.retry_failed(P, "u2") == 1
+    assert store.get_message(P, "u2-s2-0").status == "pending"  # type: ignore[union-attr]
+    again = claim(store, "w3")
+    assert again.user_id == "u2" and again.attempts == 1  # attempts start over
+
+
+def test_next_job_time_is_the_earliest_due_or_lease_end(store: Store) -> None:
+    before = time.time()
+    add(store, ["x"])
+    assert before <= (store.next_job_time() or 0) <= time.time()
+    batch = claim(store, lease=100)
+    assert store.next_job_time() == pytest.approx(time.time() + 100, abs=5)
+    complete(store, batch)
+    assert store.next_job_time() is None
+
+
+def test_concurrent_claimers_never_share_a_user_and_take_each_job_once(db_url: str) -> None:
+    setup = open_store(db_url)
+    users = [f"u{i}" for i in range(6)]
+    for n in range(5):
+        for u in users:
+            add(setup, [f"{u} job {n}"], user=u, sid=f"s-{u}", prefix=f"{n}")
+    setup.close()
+    holding: dict[str, str] = {}
+    lock = threading.Lock()
+    seen: list[tuple[str, list[str]]] = []
+    errors: list[str] = []
+
+    def worker(name: str) -> None:
+        st = open_store(db_url)
+        try:
+            idle = 0
+            while idle < 20:
+                batch = st.claim_batch(name, 30, 1)
+                if batch is None:
+                    idle += 1
+                    time.sleep(0.01)
+                    continue
+                idle = 0
+                with lock:
+                    if batch.user_id in holding:
+                        errors.append(f"{name} and {holding[batch.user_id]} hold {batch.user_id}")
+                    holding[batch.user_id] = name
+                time.sleep(0.002)
+                with lock:
+                    del holding[batch.user_id]
+                    seen.append((batch.user_id, [m.content for m in batch.messages]))
+                st.complete_batch(
+                    batch,
+                    embedder=EMB,
+                    vectors=np.stack([unit(seed=1) for _ in batch.messages]),
+                )
+        finally:
+            st.close()
+
+    threads = [threading.Thread(target=worker, args=(f"w{i}",)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors
+    assert sorted(c for _, cs in seen for c in cs) == sorted(
+        f"{u} job {n}" for u in users for n in range(5)
+    )
+    for u in users:  # each user's jobs in acceptance order
+        assert [cs[0] for user, cs in seen if user == u] == [f"{u} job {n}" for n in range(5)]
+
+
+# -- derived layers ---------------------------------------------------------------------
+
+
+def test_layers_are_written_with_the_batch(store: Store) -> None:
+    ids = layered(store)
+    [berlin, ramen] = store.get_facts(P, ["f-berlin", "f-ramen"])
+    assert (berlin.text, berlin.status, berlin.message_ids) == (
+        "User moved to Berlin",
+        "active",
+        [ids["m0"]],
+    )
+    assert berlin.occurred_at == NOW and ramen.labels == ["food"] and ramen.kind == "fact"
+    assert [f.id for f in store.get_facts(P, ["f-ramen", "nope", "f-berlin"])] == [
+        "f-ramen",
+        "f-berlin",
+    ]
+    assert [f.id for f in store.list_facts(P, "u1")] == ["f-berlin", "f-ramen"]
+    assert [f.id for f in store.list_facts(P, "u1", newest_first=True)] == ["f-ramen", "f-berlin"]
+    assert set(store.facts_by_pk([berlin.pk, ramen.pk])) == {berlin.pk, ramen.pk}
+    home, food = store.get_summaries(P, ["s-home", "s-food"])
+    assert (home.status, home.version, home.fact_ids, home.observed_at) == (
+        "active",
+        1,
+        ["f-berlin"],
+        NOW,
+    )
+    assert [s.id for s in store.list_summaries(P, "u1")] == ["s-home", "s-food"]
+    assert store.summaries_by_pk([food.pk])[food.pk].text == "User likes ramen"
+    [topic] = store.list_topics(P, "u1")
+    assert (topic.id, topic.name, topic.summary_ids) == ("t-life", "life", ["s-home", "s-food"])
+    got = store.get_topic(P, "t-life")
+    assert got is not None and got.summary_ids == ["s-home", "s-food"]
+    assert store.get_topic(P, "nope") is None
+    by_summary = store.topics_of_summaries([home.pk, food.pk])
+    assert [t.id for t in by_summary[home.pk]] == ["t-life"]
+    history = store.summary_history(P, "s-home")
+    assert [(h["version"], h["status"], h["fact_ids"]) for h in history] == [
+        (1, "active", ["f-berlin"])
+    ]
+    stats = store.stats(P)
+    assert stats["facts"] == 2 and stats["summaries"] == {"active": 2} and stats["topics"] == 1
+    assert stats["llm_usage"]["extract test"]["calls"] == 1
+    assert stats["messages"] == {"pending": 0, "processed": 2, "failed": 0}
+
+
+def test_strengthen_and_supersede_version_summaries_and_retire_facts(store: Store) -> None:
+    ids = layered(store)
+    rows = add(store, ["Correction: I moved to Hamburg", "I still love ramen"], prefix="2")
+    process(
+        store,
+        LayerWrite(
+            facts=[
+                fact("f-hamburg", "User moved to Hamburg", [rows[0].id], unit(1, 0, 1)),
+                fact("f-ramen2", "User loves ramen", [rows[1].id], unit(0, 1, 0.1)),
+            ],
+            summaries=[
+                summary(
+                    "s-home2",
+                    "User lives in Hamburg",
+                    action="supersede",
+                    supersedes="s-home",
+                    fact_ids=["f-hamburg"],
+                    message_ids=[rows[0].id],
+                    vec=unit(1, 0, 1),
+                    reason="correction",
+                ),
+                summary(
+                    "s-food",
+                    "User loves ramen",
+                    action="strengthen",
+                    fact_ids=["f-ramen2"],
+                    message_ids=[rows[1].id],
+                    vec=unit(0, 1, 0.2),
+                    observed_at="2026-04-01T00:00:00.000000Z",
+                ),
+            ],
+        ),
+    )
+    old, new, food = store.get_summaries(P, ["s-home", "s-home2", "s-food"])
+    assert (old.status, old.superseded_by, old.version) == ("superseded", "s-home2", 2)
+    assert new.status == "active" and new.version == 1
+    assert (food.text, food.version, food.fact_ids) == (
+        "User loves ramen",
+        2,
+        ["f-ramen", "f-ramen2"],
+    )
+    assert food.message_ids == [ids["m1"], rows[1].id]
+    assert food.observed_at == "2026-04-01T00:00:00.000000Z"
+    # The successor is filed where its predecessor was.
+    assert store.list_topics(P, "u1")[0].summary_ids == ["s-home", "s-food", "s-home2"]
+    # The superseded summary's fact, held by no current summary, is superseded too.
+    [berlin] = store.get_facts(P, ["f-berlin"])
+    assert (berlin.status, berlin.superseded_by) == ("superseded", "s-home2")
+    assert [f.id for f in store.list_facts(P, "u1", newest_first=True)] == [
+        "f-ramen2",
+        "f-hamburg",
+        "f-ramen",
+    ]
+    m0, m1 = (r.pk or 0 for r in ids["messages"])
+    assert store.superseded_messages([m0, m1, rows[0].pk or 0]) == {m0}
+    history = store.summary_history(P, "s-home")
+    assert [(h["version"], h["status"], h["reason"]) for h in history] == [
+        (1, "active", "test"),
+        (2, "superseded", "correction"),
+    ]
+    assert [h["version"] for h in store.summary_history(P, "s-food")] == [1, 2]
+    assert [s.id for s in store.list_summaries(P, "u1", status=["superseded"])] == ["s-home"]
+    # The rewording reached the full-text index.
+    assert [pk for pk, _ in store.fulltext_summaries(P, "u1", ["loves"], 10)] == [food.pk]
+
+
+def test_a_message_with_active_or_no_facts_is_not_superseded(store: Store) -> None:
+    rows = add(store, ["a", "b"])
+    process(store, LayerWrite(facts=[fact("f1", "a", [rows[0].id], unit(1))]))
+    assert store.superseded_messages([rows[0].pk or 0, rows[1].pk or 0]) == set()
+    assert store.superseded_messages([]) == set()
+
+
+def test_a_bad_layer_write_rolls_the_whole_batch_back(store: Store) -> None:
+    add(store, ["x"])
+    batch = claim(store)
+    bad = LayerWrite(
+        facts=[fact("f1", "x", [batch.messages[0].id], unit(1))],
+        summaries=[summary("s1", "x", action="strengthen")],  # no such summary
+    )
+    with pytest.raises(ValueError):
+        complete(store, batch, bad)
+    assert store.get_facts(P, ["f1"]) == []
+    assert store.get_message(P, batch.messages[0].id).status == "pending"  # type: ignore[union-attr]
+    assert store.job_states(batch.job_ids) == {batch.job_ids[0]: "running"}
+    complete(store, batch)  # still the holder: it can finish the batch another way
+
+
+def test_merge_topics_moves_summaries_and_retires_the_source(store: Store) -> None:
+    layered(store)
+    add(store, ["I cook every day"], prefix="2")
+    process(
+        store,
+        LayerWrite(
+            summaries=[summary("s-cook", "User cooks daily", vec=unit(0, 1, 1))],
+            topics=[
+                TopicWrite("t-food", "food", "cooking", ["s-cook", "s-food"], True),
+                TopicWrite("t-life", "life", "home, food", [], False),
+            ],
+        ),
+    )
+    assert store.get_topic(P, "t-life").description == "home, food"  # type: ignore[union-attr]
+    moved = store.merge_topics(P, "u1", "t-food", "t-life")
+    assert moved == 1  # s-food was in both
+    [life] = store.list_topics(P, "u1")
+    assert life.id == "t-life" and life.summary_ids == ["s-home", "s-food", "s-cook"]
+    merged = store.get_topic(P, "t-food")
+    assert merged is not None and merged.status == "merged" and merged.summary_ids == []
+    with pytest.raises(KeyError):
+        store.merge_topics(P, "u1", "t-food", "t-life")  # no longer active
+    with pytest.raises(KeyError):
+        store.merge_topics(P, "u1", "t-life", "t-life")
+
+
+def test_listing_filters_by_time_and_source_metadata(store: Store) -> None:
+    s = session(store)
+    rows = [
+        message("m-web", "web order", metadata={"channel": "web"}),
+        message("m-ios", "ios order", metadata={"channel": "ios"}),
+    ]
+    store.add_messages(P, s, rows)
+    process(
+        store,
+        LayerWrite(
+            facts=[
+                fact("f-web", "web", ["m-web"], unit(1), occurred_at="2026-01-05T00:00:00.000000Z"),
+                fact(
+                    "f-ios", "ios", ["m-ios"], unit(0, 1), observed_at="2026-02-05T00:00:00.000000Z"
+                ),
+            ],
+            summaries=[
+                summary(
+                    "s-web", "web", message_ids=["m-web"], valid_from="2026-01-01T00:00:00.000000Z"
+                ),
+                summary(
+                    "s-ios", "ios", message_ids=["m-ios"], observed_at="2026-02-01T00:00:00.000000Z"
+                ),
+            ],
+        ),
+    )
+    web = ItemFilters(metadata=parse_metadata_filters({"channel": "web"}))
+    assert [f.id for f in store.list_facts(P, "u1", filters=web)] == ["f-web"]
+    assert [s.id for s in store.list_summaries(P, "u1", filters=web)] == ["s-web"]
+    february = ItemFilters(since="2026-02-01T00:00:00.000000Z", until="2026-03-01T00:00:00.000000Z")
+    assert [f.id for f in store.list_facts(P, "u1", filters=february)] == ["f-ios"]
+    assert [s.id for s in store.list_summaries(P, "u1", filters=february)] == ["s-ios"]
+    active = ItemFilters(status=("superseded",))
+    assert store.list_facts(P, "u1", filters=active) == []
+
+
+# -- full text -------------------------------------------------------------------------
+
+
+def _bm25(query_terms: Sequence[str], doc: Sequence[str], corpus: Sequence[Sequence[str]]) -> float:
+    """FTS5's bm25 for a corpus of already tokenised rows (each row has one more token:
+    the scope column SQLite adds)."""
+    n = len(corpus)
+    avg = sum(len(d) + 1 for d in corpus) / n
+    score = 0.0
+    for term in query_terms:
+        df = sum(1 for d in corpus if term in d)
+        idf = math.log((n - df + 0.5) / (df + 0.5))
+        idf = idf if idf > 0 else 1e-6
+        tf = doc.count(term)
+        score += idf * tf * 2.2 / (tf + 1.2 * (0.25 + 0.75 * (len(doc) + 1) / avg))
+    return score
+
+
+def test_fulltext_scores_are_fts5_bm25(store: Store) -> None:
+    texts = [
+        "alpha beta gamma",
+        "alpha alpha delta",
+        "epsilon zeta eta theta iota",
+        "kappa lambda",
+        "mu nu xi omicron pi rho",
+    ]
+    rows = add(store, texts)
+    corpus = [t.split() for t in texts]
+    found = dict(store.fulltext_messages(P, "u1", ["alpha", "kappa"], 10, SearchFilters()))
+    for row, words in zip(rows, corpus, strict=True):
+        expected = _bm25(["alpha", "kappa"], words, corpus)
+        if expected:
+            assert found[row.pk or 0] == pytest.approx(expected, rel=1e-6)
+    assert set(found) == {rows[0].pk, rows[1].pk, rows[3].pk}
+    ranked = store.fulltext_messages(P, "u1", ["alpha", "kappa"], 10, SearchFilters())
+    assert ranked[0][0] == rows[3].pk  # the rarer term weighs more
+    assert ranked == sorted(ranked, key=lambda x: -x[1])
+
+
+def test_fulltext_is_scoped_to_the_user_and_project(store: Store) -> None:
+    add(store, ["secret plan alpha"])
+    add(store, ["secret plan beta"], user="u2", sid="s2")
+    add(store, ["secret plan gamma"], project="q")
+    hits = store.fulltext_messages(P, "u1", ["secret", "plan"], 10, SearchFilters())
+    assert [store.messages_by_pk([pk])[pk].content for pk, _ in hits] == ["secret plan alpha"]
+    assert store.fulltext_messages(P, "u3", ["secret"], 10, SearchFilters()) == []
+    assert store.fulltext_messages(P, "u1", [], 10, SearchFilters()) == []
+    assert store.fulltext_messages(P, "u1", ["secret"], 0, SearchFilters()) == []
+
+
+@pytest.mark.parametrize(
+    ("text", "term"),
+    [
+        ("我上个月搬到了柏林,现在住在克罗伊茨贝格。", "柏林"),
+        ("我上个月搬到了柏林,现在住在克罗伊茨贝格。", "住在"),
+        ("来月、東京に引っ越します。", "東京"),
+        ("ラーメンが大好きです", "ラー"),
+        ("저는 서울에 살아요", "서울"),
+        ("北京烤鸭 and dumplings", "dumplings"),
+        ("猫", "猫"),
+        ("We were running along the canal.", "runs"),  # stemmed alike
+        ("Un café à São Paulo", "cafe"),  # diacritics folded
+        ("Un cafe a Sao Paulo", "são"),
+        ("search for /shop/running-shoes?size=42", "shoes"),  # paths split into words
+        ("mail me at ana@example.com", "example"),
+        ("version 3.14 of the app", "14"),
+    ],
+)
+def test_fulltext_tokenises_alike_on_every_store(store: Store, text: str, term: str) -> None:
+    rows = add(store, ["I like hiking in the Alps", text])
+    hits = store.fulltext_messages(P, "u1", [term], 10, SearchFilters())
+    assert [pk for pk, _ in hits] == [rows[1].pk]
+
+
+def test_fulltext_query_syntax_is_inert(store: Store) -> None:
+    rows = add(store, ['canal" OR "x', "AND NOT (a & b) | c:* <-> 'd'"])
+    for term in ['canal" OR "x', "'", '"', "a & b", "c:*", "<->", "NOT", "OR"]:
+        store.fulltext_messages(P, "u1", [term], 10, SearchFilters())  # no error
+    assert [pk for pk, _ in store.fulltext_messages(P, "u1", ["canal"], 10, SearchFilters())] == [
+        rows[0].pk
+    ]
+
+
+def test_event_type_and_page_are_searchable(store: Store) -> None:
+    rows = add(store, ["light running shoes"], event_type="product_view", page="/shop/trail")
+    for term in ("product", "view", "trail", "shoes"):
+        hits = store.fulltext_messages(P, "u1", [term], 10, SearchFilters())
+        assert [pk for pk, _ in hits] == [rows[0].pk], term
+
+
+def test_fulltext_keeps_the_rarest_terms_within_the_match_budget(store: Store) -> None:
+    store.MATCH_BUDGET = 3  # type: ignore[attr-defined]  # instead of 4,000
+    add(store, [f"pizza night number {i}" for i in range(6)])
+    rows = add(store, ["pizza with sushi on the side"], sid="s2")
+    hits = store.fulltext_messages(P, "u1", ["pizza", "sushi"], 10, SearchFilters())
+    assert [pk for pk, _ in hits] == [rows[0].pk]  # "pizza" (7 rows) was left out
+    # Only common terms: the rarest is still searched.
+    assert len(store.fulltext_messages(P, "u1", ["pizza", "night"], 10, SearchFilters())) == 6
+
+
+def test_fulltext_of_layers_respects_statuses(store: Store) -> None:
+    layered(store)
+    food = store.get_summaries(P, ["s-food"])[0]
+    assert [pk for pk, _ in store.fulltext_summaries(P, "u1", ["ramen"], 10)] == [food.pk]
+    assert store.fulltext_summaries(P, "u1", ["ramen"], 10, statuses=()) == []
+    store.set_summary_status(P, "s-food", "archived", "old", "tester")
+    assert store.fulltext_summaries(P, "u1", ["ramen"], 10) == []
+    assert store.fulltext_summaries(P, "u1", ["ramen"], 10, statuses=("archived",)) != []
+    ramen = store.get_facts(P, ["f-ramen"])[0]
+    assert [pk for pk, _ in store.fulltext_facts(P, "u1", ["ramen"], 10)] == [ramen.pk]
+    assert store.fulltext_facts(P, "u1", ["ramen"], 10, statuses=("superseded",)) == []
+    assert store.fulltext_facts(P, "u2", ["ramen"], 10) == []
+
+
+# -- filters ---------------------------------------------------------------------------
+
+
+def _filter_corpus(store: Store) -> dict[str, int]:
+    s1 = session(store, "u1", "s1")
+    s2 = session(store, "u1", "s2")
+    a = message(
+        "a",
+        "order pizza margherita",
+        ts="2026-01-10T12:00:00.000000Z",
+        metadata={"channel": "web", "stars": 5, "vip": True, "addr": {"city": "Berlin"}},
+    )
+    b = message(
+        "b",
+        "pizza ordered",
+        role="assistant",
+        ts="2026-02-10T12:00:00.000000Z",
+        metadata={"channel": "ios", "stars": 3},
+    )
+    c = message(
+        "c",
+        "pizza again please",
+        ts="2026-03-10T12:00:00.000000Z",
+        event_type="reorder",
+        metadata={"channel": "web", "stars": 1, "coupon": None, "code": "B7"},
+    )
+    store.add_messages(P, s1, [a, b])
+    store.add_messages(P, s2, [c])
+    assert len(process(store).job_ids) == 2
+    return {"a": a.pk or 0, "b": b.pk or 0, "c": c.pk or 0}
+
+
+FILTER_CASES = [
+    ({"metadata": {"channel": "web"}}, {"a", "c"}),
+    ({"metadata": {"channel": {"$in": ["ios"]}}}, {"b"}),
+    ({"metadata": {"channel": {"$nin": ["ios"]}}}, {"a", "c"}),
+    ({"metadata": {"stars": {"$gte": 3, "$lt": 5}}}, {"b"}),
+    ({"metadata": {"stars": {"$gt": 4}}}, {"a"}),
+    ({"metadata": {"stars": {"$lte": 1}}}, {"c"}),
+    ({"metadata": {"stars": 5.0}}, {"a"}),  # numbers compare as numbers
+    ({"metadata": {"vip": True}}, {"a"}),
+    ({"metadata": {"channel": {"$ne": "web"}}}, {"b"}),
+    ({"metadata": {"coupon": {"$exists": True}}}, {"c"}),
+    ({"metadata": {"coupon": {"$exists": False}}}, {"a", "b"}),
+    ({"metadata": {"coupon": None}}, {"c"}),
+    ({"metadata": {"addr.city": "Berlin"}}, {"a"}),
+    ({"metadata": {"code": {"$gte": "B"}}}, {"c"}),  # strings compare as strings
+    ({"metadata": {"missing": {"$ne": 1}}}, {"a", "b", "c"}),
+    ({"metadata": {"coupon": {"$ne": None}}}, {"a", "b"}),
+    ({"metadata": {"coupon": {"$in": [None, "x"]}}}, {"c"}),
+    ({"metadata": {"stars": {"$nin": [5, 3]}}}, {"c"}),
+    ({"metadata": {"vip": 1}}, set()),  # true is not 1
+    ({"metadata": {"stars": {"$gt": "1"}}}, set()),  # nor 5 a string
+    ({"metadata": {"stars": "5"}}, set()),
+    ({"since": "2026-02-01T00:00:00.000000Z"}, {"b", "c"}),
+    ({"since": "2026-02-01T00:00:00.000000Z", "until": "2026-03-01T00:00:00.000000Z"}, {"b"}),
+    ({"roles": ("assistant",)}, {"b"}),
+    ({"event_types": ("reorder",)}, {"c"}),
+    ({"session_id": "s2"}, {"c"}),
+]
+
+
+def _filters(spec: dict[str, Any]) -> SearchFilters:
+    from datetime import datetime
+
+    spec = dict(spec)
+    if "metadata" in spec:
+        spec["metadata"] = parse_metadata_filters(spec["metadata"])
+    for key in ("since", "until"):
+        if key in spec:
+            spec[key] = datetime.fromisoformat(spec[key].replace("Z", "+00:00"))
+    return SearchFilters(**spec)
+
+
+@pytest.mark.parametrize(("spec", "expected"), FILTER_CASES)
+def test_filters_narrow_both_full_text_and_vectors(
+    store: Store, spec: dict[str, Any], expected: set[str]
+) -> None:
+    pks = _filter_corpus(store)
+    names = {pk: name for name, pk in pks.items()}
+    filters = _filters(spec)
+    text = store.fulltext_messages(P, "u1", ["pizza"], 10, filters)
+    assert {names[pk] for pk, _ in text} == expected
+    near = store.vector_messages(P, "u1", unit(seed=1), EMB, 10, filters)
+    assert {names[pk] for pk, _ in near} == expected
+
+
+# -- vectors ---------------------------------------------------------------------------
+
+
+def test_vector_search_ranks_by_cosine_within_the_user(store: Store) -> None:
+    rows = add(store, [f"note {i}" for i in range(12)])
+    add(store, ["someone else"], user="u2", sid="s2")
+    process(store)
+    process(store)
+    q = unit(seed=rows[4].pk)
+    found = store.vector_messages(P, "u1", q, EMB, 5, SearchFilters())
+    assert len(found) == 5 and found[0][0] == rows[4].pk
+    exact = sorted(((float(unit(seed=r.pk) @ q), r.pk) for r in rows), reverse=True)[:5]
+    assert [pk for pk, _ in found] == [pk for _, pk in exact]
+    assert [s for _, s in found] == pytest.approx([s for s, _ in exact], abs=1e-5)
+    assert store.vector_messages(P, "u1", q, EMB, 0, SearchFilters()) == []
+    assert store.vector_messages(P, "u1", q, "other:v1:8", 5, SearchFilters()) == []
+    assert store.vector_messages(P, "u9", q, EMB, 5, SearchFilters()) == []
+    scores = store.vector_scores(P, "u1", "message", q, EMB, [rows[4].pk or 0, rows[5].pk or 0])
+    assert scores[rows[4].pk or 0] == pytest.approx(1.0, abs=1e-5)
+    assert set(scores) == {rows[4].pk, rows[5].pk}
+    assert store.vector_scores(P, "u1", "message", q, EMB, []) == {}
+
+
+def test_vector_search_of_layers_skips_unwanted_statuses_even_when_they_crowd_the_top(
+    store: Store,
+) -> None:
+    q = unit(seed=3)
+    rng = np.random.default_rng(3)
+
+    def near(scale: float) -> np.ndarray:
+        v = q + scale * rng.normal(size=DIM).astype(np.float32)
+        return (v / np.linalg.norm(v)).astype(np.float32)
+
+    add(store, ["round 0"])
+    process(
+        store, LayerWrite(summaries=[summary(f"s{i}", f"s{i}", vec=near(0.05)) for i in range(40)])
+    )
+    add(store, ["round 1"], prefix="1")
+    process(
+        store,
+        LayerWrite(
+            summaries=[
+                summary(f"n{i}", f"n{i}", action="supersede", supersedes=f"s{i}", vec=near(50.0))
+                for i in range(35)
+            ]
+        ),
+    )
+    found = store.similar_summaries(P, "u1", q, EMB, 3)
+    assert len(found) == 3
+    assert all(
+        row.status == "active" and row.id in {f"s{i}" for i in range(35, 40)} for row, _ in found
+    )
+    supers = store.vector_summaries(P, "u1", q, EMB, 3, statuses=("superseded",))
+    assert len(supers) == 3
+    assert store.vector_summaries(P, "u1", q, EMB, 3, statuses=()) == []
+
+
+def test_vector_search_of_facts(store: Store) -> None:
+    layered(store)
+    [berlin, ramen] = store.get_facts(P, ["f-berlin", "f-ramen"])
+    found = store.vector_facts(P, "u1", unit(1, 0), EMB, 5)
+    assert [pk for pk, _ in found] == [berlin.pk, ramen.pk]
+    assert found[0][1] == pytest.approx(1.0, abs=1e-5) and found[1][1] == pytest.approx(
+        0.0, abs=1e-5
+    )
+    assert store.vector_facts(P, "u1", unit(1, 0), EMB, 5, statuses=("superseded",)) == []
+    scores = store.vector_scores(P, "u1", "fact", unit(0, 1), EMB, [berlin.pk, ramen.pk])
+    assert scores[ramen.pk] == pytest.approx(1.0, abs=1e-5)
+
+
+def test_vectors_of_another_embedder_are_refused_then_reindexed(store: Store) -> None:
+    rows = add(store, ["one", "two"])
+    process(store)
+    messages = store.list_messages(P)
+    with pytest.raises(EmbedderMismatchError):
+        store.put_message_vectors("other:v1:4", messages, np.zeros((2, 4), np.float32))
+    assert store.stats(P)["vectors"] == {EMB: 2}
+    assert store.drop_vectors_except("other:v1:4") == 2
+    assert store.get_meta("embedder") == "other:v1:4"
+    missing = store.messages_missing_vectors("other:v1:4", 0, 10)
+    assert [m.id for m in missing] == [r.id for r in rows]
+    assert [m.id for m in store.messages_missing_vectors("other:v1:4", rows[0].pk or 0, 10)] == [
+        rows[1].id
+    ]
+    four = np.eye(4, dtype=np.float32)[:2]
+    store.put_message_vectors("other:v1:4", missing, four)
+    assert store.messages_missing_vectors("other:v1:4", 0, 10) == []
+    found = store.vector_messages(P, "u1", four[1], "other:v1:4", 5, SearchFilters())
+    assert found[0] == (rows[1].pk, pytest.approx(1.0))
+
+
+def test_layer_items_missing_vectors_are_found_and_filled(store: Store) -> None:
+    layered(store)
+    store.drop_vectors_except("new:v1:3")
+    facts = store.layer_items_missing_vectors("new:v1:3", "fact", 0, 10)
+    assert [(t[1], t[2], t[3]) for t in facts] == [
+        (P, "u1", "User moved to Berlin"),
+        (P, "u1", "User likes ramen"),
+    ]
+    assert len(store.layer_items_missing_vectors("new:v1:3", "fact", facts[0][0], 10)) == 1
+    store.put_layer_vectors("new:v1:3", "fact", facts, np.eye(3, dtype=np.float32)[:2])
+    assert store.layer_items_missing_vectors("new:v1:3", "fact", 0, 10) == []
+    summaries = store.layer_items_missing_vectors("new:v1:3", "summary", 0, 10)
+    assert len(summaries) == 2
+    found = store.vector_facts(P, "u1", np.eye(3, dtype=np.float32)[1], "new:v1:3", 5)
+    assert found[0][0] == facts[1][0]
+
+
+# -- recall briefs and neighbours -------------------------------------------------------
+
+
+def test_message_neighbours_follow_time_then_acceptance_order(store: Store) -> None:
+    s = session(store)
+    rows = [
+        message("late", "late", ts="2026-03-03T00:00:00.000000Z"),
+        message("early", "early", ts="2026-03-01T00:00:00.000000Z"),
+        message("mid1", "mid one", ts="2026-03-02T00:00:00.000000Z"),
+        message("mid2", "mid two", ts="2026-03-02T00:00:00.000000Z"),
+    ]
+    store.add_messages(P, s, rows)
+    add(store, ["elsewhere"], sid="s2")
+    late, early, mid1, mid2 = (r.pk for r in rows)
+    got = store.message_neighbors(P, "u1", [late, early, mid1, mid2])  # type: ignore[list-item]
+    assert got == {early: (None, mid1), mid1: (early, mid2), mid2: (mid1, late), late: (mid2, None)}
+    assert store.message_neighbors(P, "u2", [late]) == {}  # type: ignore[list-item]
+    briefs, _, _ = store.recall_briefs(P, "u1", [mid1, late], neighbours=True)  # type: ignore[list-item]
+    assert briefs[mid1][5:7] == (early, mid2) and briefs[late][5:7] == (mid2, None)  # type: ignore[index]
+    plain, _, _ = store.recall_briefs(P, "u1", [mid1])  # type: ignore[list-item]
+    assert plain[mid1][5:7] == (None, None)  # type: ignore[index]
+
+
+def test_recall_briefs_describe_each_layer(store: Store) -> None:
+    ids = layered(store)
+    rows = ids["messages"]
+    [berlin, ramen] = store.get_facts(P, ["f-berlin", "f-ramen"])
+    [home, food] = store.get_summaries(P, ["s-home", "s-food"])
+    msgs, facts, sums = store.recall_briefs(
+        P,
+        "u1",
+        [r.pk for r in rows],
+        [berlin.pk, ramen.pk],
+        [home.pk, food.pk],
+        embedder=EMB,
+    )
+    m0 = msgs[rows[0].pk]
+    assert m0[:5] == (rows[0].id, "s1", None, NOW, 0)
+    assert np.frombuffer(m0[7], dtype=np.float32) == pytest.approx(unit(seed=rows[0].pk))
+    f = facts[berlin.pk]
+    assert f[:6] == ("f-berlin", "active", NOW, None, berlin.created_at, None)
+    assert np.frombuffer(f[6], dtype=np.float32) == pytest.approx(unit(1, 0))
+    sm = sums[home.pk]
+    assert sm[:5] == ("s-home", "active", NOW, home.created_at, None)
+    assert json.loads(sm[5]) == ["f-berlin"] and json.loads(sm[6]) == ["t-life"]
+    assert np.frombuffer(sm[7], dtype=np.float32) == pytest.approx(unit(1, 0.1))
+    # Without an embedder, no vectors; another user's items are not described.
+    no_vec, _, _ = store.recall_briefs(P, "u1", [rows[0].pk])
+    assert no_vec[rows[0].pk][7] is None
+    assert store.recall_briefs(P, "u2", [rows[0].pk], [berlin.pk], [home.pk]) == ({}, {}, {})
+    assert store.recall_briefs(P, "u1") == ({}, {}, {})
+
+
+def test_a_message_whose_facts_were_all_superseded_is_marked(store: Store) -> None:
+    ids = layered(store)
+    rows = add(store, ["Correction: Hamburg"], prefix="2")
+    process(
+        store,
+        LayerWrite(
+            facts=[fact("f-hh", "Hamburg", [rows[0].id], unit(1, 1))],
+            summaries=[
+                summary(
+                    "s-hh", "Hamburg", action="supersede", supersedes="s-home", fact_ids=["f-hh"]
+                )
+            ],
+        ),
+    )
+    m0, m1 = (r.pk for r in ids["messages"])
+    msgs, _, _ = store.recall_briefs(P, "u1", [m0, m1, rows[0].pk])  # type: ignore[list-item]
+    assert msgs[m0][4] == 1 and msgs[m1][4] == 0 and msgs[rows[0].pk][4] == 0  # type: ignore[index]
+    assert store.superseded_messages([m0, m1]) == {m0}  # type: ignore[list-item]
+
+
+# -- projects, keys, audit, governance ------------------------------------------------------
+
+
+def test_projects_and_api_keys(store: Store) -> None:
+    project, created = store.create_project("acme", "Acme Inc.")
+    assert created and project.name == "Acme Inc."
+    same, created = store.create_project("acme", "ignored")
+    assert not created and same == project
+    store.create_project("beta", "Beta")
+    assert store.get_project("nope") is None
+    assert [p.id for p in store.list_projects()] == ["acme", "beta"]
+    key = ApiKeyRow("k1", "acme", "ci", "ms_abc", "2026-01-01T00:00:00.000000Z")
+    store.create_api_key(key, "hash-1")
+    store.create_api_key(
+        ApiKeyRow("k2", "beta", None, "ms_def", "2026-01-02T00:00:00.000000Z"), "hash-2"
+    )
+    assert store.find_api_key("hash-1") == key
+    assert store.find_api_key("hash-x") is None
+    assert [k.id for k in store.list_api_keys(None)] == ["k1", "k2"]
+    assert [k.id for k in store.list_api_keys("beta")] == ["k2"]
+    store.touch_api_key("k1", "2026-02-02T00:00:00.000000Z")
+    assert store.find_api_key("hash-1").last_used_at == "2026-02-02T00:00:00.000000Z"  # type: ignore[union-attr]
+    revoked = store.revoke_api_key("k1")
+    assert revoked is not None and revoked.revoked_at is not None
+    again = store.revoke_api_key("k1")
+    assert again is not None and again.revoked_at == revoked.revoked_at  # first revocation kept
+    assert store.revoke_api_key("nope") is None
+
+
+def test_status_changes_are_versioned_and_audited(store: Store) -> None:
+    layered(store)
+    assert store.set_summary_status(P, "s-food", "deprioritized", "stale", "ops")
+    assert store.set_summary_status(P, "s-food", "deprioritized", "again", "ops")  # no change
+    assert not store.set_summary_status(P, "nope", "archived", "x", "ops")
+    [food] = store.get_summaries(P, ["s-food"])
+    assert (food.status, food.version) == ("deprioritized", 2)
+    history = store.summary_history(P, "s-food")
+    assert [(h["version"], h["status"], h["actor"], h["reason"]) for h in history][-1] == (
+        2,
+        "deprioritized",
+        "ops",
+        "stale",
+    )
+    [record] = store.list_audit(P, "u1", 10, 0)
+    assert (record.action, record.target, record.actor, record.reason) == (
+        "set_status",
+        "s-food",
+        "ops",
+        "stale",
+    )
+    assert record.details == {"from": "active", "to": "deprioritized", "version": 2}
+    assert store.list_audit(P, "u2", 10, 0) == [] and store.list_audit("q", None, 10, 0) == []
+
+
+def test_forget_messages_removes_everything_built_on_them(store: Store) -> None:
+    ids = layered(store)
+    add(store, ["unrelated"], user="u2", sid="s2")
+    process(store)
+    counts = store.forget(P, "u1", message_ids=[ids["m0"]], actor="dpo", reason="asked")
+    assert counts == {"messages": 1, "facts": 1, "summaries": 1, "topics": 0}
+    assert store.get_message(P, ids["m0"]) is None
+    assert store.get_facts(P, ["f-berlin"]) == [] and store.get_summaries(P, ["s-home"]) == []
+    assert store.summary_history(P, "s-home") == []
+    assert store.list_topics(P, "u1")[0].summary_ids == ["s-food"]
+    assert store.fulltext_messages(P, "u1", ["berlin"], 10, SearchFilters()) == []
+    assert store.fulltext_facts(P, "u1", ["berlin"], 10) == []
+    assert store.fulltext_summaries(P, "u1", ["berlin"], 10) == []
+    assert [pk for pk, _ in store.vector_facts(P, "u1", unit(1, 0), EMB, 10)] == [
+        store.get_facts(P, ["f-ramen"])[0].pk
+    ]
+    assert len(store.vector_messages(P, "u1", unit(seed=1), EMB, 10, SearchFilters())) == 1
+    assert store.stats(P)["vectors"] == {EMB: 4}  # m1, f-ramen, s-food and u2's message
+    [record] = store.list_audit(P, "u1", 10, 0)
+    assert (record.action, record.target, record.details) == ("forget", "messages:1", counts)
+    # Forgetting the rest removes the topic left empty.
+    assert store.forget(P, "u1", message_ids=[ids["m1"]], actor="dpo", reason=None) == {
+        "messages": 1,
+        "facts": 1,
+        "summaries": 1,
+        "topics": 1,
+    }
+    assert store.list_topics(P, "u1") == []
+
+
+def test_forget_by_session_and_by_topic(store: Store) -> None:
+    ids = layered(store)
+    add(store, ["other session"], sid="s9")
+    process(store)
+    counts = store.forget(P, "u1", session_id="s9", actor="a", reason=None)
+    assert counts == {"messages": 1, "facts": 0, "summaries": 0, "topics": 0, "sessions": 1}
+    assert store.get_session(P, "s9") is None
+    counts = store.forget(P, "u1", topic_id="t-life", actor="a", reason=None)
+    assert counts == {"messages": 2, "facts": 2, "summaries": 2, "topics": 1}
+    assert store.get_message(P, ids["m0"]) is None and store.list_topics(P, "u1") == []
+    assert store.get_session(P, "s1") is not None  # forgetting a topic keeps the session
+
+
+def test_forget_refuses_scopes_that_are_not_the_users(store: Store) -> None:
+    layered(store)
+    add(store, ["theirs"], user="u2", sid="s2")
+    assert store.forget(P, "u1", session_id="s2", actor="a", reason=None) is None
+    assert store.forget(P, "u1", session_id="nope", actor="a", reason=None) is None
+    assert store.forget(P, "u1", topic_id="nope", actor="a", reason=None) is None
+    assert store.forget(P, "u1", message_ids=["u2-s2-0"], actor="a", reason=None) is None
+    assert store.forget(P, "u1", message_ids=[], actor="a", reason=None) is None
+    assert store.get_message(P, "u2-s2-0") is not None
+    assert store.list_audit(P, None, 10, 0) == []
+
+
+def test_forgetting_a_message_in_flight_voids_its_workers_lease(store: Store) -> None:
+    rows = add(store, ["keep me", "forget me"])
+    batch = claim(store)
+    store.forget(P, "u1", message_ids=[rows[1].id], actor="a", reason=None)
+    with pytest.raises(LeaseLostError):
+        complete(store, batch)
+    again = claim(store, "w2")
+    assert [m.content for m in again.messages] == ["keep me"] and again.attempts == 1
+
+
+def test_forgetting_every_message_of_a_queued_job_finishes_it(store: Store) -> None:
+    rows = add(store, ["only"])
+    store.forget(P, "u1", message_ids=[rows[0].id], actor="a", reason=None)
+    assert store.unfinished_jobs() == 0 and store.claim_batch("w", 30, 10) is None
+
+
+def test_erase_user_leaves_only_the_audit(store: Store) -> None:
+    layered(store)
+    add(store, ["named"], name="Bob", prefix="n")
+    add(store, ["other user"], user="u2", sid="s2")
+    counts = store.erase_user(P, "u1", actor="dpo", reason="GDPR")
+    assert counts["messages"] == 3 and counts["facts"] == 2 and counts["summaries"] == 2
+    assert counts["topics"] == 1 and counts["sessions"] == 1 and counts["jobs"] == 2
+    assert store.list_messages(P, user_id="u1") == [] and store.list_topics(P, "u1") == []
+    assert store.list_sessions(P, "u1", 10, 0) == [] and store.speaker_names(P, "u1") == []
+    assert store.stats(P)["llm_usage"] == {}
+    assert store.vector_messages(P, "u1", unit(seed=1), EMB, 10, SearchFilters()) == []
+    assert [m.content for m in store.list_messages(P, user_id="u2")] == ["other user"]
+    [record] = store.list_audit(P, "u1", 10, 0)
+    assert (record.action, record.actor, record.reason) == ("erase_user", "dpo", "GDPR")
+    assert store.erase_user(P, "nobody", actor="dpo", reason=None) == {
+        "messages": 0,
+        "facts": 0,
+        "summaries": 0,
+        "topics": 0,
+        "sessions": 0,
+        "jobs": 0,
+    }
+    assert len(store.list_audit(P, None, 10, 0)) == 1
+
+
+def test_stats_count_what_is_stored(store: Store) -> None:
+    layered(store)
+    add(store, ["pending one"], user="u2", sid="s2")
+    stats = store.stats(P)
+    assert stats["users"] == 2 and stats["sessions"] == 2
+    assert stats["messages"] == {"pending": 1, "processed": 2, "failed": 0}
+    assert stats["jobs"] == {"queued": 1, "running": 0, "done": 1, "failed": 0}
+    assert stats["embedder"] == EMB and stats["schema_version"] == store.schema_version()
+    assert store.stats("q")["messages"] == {"pending": 0, "processed": 0, "failed": 0}
+    assert store.stats()["users"] == 2
+
+
+# -- webhooks ----------------------------------------------------------------------------
+
+
+def hook(hid: str, project: str = P, **kw: Any) -> WebhookRow:
+    fields: dict[str, Any] = {
+        "pk": 0,
+        "id": hid,
+        "project_id": project,
+        "name": hid,
+        "resource": "fact",
+        "event": "before_add",
+        "mode": "async",
+        "target_url": "https://example.com/hook",
+        "secret": "whsec_x",
+        "enabled": True,
+        "timeout_ms": 1000,
+        "created_at": NOW,
+        "updated_at": NOW,
+    }
+    fields.update(kw)
+    return WebhookRow(**fields)
+
+
+def delivery(
+    h: WebhookRow, n: int, message_ids: Sequence[str] = (), user: str = "u1"
+) -> WebhookDeliveryRow:
+    return WebhookDeliveryRow(
+        id=f"d{n}",
+        hook_pk=h.pk,
+        project_id=h.project_id,
+        user_id=user,
+        message_ids=list(message_ids),
+        resource=h.resource,
+        event=h.event,
+        mode=h.mode,
+        attempt=1,
+        status="delivered",
+        http_status=200,
+        latency_ms=1.23456,
+        reason="",
+        request="{}",
+        response="{}",
+        at=NOW,
+    )
+
+
+def test_webhook_records_and_their_version(store: Store) -> None:
+    v0 = store.webhooks_version()
+    a = store.create_webhook(hook("wh_a"))
+    b = store.create_webhook(hook("wh_b", enabled=False))
+    store.create_webhook(hook("wh_c", project="q"))
+    assert a.pk > 0 and a.pk < b.pk and a.enabled and not b.enabled
+    assert store.webhooks_version() == v0 + 3
+    assert store.get_webhook(P, "wh_a") == a and store.get_webhook("q", "wh_a") is None
+    assert [h.id for h in store.list_webhooks(P)] == ["wh_a", "wh_b"]
+    assert [h.id for h in store.list_webhooks(P, enabled_only=True)] == ["wh_a"]
+    assert [h.id for h in store.list_webhooks(P, limit=1, offset=1)] == ["wh_b"]
+    changed = store.update_webhook(P, "wh_b", {"enabled": True, "timeout_ms": 2000})
+    assert changed is not None and changed.enabled and changed.timeout_ms == 2000
+    assert store.webhooks_version() == v0 + 4
+    assert store.update_webhook(P, "nope", {"name": "x"}) is None
+    with pytest.raises(ValueError):
+        store.update_webhook(P, "wh_a", {"project_id": "q"})
+    assert store.delete_webhook(P, "wh_a") and not store.delete_webhook(P, "wh_a")
+    assert store.webhooks_version() == v0 + 5
+    assert "whsec" not in repr(a)
+
+
+def test_the_delivery_log_is_newest_first_and_pruned(store: Store) -> None:
+    h = store.create_webhook(hook("wh_a"))
+    for n in range(140):
+        store.add_webhook_delivery(delivery(h, n), keep=10)
+    log = store.list_webhook_deliveries(P, "wh_a", 5, 0)
+    assert [d.id for d in log] == ["d139", "d138", "d137", "d136", "d135"]
+    assert log[0].hook_id == "wh_a" and log[0].latency_ms == pytest.approx(1.235)
+    assert len(store.list_webhook_deliveries(P, "wh_a", 1000, 0)) < 140  # pruned as it grew
+    store.delete_webhook(P, "wh_a")
+    store.add_webhook_delivery(delivery(h, 999))  # the hook is gone: nothing to log under
+    assert store.list_webhook_deliveries(P, "wh_a", 10, 0) == []
+
+
+def _outbox_batch(store: Store, h: WebhookRow, n: int = 2) -> ClaimedBatch:
+    rows = add(store, ["something happened"], prefix=f"o{n}")
+    batch = claim(store)
+    complete(
+        store,
+        batch,
+        LayerWrite(
+            outbox=[
+                OutboxWrite(f"dl{n}-{i}", h.pk, P, "u1", [rows[0].id], f'{{"n": {i}}}')
+                for i in range(n)
+            ]
+        ),
+    )
+    return batch
+
+
+def test_async_deliveries_are_claimed_under_a_lease_and_settled(store: Store) -> None:
+    h = store.create_webhook(hook("wh_a"))
+    assert store.claim_webhook_delivery("s", 30) is None and store.next_webhook_time() is None
+    _outbox_batch(store, h)
+    assert store.webhook_outbox_counts() == {"queued": 2, "running": 0, "failed": 0}
+    first = store.claim_webhook_delivery("s1", 0.3)
+    assert first is not None and first.body == '{"n": 0}' and first.attempts == 1
+    assert first.hook.id == "wh_a" and first.message_ids == ["o2u1-s1-0"]
+    second = store.claim_webhook_delivery("s2", 30)
+    assert second is not None and second.delivery_id == "dl2-1"
+    assert store.claim_webhook_delivery("s3", 30) is None
+    assert store.webhook_outbox_counts(P) == {"queued": 0, "running": 2, "failed": 0}
+    time.sleep(0.4)
+    again = store.claim_webhook_delivery("s3", 30)  # s1's lease ran out
+    assert again is not None and again.pk == first.pk and again.attempts == 2
+    assert not store.finish_webhook_delivery(first, "done")  # s1 lost it
+    retry_at = time.time() + 60
+    assert store.finish_webhook_delivery(again, "retry", retry_at=retry_at, error="503")
+    assert store.next_webhook_time() == pytest.approx(time.time() + 30, abs=5)  # s2's lease
+    assert store.finish_webhook_delivery(
+        second, "failed", error="gone", log=delivery(h, 1, ["x"]), keep=10
+    )
+    assert store.webhook_outbox_counts() == {"queued": 1, "running": 0, "failed": 1}
+    assert [d.id for d in store.list_webhook_deliveries(P, "wh_a", 10, 0)] == ["d1"]
+    assert store.next_webhook_time() == pytest.approx(retry_at)
+
+
+def test_deliveries_are_queued_only_if_their_batch_commits(store: Store) -> None:
+    h = store.create_webhook(hook("wh_a"))
+    add(store, ["x"])
+    batch = claim(store)
+    bad = LayerWrite(
+        summaries=[summary("nope", "x", action="strengthen")],
+        outbox=[OutboxWrite("dl", h.pk, P, "u1", [], "{}")],
+    )
+    with pytest.raises(ValueError):
+        complete(store, batch, bad)
+    assert store.webhook_outbox_counts() == {"queued": 0, "running": 0, "failed": 0}
+    # A delivery for a hook deleted meanwhile is dropped, the batch still commits.
+    store.delete_webhook(P, "wh_a")
+    complete(store, batch, LayerWrite(outbox=[OutboxWrite("dl", h.pk, P, "u1", [], "{}")]))
+    assert store.webhook_outbox_counts()["queued"] == 0
+    assert store.unfinished_jobs() == 0
+
+
+def test_deleting_a_hook_drops_its_queue_and_forgetting_drops_traces(store: Store) -> None:
+    h = store.create_webhook(hook("wh_a"))
+    keep = store.create_webhook(hook("wh_b"))
+    _outbox_batch(store, h, 1)
+    _outbox_batch(store, keep, 3)
+    store.add_webhook_delivery(delivery(keep, 1, ["o3u1-s1-0"]))
+    store.add_webhook_delivery(delivery(keep, 2, ["unrelated"]))
+    store.delete_webhook(P, "wh_a")
+    assert store.webhook_outbox_counts()["queued"] == 3
+    store.forget(P, "u1", message_ids=["o3u1-s1-0"], actor="a", reason=None)
+    assert store.webhook_outbox_counts()["queued"] == 0
+    assert [d.id for d in store.list_webhook_deliveries(P, "wh_b", 10, 0)] == ["d2"]
