@@ -13,6 +13,10 @@ of medians. Nothing is asserted; targets are printed with PASS/MISS.
   (query embedding, hybrid search, formatted_context). Target: added p50 <= 10 ms.
 * streams (recall off): time to the first chunk with ``stream=True``. Target: added
   p50 <= 1 ms.
+* recall alone, for reference (no target): the capture recall (``get_memory`` with the
+  capture config) and the query embedding by themselves, once the pipeline is idle. During
+  the pairs every captured exchange also goes through the write pipeline in this process,
+  on the same cores, beside the next calls' recall.
 
 Questions are LoCoMo questions (shuffled, fixed seed), the same one for both calls of a
 pair; the recall user's messages are the first ``--memories`` LoCoMo turns. The fake
@@ -53,6 +57,7 @@ from _common import (
 )
 from fakes.openai_server import FakeOpenAIServer
 from memstrata import Memory
+from memstrata.embed import make_embedder
 
 # Varied questions, as real traffic has: one question asked N times would make every
 # captured exchange an exact full-text match for the next recall.
@@ -121,6 +126,36 @@ def _report(label: str, r: dict[str, Any], target: float) -> None:
     )
 
 
+def _recall_parts(mem: Memory, embedder: str, n: int) -> dict[str, Any]:
+    """The capture recall alone (get_memory with the capture config, no HTTP, no capture
+    writes) and the query embedding alone, once the pipeline is idle: what recall-on costs
+    without the background work that the pairs above run beside."""
+    mem.wait()
+    config = {**mem.llm.recall_config, "message_recent_limit": 0}
+    model = make_embedder(embedder)
+    for q in QUESTIONS[:20]:
+        mem.get_memory("bench", q, recall_config=config)
+        model.embed([q])
+    questions = QUESTIONS[20 : 20 + n]
+    with other_load() as load:
+        recall = [
+            _seconds(lambda q=q: mem.get_memory("bench", q, recall_config=config))
+            for q in questions
+        ]
+        embed = [_seconds(lambda q=q: model.embed([q])) for q in questions]
+    out = {"get_memory": summarize(recall), "query_embedding": summarize(embed)}
+    print(f"\nrecall alone (pipeline idle; other load {load[0]:.0%})")
+    print(format_summary("get_memory, capture config", out["get_memory"]))
+    print(format_summary("query embedding alone", out["query_embedding"]))
+    return out
+
+
+def _seconds(fn: Any) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--calls", type=int, default=300, help="pairs of calls per figure")
@@ -165,6 +200,7 @@ def main(argv: list[str] | None = None) -> None:
         captured = on.llm.register(_client(server))
         results["recall_on"] = _pairs(plain, captured, on, args.calls, False)
         _report(f"recall on, user with {len(texts)} memories", results["recall_on"], 10.0)
+        results["recall_parts"] = _recall_parts(on, args.embedder, args.calls)
         on.close()
     if args.json:
         flat = {
