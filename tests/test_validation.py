@@ -32,6 +32,12 @@ def _count(mem: Memory) -> int:
         ({"role": "user", "content": "hi", "id": 7}, "messages[1].id: Input should be a valid"),
         ({"role": "user", "content": "hi", "colour": "red"}, "messages[1].colour: unknown field"),
         ({"role": "user", "content": "a\x00b"}, "NUL"),
+        # PostgreSQL text cannot hold NUL: refused on every store alike.
+        ({"role": "user", "content": "hi", "page": "/a\x00"}, "messages[1].page: Value error"),
+        ({"role": "user", "content": "hi", "name": "A\x00"}, "messages[1].name: Value error"),
+        ({"role": "user", "content": "hi", "event_type": "\x00"}, "messages[1].event_type"),
+        ({"role": "user", "content": "hi", "metadata": {"a": ["\x00"]}}, "NUL characters"),
+        ({"role": "user", "content": "hi", "metadata": {"\x00": 1}}, "NUL characters"),
         ({"role": "user", "content": "hi", "event_type": ""}, "messages[1].event_type"),
         ("just a string", "messages[1]: Input should be a valid dictionary"),
     ],
@@ -111,6 +117,12 @@ def test_sessions_validation(mem: Memory) -> None:
         mem.sessions.create(user_id="u1", session_id="a b")
     with pytest.raises(ValidationError, match="metadata: expected an object"):
         mem.sessions.create(user_id="u1", metadata=[1])  # type: ignore[arg-type]
+    with pytest.raises(ValidationError, match="NUL"):
+        mem.sessions.create(user_id="u1", metadata={"k": "a\x00b"})
+    with pytest.raises(ValidationError, match="NUL"):
+        mem.sessions.create(user_id="u1", title="a\x00b")
+    # A backslash and "u0000" written out are just text.
+    assert mem.sessions.create(user_id="u1", metadata={"k": "\\u0000"}).metadata == {"k": "\\u0000"}
     with pytest.raises(NotFoundError, match="no session 'nope'"):
         mem.sessions.get("nope")
     with pytest.raises(NotFoundError, match="no session"):

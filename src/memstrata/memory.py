@@ -100,6 +100,17 @@ def _pydantic_problems(exc: PydanticValidationError, prefix: str) -> list[str]:
     return problems
 
 
+def _has_nul(value: Any) -> bool:
+    """Whether a JSON value holds a NUL character in any string or key."""
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_nul(v) for v in value)
+    return False
+
+
 def _content_hash(session_id: str, m: MessageInput) -> str:
     fields = [session_id, m.role, m.content, m.event_type, m.page]
     if m.name is not None:  # appended only when set, so hashes of unnamed messages stay stable
@@ -140,8 +151,12 @@ class Sessions:
         m = self._m
         _check_id(user_id, "user_id")
         sid = new_id("s") if session_id is None else _check_id(session_id, "session_id")
-        if title is not None and (not isinstance(title, str) or len(title) > 500):
-            raise ValidationError("invalid session", ["title: expected a string of at most 500"])
+        if title is not None and (
+            not isinstance(title, str) or len(title) > 500 or "\x00" in title
+        ):
+            raise ValidationError(
+                "invalid session", ["title: expected a string of at most 500, without NUL"]
+            )
         meta = m._check_metadata(metadata, "metadata")
         now = now_iso()
         row, created = m._store.create_session(
@@ -550,9 +565,13 @@ class Memory:
         if not isinstance(metadata, dict):
             raise ValidationError("invalid metadata", [f"{where}: expected an object"])
         try:
-            size = len(json.dumps(metadata, ensure_ascii=False).encode())
+            dumped = json.dumps(metadata, ensure_ascii=False)
         except (TypeError, ValueError) as exc:
             raise ValidationError("invalid metadata", [f"{where}: not JSON ({exc})"]) from None
+        # PostgreSQL's JSONB cannot hold NUL: refused on every store, so both behave alike.
+        if "\\u0000" in dumped and _has_nul(metadata):
+            raise ValidationError("invalid metadata", [f"{where}: must not contain NUL characters"])
+        size = len(dumped.encode())
         if size > self.settings.max_metadata_bytes:
             raise ValidationError(
                 "invalid metadata",

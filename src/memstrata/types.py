@@ -87,6 +87,14 @@ class MessageInput(_Input):
             raise ValueError("must not contain NUL characters")
         return v
 
+    @field_validator("event_type", "page", "name")
+    @classmethod
+    def _no_nul(cls, v: str | None) -> str | None:
+        # PostgreSQL text cannot hold NUL: refused on every store, so both behave alike.
+        if v is not None and "\x00" in v:
+            raise ValueError("must not contain NUL characters")
+        return v
+
     @field_validator("timestamp")
     @classmethod
     def _utc(cls, v: datetime | None) -> datetime | None:
