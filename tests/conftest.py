@@ -51,7 +51,9 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "backend" in metafunc.fixturenames:
         only = metafunc.definition.get_closest_marker("sqlite_only")
-        metafunc.parametrize("backend", ["sqlite"] if only else list(BACKENDS))
+        # Module scope: a module's shared fixtures (a server process, module_db_url) are
+        # made once per backend, and pytest runs each backend's tests of a module together.
+        metafunc.parametrize("backend", ["sqlite"] if only else list(BACKENDS), scope="module")
 
 
 @pytest.fixture
@@ -127,6 +129,25 @@ def pg_url(pg_database: str) -> Iterator[str]:
             "current_database() AND pid != pg_backend_pid() AND state = 'idle in transaction'"
         )
         conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+@pytest.fixture(scope="module")
+def module_db_url(
+    backend: str, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[str]:
+    """A fresh store of the backend shared by a module's tests (e.g. one server process)."""
+    if backend == "postgres":
+        import psycopg
+
+        database = str(request.getfixturevalue("pg_database"))
+        schema = f"m_{secrets.token_hex(6)}"
+        with psycopg.connect(database, autocommit=True) as conn:
+            conn.execute(f"CREATE SCHEMA {schema}")
+        yield with_search_path(database, schema)
+        with psycopg.connect(database, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA {schema} CASCADE")
+    else:
+        yield f"sqlite:///{tmp_path_factory.mktemp('store') / 'memory.db'}"
 
 
 @pytest.fixture

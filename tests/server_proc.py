@@ -1,7 +1,8 @@
 """A real `memstrata serve` process on 127.0.0.1 for the server tests (no in-process shortcuts).
 
-The process runs the embedded default (SQLite file, background worker) with the hashing
-embedder so it starts in a second or two; its stdout and stderr go to files the tests read
+The process runs on a SQLite file in its work directory, or on the store URL it is given
+(PostgreSQL too), with a background worker and the hashing embedder so it starts in a
+second or two; its stdout and stderr go to files the tests read
 (the bootstrap key is printed on stdout, access logs are JSON lines on stderr).
 """
 
@@ -31,11 +32,19 @@ def free_port() -> int:
 class ServerProcess:
     """``python -m memstrata serve`` in a subprocess; ``start()`` returns once /healthz is up."""
 
-    def __init__(self, workdir: Path, *, env: dict[str, str] | None = None, db: str = "m.db"):
+    def __init__(
+        self,
+        workdir: Path,
+        *,
+        env: dict[str, str] | None = None,
+        db: str = "m.db",
+        db_url: str | None = None,
+    ):
         self.workdir = workdir
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.db_url = f"sqlite:///{workdir / db}"
+        # A SQLite file in workdir, unless a store URL is given (conftest's module_db_url).
+        self.db_url = db_url or f"sqlite:///{workdir / db}"
         self.stdout_path = workdir / f"serve-{self.port}.out"
         self.stderr_path = workdir / f"serve-{self.port}.err"
         # The developer's MEMSTRATA_* variables must not change what the tests exercise.

@@ -52,9 +52,10 @@ MAX_BODY = 262_144
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def server(tmp_path_factory: pytest.TempPathFactory, module_db_url: str) -> Iterator[ServerProcess]:
     proc = ServerProcess(
         tmp_path_factory.mktemp("client"),
+        db_url=module_db_url,
         env={
             "MEMSTRATA_MAX_CONTENT_CHARS": str(MAX_CONTENT),
             "MEMSTRATA_MAX_BODY_BYTES": str(MAX_BODY),

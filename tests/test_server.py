@@ -65,9 +65,10 @@ class Srv:
 
 
 @pytest.fixture(scope="module")
-def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Srv]:
+def srv(tmp_path_factory: pytest.TempPathFactory, module_db_url: str) -> Iterator[Srv]:
     proc = ServerProcess(
         tmp_path_factory.mktemp("server"),
+        db_url=module_db_url,
         env={
             "MEMSTRATA_ADMIN_TOKEN": ADMIN,
             "MEMSTRATA_MAX_BODY_BYTES": str(MAX_BODY),

@@ -126,8 +126,8 @@ CONTEXT_FIELDS = {
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    proc = ServerProcess(tmp_path_factory.mktemp("gumem")).start()
+def server(tmp_path_factory: pytest.TempPathFactory, module_db_url: str) -> Iterator[ServerProcess]:
+    proc = ServerProcess(tmp_path_factory.mktemp("gumem"), db_url=module_db_url).start()
     try:
         yield proc
     finally:

@@ -34,9 +34,9 @@ EXAMPLES = 15
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def server(tmp_path_factory: pytest.TempPathFactory, module_db_url: str) -> Iterator[ServerProcess]:
     proc = ServerProcess(
-        tmp_path_factory.mktemp("fuzz"), env={"MEMSTRATA_ADMIN_TOKEN": ADMIN}
+        tmp_path_factory.mktemp("fuzz"), db_url=module_db_url, env={"MEMSTRATA_ADMIN_TOKEN": ADMIN}
     ).start()
     try:
         yield proc
