@@ -505,8 +505,19 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=_cmd_stats)
 
-    s = sub.add_parser("worker", help="process queued work until stopped")
-    s.add_argument("--threads", type=int, default=1)
+    s = sub.add_parser(
+        "worker",
+        help="process queued work until stopped (on PostgreSQL a procrastinate worker; run "
+        "any number, on any machine)",
+    )
+    s.add_argument(
+        "--threads",
+        "--concurrency",
+        dest="threads",
+        type=int,
+        default=1,
+        help="batches processed at once by this process (default 1)",
+    )
     s.add_argument("--exit-when-idle", action="store_true")
     s.add_argument("--drain-timeout", type=float, default=30.0)
     s.set_defaults(func=_cmd_worker)

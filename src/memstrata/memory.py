@@ -49,7 +49,7 @@ from .errors import (
 )
 from .hooks import Hooks
 from .hooks._engine import WebhookEngine
-from .jobs import WorkerPool
+from .jobs import JobQueue, open_queue
 from .llm import ChatModel, make_chat_model
 from .pipeline import Pipeline, embedding_text
 from .recall import SEARCH_LAYERS, Recaller, parse_ts, search_options
@@ -473,16 +473,21 @@ class Memory:
             consolidate_chunk=settings.consolidate_chunk_facts,
         )
         self._recaller = Recaller(self._store, self._embedder, chat=self._llm)
-        self._pool = WorkerPool(
-            self._store,
-            self._pipeline,
-            threads=settings.workers,
-            lease_seconds=settings.job_lease_seconds,
-            max_attempts=settings.job_max_attempts,
-            backoff_seconds=settings.job_backoff_seconds,
-            backoff_max_seconds=settings.job_backoff_max_seconds,
-            batch_max_messages=settings.batch_max_messages,
-        )
+        try:
+            self._pool: JobQueue = open_queue(
+                self._store,
+                self._pipeline,
+                database_url=settings.database_url,
+                threads=settings.workers,
+                lease_seconds=settings.job_lease_seconds,
+                max_attempts=settings.job_max_attempts,
+                backoff_seconds=settings.job_backoff_seconds,
+                backoff_max_seconds=settings.job_backoff_max_seconds,
+                batch_max_messages=settings.batch_max_messages,
+            )
+        except BaseException:
+            self._store.close()
+            raise
         self._my_jobs: set[int] = set()
         self._prune_at = 1024
         self.projects = Projects(self)
@@ -495,11 +500,12 @@ class Memory:
         self._atexit = functools.partial(_close_at_exit, weakref.ref(self))
         atexit.register(self._atexit)
         log.info(
-            "memstrata ready: store=%s embedder=%s llm=%s workers=%d project=%s",
+            "memstrata ready: store=%s embedder=%s llm=%s workers=%d (%s queue) project=%s",
             self._store.url,
             self._embedder.name,
             self.mode,
             settings.workers,
+            self._pool.name,
             self.project_id,
         )
 

@@ -1,13 +1,20 @@
-"""Durable background work: the ``JobQueue`` port and the embedded worker pool.
+"""Durable background work: the ``JobQueue`` port and its two adapters.
 
 Jobs live in the store (written in the same transaction as the messages they process),
-so a crash loses nothing: a job is ``queued`` until a worker claims it under a lease,
-``done`` once its results are committed, retried with backoff when processing fails, and
-reclaimed by another worker when its lease runs out (the holder died).
+so a crash loses nothing: a job is ``queued`` until a worker claims it, ``done`` once its
+results are committed, retried with backoff when processing fails, and taken over by
+another worker when its holder died.
+
+* ``WorkerPool`` (SQLite, embedded): worker threads poll the store and hold jobs under
+  leases that a heartbeat extends; a lease that runs out marks a dead holder.
+* ``ProcrastinateQueue`` (PostgreSQL): procrastinate dispatches one wake-up per user to
+  workers on any number of machines; its locks keep one worker per user and its worker
+  heartbeats mark dead ones (see ``_procrastinate.py``).
 """
 
 from __future__ import annotations
 
-from ._worker import BatchHandler, WorkerPool, backoff_delay
+from ._queue import JobQueue, open_queue
+from ._worker import BatchHandler, WorkerPool, backoff_delay, run_batch
 
-__all__ = ["BatchHandler", "WorkerPool", "backoff_delay"]
+__all__ = ["BatchHandler", "JobQueue", "WorkerPool", "backoff_delay", "open_queue", "run_batch"]

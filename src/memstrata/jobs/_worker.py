@@ -1,4 +1,6 @@
-"""Worker threads that claim batches from the store, run them, and commit or retry."""
+"""The embedded job queue: worker threads that claim batches from the store (leases,
+heartbeats), run them, and commit or retry. Used with SQLite; see ``_procrastinate.py``
+for PostgreSQL."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from typing import Protocol
 from ..errors import ProcessingError
 from ..store import ClaimedBatch, LeaseLostError, Store
 
-__all__ = ["BatchHandler", "WorkerPool", "backoff_delay"]
+__all__ = ["BatchHandler", "WorkerPool", "backoff_delay", "run_batch"]
 
 log = logging.getLogger("memstrata.jobs")
 
@@ -32,8 +34,70 @@ def backoff_delay(attempt: int, base: float, cap: float) -> float:
     return delay * random.uniform(0.8, 1.2)
 
 
+def run_batch(
+    store: Store,
+    handler: BatchHandler,
+    batch: ClaimedBatch,
+    *,
+    max_attempts: int,
+    backoff_seconds: float,
+    backoff_max_seconds: float,
+) -> None:
+    """Run ``handler`` over a claimed batch; a failure is recorded on the batch's jobs and
+    retried with backoff (or failed for good after ``max_attempts``), never raised. A
+    batch whose claim was lost meanwhile is discarded: its holder's successor redoes it."""
+    started = time.perf_counter()
+    try:
+        handler(batch)
+    except LeaseLostError:
+        log.warning("jobs %s were reclaimed by another worker; result discarded", batch.job_ids)
+        return
+    except Exception as exc:  # every failure is recorded and retried, never raised here
+        error = f"{type(exc).__name__}: {exc}"
+        retry_at = None
+        if batch.attempts < max_attempts:
+            retry_at = time.time() + backoff_delay(
+                batch.attempts, backoff_seconds, backoff_max_seconds
+            )
+        try:
+            calls = getattr(exc, "memstrata_calls", ())
+            store.fail_batch(batch, error, retry_at, calls)
+        except LeaseLostError:
+            return
+        if retry_at is None:
+            log.error(
+                "jobs %s failed for good after %d attempts: %s",
+                batch.job_ids,
+                batch.attempts,
+                error,
+            )
+        else:
+            log.warning(
+                "jobs %s failed (attempt %d/%d), retrying in %.1fs: %s",
+                batch.job_ids,
+                batch.attempts,
+                max_attempts,
+                retry_at - time.time(),
+                error,
+            )
+        return
+    log.debug(
+        "processed %d messages of %s/%s in %.1f ms",
+        len(batch.messages),
+        batch.project_id,
+        batch.user_id,
+        (time.perf_counter() - started) * 1000,
+    )
+
+
 class WorkerPool:
-    """``threads`` workers in this process; any number of processes may share a store."""
+    """``threads`` workers in this process; any number of processes may share a store.
+
+    The store is the queue: workers poll it for claimable batches (``claim_batch``) and
+    hold them under leases that a heartbeat thread extends. A ``JobQueue``.
+    """
+
+    name = "store"
 
     def __init__(
         self,
@@ -124,47 +188,13 @@ class WorkerPool:
         return True
 
     def _run(self, batch: ClaimedBatch) -> None:
-        started = time.perf_counter()
-        try:
-            self.handler(batch)
-        except LeaseLostError:
-            log.warning("jobs %s were reclaimed by another worker; result discarded", batch.job_ids)
-            return
-        except Exception as exc:  # every failure is recorded and retried, never raised here
-            error = f"{type(exc).__name__}: {exc}"
-            retry_at = None
-            if batch.attempts < self.max_attempts:
-                retry_at = time.time() + backoff_delay(
-                    batch.attempts, self.backoff_seconds, self.backoff_max_seconds
-                )
-            try:
-                calls = getattr(exc, "memstrata_calls", ())
-                self.store.fail_batch(batch, error, retry_at, calls)
-            except LeaseLostError:
-                return
-            if retry_at is None:
-                log.error(
-                    "jobs %s failed for good after %d attempts: %s",
-                    batch.job_ids,
-                    batch.attempts,
-                    error,
-                )
-            else:
-                log.warning(
-                    "jobs %s failed (attempt %d/%d), retrying in %.1fs: %s",
-                    batch.job_ids,
-                    batch.attempts,
-                    self.max_attempts,
-                    retry_at - time.time(),
-                    error,
-                )
-            return
-        log.debug(
-            "processed %d messages of %s/%s in %.1f ms",
-            len(batch.messages),
-            batch.project_id,
-            batch.user_id,
-            (time.perf_counter() - started) * 1000,
+        run_batch(
+            self.store,
+            self.handler,
+            batch,
+            max_attempts=self.max_attempts,
+            backoff_seconds=self.backoff_seconds,
+            backoff_max_seconds=self.backoff_max_seconds,
         )
 
     def _loop(self, worker_id: str) -> None:

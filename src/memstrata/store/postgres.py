@@ -21,7 +21,8 @@ Same semantics as the SQLite store, row for row; what differs is how:
   full-text scores mean the same on both stores. Rows are scoped by their
   (project_id, user_id) columns.
 * **Jobs** are claimed with ``FOR UPDATE SKIP LOCKED`` and per-user advisory locks
-  (see ``_pg_jobs.py``).
+  (see ``_pg_jobs.py``); workers of a ``Memory`` are dispatched by procrastinate, one run
+  per user at a time (see ``_pg_dispatch.py`` and ``jobs/_procrastinate.py``).
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ from ._pg_base import (
     session_row,
     summary_row,
 )
+from ._pg_dispatch import PostgresDispatch
 from ._pg_governance import PostgresGovernance
 from ._pg_jobs import PostgresJobs
 from ._pg_webhooks import PostgresWebhooks
@@ -172,7 +174,7 @@ def _lexeme_query(lexemes: Sequence[Sequence[str]]) -> str:
     return " | ".join(parts)
 
 
-class PostgresStore(PostgresJobs, PostgresGovernance, PostgresWebhooks):
+class PostgresStore(PostgresJobs, PostgresDispatch, PostgresGovernance, PostgresWebhooks):
     """The store at scale. Thread-safe; any number of processes may share the database."""
 
     # Like SQLiteStore.MATCH_BUDGET: message terms are taken rarest first while the rows

@@ -1,0 +1,430 @@
+"""The job queue on PostgreSQL: procrastinate dispatches, the store keeps the jobs.
+
+Division of labour
+------------------
+memstrata's ``jobs`` table stays the record of work: ``add_messages`` commits the messages
+and one job row in one transaction; attempts, errors, backoff and the final ``failed``
+state live there, and ``job_states`` / ``unfinished_jobs`` / ``retry_failed`` read and
+write it exactly as on SQLite. procrastinate (Postgres-only, LISTEN/NOTIFY, locks) adds
+what lets workers on many machines share it:
+
+* a *wake-up* per user with work: a procrastinate job of task ``memstrata.process_user``
+  whose ``lock`` and ``queueing_lock`` are both the user's key. A trigger on ``jobs``
+  creates it in the very transaction that queues a job (store/_pg_dispatch.py), so a job
+  never lacks one; while one waits, later jobs of the user merge into it; at most one runs
+  per user (one user's memory is consolidated by one worker at a time, in order);
+* workers that LISTEN for wake-ups, fetch them with ``SKIP LOCKED``, run ``threads`` at a
+  time and heartbeat; a wake-up scheduled for when a failed batch's backoff ends.
+
+A wake-up's run claims the user's ready jobs in id order, in batches of at most
+``batch_max_messages``, under a token unique to the run (``claim_user_batch``), runs the
+pipeline over each (``run_batch``: commit, or record the failure and back off), and before
+it ends makes sure a wake-up exists for whatever the user has left (a batch in backoff, new
+messages, the rest of a backlog: a run takes a few batches, then yields to other users).
+
+Dead workers: procrastinate declares a worker stalled once its heartbeat is
+``lease_seconds`` old. Every worker sweeps: the runs of stalled workers are ended as failed
+and their users woken again; the next run takes over the jobs the dead one held (their
+attempts count it), and should the "dead" run come back, its commit fails the token check
+(``LeaseLostError``) and is discarded. procrastinate's own ``retry_job`` would put the run
+back to ``todo``, which collides with the queueing lock when another wake-up of the user is
+already waiting (procrastinate-org/procrastinate#1446); a fresh wake-up merges instead.
+Now and then the sweep also wakes users that have unfinished jobs but no wake-up at all
+(queued before the trigger existed, or a wake-up deleted by hand).
+
+With no background worker (``workers=0``, ``memstrata serve --no-worker``), waiting
+(``wait()``, ``sync=True``) leaves the work to the workers when any is alive anywhere, and
+otherwise runs procrastinate's worker for the waiting caller until nothing is due.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import functools
+import logging
+import os
+import secrets
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+from ..errors import ConfigError, ProcessingError
+from ..store import ClaimedBatch, Store
+from ..store._pg_dispatch import DISPATCH_QUEUE, DISPATCH_TASK
+from ._worker import BatchHandler, run_batch
+
+__all__ = ["DispatchStore", "ProcrastinateQueue"]
+
+_T = TypeVar("_T")
+
+log = logging.getLogger("memstrata.jobs")
+
+# Batches one run takes before it hands the user back to the queue, so that one user's
+# backlog does not hold a worker while other users wait.
+BATCHES_PER_RUN = 4
+# Users with jobs but no wake-up are looked for at most this often (a scan of the
+# unfinished jobs; the trigger makes finding any rare).
+ORPHAN_SWEEP_SECONDS = 60.0
+
+
+class DispatchStore(Store, Protocol):
+    """The store operations this queue needs beyond the ``Store`` port (PostgreSQL)."""
+
+    def install_dispatch(self, schema: str, migrations: Sequence[tuple[str, str]]) -> None: ...
+    def claim_user_batch(
+        self, project_id: str, user_id: str, worker_id: str, max_messages: int
+    ) -> ClaimedBatch | None: ...
+    def wake_users(self, users: Sequence[tuple[str, str]], delay: float = 0.0) -> int: ...
+    def wake_orphans(self) -> int: ...
+    def queue_workers_alive(self, within_seconds: float) -> int: ...
+
+
+@functools.cache
+def _procrastinate_schema() -> tuple[str, tuple[tuple[str, str], ...]]:
+    """procrastinate's schema and its migrations (file name, SQL), oldest first."""
+    from procrastinate.schema import SchemaManager
+
+    folder = Path(SchemaManager.get_migrations_path())
+    migrations = tuple(
+        sorted((p.name, p.read_text(encoding="utf-8")) for p in folder.glob("*.sql"))
+    )
+    return SchemaManager.get_schema(), migrations
+
+
+async def _in_thread(fn: Callable[..., _T], *args: Any) -> _T:
+    """``fn(*args)`` in a new thread (not an executor: see _run_process_user), awaited."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[_T] = loop.create_future()
+
+    def settle(result: _T | None, error: BaseException | None) -> None:
+        if done.cancelled():
+            return
+        if error is not None:
+            done.set_exception(error)
+        else:
+            done.set_result(result)  # type: ignore[arg-type]
+
+    def run() -> None:
+        outcome: tuple[Any, BaseException | None]
+        try:
+            outcome = (fn(*args), None)
+        except BaseException as exc:
+            outcome = (None, exc)
+        # RuntimeError: the loop was closed meanwhile (stop), nobody waits any more.
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(settle, *outcome)
+
+    threading.Thread(target=run, name="memstrata-job", daemon=True).start()
+    return await done
+
+
+class ProcrastinateQueue:
+    """A ``JobQueue`` whose workers are procrastinate workers on the store's database."""
+
+    name = "procrastinate"
+
+    def __init__(
+        self,
+        store: DispatchStore,
+        handler: BatchHandler,
+        *,
+        database_url: str,
+        threads: int = 1,
+        lease_seconds: float = 30.0,
+        max_attempts: int = 8,
+        backoff_seconds: float = 2.0,
+        backoff_max_seconds: float = 600.0,
+        batch_max_messages: int = 256,
+        poll_seconds: float = 0.5,
+    ) -> None:
+        try:
+            import procrastinate
+        except ImportError as exc:  # pragma: no cover - depends on the installation
+            raise ConfigError(
+                "workers on PostgreSQL need procrastinate: pip install 'memstrata[postgres]'"
+            ) from exc
+        schema, migrations = _procrastinate_schema()
+        store.install_dispatch(schema, migrations)
+        self.store = store
+        self.handler = handler
+        self.threads = threads
+        self.lease_seconds = lease_seconds
+        self.max_attempts = max_attempts
+        self.backoff_seconds = backoff_seconds
+        self.backoff_max_seconds = backoff_max_seconds
+        self.batch_max_messages = batch_max_messages
+        self.poll_seconds = poll_seconds
+        self._prefix = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+        self._app = procrastinate.App(
+            connector=procrastinate.PsycopgConnector(
+                conninfo=database_url,
+                # LISTEN has a connection of its own; fetching, finishing, heartbeats and
+                # sweeps share these.
+                # All opened at start: a script's queued work is finished at interpreter
+                # exit, when new connections may need a resolver thread no longer allowed.
+                min_size=max(2, threads + 2),
+                max_size=max(2, threads + 2),
+                name="memstrata-jobs",
+            )
+        )
+        self._app.task(name=DISPATCH_TASK, queue=DISPATCH_QUEUE, pass_context=True)(
+            self._run_process_user
+        )
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: threading.Thread | None = None
+        self._serving: asyncio.Task[None] | None = None
+        self._served = threading.Event()
+        self._stopping = threading.Event()
+        self._progress = threading.Condition()
+        self._runs = 0
+        self._next_orphan_sweep = 0.0
+        self._alive_checked = (0.0, False)
+
+    # -- the event loop procrastinate runs in ------------------------------------------------
+
+    def _ensure_loop(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is not None:
+                return self._loop
+            loop = asyncio.new_event_loop()
+            thread = threading.Thread(
+                target=loop.run_forever, name="memstrata-procrastinate", daemon=True
+            )
+            thread.start()
+            try:
+                asyncio.run_coroutine_threadsafe(self._open(), loop).result(30)
+            except BaseException:
+                loop.call_soon_threadsafe(loop.stop)
+                thread.join(5)
+                raise
+            self._loop, self._loop_thread = loop, thread
+            return loop
+
+    async def _open(self) -> None:
+        await self._app.open_async()
+
+    def _call(self, coro: Any, timeout: float | None = None) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self._ensure_loop()).result(timeout)
+
+    def _worker_options(self) -> dict[str, Any]:
+        return {
+            "queues": [DISPATCH_QUEUE],
+            "install_signal_handlers": False,
+            "fetch_job_polling_interval": self.poll_seconds,
+            # One knob for "dead": a worker silent for lease_seconds is stalled.
+            "update_heartbeat_interval": max(0.2, self.lease_seconds / 3),
+            "stalled_worker_timeout": self.lease_seconds,
+            # A finished wake-up has nothing to keep (the jobs table records the work);
+            # failed ones (stalled runs) stay for the operator to see.
+            "delete_jobs": "successful",
+        }
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    @property
+    def running(self) -> bool:
+        task = self._serving
+        return task is not None and not task.done()
+
+    def start(self) -> None:
+        if self.threads <= 0 or self.running:
+            return
+        self._stopping.clear()
+        self._served.clear()
+        loop = self._ensure_loop()
+        started = concurrent.futures.Future[None]()
+
+        def begin() -> None:
+            self._serving = loop.create_task(self._serve())
+            started.set_result(None)
+
+        loop.call_soon_threadsafe(begin)
+        started.result(10)
+
+    async def _serve(self) -> None:
+        sweeper = asyncio.create_task(self._sweep_forever())
+        try:
+            await self._app.run_worker_async(
+                name=f"memstrata@{self._prefix}",
+                concurrency=self.threads,
+                wait=True,
+                **self._worker_options(),
+            )
+        finally:
+            sweeper.cancel()
+            self._served.set()
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Stop after the batches in hand are finished (or ``timeout`` passes), then
+        close the connections; ``start()`` or a wait opens them again."""
+        self._stopping.set()
+        loop, serving = self._loop, self._serving
+        if loop is None:
+            return
+        if serving is not None:
+            # Cancelling run_worker_async is procrastinate's graceful stop: no new fetch,
+            # the running jobs finish (ours stop claiming, having _stopping set).
+            loop.call_soon_threadsafe(serving.cancel)
+            if not self._served.wait(timeout):
+                log.warning("workers still busy after %.1fs; leaving them", timeout or 0.0)
+                return
+        self._serving = None
+        try:
+            asyncio.run_coroutine_threadsafe(self._app.close_async(), loop).result(10)
+        except Exception:
+            log.exception("could not close the job queue's connections")
+        with self._lock:
+            loop.call_soon_threadsafe(loop.stop)
+            if self._loop_thread is not None:
+                self._loop_thread.join(5)
+            self._loop = self._loop_thread = None
+        if not loop.is_running():
+            loop.close()
+
+    def notify(self) -> None:
+        """Nothing to do: the wake-up's INSERT notifies every listening worker."""
+
+    # -- the task ------------------------------------------------------------------------
+
+    async def _run_process_user(self, context: Any, project_id: str, user_id: str) -> None:
+        # procrastinate would run a sync task in an executor, and executors refuse work
+        # once the interpreter is exiting, which is when a script's Memory finishes what it
+        # queued (atexit): the run gets a thread of its own instead.
+        await _in_thread(self._process_user, context, project_id, user_id)
+
+    def _process_user(self, context: Any, project_id: str, user_id: str) -> None:
+        job = context.job
+        # Unique per run: a later run of the same user has another token, so this run's
+        # claims are fenced off from it and from any run after it.
+        worker_id = f"{self._prefix}:pq{job.id}.{job.attempts}"
+        delay = 0.0
+        try:
+            for _ in range(BATCHES_PER_RUN):
+                if self._stopping.is_set():
+                    break
+                batch = self.store.claim_user_batch(
+                    project_id, user_id, worker_id, self.batch_max_messages
+                )
+                if batch is None:
+                    break
+                run_batch(
+                    self.store,
+                    self.handler,
+                    batch,
+                    max_attempts=self.max_attempts,
+                    backoff_seconds=self.backoff_seconds,
+                    backoff_max_seconds=self.backoff_max_seconds,
+                )
+                with self._progress:
+                    self._runs += 1
+                    self._progress.notify_all()
+        except Exception:
+            # A store error outside run_batch's care: the next run retries, not at once.
+            log.exception("processing %s/%s failed; retrying later", project_id, user_id)
+            delay = max(self.poll_seconds, self.backoff_seconds)
+        finally:
+            # Whatever the user has left (new messages, a batch in backoff, the rest of a
+            # backlog) gets its wake-up before this run lets go of the user's lock.
+            self.store.wake_users([(project_id, user_id)], delay=delay)
+
+    # -- the sweep -----------------------------------------------------------------------
+
+    async def _sweep_forever(self) -> None:
+        while True:
+            try:
+                await self._sweep()
+            except Exception:
+                log.exception("sweeping the job queue failed")
+            await asyncio.sleep(max(0.2, self.lease_seconds / 2))
+
+    async def _sweep(self) -> None:
+        from procrastinate.jobs import Status
+
+        manager = self._app.job_manager
+        stalled = await manager.get_stalled_jobs(
+            queue=DISPATCH_QUEUE,
+            task_name=DISPATCH_TASK,
+            seconds_since_heartbeat=self.lease_seconds,
+        )
+        users: list[tuple[str, str]] = []
+        for job in stalled:
+            assert job.id is not None
+            try:
+                await manager.finish_job_by_id_async(job.id, Status.FAILED, delete_job=False)
+            except Exception:  # another worker's sweep ended it first
+                continue
+            kwargs = job.task_kwargs
+            log.warning(
+                "worker of %s/%s stopped heartbeating; its work is taken over",
+                kwargs.get("project_id"),
+                kwargs.get("user_id"),
+            )
+            users.append((str(kwargs["project_id"]), str(kwargs["user_id"])))
+        if users:
+            await _in_thread(self.store.wake_users, users)
+        if time.monotonic() >= self._next_orphan_sweep:
+            self._next_orphan_sweep = time.monotonic() + ORPHAN_SWEEP_SECONDS
+            woken = await _in_thread(self.store.wake_orphans)
+            if woken:
+                log.info("woke %d users whose queued jobs had no wake-up", woken)
+
+    # -- waiting -------------------------------------------------------------------------
+
+    def _workers_elsewhere(self) -> bool:
+        # Asked every few tens of milliseconds while waiting: answered from a 1 s cache.
+        at, alive = self._alive_checked
+        if time.monotonic() - at > 1.0:
+            alive = self.store.queue_workers_alive(self.lease_seconds) > 0
+            self._alive_checked = (time.monotonic(), alive)
+        return alive
+
+    async def _pass(self) -> None:
+        await self._sweep()
+        await self._app.run_worker_async(
+            name=f"memstrata-wait@{self._prefix}",
+            concurrency=1,
+            wait=False,
+            listen_notify=False,
+            **self._worker_options(),
+        )
+
+    def run_once(self) -> bool:
+        """Run procrastinate's worker for this caller until no wake-up is due. False if
+        it found nothing to do."""
+        before = self._runs
+        self._call(self._pass())
+        return self._runs > before
+
+    def wait_until(self, done: Callable[[], bool], timeout: float | None, *, what: str) -> None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not done():
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                raise ProcessingError(
+                    f"timed out after {timeout:.1f}s waiting for {what}; the messages are "
+                    "stored and will be processed by a worker"
+                )
+            step = 0.05 if remaining is None else min(0.05, remaining)
+            if self.running or self._workers_elsewhere():
+                with self._progress:
+                    self._progress.wait(step)
+            elif not self.run_once():
+                # Nothing due yet (a batch in backoff, a dead worker not yet declared so).
+                time.sleep(step)
+
+    def wait_jobs(self, job_ids: Iterable[int], timeout: float | None) -> dict[int, str]:
+        ids = list(job_ids)
+        states: dict[int, str] = {}
+
+        def finished() -> bool:
+            states.update(self.store.job_states(ids))
+            return all(states.get(i) in ("done", "failed") for i in ids)
+
+        self.wait_until(finished, timeout, what=f"jobs {ids}")
+        return states

@@ -1,0 +1,265 @@
+"""The PostgreSQL store's side of the procrastinate job queue (``jobs/_procrastinate.py``).
+
+memstrata's ``jobs`` table stays the record of work, as on SQLite; procrastinate's tables
+hold *wake-ups*: one procrastinate job per user with work to do (task
+``memstrata.process_user``), whose ``lock`` and ``queueing_lock`` are both the user's key,
+so at most one runs per user at a time and at most one waits per user (later work merges
+into the waiting one). This mixin installs procrastinate's schema next to memstrata's, the
+SQL that keeps the two in step, and the claim a wake-up's run makes.
+
+* ``memstrata_wake(projects, users, delay)`` makes sure each user with unfinished jobs has
+  a waiting wake-up, due when the user's oldest unfinished job may run (a job in backoff
+  holds back every later one: per-user order). One ``INSERT .. ON CONFLICT`` on
+  procrastinate's partial unique index of waiting jobs: a user who already has one keeps
+  it, brought forward if this one is due earlier. (procrastinate's
+  ``procrastinate_defer_jobs_v1`` is that same INSERT without the merge; calling it would
+  need a subtransaction per user to survive the unique violation.)
+* Statement triggers on ``jobs`` call it for every statement that queues jobs
+  (``add_messages``, a retry after backoff, ``retry_failed``), in that statement's
+  transaction: a queued job without a wake-up can never be committed.
+* ``claim_user_batch`` is ``claim_batch`` for one user, made by the user's running
+  wake-up. Because procrastinate lets one wake-up per user be ``doing``, a job still
+  ``running`` under another token belongs to a run that died (or was declared dead): it is
+  taken over, and the old run's commit then fails the token check of ``complete_batch`` /
+  ``fail_batch`` (``LeaseLostError``), so every batch is applied once.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from . import ClaimedBatch
+from ._pg_base import MESSAGE_COLUMNS, PgBase, message_row
+
+__all__ = ["DISPATCH_QUEUE", "DISPATCH_TASK", "PostgresDispatch"]
+
+log = logging.getLogger("memstrata.store")
+
+DISPATCH_TASK = "memstrata.process_user"
+DISPATCH_QUEUE = "memstrata"
+# Version of the SQL below; stored in ``meta`` so that it is replaced when it changes.
+_GLUE_VERSION = "1"
+
+_GLUE = f"""
+CREATE OR REPLACE FUNCTION memstrata_user_key(p_project text, p_user text) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$ SELECT 'memstrata:' || length(p_project) || ':' || p_project || ':' || p_user $$;
+
+CREATE OR REPLACE FUNCTION memstrata_wake(
+    p_projects text[], p_users text[], p_delay double precision DEFAULT 0
+) RETURNS integer LANGUAGE plpgsql AS $$
+DECLARE
+    now_epoch double precision := extract(epoch FROM clock_timestamp());
+    woken integer;
+BEGIN
+    WITH scope AS (
+        SELECT DISTINCT s.project_id, s.user_id
+          FROM unnest(p_projects, p_users) AS s(project_id, user_id)
+    ), due AS (
+        -- The oldest unfinished job decides: queued -> when it may run; running -> now
+        -- (its run is waited for by the lock, or taken over if dead), or when a store
+        -- lease on it ends.
+        SELECT scope.project_id, scope.user_id,
+               greatest(CASE WHEN head.status = 'queued' THEN head.run_after
+                             ELSE coalesce(head.lease_until, 0) END,
+                        now_epoch + p_delay) AS at
+          FROM scope
+          CROSS JOIN LATERAL (
+              SELECT j.status, j.run_after, j.lease_until FROM jobs j
+               WHERE j.project_id = scope.project_id AND j.user_id = scope.user_id
+                 AND j.status IN ('queued', 'running')
+               ORDER BY j.id LIMIT 1
+          ) AS head
+    )
+    INSERT INTO procrastinate_jobs AS p
+           (queue_name, task_name, priority, lock, queueing_lock, args, scheduled_at)
+    SELECT '{DISPATCH_QUEUE}', '{DISPATCH_TASK}', 0, k.key, k.key,
+           jsonb_build_object('project_id', due.project_id, 'user_id', due.user_id),
+           CASE WHEN due.at > now_epoch THEN to_timestamp(due.at) END
+      FROM due CROSS JOIN LATERAL memstrata_user_key(due.project_id, due.user_id) AS k(key)
+     ORDER BY k.key
+        ON CONFLICT (queueing_lock) WHERE status = 'todo'
+        DO UPDATE SET scheduled_at = excluded.scheduled_at
+        WHERE p.scheduled_at IS NOT NULL
+          AND (excluded.scheduled_at IS NULL OR excluded.scheduled_at < p.scheduled_at);
+    GET DIAGNOSTICS woken = ROW_COUNT;
+    RETURN woken;
+END $$;
+
+CREATE OR REPLACE FUNCTION memstrata_jobs_queued() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM memstrata_wake(array_agg(project_id), array_agg(user_id))
+       FROM queued_jobs WHERE status = 'queued' HAVING count(*) > 0;
+    RETURN NULL;
+END $$;
+
+DROP TRIGGER IF EXISTS memstrata_jobs_inserted ON jobs;
+CREATE TRIGGER memstrata_jobs_inserted AFTER INSERT ON jobs
+    REFERENCING NEW TABLE AS queued_jobs
+    FOR EACH STATEMENT EXECUTE FUNCTION memstrata_jobs_queued();
+DROP TRIGGER IF EXISTS memstrata_jobs_updated ON jobs;
+CREATE TRIGGER memstrata_jobs_updated AFTER UPDATE ON jobs
+    REFERENCING NEW TABLE AS queued_jobs
+    FOR EACH STATEMENT EXECUTE FUNCTION memstrata_jobs_queued();
+"""
+
+
+class PostgresDispatch(PgBase):
+    """Mixin: what ``ProcrastinateQueue`` needs from the PostgreSQL store."""
+
+    def install_dispatch(self, schema: str, migrations: Sequence[tuple[str, str]]) -> None:
+        """Install procrastinate's ``schema`` (or the ``migrations`` newer than the one
+        recorded) in this store's schema, then the glue above; a no-op when current.
+
+        ``migrations`` are procrastinate's (file name, SQL) pairs in name order, the last
+        one being what ``schema`` amounts to. Runs under the store's migration lock, so
+        processes starting together install it once.
+        """
+        latest = migrations[-1][0] if migrations else ""
+        with self._read() as c:
+            if self._dispatch_meta(c) == (latest, _GLUE_VERSION):
+                return
+        with self._write() as c:
+            c.execute("SELECT pg_advisory_xact_lock(hashtext('memstrata.migrate'))")
+            recorded, glue = self._dispatch_meta(c)
+            present = c.execute(
+                "SELECT to_regclass(format('%I.procrastinate_jobs', current_schema())) IS NOT NULL"
+            ).fetchone()
+            if not (present and present[0]):
+                c.execute(schema)
+                recorded = latest
+            elif recorded is None:
+                # Installed by hand (`procrastinate schema --apply`): taken to be current.
+                log.warning("procrastinate's tables were already there; assuming %s", latest)
+                recorded = latest
+            elif recorded > latest:
+                log.warning(
+                    "the database has procrastinate schema %s, newer than the installed "
+                    "procrastinate's %s: upgrade procrastinate on this machine",
+                    recorded,
+                    latest,
+                )
+            else:
+                for name, sql in migrations:
+                    if name > recorded:
+                        log.info("applying procrastinate migration %s", name)
+                        c.execute(sql)
+                recorded = latest
+            if glue != _GLUE_VERSION:
+                c.execute(_GLUE)
+            c.execute(
+                "INSERT INTO meta (key, value) VALUES ('procrastinate_schema', %s), "
+                "('dispatch_version', %s) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                (recorded, _GLUE_VERSION),
+            )
+
+    @staticmethod
+    def _dispatch_meta(c: Any) -> tuple[str | None, str | None]:
+        values = dict(
+            c.execute(
+                "SELECT key, value FROM meta "
+                "WHERE key IN ('procrastinate_schema', 'dispatch_version')"
+            ).fetchall()
+        )
+        return values.get("procrastinate_schema"), values.get("dispatch_version")
+
+    def claim_user_batch(
+        self, project_id: str, user_id: str, worker_id: str, max_messages: int
+    ) -> ClaimedBatch | None:
+        """The user's ready jobs from the oldest unfinished one on (queued and due, or
+        running under a dead run), up to ``max_messages``, now held by ``worker_id``.
+
+        Only the user's running wake-up may call this: it holds procrastinate's lock of
+        the user, which is what makes a ``running`` job of another token a dead run's.
+        """
+        now = time.time()
+        with self._write() as c:
+            # Waits for a write of this user in flight (add_messages holds the lock until it
+            # commits), so a job committed while this wake-up was being fetched is seen.
+            self._lock_user(c, project_id, user_id)
+            rows = c.execute(
+                "SELECT id, status, run_after, lease_until, size FROM jobs "
+                "WHERE project_id = %s AND user_id = %s AND status IN ('queued', 'running') "
+                "ORDER BY id LIMIT 256 FOR UPDATE",
+                (project_id, user_id),
+            ).fetchall()
+            job_ids: list[int] = []
+            total = 0
+            for jid, status, run_after, lease_until, size in rows:
+                if status == "queued":
+                    ready = run_after <= now
+                else:
+                    # Held without a lease: by a wake-up's run, dead since this one holds
+                    # the user's lock. Under a live store lease (claim_batch): not ours.
+                    ready = lease_until is None or lease_until < now
+                if not ready or (job_ids and total + size > max_messages):
+                    break
+                job_ids.append(jid)
+                total += size
+            if not job_ids:
+                return None
+            attempts = c.execute(
+                "UPDATE jobs SET status = 'running', locked_by = %s, lease_until = NULL, "
+                "attempts = attempts + 1 WHERE id = ANY(%s::bigint[]) RETURNING attempts",
+                (worker_id, job_ids),
+            ).fetchall()
+            c.execute(
+                "UPDATE messages SET attempts = attempts + 1 WHERE job_id = ANY(%s::bigint[])",
+                (job_ids,),
+            )
+            messages = [
+                message_row(r)
+                for r in c.execute(
+                    f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE job_id = ANY(%s::bigint[]) "
+                    "ORDER BY pk",
+                    (job_ids,),
+                )
+            ]
+        return ClaimedBatch(
+            worker_id=worker_id,
+            project_id=project_id,
+            user_id=user_id,
+            job_ids=job_ids,
+            messages=messages,
+            attempts=max(int(a[0]) for a in attempts),
+        )
+
+    def wake_users(self, users: Sequence[tuple[str, str]], delay: float = 0.0) -> int:
+        """Make sure each of ``users`` with unfinished jobs has a waiting wake-up, due no
+        sooner than ``delay`` seconds from now; how many were queued or brought forward."""
+        if not users:
+            return 0
+        with self._write() as c:
+            row = c.execute(
+                "SELECT memstrata_wake(%s::text[], %s::text[], %s)",
+                ([p for p, _ in users], [u for _, u in users], delay),
+            ).fetchone()
+        return int(row[0] or 0) if row else 0
+
+    def wake_orphans(self) -> int:
+        """Wake every user with unfinished jobs and neither a waiting nor a running wake-up
+        (jobs queued before the queue was installed, a wake-up deleted by hand)."""
+        with self._write() as c:
+            row = c.execute(
+                "SELECT memstrata_wake(array_agg(o.project_id), array_agg(o.user_id)) FROM ("
+                "  SELECT DISTINCT j.project_id, j.user_id FROM jobs j "
+                "   WHERE j.status IN ('queued', 'running') AND NOT EXISTS ("
+                "     SELECT 1 FROM procrastinate_jobs p "
+                "      WHERE p.lock = memstrata_user_key(j.project_id, j.user_id) "
+                "        AND p.status IN ('todo', 'doing'))) o "
+                "HAVING count(*) > 0"
+            ).fetchone()
+        return int(row[0] or 0) if row else 0
+
+    def queue_workers_alive(self, within_seconds: float) -> int:
+        """procrastinate workers (any machine) whose heartbeat is at most this old."""
+        with self._read() as c:
+            row = c.execute(
+                "SELECT count(*) FROM procrastinate_workers "
+                "WHERE last_heartbeat > now() - make_interval(secs => %s)",
+                (within_seconds,),
+            ).fetchone()
+        return int(row[0]) if row else 0
