@@ -305,7 +305,12 @@ class PostgresStore(PostgresJobs, PostgresDispatch, PostgresGovernance, Postgres
 
     @staticmethod
     def _current_version(conn: Any) -> int:
-        exists = conn.execute("SELECT to_regclass('schema_migrations')").fetchone()[0]
+        # In the schema tables are created in, not anywhere on the search path: a
+        # "memstrata,public" path must not take public's tables for its own.
+        exists = conn.execute(
+            "SELECT 1 FROM pg_tables WHERE schemaname = current_schema() "
+            "AND tablename = 'schema_migrations'"
+        ).fetchone()
         if exists is None:
             return 0
         row = conn.execute("SELECT max(version) FROM schema_migrations").fetchone()

@@ -1,0 +1,260 @@
+"""What only the PostgreSQL store has: migrations under a lock, pgvector HNSW indexes per
+dimension, the cached full-text statistics of large tables, and its connection URL.
+
+The behaviour every store shares is tested in test_store_contract.py; these tests need a
+server (MEMSTRATA_TEST_POSTGRES_URL) and are skipped without one, like the contract's
+PostgreSQL half.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+import dbsql
+from conftest import REPO
+from memstrata.errors import StoreError
+from memstrata.store import LayerWrite, SearchFilters, SessionRow, open_store
+from memstrata.store import postgres as pg
+from memstrata.store._pg_base import mask_url
+from test_store_contract import EMB, NOW, P, add, claim, message, process, summary, unit
+
+
+@pytest.fixture
+def store(pg_url: str) -> Iterator[pg.PostgresStore]:
+    s = pg.PostgresStore(pg_url)
+    yield s
+    s.close()
+
+
+def test_processes_starting_together_migrate_once(pg_url: str) -> None:
+    code = (
+        "import sys\n"
+        "from memstrata.store.postgres import PostgresStore\n"
+        "PostgresStore(sys.argv[1]).close()\n"
+    )
+    procs = [
+        subprocess.Popen([sys.executable, "-c", code, pg_url], stderr=subprocess.PIPE)
+        for _ in range(4)
+    ]
+    for p in procs:
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err.decode()
+    versions = dbsql.rows(pg_url, "SELECT version, name FROM schema_migrations ORDER BY version")
+    assert [v for v, _ in versions] == list(range(1, pg.latest_schema_version() + 1))
+    assert versions[0][1] == "0001_schema.sql"
+
+
+def test_a_database_of_a_newer_memstrata_is_refused(store: pg.PostgresStore, pg_url: str) -> None:
+    dbsql.execute(pg_url, "INSERT INTO schema_migrations VALUES (99, 'future.sql', 'x')")
+    with pytest.raises(StoreError, match="schema version 99, newer"):
+        pg.PostgresStore(pg_url)
+
+
+def test_a_search_path_without_a_schema_is_a_clear_error(pg_url: str) -> None:
+    from conftest import with_search_path
+
+    missing = with_search_path(pg_url, "no_such_schema").replace("%2Cpublic", "")
+    with pytest.raises(StoreError, match="no schema to create tables in"):
+        pg.PostgresStore(missing)
+
+
+def test_the_url_never_shows_the_password() -> None:
+    assert mask_url("postgresql://ana:s3cret@db:5432/m?sslmode=require") == (
+        "postgresql://ana:***@db:5432/m?sslmode=require"
+    )
+    assert mask_url("postgresql://ana@db/m") == "postgresql://ana@db/m"
+    assert mask_url("postgresql://db/m") == "postgresql://db/m"
+
+
+def _indexes(url: str) -> dict[str, str]:
+    return dict(
+        dbsql.rows(
+            url,
+            "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = current_schema() "
+            "AND tablename = 'vectors' AND indexname LIKE 'vectors_hnsw_%'",
+        )
+    )
+
+
+def _index_scans(url: str, name: str) -> int:
+    return int(
+        dbsql.rows(
+            url,
+            "SELECT coalesce(sum(idx_scan), 0) FROM pg_stat_user_indexes "
+            "WHERE schemaname = current_schema() AND indexrelname = ?",
+            name,
+        )[0][0]
+    )
+
+
+def test_an_hnsw_index_per_kind_and_dimension_is_made_on_first_write(
+    store: pg.PostgresStore, pg_url: str
+) -> None:
+    assert _indexes(pg_url) == {}
+    rows = add(store, [f"note {i}" for i in range(30)])
+    process(store)
+    made = _indexes(pg_url)
+    assert set(made) == {"vectors_hnsw_message_8"}
+    assert "hnsw" in made["vectors_hnsw_message_8"]
+    assert "vector_ip_ops" in made["vectors_hnsw_message_8"]
+    assert "(vec)::vector(8)" in made["vectors_hnsw_message_8"]
+    # Above the threshold, search goes through the index, and on so few rows it is exact.
+    indexed = pg.PostgresStore(pg_url, vector_index_threshold=10, pool_size=1)
+    try:
+        q = unit(seed=rows[3].pk)
+        before = _index_scans(pg_url, "vectors_hnsw_message_8")
+        found = indexed.vector_messages(P, "u1", q, EMB, 5, SearchFilters())
+        with indexed._read() as c:  # the pool's one connection: the one that searched
+            c.execute("SELECT pg_stat_force_next_flush()")
+        assert _index_scans(pg_url, "vectors_hnsw_message_8") > before
+        exact = store.vector_messages(P, "u1", q, EMB, 5, SearchFilters())
+        assert [pk for pk, _ in found] == [pk for pk, _ in exact]
+        assert [x for _, x in found] == pytest.approx([x for _, x in exact])
+        assert found[0][0] == rows[3].pk
+    finally:
+        indexed.close()
+
+
+def test_filtered_index_searches_still_return_enough_rows(pg_url: str) -> None:
+    # Through the index, with the 35 nearest summaries superseded: the 5 active ones still
+    # come back (pgvector's iterative scan, or the exact fallback).
+    store = pg.PostgresStore(pg_url, vector_index_threshold=0)
+    try:
+        q = unit(seed=3)
+        rng = np.random.default_rng(3)
+
+        def near(scale: float) -> np.ndarray:
+            v = q + scale * rng.normal(size=8).astype(np.float32)
+            return (v / np.linalg.norm(v)).astype(np.float32)
+
+        add(store, ["round 0"])
+        process(
+            store, LayerWrite(summaries=[summary(f"s{i}", "x", vec=near(0.05)) for i in range(40)])
+        )
+        add(store, ["round 1"], prefix="1")
+        process(
+            store,
+            LayerWrite(
+                summaries=[
+                    summary(f"n{i}", "y", action="supersede", supersedes=f"s{i}", vec=near(50.0))
+                    for i in range(35)
+                ]
+            ),
+        )
+        found = store.vector_summaries(P, "u1", q, EMB, 5)
+        ids = {r.id for r in store.summaries_by_pk([pk for pk, _ in found]).values()}
+        assert ids == {f"s{i}" for i in range(35, 40)}
+    finally:
+        store.close()
+
+
+def test_dimensions_above_2000_are_indexed_as_halfvec(store: pg.PostgresStore, pg_url: str) -> None:
+    rows = add(store, ["wide one", "wide two"])
+    batch = claim(store)
+    wide = np.zeros((2, 3000), np.float32)
+    wide[0, 0] = wide[1, 1] = 1.0
+    store.complete_batch(batch, embedder="wide:v1:3000", vectors=wide)
+    assert "(vec)::halfvec(3000)" in _indexes(pg_url)["vectors_hnsw_message_3000"]
+    indexed = pg.PostgresStore(pg_url, vector_index_threshold=0)
+    try:
+        found = indexed.vector_messages(P, "u1", wide[1], "wide:v1:3000", 1, SearchFilters())
+        assert found == [(rows[1].pk, pytest.approx(1.0))]
+    finally:
+        indexed.close()
+
+
+def test_large_tables_rank_full_text_from_caches_with_the_same_scores(
+    store: pg.PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    texts = [f"pizza night {i} with friends" for i in range(8)] + [
+        "sushi and pizza",
+        "ramen on a rainy night",
+        "我住在上海",
+    ]
+    add(store, texts)
+    process(store)
+    queries = [["pizza", "sushi"], ["night", "ramen"], ["上海"], ["friends", "nothing"], ["zzz"]]
+    store.MATCH_BUDGET = 5  # type: ignore[misc]
+    exact = [store.fulltext_messages(P, "u1", q, 20, SearchFilters()) for q in queries]
+    monkeypatch.setattr(pg, "_LIVE_STATS_ROWS", -1)  # every table counts as large
+    store._size_estimates.clear()
+    cached = [store.fulltext_messages(P, "u1", q, 20, SearchFilters()) for q in queries]
+    for a, b in zip(exact, cached, strict=True):
+        assert [pk for pk, _ in a] == [pk for pk, _ in b]
+        assert [s for _, s in a] == pytest.approx([s for _, s in b], rel=1e-9)
+    assert exact[0] and exact[2] and exact[4] == []
+
+
+def test_one_new_id_sent_for_two_users_at_once_is_stored_once(pg_url: str) -> None:
+    stores = [pg.PostgresStore(pg_url) for _ in range(2)]
+    sessions = []
+    for i, st in enumerate(stores):
+        row, _ = st.create_session(SessionRow(P, f"s{i}", f"u{i}", None, {}, NOW, NOW))
+        sessions.append(row)
+    barrier = threading.Barrier(2)
+    outcomes: list[Any] = [None, None]
+
+    def send(i: int) -> None:
+        barrier.wait()
+        outcomes[i] = stores[i].add_messages(P, sessions[i], [message("same", "same text")])
+
+    threads = [threading.Thread(target=send, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    try:
+        assert sorted(o.duplicates for o in outcomes) == [[], ["same"]]
+        assert dbsql.rows(pg_url, "SELECT count(*) FROM messages") == [(1,)]
+        assert stores[0].unfinished_jobs() == 1
+    finally:
+        for st in stores:
+            st.close()
+
+
+def test_open_store_passes_each_adapter_its_options(pg_url: str) -> None:
+    st = open_store(pg_url, busy_timeout_ms=5, pool_size=2, vector_index_threshold=7)
+    try:
+        assert isinstance(st, pg.PostgresStore) and st._vector_index_threshold == 7
+        assert st._pool.max_size == 2
+    finally:
+        st.close()
+
+
+def test_a_claim_skips_a_user_whose_rows_are_being_written(store: pg.PostgresStore) -> None:
+    # add_messages, complete_batch, forget and erase_user hold the user's advisory lock
+    # while they write; a claim meanwhile moves on to another user instead of waiting.
+    add(store, ["u1's"])
+    add(store, ["u2's"], user="u2", sid="s2")
+    with store._write() as c:
+        store._lock_user(c, P, "u1")
+        other = pg.PostgresStore(store._conninfo)
+        try:
+            assert claim(other, "w1").user_id == "u2"
+            assert other.claim_batch("w2", 30, 10) is None
+        finally:
+            other.close()
+    assert claim(store, "w3").user_id == "u1"
+
+
+def test_ci_fails_instead_of_skipping_without_a_server(tmp_path: Any) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSTRATA_")}
+    env.update(MEMSTRATA_REQUIRE_POSTGRES="1")
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_docs.py"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode != 0
+    assert "MEMSTRATA_TEST_POSTGRES_URL is not set" in proc.stdout + proc.stderr
