@@ -567,11 +567,15 @@ class PostgresStore(PostgresJobs, PostgresDispatch, PostgresGovernance, Postgres
         now = time.monotonic()
         hit = self._size_estimates.get(table)
         if hit is None or now - hit[1] > 60:
-            row = c.execute(
-                "SELECT reltuples FROM pg_class WHERE oid = to_regclass(%s)", (table,)
-            ).fetchone()
-            hit = (float(row[0]) if row and row[0] is not None else 0.0, now)
-            self._size_estimates[table] = hit
+            # The planner's row estimates of the three full-text tables, in one round trip.
+            rows = c.execute(
+                "SELECT t, coalesce((SELECT reltuples FROM pg_class WHERE oid = to_regclass(t)), 0)"
+                " FROM unnest(%s::text[]) t",
+                (list(_TABLES),),
+            ).fetchall()
+            for name, estimate in rows:
+                self._size_estimates[name] = (float(estimate), now)
+            hit = self._size_estimates.get(table, (0.0, now))
         return hit[0] > _LIVE_STATS_ROWS
 
     def _fulltext(
@@ -765,26 +769,32 @@ class PostgresStore(PostgresJobs, PostgresDispatch, PostgresGovernance, Postgres
     def _scope_is_large(
         self, c: Any, project_id: str, user_id: str, kind: str, embedder: str, dim: int
     ) -> bool:
-        """Whether a user's vectors of one kind exceed ``vector_index_threshold`` (counted
-        up to the threshold only; remembered for 30 s, as either answer is correct)."""
+        """Whether a user's vectors of one kind exceed ``vector_index_threshold``.
+
+        Exact searches count the scope as they go (see _vector_search), so an unknown or
+        small scope costs no query here; a scope known to be large is recounted, up to the
+        threshold only, every five minutes. Either answer gives correct results."""
         threshold = self._vector_index_threshold
         if threshold <= 0:
             return True
         key = (project_id, user_id, kind, embedder, dim)
-        now = time.monotonic()
         hit = self._scope_sizes.get(key)
-        if hit is not None and now - hit[1] < 30:
-            return hit[0]
+        if hit is None or not hit[0]:
+            return False
+        if time.monotonic() - hit[1] < 300:
+            return True
         row = c.execute(
             "SELECT count(*) FROM (SELECT 1 FROM vectors WHERE project_id = %s AND user_id = %s "
             "AND kind = %s AND embedder = %s AND dim = %s LIMIT %s) s",
             (project_id, user_id, kind, embedder, dim, threshold + 1),
         ).fetchone()
-        large = int(row[0]) > threshold
+        self._remember_scope(key, int(row[0]))
+        return int(row[0]) > threshold
+
+    def _remember_scope(self, key: tuple[Any, ...], size: int) -> None:
         if len(self._scope_sizes) > 100_000:
             self._scope_sizes.clear()
-        self._scope_sizes[key] = (large, now)
-        return large
+        self._scope_sizes[key] = (size > self._vector_index_threshold, time.monotonic())
 
     def _vector_search(
         self,
@@ -811,34 +821,42 @@ class PostgresStore(PostgresJobs, PostgresDispatch, PostgresGovernance, Postgres
             "AND v.project_id = %s AND v.user_id = %s AND v.embedder = %s"
         )
         args = [*params, project_id, user_id, embedder]
+        key = (project_id, user_id, kind, embedder, dim)
         with self._read() as c:
             index_type = _index_type(dim)
             if index_type is not None and self._scope_is_large(
                 c, project_id, user_id, kind, embedder, dim
             ):
-                with c.transaction():
+                expr = f"v.vec::{index_type} <#> %b::{index_type}"
+                # One round trip (pipeline): the settings hold for this transaction only.
+                with c.pipeline(), c.transaction():
                     c.execute(
                         "SELECT set_config('hnsw.ef_search', %s, true)",
                         (str(max(self._ef_search, min(1000, limit * 2))),),
                     )
                     if self._iterative:
                         c.execute("SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true)")
-                    expr = f"v.vec::{index_type} <#> %b::{index_type}"
                     # Iterative scans may return neighbours slightly out of order: sort the
                     # candidates again, exactly, outside the index scan.
-                    found = c.execute(
+                    cur = c.execute(
                         "WITH c AS MATERIALIZED (SELECT v.item_pk, v.pk, v.vec <#> %b AS d "
                         f"{scope} ORDER BY {expr} LIMIT %s) "
                         "SELECT item_pk, d FROM c ORDER BY d, pk",
                         (q, *args, q, limit),
-                    ).fetchall()
+                    )
+                found = cur.fetchall()
                 if len(found) >= limit:
                     return [(int(pk), -float(d)) for pk, d in found]
-            found = c.execute(
-                f"SELECT v.item_pk, v.vec <#> %b AS d {scope} ORDER BY d, v.pk LIMIT %s",
+            # Exact: every vector of the scope (that passes the join), counted on the way so
+            # that the next search knows whether the index should answer instead.
+            rows = c.execute(
+                f"SELECT v.item_pk, v.vec <#> %b AS d, count(*) OVER () {scope} "
+                "ORDER BY d, v.pk LIMIT %s",
                 (q, *args, limit),
             ).fetchall()
-        return [(int(pk), -float(d)) for pk, d in found]
+        if rows and not join:
+            self._remember_scope(key, int(rows[0][2]))
+        return [(int(pk), -float(d)) for pk, d, _ in rows]
 
     def vector_messages(
         self,
@@ -1697,29 +1715,34 @@ class PostgresStore(PostgresJobs, PostgresDispatch, PostgresGovernance, Postgres
                 f"ORDER BY t.pk), {vec.format(kind='summary')} FROM summaries m",
             ),
         )
-        out: list[dict[int, tuple[Any, ...]]] = []
+        out: list[dict[int, tuple[Any, ...]]] = [{}, {}, {}]
         with self._read() as c:
-            for layer, (pks, select) in enumerate(queries):
-                found: dict[int, tuple[Any, ...]] = {}
-                if pks:
-                    with c.cursor(binary=True) as cur:
-                        cur.execute(
-                            f"{select} WHERE m.pk = ANY(%(pks)s::bigint[]) "
-                            "AND m.project_id = %(project)s AND m.user_id = %(user)s",
-                            {
-                                "embedder": embedder,
-                                "pks": list(pks),
-                                "project": project_id,
-                                "user": user_id,
-                            },
-                        )
-                        for row in cur.fetchall():
-                            brief = list(row[1:])
-                            v = brief[-1]
-                            brief[-1] = None if v is None else v.to_numpy().tobytes()
-                            if layer == 2:
-                                brief[5] = json.dumps(list(brief[5]))
-                                brief[6] = json.dumps(list(brief[6]))
-                            found[int(row[0])] = tuple(brief)
-                out.append(found)
+            # The layers' queries go out together (pipeline mode): one round trip, not three.
+            cursors: list[tuple[int, Any]] = []
+            with c.pipeline():
+                for layer, (pks, select) in enumerate(queries):
+                    if not pks:
+                        continue
+                    cur = c.cursor(binary=True)
+                    cur.execute(
+                        f"{select} WHERE m.pk = ANY(%(pks)s::bigint[]) "
+                        "AND m.project_id = %(project)s AND m.user_id = %(user)s",
+                        {
+                            "embedder": embedder,
+                            "pks": list(pks),
+                            "project": project_id,
+                            "user": user_id,
+                        },
+                    )
+                    cursors.append((layer, cur))
+            for layer, cur in cursors:
+                for row in cur.fetchall():
+                    brief = list(row[1:])
+                    v = brief[-1]
+                    brief[-1] = None if v is None else v.to_numpy().tobytes()
+                    if layer == 2:
+                        brief[5] = json.dumps(list(brief[5]))
+                        brief[6] = json.dumps(list(brief[6]))
+                    out[layer][int(row[0])] = tuple(brief)
+                cur.close()
         return out[0], out[1], out[2]
