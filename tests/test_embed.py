@@ -191,6 +191,29 @@ def test_local_batches_give_way_to_queries_and_still_finish(local: LocalEmbedder
     assert local.yielded - before <= batches * 2  # at most _MAX_YIELDS per batch
 
 
+def test_local_batches_wait_while_foreground_work_runs(
+    local: LocalEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A recall marks itself foreground for its whole length (re-entrant): a batch does not
+    start meanwhile, and starts once it ends."""
+    monkeypatch.setattr("memstrata.embed.local._YIELD_WAIT_SECONDS", 30.0)  # no time-out here
+    started = threading.Event()
+    out: list[np.ndarray] = []
+
+    def batch() -> None:
+        started.set()
+        out.append(local.embed(["one text", "and another"]))
+
+    with local.foreground(), local.foreground():
+        worker = threading.Thread(target=batch)
+        worker.start()
+        started.wait(5)
+        worker.join(0.05)
+        assert worker.is_alive() and not out  # waiting for the foreground work to end
+    worker.join(10)
+    assert out and out[0].shape == (2, local.dim)
+
+
 @pytest.fixture(scope="module")
 def corrupt_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("model") / "model.onnx"

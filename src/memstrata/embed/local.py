@@ -214,9 +214,9 @@ class LocalEmbedder:
             raise EmbeddingError(f"local embedding model failed: {exc}") from exc
 
     @contextmanager
-    def _query(self) -> Iterator[None]:
-        """A query (one text) is what a user or an LLM call waits for: while it runs, no
-        batch holds the cores."""
+    def foreground(self) -> Iterator[None]:
+        """Work a caller waits for (a query, a whole recall): while it runs, no batch holds
+        the cores. Re-entrant; a query's embedding is foreground by itself."""
         with self._quiet:
             self._queries += 1
             for options in self._batch_runs.values():
@@ -260,7 +260,7 @@ class LocalEmbedder:
             return np.zeros((0, _DIM), dtype=np.float32)
         encode = self._tokenizer.encode
         if n == 1:
-            with self._query():
+            with self.foreground():
                 return self._embed_one(self._get_session(query=True), encode(texts[0]).ids)
         session = self._get_session()
 

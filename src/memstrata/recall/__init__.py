@@ -13,6 +13,7 @@ import re
 import threading
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any
@@ -426,6 +427,27 @@ class Recaller:
         opts = options or SearchOptions()
         if limit <= 0 or not query.strip():
             return []
+        with self._foreground():
+            return self._search(project_id, user_id, query, limit, filters, opts, exclude, rows)
+
+    def _foreground(self) -> AbstractContextManager[Any]:
+        # A recall is waited for: an embedder that runs background batches on the same
+        # cores (the local model) lets it go first for its whole length, not only while
+        # the query itself is embedded.
+        foreground = getattr(self.embedder, "foreground", None)
+        return foreground() if foreground is not None else nullcontext()
+
+    def _search(
+        self,
+        project_id: str,
+        user_id: str,
+        query: str,
+        limit: int,
+        filters: SearchFilters,
+        opts: SearchOptions,
+        exclude: Sequence[str],
+        rows: dict[str, Any] | None,
+    ) -> list[Hit]:
         as_of = opts.as_of or utcnow()
         intent = parse_time_intent(query, as_of)
         variants = [query]
@@ -640,6 +662,20 @@ class Recaller:
     def context(
         self,
         *,
+        project_id: str,
+        session: SessionRow,
+        query: str | None,
+        config: RecallConfig,
+        filters: SearchFilters,
+        details: bool,
+    ) -> MemoryContext:
+        """``get_memory``: the session's recent turns and what recall finds for ``query``,
+        formatted within the token budget."""
+        with self._foreground():
+            return self._context(project_id, session, query, config, filters, details)
+
+    def _context(
+        self,
         project_id: str,
         session: SessionRow,
         query: str | None,
