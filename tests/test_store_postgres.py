@@ -24,7 +24,7 @@ from memstrata.errors import StoreError
 from memstrata.store import LayerWrite, SearchFilters, SessionRow, open_store
 from memstrata.store import postgres as pg
 from memstrata.store._pg_base import mask_url
-from test_store_contract import EMB, NOW, P, add, claim, message, process, summary, unit
+from test_store_contract import EMB, NOW, P, add, claim, fact, message, process, summary, unit
 
 
 @pytest.fixture
@@ -126,6 +126,29 @@ def test_an_hnsw_index_per_kind_and_dimension_is_made_on_first_write(
         assert found[0][0] == rows[3].pk
     finally:
         indexed.close()
+
+
+def test_layer_searches_move_to_the_index_once_their_scope_is_large(pg_url: str) -> None:
+    store = pg.PostgresStore(pg_url, vector_index_threshold=10, pool_size=1)
+    try:
+        rows = add(store, ["facts"])
+        process(
+            store,
+            LayerWrite(
+                facts=[fact(f"f{i}", f"f{i}", [rows[0].id], unit(seed=i)) for i in range(20)]
+            ),
+        )
+        q = unit(seed=4)
+        first = store.vector_facts(P, "u1", q, EMB, 3)  # exact, and counts 20 active facts
+        with store._read() as c:
+            c.execute("SELECT pg_stat_force_next_flush()")
+        before = _index_scans(pg_url, "vectors_hnsw_fact_8")
+        assert store.vector_facts(P, "u1", q, EMB, 3) == first
+        with store._read() as c:
+            c.execute("SELECT pg_stat_force_next_flush()")
+        assert _index_scans(pg_url, "vectors_hnsw_fact_8") > before
+    finally:
+        store.close()
 
 
 def test_filtered_index_searches_still_return_enough_rows(pg_url: str) -> None:

@@ -806,9 +806,12 @@ class PostgresStore(PostgresJobs, PostgresDispatch, PostgresGovernance, Postgres
         limit: int,
         join: str = "",
         params: Sequence[Any] = (),
+        narrow: bool = False,
     ) -> list[tuple[int, float]]:
         """Top ``limit`` (item pk, similarity) of a user's vectors of ``kind``; ``join``
-        (with ``params``) restricts the items, e.g. to wanted statuses."""
+        (with ``params``) restricts the items, e.g. to wanted statuses. ``narrow``: the join
+        may keep few of the scope's items (message filters), so what an exact search counts
+        says nothing about the scope's size."""
         if limit <= 0:
             return []
         q = np.ascontiguousarray(query, dtype=np.float32)
@@ -854,7 +857,7 @@ class PostgresStore(PostgresJobs, PostgresDispatch, PostgresGovernance, Postgres
                 "ORDER BY d, v.pk LIMIT %s",
                 (q, *args, limit),
             ).fetchall()
-        if rows and not join:
+        if rows and not narrow:
             self._remember_scope(key, int(rows[0][2]))
         return [(int(pk), -float(d)) for pk, d, _ in rows]
 
@@ -879,6 +882,7 @@ class PostgresStore(PostgresJobs, PostgresDispatch, PostgresGovernance, Postgres
             limit,
             f"JOIN messages m ON m.pk = v.item_pk{where}",
             params,
+            narrow=True,
         )
 
     def _vector_layer(
