@@ -57,7 +57,9 @@ def _system(body: dict[str, Any]) -> str:
 
 
 def _injected(system: str) -> bool:
-    return system.count(MEMORY_PREAMBLE) == 1 and "allergic to peanuts" in system
+    # Which memories recall picks can depend on whether an earlier captured exchange of the
+    # same test (also about peanuts) was already processed; the topic is stable, the line not.
+    return system.count(MEMORY_PREAMBLE) == 1 and "peanuts" in system
 
 
 def _stored(mem: Memory) -> list[tuple[str, str]]:
