@@ -564,7 +564,8 @@ def test_strengthen_and_supersede_version_summaries_and_retire_facts(store: Stor
         "f-ramen",
     ]
     m0, m1 = (r.pk or 0 for r in ids["messages"])
-    assert store.superseded_messages([m0, m1, rows[0].pk or 0]) == {m0}
+    marks, _, _ = store.recall_briefs(P, "u1", [m0, m1, rows[0].pk or 0])
+    assert [marks[pk][4] for pk in (m0, m1, rows[0].pk or 0)] == [1, 0, 0]
     history = store.summary_history(P, "s-home")
     assert [(h["version"], h["status"], h["reason"]) for h in history] == [
         (1, "active", "test"),
@@ -579,8 +580,8 @@ def test_strengthen_and_supersede_version_summaries_and_retire_facts(store: Stor
 def test_a_message_with_active_or_no_facts_is_not_superseded(store: Store) -> None:
     rows = add(store, ["a", "b"])
     process(store, LayerWrite(facts=[fact("f1", "a", [rows[0].id], unit(1))]))
-    assert store.superseded_messages([rows[0].pk or 0, rows[1].pk or 0]) == set()
-    assert store.superseded_messages([]) == set()
+    marks, _, _ = store.recall_briefs(P, "u1", [rows[0].pk or 0, rows[1].pk or 0])
+    assert [bool(marks[r.pk or 0][4]) for r in rows] == [False, False]  # no fact, or active
 
 
 def test_a_bad_layer_write_rolls_the_whole_batch_back(store: Store) -> None:
@@ -878,10 +879,6 @@ def test_vector_search_ranks_by_cosine_within_the_user(store: Store) -> None:
     assert store.vector_messages(P, "u1", q, EMB, 0, SearchFilters()) == []
     assert store.vector_messages(P, "u1", q, "other:v1:8", 5, SearchFilters()) == []
     assert store.vector_messages(P, "u9", q, EMB, 5, SearchFilters()) == []
-    scores = store.vector_scores(P, "u1", "message", q, EMB, [rows[4].pk or 0, rows[5].pk or 0])
-    assert scores[rows[4].pk or 0] == pytest.approx(1.0, abs=1e-5)
-    assert set(scores) == {rows[4].pk, rows[5].pk}
-    assert store.vector_scores(P, "u1", "message", q, EMB, []) == {}
 
 
 def test_vector_search_of_layers_skips_unwanted_statuses_even_when_they_crowd_the_top(
@@ -927,8 +924,6 @@ def test_vector_search_of_facts(store: Store) -> None:
         0.0, abs=1e-5
     )
     assert store.vector_facts(P, "u1", unit(1, 0), EMB, 5, statuses=("superseded",)) == []
-    scores = store.vector_scores(P, "u1", "fact", unit(0, 1), EMB, [berlin.pk, ramen.pk])
-    assert scores[ramen.pk] == pytest.approx(1.0, abs=1e-5)
 
 
 def test_vectors_of_another_embedder_are_refused_then_reindexed(store: Store) -> None:
@@ -983,11 +978,11 @@ def test_message_neighbours_follow_time_then_acceptance_order(store: Store) -> N
     store.add_messages(P, s, rows)
     add(store, ["elsewhere"], sid="s2")
     late, early, mid1, mid2 = (r.pk for r in rows)
-    got = store.message_neighbors(P, "u1", [late, early, mid1, mid2])  # type: ignore[list-item]
+    pks = [late, early, mid1, mid2]
+    briefs, _, _ = store.recall_briefs(P, "u1", pks, neighbours=True)  # type: ignore[arg-type]
+    got = {pk: briefs[pk][5:7] for pk in pks}  # type: ignore[index]
     assert got == {early: (None, mid1), mid1: (early, mid2), mid2: (mid1, late), late: (mid2, None)}
-    assert store.message_neighbors(P, "u2", [late]) == {}  # type: ignore[list-item]
-    briefs, _, _ = store.recall_briefs(P, "u1", [mid1, late], neighbours=True)  # type: ignore[list-item]
-    assert briefs[mid1][5:7] == (early, mid2) and briefs[late][5:7] == (mid2, None)  # type: ignore[index]
+    assert store.recall_briefs(P, "u2", [late], neighbours=True)[0] == {}  # type: ignore[list-item]
     plain, _, _ = store.recall_briefs(P, "u1", [mid1])  # type: ignore[list-item]
     assert plain[mid1][5:7] == (None, None)  # type: ignore[index]
 
@@ -1039,7 +1034,6 @@ def test_a_message_whose_facts_were_all_superseded_is_marked(store: Store) -> No
     m0, m1 = (r.pk for r in ids["messages"])
     msgs, _, _ = store.recall_briefs(P, "u1", [m0, m1, rows[0].pk])  # type: ignore[list-item]
     assert msgs[m0][4] == 1 and msgs[m1][4] == 0 and msgs[rows[0].pk][4] == 0  # type: ignore[index]
-    assert store.superseded_messages([m0, m1]) == {m0}  # type: ignore[list-item]
 
 
 # -- projects, keys, audit, governance ------------------------------------------------------

@@ -932,28 +932,6 @@ class PostgresStore(PostgresJobs, PostgresDispatch, PostgresGovernance, Postgres
         """Facts of a user in ``statuses`` nearest to ``query``: (pk, cosine similarity)."""
         return self._vector_layer("fact", project_id, user_id, query, embedder, limit, statuses)
 
-    def vector_scores(
-        self,
-        project_id: str,
-        user_id: str,
-        kind: str,
-        query: np.ndarray,
-        embedder: str,
-        pks: Sequence[int],
-    ) -> dict[int, float]:
-        """Cosine similarity of ``query`` with each of the items ``pks`` that has a vector."""
-        if not pks:
-            return {}
-        q = np.ascontiguousarray(query, dtype=np.float32)
-        with self._read() as c:
-            rows = c.execute(
-                "SELECT item_pk, vec <#> %b FROM vectors WHERE kind = %s AND embedder = %s "
-                "AND item_pk = ANY(%s::bigint[]) AND project_id = %s AND user_id = %s "
-                "AND dim = %s",
-                (q, kind, embedder, sorted(set(pks)), project_id, user_id, int(q.shape[0])),
-            ).fetchall()
-        return {int(pk): -float(d) for pk, d in rows}
-
     def similar_summaries(
         self, project_id: str, user_id: str, query: np.ndarray, embedder: str, limit: int
     ) -> list[tuple[SummaryRow, float]]:
@@ -1540,40 +1518,6 @@ class PostgresStore(PostgresJobs, PostgresDispatch, PostgresGovernance, Postgres
             )
             c.execute("UPDATE topics SET updated_at = %s WHERE pk = %s", (now, rows[target_id]))
         return int(moved)
-
-    def message_neighbors(
-        self, project_id: str, user_id: str, pks: Sequence[int]
-    ) -> dict[int, tuple[int | None, int | None]]:
-        """The previous and next message (same session, time order) of each of ``pks``."""
-        if not pks:
-            return {}
-        with self._read() as c:
-            rows = c.execute(
-                "SELECT m.pk, "
-                "(SELECT p.pk FROM messages p WHERE p.project_id = m.project_id "
-                "AND p.session_id = m.session_id AND (p.ts, p.pk) < (m.ts, m.pk) "
-                "ORDER BY p.ts DESC, p.pk DESC LIMIT 1), "
-                "(SELECT n.pk FROM messages n WHERE n.project_id = m.project_id "
-                "AND n.session_id = m.session_id AND (n.ts, n.pk) > (m.ts, m.pk) "
-                "ORDER BY n.ts, n.pk LIMIT 1) "
-                "FROM messages m WHERE m.pk = ANY(%s::bigint[]) AND m.project_id = %s "
-                "AND m.user_id = %s",
-                (list(pks), project_id, user_id),
-            ).fetchall()
-        return {pk: (prev, nxt) for pk, prev, nxt in rows}
-
-    def superseded_messages(self, pks: Sequence[int]) -> set[int]:
-        """Messages whose every fact is superseded: what they said was corrected since."""
-        if not pks:
-            return set()
-        with self._read() as c:
-            rows = c.execute(
-                "SELECT fs.message_pk FROM fact_sources fs JOIN facts f ON f.pk = fs.fact_pk "
-                "WHERE fs.message_pk = ANY(%s::bigint[]) GROUP BY fs.message_pk "
-                "HAVING bool_and(f.status = 'superseded')",
-                (list(pks),),
-            ).fetchall()
-        return {int(r[0]) for r in rows}
 
     def speaker_names(self, project_id: str, user_id: str) -> list[str]:
         """Names of the speakers of a user's messages (messages sent with a ``name``)."""

@@ -1694,46 +1694,6 @@ class SQLiteStore(SQLiteGovernance, SQLiteWebhooks):
         rows = self._rows_by_pk("facts", _FACT_COLUMNS, list(pks))
         return {pk: _row_to_fact(r) for pk, r in rows.items()}
 
-    def vector_scores(
-        self,
-        project_id: str,
-        user_id: str,
-        kind: str,
-        query: np.ndarray,
-        embedder: str,
-        pks: Sequence[int],
-    ) -> dict[int, float]:
-        """Cosine similarity of ``query`` with each of the items ``pks`` that has a vector."""
-        if not pks:
-            return {}
-        scope = self._vector_scope(project_id, user_id, kind, embedder, int(query.shape[0]))
-        allowed = np.asarray(sorted(set(pks)), dtype=np.int64)
-        found = scope.search(np.asarray(query, dtype=np.float32), len(allowed), allowed)
-        return dict(found)
-
-    def message_neighbors(
-        self, project_id: str, user_id: str, pks: Sequence[int]
-    ) -> dict[int, tuple[int | None, int | None]]:
-        """The previous and next message (same session, time order) of each of ``pks``."""
-        if not pks:
-            return {}
-        marks = ",".join("?" * len(pks))
-        # Two seeks per message on (project_id, session_id, ts, pk).
-        rows = self._conn().execute(
-            "SELECT m.pk, "
-            "(SELECT p.pk FROM messages p INDEXED BY messages_by_session_time "
-            "WHERE p.project_id = m.project_id "
-            "AND p.session_id = m.session_id AND (p.ts, p.pk) < (m.ts, m.pk) "
-            "ORDER BY p.ts DESC, p.pk DESC LIMIT 1), "
-            "(SELECT n.pk FROM messages n INDEXED BY messages_by_session_time "
-            "WHERE n.project_id = m.project_id "
-            "AND n.session_id = m.session_id AND (n.ts, n.pk) > (m.ts, m.pk) "
-            "ORDER BY n.ts, n.pk LIMIT 1) "
-            f"FROM messages m WHERE m.pk IN ({marks}) AND m.project_id = ? AND m.user_id = ?",
-            (*pks, project_id, user_id),
-        )
-        return {pk: (prev, nxt) for pk, prev, nxt in rows}
-
     @staticmethod
     def _retire_facts(
         c: sqlite3.Connection, project: str, user: str, fact_ids: Sequence[str], successor: str
@@ -1749,21 +1709,6 @@ class SQLiteStore(SQLiteGovernance, SQLiteWebhooks):
                 "('active', 'deprioritized') AND j.value = ?)",
                 (successor, project, user, fid, project, user, fid),
             )
-
-    def superseded_messages(self, pks: Sequence[int]) -> set[int]:
-        """Messages whose every fact is superseded: what they said was corrected since."""
-        if not pks:
-            return set()
-        marks = ",".join("?" * len(pks))
-        return {
-            r[0]
-            for r in self._conn().execute(
-                "SELECT fs.message_pk FROM fact_sources fs JOIN facts f ON f.pk = fs.fact_pk "
-                f"WHERE fs.message_pk IN ({marks}) GROUP BY fs.message_pk "
-                "HAVING min(f.status = 'superseded') = 1",
-                list(pks),
-            )
-        }
 
     def speaker_names(self, project_id: str, user_id: str) -> list[str]:
         """Names of the speakers of a user's messages (messages sent with a ``name``)."""
