@@ -265,3 +265,23 @@ def test_procrastinate_schema_is_installed_once_and_upgraded_by_its_migrations(
         ("99.00.00_01_probe.sql",)
     ]
     assert rows(pg_url, "SELECT count(*) FROM upgrade_probe") == [(0,)]
+
+
+def test_a_worker_whose_queue_fails_starts_again(
+    pg_url: str, open_memory: Callable[..., Memory], caplog: pytest.LogCaptureFixture
+) -> None:
+    mem = open_memory(workers=1, job_lease_seconds=1.5)  # heartbeats every 0.5 s
+    s = mem.sessions.create(user_id="u1")
+    # procrastinate stops its worker when a heartbeat fails (the database went away).
+    execute(pg_url, "ALTER FUNCTION procrastinate_update_heartbeat_v1(bigint) RENAME TO hb_off")
+    deadline = time.monotonic() + 30
+    while "restarting" not in caplog.text:
+        assert time.monotonic() < deadline, "the worker never noticed"
+        time.sleep(0.1)
+    execute(pg_url, "ALTER FUNCTION hb_off(bigint) RENAME TO procrastinate_update_heartbeat_v1")
+    _say(s, "I ordered parcel one for my sister.")
+    deadline = time.monotonic() + 60
+    while rows(pg_url, "SELECT status FROM messages") != [("processed",)]:
+        assert time.monotonic() < deadline, "nothing processed the message"
+        time.sleep(0.1)
+    assert mem._pool.running  # type: ignore[attr-defined]

@@ -538,6 +538,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    # procrastinate (the job queue on PostgreSQL) logs two INFO lines per batch.
+    logging.getLogger("procrastinate").setLevel(logging.WARNING)
     try:
         return int(args.func(args) or 0)
     except MemstrataError as exc:

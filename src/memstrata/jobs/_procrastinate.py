@@ -29,8 +29,8 @@ attempts count it), and should the "dead" run come back, its commit fails the to
 (``LeaseLostError``) and is discarded. procrastinate's own ``retry_job`` would put the run
 back to ``todo``, which collides with the queueing lock when another wake-up of the user is
 already waiting (procrastinate-org/procrastinate#1446); a fresh wake-up merges instead.
-Now and then the sweep also wakes users that have unfinished jobs but no wake-up at all
-(queued before the trigger existed, or a wake-up deleted by hand).
+Users that have unfinished jobs but no wake-up at all (queued before the trigger existed,
+or a wake-up deleted by hand) are woken when a worker starts and by a periodic task.
 
 With no background worker (``workers=0``, ``memstrata serve --no-worker``), waiting
 (``wait()``, ``sync=True``) leaves the work to the workers when any is alive anywhere, and
@@ -67,9 +67,11 @@ log = logging.getLogger("memstrata.jobs")
 # Batches one run takes before it hands the user back to the queue, so that one user's
 # backlog does not hold a worker while other users wait.
 BATCHES_PER_RUN = 4
-# Users with jobs but no wake-up are looked for at most this often (a scan of the
-# unfinished jobs; the trigger makes finding any rare).
+# Users with jobs but no wake-up are looked for (a scan of the unfinished jobs; the trigger
+# makes finding any rare) when a worker starts, by a waiting caller at most once a minute,
+# and fleet-wide by a periodic task every five minutes.
 ORPHAN_SWEEP_SECONDS = 60.0
+ORPHAN_CRON = "*/5 * * * *"
 
 
 class DispatchStore(Store, Protocol):
@@ -170,10 +172,23 @@ class ProcrastinateQueue:
                 min_size=max(2, threads + 2),
                 max_size=max(2, threads + 2),
                 name="memstrata-jobs",
+                # Named in pg_stat_activity, apart from the store's connections.
+                kwargs={"application_name": "memstrata-jobs"},
             )
         )
         self._app.task(name=DISPATCH_TASK, queue=DISPATCH_QUEUE, pass_context=True)(
             self._run_process_user
+        )
+        # A periodic task also keeps procrastinate's side-task monitor alive: without one,
+        # the monitor ends with the (idle) periodic deferrer and a worker whose heartbeat
+        # failed would go on without heartbeats instead of stopping (and being restarted).
+        self._app.periodic(cron=ORPHAN_CRON, periodic_id="orphans")(
+            self._app.task(
+                name="memstrata.wake_orphans",
+                queue=DISPATCH_QUEUE,
+                lock="memstrata:orphans",
+                queueing_lock="memstrata:orphans",
+            )(self._run_wake_orphans)
         )
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -250,12 +265,33 @@ class ProcrastinateQueue:
     async def _serve(self) -> None:
         sweeper = asyncio.create_task(self._sweep_forever())
         try:
-            await self._app.run_worker_async(
-                name=f"memstrata@{self._prefix}",
-                concurrency=self.threads,
-                wait=True,
-                **self._worker_options(),
-            )
+            pause = 1.0
+            while not self._stopping.is_set():
+                began = time.monotonic()
+                failure: BaseException | None = None
+                try:
+                    await self._app.run_worker_async(
+                        name=f"memstrata@{self._prefix}",
+                        concurrency=self.threads,
+                        wait=True,
+                        **self._worker_options(),
+                    )
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    failure = exc
+                if self._stopping.is_set():
+                    break
+                # procrastinate stops its worker when the database goes away (a failed
+                # heartbeat, say); a long-running worker process starts it again.
+                pause = 1.0 if time.monotonic() - began > 60 else min(30.0, pause * 2)
+                log.warning(
+                    "the job queue's worker stopped (%s); restarting in %.0fs",
+                    failure or "see procrastinate's log",
+                    pause,
+                    exc_info=failure,
+                )
+                await asyncio.sleep(pause)
         finally:
             sweeper.cancel()
             self._served.set()
@@ -335,15 +371,25 @@ class ProcrastinateQueue:
 
     # -- the sweep -----------------------------------------------------------------------
 
+    async def _run_wake_orphans(self, timestamp: int) -> None:
+        await self._wake_orphans()
+
+    async def _wake_orphans(self) -> None:
+        woken = await _in_thread(self.store.wake_orphans)
+        if woken:
+            log.info("woke %d users whose queued jobs had no wake-up", woken)
+
     async def _sweep_forever(self) -> None:
+        orphans = True
         while True:
             try:
-                await self._sweep()
+                await self._sweep(orphans=orphans)
+                orphans = False
             except Exception:
                 log.exception("sweeping the job queue failed")
             await asyncio.sleep(max(0.2, self.lease_seconds / 2))
 
-    async def _sweep(self) -> None:
+    async def _sweep(self, *, orphans: bool) -> None:
         from procrastinate.jobs import Status
 
         manager = self._app.job_manager
@@ -368,11 +414,8 @@ class ProcrastinateQueue:
             users.append((str(kwargs["project_id"]), str(kwargs["user_id"])))
         if users:
             await _in_thread(self.store.wake_users, users)
-        if time.monotonic() >= self._next_orphan_sweep:
-            self._next_orphan_sweep = time.monotonic() + ORPHAN_SWEEP_SECONDS
-            woken = await _in_thread(self.store.wake_orphans)
-            if woken:
-                log.info("woke %d users whose queued jobs had no wake-up", woken)
+        if orphans:
+            await self._wake_orphans()
 
     # -- waiting -------------------------------------------------------------------------
 
@@ -385,7 +428,10 @@ class ProcrastinateQueue:
         return alive
 
     async def _pass(self) -> None:
-        await self._sweep()
+        orphans = time.monotonic() >= self._next_orphan_sweep
+        if orphans:
+            self._next_orphan_sweep = time.monotonic() + ORPHAN_SWEEP_SECONDS
+        await self._sweep(orphans=orphans)
         await self._app.run_worker_async(
             name=f"memstrata-wait@{self._prefix}",
             concurrency=1,
