@@ -20,7 +20,7 @@ import pytest
 
 import dbsql
 from conftest import REPO
-from memstrata.errors import StoreError
+from memstrata.errors import StoreError, ValidationError
 from memstrata.store import LayerWrite, SearchFilters, SessionRow, open_store
 from memstrata.store import postgres as pg
 from memstrata.store._pg_base import mask_url
@@ -286,3 +286,13 @@ def test_ci_fails_instead_of_skipping_without_a_server(tmp_path: Any) -> None:
     )
     assert proc.returncode != 0
     assert "MEMSTRATA_TEST_POSTGRES_URL is not set" in proc.stdout + proc.stderr
+
+
+def test_text_postgresql_cannot_hold_is_the_callers_error(store: pg.PostgresStore) -> None:
+    # The engine refuses NUL where it checks input; a path it misses still fails as a
+    # ValidationError (a 422), not as a database error (a 500).
+    with pytest.raises(ValidationError, match="NUL"):
+        store.create_project("p", "a\x00b")
+    with pytest.raises(ValidationError, match="NUL"):
+        store.create_session(SessionRow(P, "s", "u", None, {"k": "\x00"}, NOW, NOW))
+    assert store.list_projects() == [] and store.get_session(P, "s") is None

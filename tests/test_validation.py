@@ -208,3 +208,33 @@ def test_listing_validation(mem: Memory) -> None:
         mem.messages.list(user_id="a b")
     with pytest.raises(NotFoundError, match="no message"):
         mem.messages.get("missing")
+
+
+def test_nul_and_non_finite_numbers_are_refused_before_any_store(mem: Memory) -> None:
+    # PostgreSQL's text and JSONB cannot hold NUL, JSON has no NaN: both stores refuse them
+    # up front, as a ValidationError (422 over HTTP), never a database error.
+    with pytest.raises(ValidationError, match="NUL"):
+        mem.projects.create("Acme\x00", project_id="acme")
+    assert mem.projects.list() == []
+    mem.projects.create("Acme", project_id="acme")
+    with pytest.raises(ValidationError, match="NUL"):
+        mem.keys.create("acme", name="ci\x00")
+    with pytest.raises(ValidationError, match="NUL"):
+        mem.webhooks.create(
+            resource="fact", event="after_llm", target_url="https://example.com/h", name="a\x00"
+        )
+    s = mem.sessions.create(user_id="u1")
+    with pytest.raises(ValidationError, match="not JSON"):
+        s.add_messages([{"role": "user", "content": "hi", "metadata": {"x": float("nan")}}])
+    s.add_messages(
+        [{"role": "user", "content": "I moved to Berlin last May.", "metadata": {"x": 1.5}}],
+        sync=True,
+    )
+    with pytest.raises(ValidationError, match="NUL"):
+        mem.search("Berlin", user_id="u1", filters={"x": "a\x00"})
+    with pytest.raises(ValidationError, match="finite"):
+        mem.search("Berlin", user_id="u1", filters={"x": {"$gt": float("inf")}})
+    assert mem.search("Berlin", user_id="u1", filters={"x": {"$gt": 1}})
+    with pytest.raises(ValidationError, match="NUL"):
+        mem.set_status(mem.summaries.list(user_id="u1")[0].id, "archived", reason="r\x00")
+    assert _count(mem) == 1

@@ -41,6 +41,8 @@ def check_text(value: Any, name: str, *, max_len: int = 200) -> str:
         raise ValidationError(
             f"invalid {name}", [f"{name}: expected a non-empty string of at most {max_len}"]
         )
+    if "\x00" in value:  # PostgreSQL text cannot hold NUL: refused on every store alike
+        raise ValidationError(f"invalid {name}", [f"{name}: must not contain NUL characters"])
     return value
 
 

@@ -92,6 +92,8 @@ class Webhooks:
             name = fields["name"]
             if not isinstance(name, str) or not name.strip() or len(name) > 200:
                 problems.append("name: expected a string of 1 to 200 characters")
+            elif "\x00" in name:  # PostgreSQL text cannot hold NUL: refused on every store
+                problems.append("name: must not contain NUL characters")
         if "timeout_ms" in fields:
             t = fields["timeout_ms"]
             if (

@@ -571,7 +571,8 @@ class Memory:
         if not isinstance(metadata, dict):
             raise ValidationError("invalid metadata", [f"{where}: expected an object"])
         try:
-            dumped = json.dumps(metadata, ensure_ascii=False)
+            # allow_nan=False: NaN and Infinity are not JSON (PostgreSQL's JSONB refuses them).
+            dumped = json.dumps(metadata, ensure_ascii=False, allow_nan=False)
         except (TypeError, ValueError) as exc:
             raise ValidationError("invalid metadata", [f"{where}: not JSON ({exc})"]) from None
         # PostgreSQL's JSONB cannot hold NUL: refused on every store, so both behave alike.

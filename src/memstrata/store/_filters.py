@@ -12,6 +12,7 @@ Metadata filters use a small MongoDB-like vocabulary, documented in docs/api.md:
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -55,6 +56,12 @@ class SearchFilters:
 
 
 def _scalar(value: Any, where: str) -> Scalar:
+    # NUL and non-finite numbers are not JSON that PostgreSQL's JSONB accepts, nor could a
+    # stored value hold them: refused on every store alike.
+    if isinstance(value, str) and "\x00" in value:
+        raise ValidationError("invalid metadata filter", [f"{where}: must not contain NUL"])
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValidationError("invalid metadata filter", [f"{where}: expected a finite number"])
     if value is None or isinstance(value, (str, bool, int, float)):
         return value
     raise ValidationError(

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 from .._time import to_iso
-from ..errors import StoreError
+from ..errors import StoreError, ValidationError
 from . import FactRow, ItemFilters, MessageRow, SearchFilters, SessionRow, SummaryRow
 from ._filters import MetadataCondition
 from ._text import fts_document, fts_words
@@ -286,6 +286,14 @@ class PgBase:
             raise StoreError(f"no PostgreSQL connection available ({self.url}): {exc}") from exc
         except psycopg.OperationalError as exc:
             raise StoreError(f"PostgreSQL error ({self.url}): {exc}") from exc
+        except psycopg.DataError as exc:
+            # The engine refuses NUL where it checks input; any path it misses must still
+            # be the caller's error (422), not the server's.
+            if "NUL (0x00)" in str(exc) or "\\u0000" in str(exc):
+                raise ValidationError(
+                    "invalid input", ["text must not contain NUL characters"]
+                ) from exc
+            raise
 
     @contextmanager
     def _write(self) -> Iterator[psycopg.Connection[Any]]:
