@@ -285,3 +285,21 @@ def test_a_worker_whose_queue_fails_starts_again(
         assert time.monotonic() < deadline, "nothing processed the message"
         time.sleep(0.1)
     assert mem._pool.running  # type: ignore[attr-defined]
+
+
+def test_a_caller_without_workers_does_its_own_work_not_everyones(
+    pg_url: str, open_memory: Callable[..., Memory]
+) -> None:
+    mem = open_memory(workers=0)
+    first = mem.sessions.create(user_id="first")
+    message = {"id": "m-first", "role": "user", "content": "I ordered parcel one for my sister."}
+    first.add_messages([message])
+    for k in range(30):
+        _say(mem.sessions.create(user_id=f"later{k}"), f"I ordered parcel {k} for my sister.")
+    # Sent again with sync: waits for that message's processing, which comes first in line.
+    assert first.add_messages([message], sync=True).processed
+    assert rows(pg_url, "SELECT status FROM messages WHERE id = 'm-first'") == [("processed",)]
+    pending = rows(pg_url, "SELECT count(*) FROM messages WHERE status = 'pending'")[0][0]
+    assert pending >= 25  # the other users' messages are left to a worker (or a wait())
+    mem.wait(timeout=60)
+    assert rows(pg_url, "SELECT count(*) FROM messages WHERE status = 'pending'") == [(0,)]

@@ -427,24 +427,42 @@ class ProcrastinateQueue:
             self._alive_checked = (time.monotonic(), alive)
         return alive
 
-    async def _pass(self) -> None:
+    async def _pass(self, done: Callable[[], bool] | None, deadline: float | None) -> None:
         orphans = time.monotonic() >= self._next_orphan_sweep
         if orphans:
             self._next_orphan_sweep = time.monotonic() + ORPHAN_SWEEP_SECONDS
         await self._sweep(orphans=orphans)
-        await self._app.run_worker_async(
-            name=f"memstrata-wait@{self._prefix}",
-            concurrency=1,
-            wait=False,
-            listen_notify=False,
-            **self._worker_options(),
+        worker = asyncio.ensure_future(
+            self._app.run_worker_async(
+                name=f"memstrata-wait@{self._prefix}",
+                concurrency=1,
+                wait=False,
+                listen_notify=False,
+                **self._worker_options(),
+            )
         )
+        # The caller waits for something (its job, say), not for every user's backlog: once
+        # that is done, or its time is up, no further run is fetched (the one in hand ends).
+        seen, stopping = self._runs, False
+        while not worker.done() and not stopping:
+            await asyncio.wait({worker}, timeout=0.02)
+            if deadline is not None and time.monotonic() >= deadline:
+                stopping = True
+            elif done is not None and self._runs != seen:
+                seen = self._runs
+                stopping = await _in_thread(done)
+            if stopping:
+                worker.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await worker
 
-    def run_once(self) -> bool:
-        """Run procrastinate's worker for this caller until no wake-up is due. False if
-        it found nothing to do."""
+    def run_once(
+        self, done: Callable[[], bool] | None = None, deadline: float | None = None
+    ) -> bool:
+        """Run procrastinate's worker for this caller until no wake-up is due, ``done()``
+        or the ``deadline`` (``time.monotonic()``). False if it found nothing to do."""
         before = self._runs
-        self._call(self._pass())
+        self._call(self._pass(done, deadline))
         return self._runs > before
 
     def wait_until(self, done: Callable[[], bool], timeout: float | None, *, what: str) -> None:
@@ -460,7 +478,7 @@ class ProcrastinateQueue:
             if self.running or self._workers_elsewhere():
                 with self._progress:
                     self._progress.wait(step)
-            elif not self.run_once():
+            elif not self.run_once(done, deadline):
                 # Nothing due yet (a batch in backoff, a dead worker not yet declared so).
                 time.sleep(step)
 
