@@ -165,10 +165,10 @@ class ProcrastinateQueue:
         self._app = procrastinate.App(
             connector=procrastinate.PsycopgConnector(
                 conninfo=database_url,
-                # LISTEN has a connection of its own; fetching, finishing, heartbeats and
-                # sweeps share these.
-                # All opened at start: a script's queued work is finished at interpreter
-                # exit, when new connections may need a resolver thread no longer allowed.
+                # Fetching, finishing, heartbeats and sweeps share these (LISTEN has one of
+                # its own). All are opened at start: a script's queued work is finished at
+                # interpreter exit, when a new connection may need a resolver thread that
+                # is no longer allowed.
                 min_size=max(2, threads + 2),
                 max_size=max(2, threads + 2),
                 name="memstrata-jobs",
