@@ -15,70 +15,28 @@ from typing import TYPE_CHECKING, Any
 
 from .._time import now_iso
 from ._pg_base import PgBase
-from ._webhook_rows import OutboxItem, OutboxWrite, WebhookDeliveryRow, WebhookRow
+from ._webhook_rows import (
+    DELIVERY_COLUMNS,
+    HOOK_COLUMNS,
+    PRUNE_EVERY,
+    UPDATABLE,
+    VERSION_KEY,
+    OutboxItem,
+    OutboxWrite,
+    WebhookDeliveryRow,
+    WebhookRow,
+    delivery_row,
+    hook_row,
+)
 
 if TYPE_CHECKING:
     import psycopg
 
 __all__ = ["PostgresWebhooks"]
 
-_HOOK_COLUMNS = (
-    "pk, id, project_id, name, resource, event, mode, target_url, secret, enabled, "
-    "timeout_ms, created_at, updated_at"
-)
-_DELIVERY_COLUMNS = (
-    "d.id, d.hook_pk, d.project_id, d.user_id, d.message_ids, d.resource, d.event, d.mode, "
-    "d.attempt, d.status, d.http_status, d.latency_ms, d.reason, d.request, d.response, d.at, "
-    "w.id, d.pk"
-)
-# Columns an update may change; anything else in a change set is a programming error.
-_UPDATABLE = frozenset(
-    {"name", "resource", "event", "mode", "target_url", "secret", "enabled", "timeout_ms"}
-)
-_VERSION_KEY = "webhooks_version"
-# The delivery log keeps this many attempts per hook; older ones are pruned now and then.
-_PRUNE_EVERY = 64
-
-
-def _hook(r: Sequence[Any]) -> WebhookRow:
-    return WebhookRow(
-        pk=r[0],
-        id=r[1],
-        project_id=r[2],
-        name=r[3],
-        resource=r[4],
-        event=r[5],
-        mode=r[6],
-        target_url=r[7],
-        secret=r[8],
-        enabled=bool(r[9]),
-        timeout_ms=r[10],
-        created_at=r[11],
-        updated_at=r[12],
-    )
-
 
 def _delivery(r: Sequence[Any]) -> WebhookDeliveryRow:
-    return WebhookDeliveryRow(
-        id=r[0],
-        hook_pk=r[1],
-        project_id=r[2],
-        user_id=r[3],
-        message_ids=list(r[4]),
-        resource=r[5],
-        event=r[6],
-        mode=r[7],
-        attempt=r[8],
-        status=r[9],
-        http_status=r[10],
-        latency_ms=r[11],
-        reason=r[12],
-        request=r[13],
-        response=r[14],
-        at=r[15],
-        hook_id=r[16],
-        pk=r[17],
-    )
+    return delivery_row(r, list(r[4]))
 
 
 class PostgresWebhooks(PgBase):
@@ -91,12 +49,12 @@ class PostgresWebhooks(PgBase):
         c.execute(
             "INSERT INTO meta (key, value) VALUES (%s, '1') ON CONFLICT (key) "
             "DO UPDATE SET value = (meta.value::bigint + 1)::text",
-            (_VERSION_KEY,),
+            (VERSION_KEY,),
         )
 
     def webhooks_version(self) -> int:
         with self._read() as c:
-            row = c.execute("SELECT value FROM meta WHERE key = %s", (_VERSION_KEY,)).fetchone()
+            row = c.execute("SELECT value FROM meta WHERE key = %s", (VERSION_KEY,)).fetchone()
         return 0 if row is None else int(row[0])
 
     def create_webhook(self, row: WebhookRow) -> WebhookRow:
@@ -105,7 +63,7 @@ class PostgresWebhooks(PgBase):
                 "INSERT INTO webhooks (id, project_id, name, resource, event, mode, target_url, "
                 "secret, enabled, timeout_ms, created_at, updated_at) "
                 "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
-                f"RETURNING {_HOOK_COLUMNS}",
+                f"RETURNING {HOOK_COLUMNS}",
                 (
                     row.id,
                     row.project_id,
@@ -123,15 +81,15 @@ class PostgresWebhooks(PgBase):
             ).fetchone()
             self._bump_webhooks(c)
         assert stored is not None
-        return _hook(stored)
+        return hook_row(stored)
 
     def get_webhook(self, project_id: str, hook_id: str) -> WebhookRow | None:
         with self._read() as c:
             row = c.execute(
-                f"SELECT {_HOOK_COLUMNS} FROM webhooks WHERE project_id = %s AND id = %s",
+                f"SELECT {HOOK_COLUMNS} FROM webhooks WHERE project_id = %s AND id = %s",
                 (project_id, hook_id),
             ).fetchone()
-        return None if row is None else _hook(row)
+        return None if row is None else hook_row(row)
 
     def list_webhooks(
         self,
@@ -142,7 +100,7 @@ class PostgresWebhooks(PgBase):
         offset: int = 0,
     ) -> list[WebhookRow]:
         """A project's hooks in creation order (the order hooks on one point run in)."""
-        sql = f"SELECT {_HOOK_COLUMNS} FROM webhooks WHERE project_id = %s"
+        sql = f"SELECT {HOOK_COLUMNS} FROM webhooks WHERE project_id = %s"
         if enabled_only:
             sql += " AND enabled"
         # SQLite's LIMIT -1 means "no limit"; PostgreSQL's LIMIT NULL does.
@@ -151,12 +109,12 @@ class PostgresWebhooks(PgBase):
                 sql + " ORDER BY pk LIMIT %s OFFSET %s",
                 (project_id, None if limit < 0 else limit, offset),
             ).fetchall()
-        return [_hook(r) for r in rows]
+        return [hook_row(r) for r in rows]
 
     def update_webhook(
         self, project_id: str, hook_id: str, changes: dict[str, Any]
     ) -> WebhookRow | None:
-        unknown = set(changes) - _UPDATABLE
+        unknown = set(changes) - UPDATABLE
         if unknown:
             raise ValueError(f"not updatable: {sorted(unknown)}")
         values = {k: bool(v) if k == "enabled" else v for k, v in changes.items()}
@@ -164,13 +122,13 @@ class PostgresWebhooks(PgBase):
             sets = "".join(f"{k} = %s, " for k in values)
             row = c.execute(
                 f"UPDATE webhooks SET {sets}updated_at = %s WHERE project_id = %s AND id = %s "
-                f"RETURNING {_HOOK_COLUMNS}",
+                f"RETURNING {HOOK_COLUMNS}",
                 (*values.values(), now_iso(), project_id, hook_id),
             ).fetchone()
             if row is None:
                 return None
             self._bump_webhooks(c)
-        return _hook(row)
+        return hook_row(row)
 
     def delete_webhook(self, project_id: str, hook_id: str) -> bool:
         """Delete a hook with its delivery log and queued deliveries."""
@@ -213,7 +171,7 @@ class PostgresWebhooks(PgBase):
                 d.at,
             ),
         ).fetchone()
-        if row is not None and row[0] % _PRUNE_EVERY == 0:
+        if row is not None and row[0] % PRUNE_EVERY == 0:
             c.execute(
                 "DELETE FROM webhook_deliveries WHERE hook_pk = %s AND pk <= (SELECT pk FROM "
                 "webhook_deliveries WHERE hook_pk = %s ORDER BY pk DESC LIMIT 1 OFFSET %s)",
@@ -238,7 +196,7 @@ class PostgresWebhooks(PgBase):
         """A hook's delivery attempts, newest first."""
         with self._read() as c:
             rows = c.execute(
-                f"SELECT {_DELIVERY_COLUMNS} FROM webhook_deliveries d "
+                f"SELECT {DELIVERY_COLUMNS} FROM webhook_deliveries d "
                 "JOIN webhooks w ON w.pk = d.hook_pk WHERE w.project_id = %s AND w.id = %s "
                 "ORDER BY d.pk DESC LIMIT %s OFFSET %s",
                 (project_id, hook_id, limit, offset),
@@ -295,7 +253,7 @@ class PostgresWebhooks(PgBase):
                 (owner, now + lease_seconds, row[0]),
             )
             hook = c.execute(
-                f"SELECT {_HOOK_COLUMNS} FROM webhooks WHERE pk = %s", (row[7],)
+                f"SELECT {HOOK_COLUMNS} FROM webhooks WHERE pk = %s", (row[7],)
             ).fetchone()
         assert hook is not None  # the outbox row goes with its hook (ON DELETE CASCADE)
         return OutboxItem(
@@ -307,7 +265,7 @@ class PostgresWebhooks(PgBase):
             body=row[5],
             attempts=row[6] + 1,
             lease_owner=owner,
-            hook=_hook(hook),
+            hook=hook_row(hook),
         )
 
     def finish_webhook_delivery(

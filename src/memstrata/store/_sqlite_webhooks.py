@@ -16,67 +16,25 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from .._time import now_iso
-from ._webhook_rows import OutboxItem, OutboxWrite, WebhookDeliveryRow, WebhookRow
+from ._webhook_rows import (
+    DELIVERY_COLUMNS,
+    HOOK_COLUMNS,
+    PRUNE_EVERY,
+    UPDATABLE,
+    VERSION_KEY,
+    OutboxItem,
+    OutboxWrite,
+    WebhookDeliveryRow,
+    WebhookRow,
+    delivery_row,
+    hook_row,
+)
 
 __all__ = ["SQLiteWebhooks"]
 
-_HOOK_COLUMNS = (
-    "pk, id, project_id, name, resource, event, mode, target_url, secret, enabled, "
-    "timeout_ms, created_at, updated_at"
-)
-_DELIVERY_COLUMNS = (
-    "d.id, d.hook_pk, d.project_id, d.user_id, d.message_ids, d.resource, d.event, d.mode, "
-    "d.attempt, d.status, d.http_status, d.latency_ms, d.reason, d.request, d.response, d.at, "
-    "w.id, d.pk"
-)
-# Columns an update may change; anything else in a change set is a programming error.
-_UPDATABLE = frozenset(
-    {"name", "resource", "event", "mode", "target_url", "secret", "enabled", "timeout_ms"}
-)
-_VERSION_KEY = "webhooks_version"
-# The delivery log keeps this many attempts per hook; older ones are pruned now and then.
-_PRUNE_EVERY = 64
-
-
-def _hook(r: Sequence[Any]) -> WebhookRow:
-    return WebhookRow(
-        pk=r[0],
-        id=r[1],
-        project_id=r[2],
-        name=r[3],
-        resource=r[4],
-        event=r[5],
-        mode=r[6],
-        target_url=r[7],
-        secret=r[8],
-        enabled=bool(r[9]),
-        timeout_ms=r[10],
-        created_at=r[11],
-        updated_at=r[12],
-    )
-
 
 def _delivery(r: Sequence[Any]) -> WebhookDeliveryRow:
-    return WebhookDeliveryRow(
-        id=r[0],
-        hook_pk=r[1],
-        project_id=r[2],
-        user_id=r[3],
-        message_ids=json.loads(r[4]),
-        resource=r[5],
-        event=r[6],
-        mode=r[7],
-        attempt=r[8],
-        status=r[9],
-        http_status=r[10],
-        latency_ms=r[11],
-        reason=r[12],
-        request=r[13],
-        response=r[14],
-        at=r[15],
-        hook_id=r[16],
-        pk=r[17],
-    )
+    return delivery_row(r, json.loads(r[4]))
 
 
 class SQLiteWebhooks:
@@ -95,11 +53,11 @@ class SQLiteWebhooks:
         c.execute(
             "INSERT INTO meta (key, value) VALUES (?, '1') ON CONFLICT (key) "
             "DO UPDATE SET value = CAST(CAST(value AS INTEGER) + 1 AS TEXT)",
-            (_VERSION_KEY,),
+            (VERSION_KEY,),
         )
 
     def webhooks_version(self) -> int:
-        row = self._conn().execute("SELECT value FROM meta WHERE key = ?", (_VERSION_KEY,))
+        row = self._conn().execute("SELECT value FROM meta WHERE key = ?", (VERSION_KEY,))
         found = row.fetchone()
         return 0 if found is None else int(found[0])
 
@@ -126,20 +84,20 @@ class SQLiteWebhooks:
             )
             self._bump_webhooks(c)
             stored = c.execute(
-                f"SELECT {_HOOK_COLUMNS} FROM webhooks WHERE pk = ?", (cur.lastrowid,)
+                f"SELECT {HOOK_COLUMNS} FROM webhooks WHERE pk = ?", (cur.lastrowid,)
             ).fetchone()
-        return _hook(stored)
+        return hook_row(stored)
 
     def get_webhook(self, project_id: str, hook_id: str) -> WebhookRow | None:
         row = (
             self._conn()
             .execute(
-                f"SELECT {_HOOK_COLUMNS} FROM webhooks WHERE project_id = ? AND id = ?",
+                f"SELECT {HOOK_COLUMNS} FROM webhooks WHERE project_id = ? AND id = ?",
                 (project_id, hook_id),
             )
             .fetchone()
         )
-        return None if row is None else _hook(row)
+        return None if row is None else hook_row(row)
 
     def list_webhooks(
         self,
@@ -150,18 +108,18 @@ class SQLiteWebhooks:
         offset: int = 0,
     ) -> list[WebhookRow]:
         """A project's hooks in creation order (the order hooks on one point run in)."""
-        sql = f"SELECT {_HOOK_COLUMNS} FROM webhooks WHERE project_id = ?"
+        sql = f"SELECT {HOOK_COLUMNS} FROM webhooks WHERE project_id = ?"
         if enabled_only:
             sql += " AND enabled = 1"
         rows = self._conn().execute(
             sql + " ORDER BY pk LIMIT ? OFFSET ?", (project_id, limit, offset)
         )
-        return [_hook(r) for r in rows]
+        return [hook_row(r) for r in rows]
 
     def update_webhook(
         self, project_id: str, hook_id: str, changes: dict[str, Any]
     ) -> WebhookRow | None:
-        unknown = set(changes) - _UPDATABLE
+        unknown = set(changes) - UPDATABLE
         if unknown:
             raise ValueError(f"not updatable: {sorted(unknown)}")
         values = {k: int(v) if k == "enabled" else v for k, v in changes.items()}
@@ -175,10 +133,10 @@ class SQLiteWebhooks:
                 return None
             self._bump_webhooks(c)
             row = c.execute(
-                f"SELECT {_HOOK_COLUMNS} FROM webhooks WHERE project_id = ? AND id = ?",
+                f"SELECT {HOOK_COLUMNS} FROM webhooks WHERE project_id = ? AND id = ?",
                 (project_id, hook_id),
             ).fetchone()
-        return _hook(row)
+        return hook_row(row)
 
     def delete_webhook(self, project_id: str, hook_id: str) -> bool:
         """Delete a hook with its delivery log and queued deliveries."""
@@ -223,7 +181,7 @@ class SQLiteWebhooks:
                 d.at,
             ),
         )
-        if (cur.lastrowid or 0) % _PRUNE_EVERY == 0:
+        if (cur.lastrowid or 0) % PRUNE_EVERY == 0:
             c.execute(
                 "DELETE FROM webhook_deliveries WHERE hook_pk = ? AND pk <= (SELECT pk FROM "
                 "webhook_deliveries WHERE hook_pk = ? ORDER BY pk DESC LIMIT 1 OFFSET ?)",
@@ -243,7 +201,7 @@ class SQLiteWebhooks:
     ) -> list[WebhookDeliveryRow]:
         """A hook's delivery attempts, newest first."""
         rows = self._conn().execute(
-            f"SELECT {_DELIVERY_COLUMNS} FROM webhook_deliveries d "
+            f"SELECT {DELIVERY_COLUMNS} FROM webhook_deliveries d "
             "JOIN webhooks w ON w.pk = d.hook_pk WHERE w.project_id = ? AND w.id = ? "
             "ORDER BY d.pk DESC LIMIT ? OFFSET ?",
             (project_id, hook_id, limit, offset),
@@ -306,7 +264,7 @@ class SQLiteWebhooks:
                 (owner, now + lease_seconds, row[0]),
             )
             hook = c.execute(
-                f"SELECT {_HOOK_COLUMNS} FROM webhooks WHERE pk = ?", (row[7],)
+                f"SELECT {HOOK_COLUMNS} FROM webhooks WHERE pk = ?", (row[7],)
             ).fetchone()
         return OutboxItem(
             pk=row[0],
@@ -317,7 +275,7 @@ class SQLiteWebhooks:
             body=row[5],
             attempts=row[6] + 1,
             lease_owner=owner,
-            hook=_hook(hook),
+            hook=hook_row(hook),
         )
 
     def finish_webhook_delivery(
