@@ -183,13 +183,12 @@ def _check(url: str, key: str, accepted: dict[str, set[str]], timeout: float) ->
     headers = {"Authorization": f"Api-Key {key}"}
     started = time.monotonic()
     with httpx.Client(base_url=url, headers=headers, timeout=60) as c:
-        while True:
-            pending = sum(
-                c.get(f"/api/sessions/load-{u.rsplit('-', 1)[1]}/status").json()["data"]["pending"]
-                for u in accepted
-            )
-            if pending == 0 or time.monotonic() - started > timeout:
-                break
+
+        def pending(user: str) -> bool:
+            params = {"status": "pending", "limit": 1}
+            return bool(c.get(f"/api/users/{user}/messages", params=params).json()["data"]["items"])
+
+        while any(pending(u) for u in accepted) and time.monotonic() - started < timeout:
             time.sleep(0.5)
         drained = time.monotonic() - started
         stored: dict[str, dict[str, str]] = {}
