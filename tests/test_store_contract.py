@@ -761,6 +761,46 @@ def test_fulltext_keeps_the_rarest_terms_within_the_match_budget(store: Store) -
     assert len(store.fulltext_messages(P, "u1", ["pizza", "night"], 10, SearchFilters())) == 6
 
 
+def test_fulltext_of_layers_keeps_the_rarest_terms_within_the_match_budget(store: Store) -> None:
+    store.MATCH_BUDGET = 3  # type: ignore[attr-defined]  # instead of 4,000
+    m = add(store, ["we talked about food"])[0].id
+    process(
+        store,
+        LayerWrite(
+            facts=[
+                fact(f"f{i}", f"User ate pizza on night {i}", [m], unit(seed=i)) for i in range(6)
+            ]
+            + [fact("f-sushi", "User likes pizza with sushi", [m], unit(seed=9))],
+            summaries=[
+                summary(f"s{i}", f"User eats pizza on night {i}", message_ids=[m], vec=unit(seed=i))
+                for i in range(6)
+            ]
+            + [
+                summary("s-sushi", "User likes pizza with sushi", message_ids=[m], vec=unit(seed=9))
+            ],
+        ),
+    )
+    # u2 has a match too: u1 owns most rows, u2 few, and each sees only its own.
+    m2 = add(store, ["sushi again"], user="u2", sid="s2")[0].id
+    process(store, LayerWrite(facts=[fact("f-u2", "User likes sushi", [m2], unit(seed=3))]))
+
+    def facts(user: str, terms: list[str]) -> list[str]:
+        found = store.fulltext_facts(P, user, terms, 10)
+        return [store.facts_by_pk([pk])[pk].id for pk, _ in found]
+
+    def summaries(user: str, terms: list[str]) -> list[str]:
+        found = store.fulltext_summaries(P, user, terms, 10)
+        return [store.summaries_by_pk([pk])[pk].id for pk, _ in found]
+
+    # "pizza" (7 rows) is left out: the rarer "sushi" alone fills the budget.
+    assert facts("u1", ["pizza", "sushi"]) == ["f-sushi"]
+    assert summaries("u1", ["pizza", "sushi"]) == ["s-sushi"]
+    # Only common terms: the rarest ("night", 6 rows) is still searched, alone.
+    assert len(facts("u1", ["pizza", "night"])) == 6
+    assert len(summaries("u1", ["pizza", "night"])) == 6
+    assert facts("u2", ["pizza", "sushi"]) == ["f-u2"]
+
+
 def test_fulltext_of_layers_respects_statuses(store: Store) -> None:
     layered(store)
     food = store.get_summaries(P, ["s-food"])[0]

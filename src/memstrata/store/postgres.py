@@ -177,8 +177,9 @@ def _lexeme_query(lexemes: Sequence[Sequence[str]]) -> str:
 class PostgresStore(PostgresJobs, PostgresDispatch, PostgresGovernance, PostgresWebhooks):
     """The store at scale. Thread-safe; any number of processes may share the database."""
 
-    # Like SQLiteStore.MATCH_BUDGET: message terms are taken rarest first while the rows
-    # they match (collection-wide) add up to at most this many; the rarest is always kept.
+    # Like SQLiteStore.MATCH_BUDGET: the terms of every layer's full-text search are taken
+    # rarest first while the rows they match (collection-wide) add up to at most this many;
+    # the rarest is always kept.
     MATCH_BUDGET = 4000
 
     def __init__(
@@ -737,7 +738,7 @@ class PostgresStore(PostgresJobs, PostgresDispatch, PostgresGovernance, Postgres
             user_id,
             terms,
             limit,
-            None,
+            self.MATCH_BUDGET,
             " AND t.status = ANY(%(p0)s::text[])",
             [list(statuses)],
         )

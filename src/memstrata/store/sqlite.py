@@ -1582,15 +1582,24 @@ class SQLiteStore(SQLiteGovernance, SQLiteWebhooks):
     ) -> list[tuple[int, float]]:
         if not terms or limit <= 0 or not statuses:
             return []
-        match = f'scope : "{scope_token(project_id, user_id)}" AND ({_any_of(terms)})'
+        kept, scoping = self._plan_fulltext(table, project_id, user_id, terms)
+        match = _any_of(kept)
+        owner = ""
+        owner_args: list[str] = []
+        if scoping == "token":
+            match = f'scope : "{scope_token(project_id, user_id)}" AND ({match})'
+        else:
+            # Each match's row is read for its status anyway: its owner costs nothing more.
+            owner = " AND s.project_id = ? AND s.user_id = ?"
+            owner_args = [project_id, user_id]
         marks = ",".join("?" * len(statuses))
         rows = (
             self._conn()
             .execute(
                 f"SELECT f.rowid, bm25({table}_fts, 1.0, 0.0) AS r FROM {table}_fts f "
-                f"JOIN {table} s ON s.pk = f.rowid "
-                f"WHERE {table}_fts MATCH ? AND s.status IN ({marks}) ORDER BY r LIMIT ?",
-                (match, *statuses, limit),
+                f"CROSS JOIN {table} s ON s.pk = f.rowid "
+                f"WHERE {table}_fts MATCH ? AND s.status IN ({marks}){owner} ORDER BY r LIMIT ?",
+                (match, *statuses, *owner_args, limit),
             )
             .fetchall()
         )
