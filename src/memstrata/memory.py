@@ -22,6 +22,7 @@ from pydantic import ValidationError as PydanticValidationError
 from ._checks import check_id as _check_id
 from ._checks import check_paging as _check_paging
 from ._checks import check_text, new_id
+from ._foreground import Foreground
 from ._governance import (
     SETTABLE_STATUSES,
     ApiKeys,
@@ -464,6 +465,8 @@ class Memory:
             self._store.close()
             raise
         self.hooks = Hooks()
+        # Recalls go first: the pipeline waits for them at its safe points (bounded).
+        self._foreground = Foreground()
         self._pipeline = Pipeline(
             self._store,
             self._embedder,
@@ -471,8 +474,11 @@ class Memory:
             self.hooks,
             extract_chunk=settings.extract_chunk_messages,
             consolidate_chunk=settings.consolidate_chunk_facts,
+            foreground=self._foreground,
         )
-        self._recaller = Recaller(self._store, self._embedder, chat=self._llm)
+        self._recaller = Recaller(
+            self._store, self._embedder, chat=self._llm, foreground=self._foreground
+        )
         try:
             self._pool: JobQueue = open_queue(
                 self._store,

@@ -324,6 +324,10 @@ class Capture:
         for m in messages:
             if m["process_id"] is None:
                 del m["process_id"]
+        # The next call's recall is likely running now: store after it (bounded wait).
+        foreground = getattr(getattr(self._m, "_root", None), "_foreground", None)
+        if foreground is not None:
+            foreground.pause()
         self._m.add_messages(sid, messages)
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic import ValidationError as PydanticValidationError
 
 from .._checks import new_id
+from .._foreground import PAUSE_SECONDS, Foreground
 from .._time import to_iso as _iso
 from ..embed import Embedder
 from ..hooks import HookContext, Hooks
@@ -48,6 +49,11 @@ log = logging.getLogger("memstrata.pipeline")
 # model): a near-paraphrase strengthens; a correction of a related summary supersedes it.
 STRENGTHEN_SIMILARITY = 0.86
 SUPERSEDE_SIMILARITY = 0.45
+
+# What one batch may spend in total waiting for recalls at its safe points (see
+# Foreground.pause): a batch's own work is ~10-20 ms offline, so recalls going first costs
+# background throughput at most this much per batch, whatever the read traffic.
+BATCH_PAUSE_SECONDS = 0.1
 CANDIDATES_PER_FACT = 3
 
 
@@ -143,6 +149,7 @@ class Pipeline:
         consolidate_chunk: int = 40,
         context_messages: int = 4,
         max_tokens: int = 4096,
+        foreground: Foreground | None = None,
     ) -> None:
         self.store = store
         self.embedder = embedder
@@ -152,6 +159,7 @@ class Pipeline:
         self.consolidate_chunk = consolidate_chunk
         self.context_messages = context_messages
         self.max_tokens = max_tokens
+        self.foreground = foreground
 
     @property
     def model_id(self) -> str:
@@ -159,28 +167,57 @@ class Pipeline:
 
     def __call__(self, batch: ClaimedBatch) -> None:
         calls: list[CallWrite] = []
+        pause = self._pauser()
         try:
+            pause()
             vectors = self.embedder.embed([embedding_text(m) for m in batch.messages])
-            layers = self.derive(batch, calls)
+            layers = self.derive(batch, calls, pause)
         except Exception as exc:
             # The worker records the tokens a failed attempt spent along with the failure.
             exc.memstrata_calls = calls  # type: ignore[attr-defined]
             raise
+        pause()
         self.store.complete_batch(batch, embedder=self.embedder.id, vectors=vectors, layers=layers)
         self.hooks.committed(layers.outbox)
 
+    def _pauser(self) -> Callable[[], None]:
+        """A safe point of one batch: wait for the recalls running now, within the batch's
+        budget (BATCH_PAUSE_SECONDS)."""
+        foreground = self.foreground
+        if foreground is None:
+            return lambda: None
+        left = BATCH_PAUSE_SECONDS
+
+        def pause() -> None:
+            nonlocal left
+            if left > 0 and foreground.busy:
+                left -= foreground.pause(min(PAUSE_SECONDS, left))
+
+        return pause
+
     # -- orchestration ---------------------------------------------------------------------
 
-    def derive(self, batch: ClaimedBatch, calls: list[CallWrite]) -> LayerWrite:
+    def derive(
+        self,
+        batch: ClaimedBatch,
+        calls: list[CallWrite],
+        pause: Callable[[], None] = lambda: None,
+    ) -> LayerWrite:
+        """Facts, summaries and topics of ``batch``; ``pause`` is called between the steps
+        (no transaction is open there)."""
         ctx = self.hooks.context(
             project_id=batch.project_id,
             user_id=batch.user_id,
             session_ids=tuple(dict.fromkeys(m.session_id for m in batch.messages)),
             message_ids=tuple(m.id for m in batch.messages),
         )
+        pause()
         drafts = self._extract(batch, ctx, calls)
+        pause()
         facts = self._fact_writes(drafts, {m.id: m.ts for m in batch.messages})
+        pause()
         summaries = self._consolidate(batch, ctx, facts, calls)
+        pause()
         topics = self._topics(batch, ctx, summaries, calls)
         return LayerWrite(
             facts=[f.write for f in facts],

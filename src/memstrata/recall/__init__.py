@@ -11,15 +11,16 @@ from __future__ import annotations
 import json
 import re
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any
 
 import numpy as np
 
+from .._foreground import Foreground
 from .._time import parse_iso as parse_ts
 from .._time import utcnow
 from ..embed import Embedder
@@ -243,11 +244,13 @@ class Recaller:
         *,
         chat: ChatModel | None = None,
         weights: ScorerWeights = DEFAULT_WEIGHTS,
+        foreground: Foreground | None = None,
     ) -> None:
         self.store = store
         self.embedder = embedder
         self.chat = chat
         self.weights = weights
+        self.foreground = foreground
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
 
@@ -430,12 +433,18 @@ class Recaller:
         with self._foreground():
             return self._search(project_id, user_id, query, limit, filters, opts, exclude, rows)
 
-    def _foreground(self) -> AbstractContextManager[Any]:
-        # A recall is waited for: an embedder that runs background batches on the same
-        # cores (the local model) lets it go first for its whole length, not only while
-        # the query itself is embedded.
+    @contextmanager
+    def _foreground(self) -> Iterator[None]:
+        # A recall is waited for: this process's background threads (the pipeline, the
+        # capture writer) and an embedder that runs background batches on the same cores
+        # (the local model) let it go first for its whole length, not only while the
+        # query itself is embedded.
         foreground = getattr(self.embedder, "foreground", None)
-        return foreground() if foreground is not None else nullcontext()
+        with (
+            self.foreground.hold() if self.foreground is not None else nullcontext(),
+            foreground() if foreground is not None else nullcontext(),
+        ):
+            yield
 
     def _search(
         self,
