@@ -7,6 +7,7 @@ comparisons in SQL.
 from __future__ import annotations
 
 from datetime import datetime, timezone
+from functools import lru_cache
 
 __all__ = ["as_utc", "now_iso", "parse_iso", "to_iso", "utcnow"]
 
@@ -33,6 +34,9 @@ def now_iso() -> str:
     return utcnow().strftime(_FORMAT)
 
 
+# Recall parses the same stored times again and again (a candidate's time, its validity,
+# its neighbours', on every query): datetimes are immutable, so a parsed one can be shared.
+@lru_cache(maxsize=8192)
 def parse_iso(value: str | None) -> datetime | None:
     if not value:
         return None
