@@ -108,6 +108,7 @@ def pg_database() -> Iterator[str]:
     url = _with_database(POSTGRES_URL, name)
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        conn.execute("CREATE EXTENSION IF NOT EXISTS btree_gin")
     yield url
     with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

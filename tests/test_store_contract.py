@@ -761,6 +761,37 @@ def test_fulltext_keeps_the_rarest_terms_within_the_match_budget(store: Store) -
     assert len(store.fulltext_messages(P, "u1", ["pizza", "night"], 10, SearchFilters())) == 6
 
 
+def test_fulltext_ranks_at_most_the_rank_cap_rarest_term_first(store: Store) -> None:
+    texts = ["pizza one", "sushi and pizza", "pizza two", "sushi three", "pizza four", "pizza"]
+    rows = add(store, texts)
+    m = rows[0].id
+    process(
+        store, LayerWrite(facts=[fact(f"f{i}", t, [m], unit(seed=i)) for i, t in enumerate(texts)])
+    )
+    facts = {f.id: f.pk for f in store.get_facts(P, [f"f{i}" for i in range(len(texts))])}
+    whole = {
+        "message": dict(store.fulltext_messages(P, "u1", ["pizza", "sushi"], 10, SearchFilters())),
+        "fact": dict(store.fulltext_facts(P, "u1", ["pizza", "sushi"], 10)),
+    }
+    assert len(whole["message"]) == len(whole["fact"]) == 6
+    store.RANK_CAP = 3  # type: ignore[attr-defined]  # instead of 1,000
+    capped = {
+        "message": store.fulltext_messages(P, "u1", ["pizza", "sushi"], 10, SearchFilters()),
+        "fact": store.fulltext_facts(P, "u1", ["pizza", "sushi"], 10),
+    }
+    # "sushi" (2 rows) first, then "pizza" without them, in the order the rows were stored.
+    wanted = {
+        "message": {rows[1].pk, rows[3].pk, rows[0].pk},
+        "fact": {facts["f1"], facts["f3"], facts["f0"]},
+    }
+    for layer, found in capped.items():
+        assert {pk for pk, _ in found} == wanted[layer]
+        assert [s for _, s in found] == pytest.approx([whole[layer][pk] for pk, _ in found])
+        assert found == sorted(found, key=lambda x: (-x[1], x[0]))
+    # Within the cap nothing changes.
+    assert len(store.fulltext_facts(P, "u1", ["sushi"], 10)) == 2
+
+
 def test_fulltext_of_layers_keeps_the_rarest_terms_within_the_match_budget(store: Store) -> None:
     store.MATCH_BUDGET = 3  # type: ignore[attr-defined]  # instead of 4,000
     m = add(store, ["we talked about food"])[0].id

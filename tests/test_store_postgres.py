@@ -199,6 +199,36 @@ def test_dimensions_above_2000_are_indexed_as_halfvec(store: pg.PostgresStore, p
         indexed.close()
 
 
+def test_an_existing_database_gets_the_per_user_full_text_indexes(pg_url: str) -> None:
+    old = pg.PostgresStore(pg_url, migrate_to=1)
+    try:
+        rows = add(old, ["I moved to Berlin", "ramen again"])
+        add(old, ["Berlin for me too"], user="u2", sid="s2")
+        process(old, LayerWrite(facts=[fact("f1", "User moved to Berlin", [rows[0].id], unit(1))]))
+        process(old)
+    finally:
+        old.close()
+    store = pg.PostgresStore(pg_url)
+    try:
+        assert store.schema_version() == pg.latest_schema_version()
+        names = {
+            name
+            for (name,) in dbsql.rows(
+                pg_url,
+                "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema() "
+                "AND indexname LIKE '%fts%'",
+            )
+        }
+        assert names == {"messages_fts_by_user", "facts_fts_by_user", "summaries_fts_by_user"}
+        assert [
+            pk for pk, _ in store.fulltext_messages(P, "u1", ["berlin"], 10, SearchFilters())
+        ] == [rows[0].pk]
+        assert len(store.fulltext_facts(P, "u1", ["berlin"], 10)) == 1
+        assert store.fulltext_facts(P, "u2", ["berlin"], 10) == []
+    finally:
+        store.close()
+
+
 def test_large_tables_rank_full_text_from_caches_with_the_same_scores(
     store: pg.PostgresStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -219,6 +249,31 @@ def test_large_tables_rank_full_text_from_caches_with_the_same_scores(
         assert [pk for pk, _ in a] == [pk for pk, _ in b]
         assert [s for _, s in a] == pytest.approx([s for _, s in b], rel=1e-9)
     assert exact[0] and exact[2] and exact[4] == []
+
+
+def test_large_tables_keep_to_the_rank_cap_like_small_ones(
+    store: pg.PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    texts = ["pizza one", "sushi and pizza", "pizza two", "sushi three", "pizza four", "pizza"]
+    texts += ["ramen", "ramen and pizza"]
+    add(store, texts)
+    process(store)
+    add(store, ["sushi and pizza for u2"], user="u2", sid="s2")
+    process(store)
+    queries = [["pizza", "sushi"], ["pizza"], ["ramen", "sushi", "pizza"], ["sushi"]]
+    for cap in (3, 5, 1000):
+        store.RANK_CAP = cap  # type: ignore[misc]
+        monkeypatch.setattr(pg, "_LIVE_STATS_ROWS", 5000)
+        store._size_estimates.clear()
+        small = [store.fulltext_messages(P, "u1", q, 20, SearchFilters()) for q in queries]
+        monkeypatch.setattr(pg, "_LIVE_STATS_ROWS", -1)  # every table counts as large
+        store._size_estimates.clear()
+        large = [store.fulltext_messages(P, "u1", q, 20, SearchFilters()) for q in queries]
+        for a, b in zip(small, large, strict=True):
+            assert [pk for pk, _ in a] == [pk for pk, _ in b]
+            assert [s for _, s in a] == pytest.approx([s for _, s in b], rel=1e-9)
+            assert len(a) <= cap
+        assert len(large[1]) == min(cap, 6)  # "pizza": six of u1's messages
 
 
 def test_one_new_id_sent_for_two_users_at_once_is_stored_once(pg_url: str) -> None:

@@ -358,12 +358,12 @@ def test_fulltext_keeps_the_rarest_terms_within_a_match_budget(make_memory: Any)
     s = mem.sessions.create(user_id="u1")
     s.add_messages([{"role": "user", "content": f"pizza night number {i}"} for i in range(6)])
     s.add_messages([{"role": "user", "content": "pizza with sushi on the side"}])
-    kept, _ = store._plan_fulltext("messages", "default", "u1", ["pizza", "sushi"])
+    kept, _, _ = store._plan_fulltext("messages", "default", "u1", ["pizza", "sushi"])
     assert kept == ["sushi"]  # "pizza" is in 7 rows: ranking by it is noise
     hits = store.fulltext_messages("default", "u1", ["pizza", "sushi"], 10, SearchFilters())
     assert len(hits) == 1
     # Only common terms: the rarest is kept, so the query still finds something.
-    kept, _ = store._plan_fulltext("messages", "default", "u1", ["pizza", "night"])
+    kept, _, _ = store._plan_fulltext("messages", "default", "u1", ["pizza", "night"])
     assert kept == ["night"]
     # Stems are what counts: "nights" is the index's "night".
     assert store._stems(["nights", "上海"]) == ["night", "上海"]

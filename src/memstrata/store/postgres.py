@@ -98,7 +98,8 @@ _BM25_SUM = (
 
 # Full text of a small table in one statement: the query words' lexemes, the table's row
 # count and average length, each lexeme's document frequency, the terms kept within the
-# budget (rarest first; the rarest always), their tsquery, and the ranking. Lexemes are
+# budget (rarest first; the rarest always), their tsquery, the candidates within the rank
+# cap, and the ranking. Lexemes are
 # letters and digits only (see _fulltext), so quote_literal makes a tsquery operand of one.
 _SMALL_FTS = (
     "WITH terms AS ("
@@ -114,30 +115,45 @@ _SMALL_FTS = (
     " row_number() OVER w AS rn FROM terms CROSS JOIN LATERAL"
     " (SELECT max(df.df) AS d FROM df WHERE df.lexeme = ANY(terms.lexemes)) g"
     " WINDOW w AS (ORDER BY g.d, terms.i)),"
-    " kept AS (SELECT i, lexemes FROM ranked"
+    " kept AS (SELECT i, lexemes, rn, array_to_string(ARRAY("
+    " SELECT quote_literal(x) FROM unnest(lexemes) AS x), ' <-> ')::tsquery AS tsq FROM ranked"
     " WHERE rn = 1 OR %(budget)s::float8 IS NULL OR cum <= %(budget)s::float8),"
     " q AS (SELECT DISTINCT df.lexeme,"
     " CASE WHEN ln((st.n - df.df + 0.5) / (df.df + 0.5)) > 0"
     " THEN ln((st.n - df.df + 0.5) / (df.df + 0.5)) ELSE 1e-6 END AS idf"
     " FROM kept CROSS JOIN LATERAL unnest(kept.lexemes) AS k (lexeme)"
     " JOIN df ON df.lexeme = k.lexeme CROSS JOIN st),"
-    " tsq AS (SELECT string_agg('(' || array_to_string(ARRAY("
-    " SELECT quote_literal(x) FROM unnest(kept.lexemes) AS x), ' <-> ') || ')', ' | ')"
-    "::tsquery AS q FROM kept)"
+    " tsq AS (SELECT string_agg('(' || tsq::text || ')', ' | ')::tsquery AS q FROM kept),"
+    # The rank cap, as on a large table: the first %(cap)s matches by (rarest term they
+    # match, pk), which is the order SQLite takes them in.
+    " cand AS MATERIALIZED (SELECT t.pk FROM {t} t WHERE t.fts @@ (SELECT q FROM tsq){scope}"
+    " ORDER BY (SELECT min(k.rn) FROM kept k WHERE t.fts @@ k.tsq), t.pk LIMIT %(cap)s)"
     f" SELECT t.pk, {_BM25_SUM} AS score"
     " FROM {t} t CROSS JOIN LATERAL unnest(t.fts) AS u JOIN q ON q.lexeme = u.lexeme"
-    " CROSS JOIN st WHERE t.fts @@ (SELECT q FROM tsq){scope}"
+    " CROSS JOIN st WHERE t.pk IN (SELECT pk FROM cand)"
     " GROUP BY t.pk ORDER BY score DESC, t.pk LIMIT %(limit)s"
 )
 
 # Full text of a large table: lexemes, IDF and the average length come from the caches.
+# At most %(cap)s candidates are ranked: {branches} are LIMITed scans through the (user_id,
+# fts) GIN index, one for all the terms when their rows fit the cap, else one per term,
+# rarest first, each leaving out rows an earlier one took. Past the cap, what is left out
+# matches only terms at least as common as what was taken. Each candidate's score reads
+# just the query's lexemes out of its tsvector (setweight marks them, ts_filter keeps
+# them) rather than unnesting every lexeme of the row.
 _LARGE_FTS = (
-    "WITH q AS (SELECT * FROM unnest(%(lexemes)s::text[], %(idf)s::float8[])"
-    " AS q (lexeme, idf)), st AS (SELECT %(avgdl)s::float8 AS avgdl)"
-    f" SELECT t.pk, {_BM25_SUM} AS score"
-    " FROM {t} t CROSS JOIN LATERAL unnest(t.fts) AS u JOIN q ON q.lexeme = u.lexeme"
-    " CROSS JOIN st WHERE t.fts @@ %(tsquery)s::tsquery{scope}"
-    " GROUP BY t.pk ORDER BY score DESC, t.pk LIMIT %(limit)s"
+    "WITH c AS MATERIALIZED (SELECT * FROM ({branches}) b LIMIT %(cap)s)"
+    " SELECT c.pk, (SELECT sum(i.idf * cardinality(u.positions) * "
+    f"{_K1 + 1} / (cardinality(u.positions) + {_K1} * ({1 - _B} + {_B} * (c.fts_len + 1)"
+    " / %(avgdl)s::float8)))"
+    " FROM unnest(ts_filter(setweight(c.fts, 'A', %(lexemes)s::text[]), '{{a}}')) AS u"
+    " CROSS JOIN LATERAL (SELECT (%(idf)s::float8[])[array_position(%(lexemes)s::text[],"
+    " u.lexeme)] AS idf) AS i) AS score"
+    " FROM c ORDER BY score DESC, c.pk LIMIT %(limit)s"
+)
+_LARGE_FTS_BRANCH = (
+    "(SELECT t.pk, t.fts, t.fts_len FROM {t} t WHERE t.fts @@ %(q{i})s::tsquery{unless}{scope}"
+    " LIMIT %(cap)s)"
 )
 
 
@@ -181,6 +197,9 @@ class PostgresStore(PostgresJobs, PostgresDispatch, PostgresGovernance, Postgres
     # rarest first while the rows they match (collection-wide) add up to at most this many;
     # the rarest is always kept.
     MATCH_BUDGET = 4000
+    # Like SQLiteStore.RANK_CAP: at most this many of a user's matches are ranked, taken
+    # term by term, rarest first (tables above _LIVE_STATS_ROWS rows only).
+    RANK_CAP = 1000
 
     def __init__(
         self,
@@ -212,6 +231,8 @@ class PostgresStore(PostgresJobs, PostgresDispatch, PostgresGovernance, Postgres
         self._lexemes: dict[str, tuple[str, ...]] = {}
         self._df_cache: dict[tuple[str, str], tuple[int, int]] = {}
         self._stats_cache: dict[str, tuple[int, float, float]] = {}
+        self._common_lexemes: dict[str, dict[str, float]] = {}
+        self._recounting: set[str] = set()
         self._size_estimates: dict[str, tuple[float, float]] = {}
         self._vector_info: Any = None
         try:
@@ -299,9 +320,10 @@ class PostgresStore(PostgresJobs, PostgresDispatch, PostgresGovernance, Postgres
             raise StoreError(f"{self.url}: migration failed: {exc}") from exc
         except (psycopg.errors.UndefinedFile, psycopg.errors.InsufficientPrivilege) as exc:
             raise StoreError(
-                f"{self.url}: the pgvector extension is missing or may not be created by this "
-                f"role ({exc}). Install pgvector on the server and run CREATE EXTENSION vector "
-                "as a superuser once, or connect as a role allowed to."
+                f"{self.url}: an extension the schema needs is missing or may not be created "
+                f"by this role ({exc}). Install pgvector (vector) and PostgreSQL's contrib "
+                "(btree_gin) on the server and run CREATE EXTENSION vector and CREATE "
+                "EXTENSION btree_gin as a superuser once, or connect as a role allowed to."
             ) from exc
 
     @staticmethod
@@ -606,7 +628,7 @@ class PostgresStore(PostgresJobs, PostgresDispatch, PostgresGovernance, Postgres
         with self._read() as c:
             if self._is_large(c, table):
                 return self._large_fulltext(c, table, words, budget, scope, args)
-            args["words"] = words
+            args.update(words=words, cap=self.RANK_CAP)
             rows = c.execute(_SMALL_FTS.format(t=checked(table), scope=scope), args).fetchall()
         return [(int(pk), float(score)) for pk, score in rows]
 
@@ -623,31 +645,44 @@ class PostgresStore(PostgresJobs, PostgresDispatch, PostgresGovernance, Postgres
         if not groups:
             return []
         rows, avg, df = self._fts_stats(c, table, [lex for g in groups for lex in g])
-        if budget is not None:
-            # Rarest terms first, while the rows they match add up to at most the budget
-            # (the rarest is always kept), as SQLiteStore._plan_fulltext does.
-            scored = sorted((max(df[lex] for lex in g), i) for i, g in enumerate(groups))
-            kept: list[tuple[str, ...]] = []
-            matched = 0
-            for d, i in scored:
-                if kept and matched + d > budget:
-                    break
-                kept.append(groups[i])
-                matched += d
-            groups = kept
+        # Rarest first: the order the budget keeps terms in and candidates are taken in.
+        rarity = sorted((max(df[lex] for lex in g), i) for i, g in enumerate(groups))
+        kept: list[tuple[str, ...]] = []
+        matched = 0
+        for d, i in rarity:
+            # While the rows they match add up to at most the budget (the rarest is always
+            # kept), as SQLiteStore._plan_fulltext does.
+            if budget is not None and kept and matched + d > budget:
+                break
+            kept.append(groups[i])
+            matched += d
         idf = {}
-        for g in groups:
+        for g in kept:
             for lex in g:
                 value = math.log((rows - df[lex] + 0.5) / (df[lex] + 0.5))
                 idf[lex] = value if value > 0 else 1e-6
         lexemes = list(idf)
+        # One index scan when the terms' rows (collection-wide, so the user's too) fit the
+        # cap; each scan decodes the user's whole posting list.
+        parts = [kept] if matched <= self.RANK_CAP else [[g] for g in kept]
         args.update(
             avgdl=avg,
             lexemes=lexemes,
             idf=[idf[x] for x in lexemes],
-            tsquery=_lexeme_query(groups),
+            cap=self.RANK_CAP,
+            **{f"q{i}": _lexeme_query(part) for i, part in enumerate(parts)},
+            **{f"x{i}": _lexeme_query(kept[:i]) for i in range(1, len(parts))},
         )
-        found = c.execute(_LARGE_FTS.format(t=checked(table), scope=scope), args).fetchall()
+        t = checked(table)
+        branches = " UNION ALL ".join(
+            _LARGE_FTS_BRANCH.format(
+                t=t, i=i, scope=scope, unless=f" AND NOT t.fts @@ %(x{i})s::tsquery" if i else ""
+            )
+            for i in range(len(parts))
+        )
+        # Not prepared: the best plan depends on how common the terms are, which a generic
+        # plan does not know.
+        found = c.execute(_LARGE_FTS.format(branches=branches), args, prepare=False).fetchall()
         return [(int(pk), float(score)) for pk, score in found]
 
     def _term_lexemes(self, c: Any, words: Sequence[str]) -> list[tuple[str, ...]]:
@@ -668,25 +703,32 @@ class PostgresStore(PostgresJobs, PostgresDispatch, PostgresGovernance, Postgres
     def _fts_stats(
         self, c: Any, table: str, lexemes: Sequence[str]
     ) -> tuple[int, float, dict[str, int]]:
-        """(rows, average length, rows holding each lexeme) of a large table: recounted once
-        a minute (a large collection's average barely moves, and IDF follows the logarithm
-        of the counts); a lexeme's count is cached until the table grew by a tenth, as
-        SQLiteStore caches them."""
-        now = time.monotonic()
+        """(rows, average length, rows holding each lexeme) of a large table.
+
+        Counting costs a visit to every row counted, so nothing common is counted on a
+        search's path. The table's rows and average length are counted on the first search
+        and then recounted once a minute in the background (a large collection's average
+        barely moves, and IDF follows the logarithm of the counts). A lexeme ANALYZE found
+        common takes its count from its frequency in pg_stats; any other is counted (a few
+        thousand rows at most, or it would be common) and cached until the table grew by a
+        tenth, as SQLiteStore caches counts."""
         hit = self._stats_cache.get(table)
-        if hit is None or now - hit[2] > 60:
-            n, total = c.execute(
-                f"SELECT count(*), coalesce(sum(fts_len), 0) FROM {checked(table)}"
-            ).fetchone()
-            # + 1: SQLite's one-word scope column counts in its row lengths.
-            hit = (int(n), (float(total) / n if n else 0.0) + 1.0, now)
-            self._stats_cache[table] = hit
+        if hit is None:
+            hit = self._count_table(c, table)
+        elif time.monotonic() - hit[2] > 60 and table not in self._recounting:
+            self._recounting.add(table)
+            threading.Thread(
+                target=self._recount, args=(table,), name="memstrata-fts-stats", daemon=True
+            ).start()
         rows, avg = hit[0], hit[1]
+        common = self._common_lexemes.get(table, {})
         df: dict[str, int] = {}
         missing = []
         for lex in dict.fromkeys(lexemes):
             cached = self._df_cache.get((table, lex))
-            if cached is not None and rows <= cached[1] * 1.1 + 100:
+            if lex in common:
+                df[lex] = round(common[lex] * rows)
+            elif cached is not None and rows <= cached[1] * 1.1 + 100:
                 df[lex] = cached[0]
             else:
                 missing.append(lex)
@@ -702,6 +744,34 @@ class PostgresStore(PostgresJobs, PostgresDispatch, PostgresGovernance, Postgres
                 df[lex] = int(k)
                 self._df_cache[(table, lex)] = (int(k), rows)
         return rows, avg, df
+
+    def _count_table(self, c: Any, table: str) -> tuple[int, float, float]:
+        n, total = c.execute(
+            f"SELECT count(*), coalesce(sum(fts_len), 0) FROM {checked(table)}"
+        ).fetchone()
+        # + 1: SQLite's one-word scope column counts in its row lengths.
+        hit = (int(n), (float(total) / n if n else 0.0) + 1.0, time.monotonic())
+        row = c.execute(
+            "SELECT most_common_elems::text::text[], most_common_elem_freqs FROM pg_stats "
+            "WHERE schemaname = current_schema() AND tablename = %s AND attname = 'fts'",
+            (table,),
+        ).fetchone()
+        common: dict[str, float] = {}
+        if row is not None and row[0]:
+            # The frequencies list ends with three summary figures, past the elements.
+            common = dict(zip(row[0], row[1], strict=False))
+        self._stats_cache[table] = hit
+        self._common_lexemes[table] = common
+        return hit
+
+    def _recount(self, table: str) -> None:
+        try:
+            with self._read() as c:
+                self._count_table(c, table)
+        except Exception:  # a failed recount keeps the previous figures
+            pass
+        finally:
+            self._recounting.discard(table)
 
     def fulltext_messages(
         self,

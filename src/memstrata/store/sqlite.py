@@ -874,6 +874,10 @@ class SQLiteStore(SQLiteGovernance, SQLiteWebhooks):
     # (the rarest is always kept): common words rank by noise anyway, the rare ones carry
     # the query, and the vector side still sees the whole question.
     MATCH_BUDGET = 4000
+    # Ranking reads every row it scores. When the kept terms still match more than this
+    # many rows, at most this many of the user's are ranked: term by term, rarest first,
+    # each term's in rowid order (PostgresStore.RANK_CAP, the same rule).
+    RANK_CAP = 1000
 
     def _stems(self, words: Sequence[str]) -> list[str]:
         """The index's own tokens for each of ``words`` (Porter stems, CJK grams; several are
@@ -930,8 +934,9 @@ class SQLiteStore(SQLiteGovernance, SQLiteWebhooks):
 
     def _plan_fulltext(
         self, table: str, project_id: str, user_id: str, terms: Sequence[str]
-    ) -> tuple[list[str], str]:
-        """(terms to search, how to keep to the user: "token", "owner" or "none")."""
+    ) -> tuple[list[str], str, int]:
+        """(terms to search, rarest first; how to keep to the user: "token", "owner" or
+        "none"; the rows those terms match, collection-wide)."""
         scope = scope_token(project_id, user_id)
         stems = self._stems([*terms, scope])
         total = self._conn().execute(f"SELECT max(pk) FROM {table}").fetchone()[0] or 0
@@ -950,8 +955,54 @@ class SQLiteStore(SQLiteGovernance, SQLiteWebhooks):
         # row: check each match's owner instead (or nothing, when every row is theirs).
         owned = df.get(stems[-1], 0)
         if owned * 2 <= total:
-            return kept, "token"
-        return kept, "none" if owned == total else "owner"
+            return kept, "token", matched
+        return kept, "none" if owned == total else "owner", matched
+
+    def _rank_fulltext(
+        self,
+        table: str,
+        kept: Sequence[str],
+        matched: int,
+        token: str | None,
+        join: str,
+        conds: str,
+        args: Sequence[Any],
+        limit: int,
+    ) -> list[tuple[int, float]]:
+        """BM25 ranking of the rows matching any of ``kept`` (rarest first) that pass
+        ``join`` and ``conds``. When the terms match more than RANK_CAP rows, at most that
+        many are ranked, taken term by term, rarest first, each in rowid order."""
+
+        def match(expr: str) -> str:
+            return f'scope : "{token}" AND ({expr})' if token else expr
+
+        head = f"FROM {table}_fts f{join} WHERE {table}_fts MATCH ?{conds}"
+        only = ""
+        extra: list[Any] = []
+        conn = self._conn()
+        try:
+            if matched > self.RANK_CAP:
+                taken: list[int] = []
+                for i, term in enumerate(kept):
+                    expr = _any_of([term])
+                    if i:  # rows an earlier term took are not taken twice
+                        expr = f"({expr}) NOT ({_any_of(kept[:i])})"
+                    found = conn.execute(
+                        f"SELECT f.rowid {head} LIMIT ?",
+                        [match(expr), *args, self.RANK_CAP - len(taken)],
+                    )
+                    taken += [int(r[0]) for r in found]
+                    if len(taken) >= self.RANK_CAP:
+                        break
+                only = " AND f.rowid IN (SELECT value FROM json_each(?))"
+                extra = [json.dumps(taken)]
+            rows = conn.execute(
+                f"SELECT f.rowid, bm25({table}_fts, 1.0, 0.0) AS r {head}{only} ORDER BY r LIMIT ?",
+                [match(_any_of(kept)), *args, *extra, limit],
+            ).fetchall()
+        except sqlite3.OperationalError as exc:  # a malformed MATCH must not break recall
+            raise StoreError(f"full-text search failed: {exc}") from exc
+        return [(int(pk), -float(r)) for pk, r in rows]
 
     def fulltext_messages(
         self,
@@ -963,14 +1014,10 @@ class SQLiteStore(SQLiteGovernance, SQLiteWebhooks):
     ) -> list[tuple[int, float]]:
         if not terms or limit <= 0:
             return []
-        kept, scoping = self._plan_fulltext("messages", project_id, user_id, terms)
-        words = _any_of(kept)
+        kept, scoping, matched = self._plan_fulltext("messages", project_id, user_id, terms)
         where, params = _filter_sql(filters)
-        match = words
         owner = ""
-        if scoping == "token":
-            match = f'scope : "{scope_token(project_id, user_id)}" AND ({words})'
-        elif scoping == "owner":
+        if scoping == "owner":
             # Answered from the (project_id, user_id, pk) index alone: reading each matched
             # message row to learn its owner cost more than the ranking.
             owner = (
@@ -978,26 +1025,20 @@ class SQLiteStore(SQLiteGovernance, SQLiteWebhooks):
                 "AND o.user_id = ? AND o.pk = f.rowid)"
             )
         owner_args = [project_id, user_id] if owner else []
-        if where:
-            sql = (
-                # CROSS JOIN fixes the order: matches first, then each one's row by primary
-                # key, rather than walking the user's rows and probing the index per row.
-                "SELECT f.rowid, bm25(messages_fts, 1.0, 0.0) AS r FROM messages_fts f "
-                "CROSS JOIN messages m ON m.pk = f.rowid "
-                f"WHERE messages_fts MATCH ? AND {where}{owner} ORDER BY r LIMIT ?"
-            )
-            args = [match, *params, *owner_args, limit]
-        else:
-            sql = (
-                "SELECT f.rowid, bm25(messages_fts, 1.0, 0.0) AS r FROM messages_fts f "
-                f"WHERE messages_fts MATCH ?{owner} ORDER BY r LIMIT ?"
-            )
-            args = [match, *owner_args, limit]
-        try:
-            rows = self._conn().execute(sql, args).fetchall()
-        except sqlite3.OperationalError as exc:  # a malformed MATCH must not break recall
-            raise StoreError(f"full-text search failed: {exc}") from exc
-        return [(int(pk), -float(r)) for pk, r in rows]
+        token = scope_token(project_id, user_id) if scoping == "token" else None
+        # CROSS JOIN fixes the order: matches first, then each one's row by primary key,
+        # rather than walking the user's rows and probing the index per row.
+        join = " CROSS JOIN messages m ON m.pk = f.rowid" if where else ""
+        return self._rank_fulltext(
+            "messages",
+            kept,
+            matched,
+            token,
+            join,
+            (f" AND {where}" if where else "") + owner,
+            [*params, *owner_args],
+            limit,
+        )
 
     def _generation(self, project_id: str, user_id: str, kind: str) -> int:
         row = (
@@ -1582,28 +1623,21 @@ class SQLiteStore(SQLiteGovernance, SQLiteWebhooks):
     ) -> list[tuple[int, float]]:
         if not terms or limit <= 0 or not statuses:
             return []
-        kept, scoping = self._plan_fulltext(table, project_id, user_id, terms)
-        match = _any_of(kept)
-        owner = ""
-        owner_args: list[str] = []
-        if scoping == "token":
-            match = f'scope : "{scope_token(project_id, user_id)}" AND ({match})'
-        else:
-            # Each match's row is read for its status anyway: its owner costs nothing more.
-            owner = " AND s.project_id = ? AND s.user_id = ?"
-            owner_args = [project_id, user_id]
+        kept, scoping, matched = self._plan_fulltext(table, project_id, user_id, terms)
+        token = scope_token(project_id, user_id) if scoping == "token" else None
+        # Each match's row is read for its status anyway: its owner costs nothing more.
+        owner = "" if token else " AND s.project_id = ? AND s.user_id = ?"
         marks = ",".join("?" * len(statuses))
-        rows = (
-            self._conn()
-            .execute(
-                f"SELECT f.rowid, bm25({table}_fts, 1.0, 0.0) AS r FROM {table}_fts f "
-                f"CROSS JOIN {table} s ON s.pk = f.rowid "
-                f"WHERE {table}_fts MATCH ? AND s.status IN ({marks}){owner} ORDER BY r LIMIT ?",
-                (match, *statuses, *owner_args, limit),
-            )
-            .fetchall()
+        return self._rank_fulltext(
+            table,
+            kept,
+            matched,
+            token,
+            f" CROSS JOIN {table} s ON s.pk = f.rowid",
+            f" AND s.status IN ({marks}){owner}",
+            [*statuses, *([] if token else [project_id, user_id])],
+            limit,
         )
-        return [(int(pk), -float(r)) for pk, r in rows]
 
     def _vector_layer(
         self,
