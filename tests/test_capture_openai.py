@@ -99,6 +99,27 @@ def test_without_a_system_message_memory_comes_first(mem: Memory, server: FakeOp
     assert sent[1] == {"role": "user", "content": "What snacks are safe for me?"}
 
 
+def test_a_changed_recall_config_applies_to_the_next_call(
+    mem: Memory, server: FakeOpenAIServer
+) -> None:
+    """The capture recall's validated config is reused only while it stays the same."""
+    client = mem.llm.register(_client(server))
+
+    def injected() -> str:
+        with mem.scope(user_id="ana", session_id="chat"):
+            client.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "What snacks are safe for me?"}]
+            )
+        return str(server.chat_requests()[-1]["messages"][0]["content"])
+
+    assert "allergic to peanuts" in injected()
+    assert "allergic to peanuts" in injected()
+    mem.llm.recall_config = {"enable_long_term_recall": False}
+    assert MEMORY_PREAMBLE not in injected()
+    mem.llm.recall_config = {"token_budget": 400}
+    assert "allergic to peanuts" in injected()
+
+
 def test_no_user_means_no_recall_and_no_capture_unless_a_default(
     make_memory: Any, server: FakeOpenAIServer
 ) -> None:

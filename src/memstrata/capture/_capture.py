@@ -26,7 +26,7 @@ from ._scope import Attribution, check, current
 
 if TYPE_CHECKING:
     from ..memory import Memory
-    from ..types import Message
+    from ..types import Message, RecallConfig
 
 __all__ = ["CAPTURE_RECALL", "MEMORY_PREAMBLE", "Capture", "Exchange", "Recalled"]
 
@@ -95,6 +95,7 @@ class Capture:
         self.inject_history = s.capture_inject_history
         self._defaults = Attribution()
         self._recall_config: dict[str, Any] = dict(CAPTURE_RECALL)
+        self._validated: tuple[dict[str, Any], RecallConfig] | None = None
         self._clients: dict[int, tuple[Any, Callable[[], None]]] = {}
         self._lock = threading.Lock()
         self._queue: queue.Queue[Any] = queue.Queue()
@@ -244,15 +245,26 @@ class Capture:
             self._sessions.add(key)
         return who.session_id
 
-    def _recall(self, who: Attribution, query: str) -> Recalled:
-        sid = self._session(who)
+    def _config(self) -> RecallConfig:
+        """The recall_config of a capture recall, validated once while it stays the same."""
+        from ..types import RecallConfig
+
         config = {
             **self._recall_config,
             "message_recent_limit": 20 if self.inject_history else 0,
         }
         if not self.recall:
             config["enable_long_term_recall"] = False
-        ctx = self._m.get_memory(sid, query, recall_config=config)
+        cached = self._validated
+        if cached is not None and cached[0] == config:
+            return cached[1]
+        validated = RecallConfig.model_validate(config)
+        self._validated = (config, validated)
+        return validated
+
+    def _recall(self, who: Attribution, query: str) -> Recalled:
+        sid = self._session(who)
+        ctx = self._m.get_memory(sid, query, recall_config=self._config())
         text = ctx.formatted_context if self.recall else None
         if text and ctx.history:
             # The history goes in as turns; keep only the memories in the block.
