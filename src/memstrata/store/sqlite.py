@@ -936,7 +936,7 @@ class SQLiteStore(SQLiteGovernance, SQLiteWebhooks):
         self, table: str, project_id: str, user_id: str, terms: Sequence[str]
     ) -> tuple[list[str], str, int]:
         """(terms to search, rarest first; how to keep to the user: "token", "owner" or
-        "none"; the rows those terms match, collection-wide)."""
+        "none"; a bound on the user's rows those terms match)."""
         scope = scope_token(project_id, user_id)
         stems = self._stems([*terms, scope])
         total = self._conn().execute(f"SELECT max(pk) FROM {table}").fetchone()[0] or 0
@@ -954,9 +954,10 @@ class SQLiteStore(SQLiteGovernance, SQLiteWebhooks):
         # When this user owns most rows, intersecting with the scope token walks nearly every
         # row: check each match's owner instead (or nothing, when every row is theirs).
         owned = df.get(stems[-1], 0)
+        bound = min(matched, owned)
         if owned * 2 <= total:
-            return kept, "token", matched
-        return kept, "none" if owned == total else "owner", matched
+            return kept, "token", bound
+        return kept, "none" if owned == total else "owner", bound
 
     def _rank_fulltext(
         self,
@@ -970,8 +971,9 @@ class SQLiteStore(SQLiteGovernance, SQLiteWebhooks):
         limit: int,
     ) -> list[tuple[int, float]]:
         """BM25 ranking of the rows matching any of ``kept`` (rarest first) that pass
-        ``join`` and ``conds``. When the terms match more than RANK_CAP rows, at most that
-        many are ranked, taken term by term, rarest first, each in rowid order."""
+        ``join`` and ``conds``; ``matched`` bounds how many that is. Past RANK_CAP rows,
+        at most that many are ranked, taken term by term, rarest first, each in rowid
+        order."""
 
         def match(expr: str) -> str:
             return f'scope : "{token}" AND ({expr})' if token else expr
