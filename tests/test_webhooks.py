@@ -741,6 +741,51 @@ def test_forget_and_erase_remove_logged_content(
     assert mem.webhooks.get(sync_hook.id)  # the hooks themselves stay
 
 
+def test_forget_removes_deliveries_that_quote_a_summary_built_from_the_message(
+    make_memory: Any, receiver: WebhookReceiver
+) -> None:
+    # The second batch repeats the first's fact: it strengthens the stored summary, whose
+    # words (built from w1) travel in that batch's summary.before_add payload.
+    mem = make_memory(webhook_allow="127.0.0.1", workers=0)
+    hook, _ = mem.webhooks.create(
+        resource="summary", event="before_add", target_url=receiver.url("/log")
+    )
+    s = mem.sessions.create(user_id="u")
+    s.add_messages(_messages(TURNS[:1]), sync=True)
+    s.add_messages([{"id": "w5", "role": "user", "content": TURNS[0][2]}], sync=True)
+    s.add_messages(_messages(TURNS[2:3]), sync=True)
+    (summary,) = [x for x in mem.summaries.list(user_id="u") if "oat milk" in x.text]
+    assert summary.message_ids == ["w1", "w5"]  # strengthened, not duplicated
+    logged = {tuple(d.message_ids) for d in mem.webhooks.deliveries(hook.id)}
+    assert ("w5", "w1") in logged and ("w1",) in logged
+
+    mem.forget(user_id="u", message_ids=["w1"])
+    remaining = mem.webhooks.deliveries(hook.id)
+    assert [d.message_ids[0] for d in remaining] == ["w3"]
+    assert not any("oat milk" in d.request for d in remaining)
+
+
+def test_forget_removes_deliveries_that_showed_a_summary_to_the_model(
+    make_memory: Any, llm: FakeOpenAIServer, receiver: WebhookReceiver
+) -> None:
+    # With a model, stored summaries near a batch's facts are quoted in summary.before_llm.
+    mem = _llm_memory(make_memory, llm, workers=0)
+    hook, _ = mem.webhooks.create(
+        resource="summary", event="before_llm", target_url=receiver.url("/log")
+    )
+    s = mem.sessions.create(user_id="u")
+    s.add_messages(_messages(TURNS[:1]), sync=True)
+    s.add_messages(_messages(TURNS[2:3]), sync=True)
+    bodies = [json.loads(r.body) for r in receiver.requests]
+    (second,) = [b for b in bodies if b["context"]["message_ids"] == ["w3"]]
+    assert "oat milk" in json.dumps(second["data"])  # the w1 summary went to the model
+    logged = [d.message_ids for d in mem.webhooks.deliveries(hook.id)]
+    assert sorted(logged) == [["w1"], ["w3", "w1"]]
+
+    mem.forget(user_id="u", message_ids=["w1"])
+    assert mem.webhooks.deliveries(hook.id) == []
+
+
 def test_async_memory_mirrors_webhooks(make_memory: Any, db_url: str) -> None:
     import asyncio
 

@@ -89,6 +89,15 @@ class HookContext:
     webhooks: tuple[WebhookRow, ...] = ()
     # Async deliveries triggered so far, committed with the batch (LayerWrite.outbox).
     outbox: list[OutboxWrite] = field(default_factory=list, compare=False, repr=False)
+    # Messages behind stored items that later payloads of the batch quote (a summary
+    # being strengthened keeps the words of the messages it was built from).
+    quoted: set[str] = field(default_factory=set, compare=False, repr=False)
+
+    def traced(self) -> list[str]:
+        """Every message whose content this batch's deliveries may carry: the batch's own
+        and the quoted ones. A delivery is logged and queued under these, so forgetting
+        any of them removes it with its copy of the content."""
+        return [*self.message_ids, *sorted(self.quoted.difference(self.message_ids))]
 
     def wire(self) -> dict[str, Any]:
         session = self.session_ids[-1] if self.session_ids else None

@@ -127,7 +127,7 @@ class WebhookEngine:
                 hook_pk=hook.pk,
                 project_id=hook.project_id,
                 user_id=ctx.user_id,
-                message_ids=list(ctx.message_ids),
+                message_ids=ctx.traced(),
                 resource=hook.resource,
                 event=hook.event,
                 mode="sync",
@@ -151,7 +151,7 @@ class WebhookEngine:
                 hook_pk=hook.pk,
                 project_id=hook.project_id,
                 user_id=ctx.user_id,
-                message_ids=list(ctx.message_ids),
+                message_ids=ctx.traced(),
                 # Encoded now: later hooks at the same point may edit the items in place.
                 body=encode(payload).decode(),
             )

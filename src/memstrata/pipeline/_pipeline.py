@@ -400,7 +400,12 @@ class Pipeline:
         existing = {s.id: s for rows in candidates.values() for s, _ in rows}
         if self.llm is None:
             writes = self._consolidate_offline(facts, candidates)
+            # A strengthened summary keeps its words, which summary.before_add carries.
+            kept = [existing.get(w.id) for w in writes if w.action == "strengthen"]
+            ctx.quoted.update(m for row in kept if row is not None for m in row.message_ids)
         else:
+            # Every candidate is quoted to the model, and so in summary.before_llm.
+            ctx.quoted.update(m for row in existing.values() for m in row.message_ids)
             writes = []
             for start in range(0, len(facts), self.consolidate_chunk):
                 chunk = facts[start : start + self.consolidate_chunk]
