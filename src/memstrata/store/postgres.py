@@ -115,7 +115,7 @@ _SMALL_FTS = (
     " row_number() OVER w AS rn FROM terms CROSS JOIN LATERAL"
     " (SELECT max(df.df) AS d FROM df WHERE df.lexeme = ANY(terms.lexemes)) g"
     " WINDOW w AS (ORDER BY g.d, terms.i)),"
-    " kept AS (SELECT i, lexemes, rn, array_to_string(ARRAY("
+    " kept AS (SELECT i, lexemes, rn, cum, array_to_string(ARRAY("
     " SELECT quote_literal(x) FROM unnest(lexemes) AS x), ' <-> ')::tsquery AS tsq FROM ranked"
     " WHERE rn = 1 OR %(budget)s::float8 IS NULL OR cum <= %(budget)s::float8),"
     " q AS (SELECT DISTINCT df.lexeme,"
@@ -125,9 +125,11 @@ _SMALL_FTS = (
     " JOIN df ON df.lexeme = k.lexeme CROSS JOIN st),"
     " tsq AS (SELECT string_agg('(' || tsq::text || ')', ' | ')::tsquery AS q FROM kept),"
     # The rank cap, as on a large table: the first %(cap)s matches by (rarest term they
-    # match, pk), which is the order SQLite takes them in.
+    # match, pk), which is the order SQLite takes them in; which term comes first only
+    # needs working out when the kept terms match more rows than the cap.
     " cand AS MATERIALIZED (SELECT t.pk FROM {t} t WHERE t.fts @@ (SELECT q FROM tsq){scope}"
-    " ORDER BY (SELECT min(k.rn) FROM kept k WHERE t.fts @@ k.tsq), t.pk LIMIT %(cap)s)"
+    " ORDER BY CASE WHEN (SELECT max(cum) FROM kept) > %(cap)s"
+    " THEN (SELECT min(k.rn) FROM kept k WHERE t.fts @@ k.tsq) END, t.pk LIMIT %(cap)s)"
     f" SELECT t.pk, {_BM25_SUM} AS score"
     " FROM {t} t CROSS JOIN LATERAL unnest(t.fts) AS u JOIN q ON q.lexeme = u.lexeme"
     " CROSS JOIN st WHERE t.pk IN (SELECT pk FROM cand)"
