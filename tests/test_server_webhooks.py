@@ -245,6 +245,17 @@ def test_the_servers_pipeline_calls_webhooks(srv: Srv, receiver: WebhookReceiver
         with pytest.raises(standardwebhooks.webhooks.WebhookVerificationError):
             standardwebhooks.Webhook(secret).verify(second.body, second.headers)
 
+        # A rotation with a grace period: deliveries verify with either secret meanwhile.
+        bad = api.post(f"/api/webhooks/{hid}/rotate-secret", json={"grace_seconds": 8 * 86_400})
+        assert bad.status_code == 422 and "grace_seconds" in bad.text
+        graced = _data(api.post(f"/api/webhooks/{hid}/rotate-secret", json={"grace_seconds": 600}))
+        assert graced["webhook"]["rotation_grace_until"] is not None
+        _add(api, "dana", "I moved to Lisbon.")
+        third = receiver.at("/redact")[2]
+        for key in (new_secret, graced["secret"]):
+            standardwebhooks.Webhook(key).verify(third.body, third.headers)
+        new_secret = graced["secret"]
+
     logs = srv.proc.stdout() + srv.proc.stderr()
     assert "webhook" in logs  # the failed async attempts were logged ...
     for value in (secret, new_secret):
@@ -287,8 +298,9 @@ def test_python_clients_manage_webhooks(srv: Srv, receiver: WebhookReceiver) -> 
         assert [h.id for h in c.webhooks.list()] == [hook.id]
         assert c.webhooks.disable(hook.id).enabled is False
         assert c.webhooks.update(hook.id, name="audit", enabled=True).name == "audit"
-        new_secret = c.webhooks.rotate_secret(hook.id)
+        new_secret = c.webhooks.rotate_secret(hook.id, grace_seconds=60)
         assert new_secret.startswith("whsec_") and new_secret != secret
+        assert c.webhooks.get(hook.id).rotation_grace_until is not None
 
         s = c.sessions.create(user_id="hooked")
         s.add_messages([{"role": "user", "content": "I moved to Porto."}], sync=True)

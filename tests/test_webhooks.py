@@ -13,6 +13,7 @@ import logging
 import socket
 import time
 from collections.abc import Iterator
+from datetime import datetime, timezone
 from typing import Any
 
 import pytest
@@ -633,6 +634,48 @@ def test_manage_webhooks(make_memory: Any, receiver: WebhookReceiver) -> None:
         a.id,
     ) == [(0,)]
     assert [h.id for h in mem.webhooks.list()] == [b.id]
+
+
+def test_rotation_with_a_grace_period_signs_with_both_secrets_until_it_ends(
+    make_memory: Any, receiver: WebhookReceiver
+) -> None:
+    mem = make_memory(webhook_allow="127.0.0.1", workers=0)
+    hook, first = mem.webhooks.create(
+        resource="fact", event="before_add", target_url=receiver.url("/a")
+    )
+    s = mem.sessions.create(user_id="u")
+    second = mem.webhooks.rotate_secret(hook.id, grace_seconds=3600)
+    until = mem.webhooks.get(hook.id).rotation_grace_until
+    assert until is not None and 3500 < (until - datetime.now(timezone.utc)).total_seconds() <= 3600
+    s.add_messages(_messages(TURNS[:1]), sync=True)
+    (during,) = receiver.at("/a")
+    for secret in (first, second):  # a receiver on either secret accepts it
+        _verify(secret, during)
+
+    # The grace period ends: only the new secret signs.
+    row = mem.store.get_webhook(mem.project_id, hook.id)
+    past = "2000-01-01T00:00:00.000000Z"
+    mem.store.update_webhook(mem.project_id, hook.id, {"previous_secret_until": past})
+    assert row.signing_secrets(past) == [second, first]
+    assert mem.webhooks.get(hook.id).rotation_grace_until is None
+    s.add_messages(_messages(TURNS[2:3]), sync=True)
+    after = receiver.at("/a")[1]
+    _verify(second, after)
+    with pytest.raises(standardwebhooks.webhooks.WebhookVerificationError):
+        _verify(first, after)
+
+    # Rotating again without a grace period (a leaked secret) stops the old one at once.
+    mem.webhooks.rotate_secret(hook.id, grace_seconds=600)
+    third = mem.webhooks.rotate_secret(hook.id)
+    assert mem.webhooks.get(hook.id).rotation_grace_until is None
+    s.add_messages(_messages(TURNS[3:4]), sync=True)
+    last = receiver.at("/a")[2]
+    assert len(last.headers["webhook-signature"].split(" ")) == 1
+    _verify(third, last)
+
+    for bad in (-1, 7 * 86_400 + 1, 1.5, "60", True):
+        with pytest.raises(ValidationError, match="grace_seconds"):
+            mem.webhooks.rotate_secret(hook.id, grace_seconds=bad)
 
 
 def test_webhooks_belong_to_their_project(make_memory: Any, receiver: WebhookReceiver) -> None:

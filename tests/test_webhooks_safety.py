@@ -247,7 +247,7 @@ def test_signatures_verify_with_the_standard_webhooks_library() -> None:
     secret = new_secret()
     assert secret.startswith("whsec_") and len(base64.b64decode(secret[6:])) == 32
     body = json.dumps({"data": {"observations": ["é"]}}, ensure_ascii=False).encode()
-    headers = signature_headers(secret, "msg_1", body)
+    headers = signature_headers([secret], "msg_1", body)
     assert standardwebhooks.Webhook(secret).verify(body, headers) == {
         "data": {"observations": ["é"]}
     }
@@ -258,9 +258,21 @@ def test_signatures_verify_with_the_standard_webhooks_library() -> None:
         standardwebhooks.Webhook(secret).verify(body + b" ", headers)  # tampered body
     with pytest.raises(standardwebhooks.webhooks.WebhookVerificationError):
         standardwebhooks.Webhook(new_secret()).verify(body, headers)  # another secret
-    stale = signature_headers(secret, "msg_1", body, timestamp=int(time.time()) - 3600)
+    stale = signature_headers([secret], "msg_1", body, timestamp=int(time.time()) - 3600)
     with pytest.raises(standardwebhooks.webhooks.WebhookVerificationError, match="too old"):
         standardwebhooks.Webhook(secret).verify(body, stale)
+
+
+def test_two_signatures_verify_with_either_secret() -> None:
+    # During a rotation's grace period a delivery carries a signature per secret.
+    new, old = new_secret(), new_secret()
+    body = b'{"data": {}}'
+    headers = signature_headers([new, old], "msg_1", body)
+    assert len(headers["webhook-signature"].split(" ")) == 2
+    for secret in (new, old):
+        assert standardwebhooks.Webhook(secret).verify(body, headers) == {"data": {}}
+    with pytest.raises(standardwebhooks.webhooks.WebhookVerificationError):
+        standardwebhooks.Webhook(new_secret()).verify(body, headers)
 
 
 @pytest.mark.parametrize(

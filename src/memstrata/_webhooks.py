@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from ._checks import check_paging, new_id
-from ._time import now_iso
+from ._time import now_iso, to_iso, utcnow
 from .errors import NotFoundError, ValidationError
 from .hooks import HOOK_POINTS
 from .hooks._signing import new_secret
@@ -25,10 +26,11 @@ from .types import Webhook, WebhookDelivery
 if TYPE_CHECKING:
     from .memory import Memory
 
-__all__ = ["MAX_TIMEOUT_MS", "MIN_TIMEOUT_MS", "AsyncWebhooks", "Webhooks"]
+__all__ = ["MAX_GRACE_SECONDS", "MAX_TIMEOUT_MS", "MIN_TIMEOUT_MS", "AsyncWebhooks", "Webhooks"]
 
 MIN_TIMEOUT_MS = 100
 MAX_TIMEOUT_MS = 30_000
+MAX_GRACE_SECONDS = 7 * 86_400  # a rotated secret signs beside the new one at most a week
 MODES = ("sync", "async")
 _POINTS = ", ".join(sorted(f"{r}.{e}" for r, e in HOOK_POINTS))
 
@@ -46,6 +48,9 @@ def _webhook(row: WebhookRow) -> Webhook:
         timeout_ms=row.timeout_ms,
         created_at=row.created_at,  # type: ignore[arg-type]
         updated_at=row.updated_at,  # type: ignore[arg-type]
+        rotation_grace_until=(  # type: ignore[arg-type]
+            row.previous_secret_until if len(row.signing_secrets(now_iso())) > 1 else None
+        ),
     )
 
 
@@ -261,13 +266,33 @@ class Webhooks:
         ):
             raise NotFoundError(f"no webhook {hook_id!r}")
 
-    def rotate_secret(self, hook_id: str) -> str:
+    def rotate_secret(self, hook_id: str, *, grace_seconds: int = 0) -> str:
         """Replace the signing secret and return the new one (shown only here). Deliveries
-        from now on, including retries of queued async ones, are signed with it."""
+        from now on, including retries of queued async ones, are signed with it.
+
+        With ``grace_seconds`` (at most a week), they are also signed with the old secret
+        until then (a second signature in ``webhook-signature``), so receivers can switch
+        secrets without rejecting a delivery; 0 (the default, for a leaked secret) stops
+        the old one at once. Rotating again ends an earlier grace period."""
         self._m._check_open()
-        self._row(hook_id)
+        if (
+            isinstance(grace_seconds, bool)
+            or not isinstance(grace_seconds, int)
+            or not 0 <= grace_seconds <= MAX_GRACE_SECONDS
+        ):
+            raise ValidationError(
+                "invalid webhook",
+                [f"grace_seconds: an integer, 0 to {MAX_GRACE_SECONDS} (got {grace_seconds!r})"],
+            )
+        old = self._row(hook_id)
         secret = new_secret()
-        if self._m._store.update_webhook(self._m.project_id, hook_id, {"secret": secret}) is None:
+        until = utcnow() + timedelta(seconds=grace_seconds)
+        changes: dict[str, Any] = {
+            "secret": secret,
+            "previous_secret": old.secret if grace_seconds else None,
+            "previous_secret_until": to_iso(until) if grace_seconds else None,
+        }
+        if self._m._store.update_webhook(self._m.project_id, hook_id, changes) is None:
             raise NotFoundError(f"no webhook {hook_id!r}")
         return secret
 
@@ -316,8 +341,8 @@ class AsyncWebhooks:
     async def delete(self, hook_id: str) -> None:
         await _thread(self._w.delete, hook_id)
 
-    async def rotate_secret(self, hook_id: str) -> str:
-        return await _thread(self._w.rotate_secret, hook_id)
+    async def rotate_secret(self, hook_id: str, *, grace_seconds: int = 0) -> str:
+        return await _thread(self._w.rotate_secret, hook_id, grace_seconds=grace_seconds)
 
     async def deliveries(self, hook_id: str, **kwargs: Any) -> list[WebhookDelivery]:
         return await _thread(self._w.deliveries, hook_id, **kwargs)

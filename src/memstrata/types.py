@@ -464,6 +464,8 @@ class Webhook(BaseModel):
     timeout_ms: int
     created_at: datetime
     updated_at: datetime
+    # After rotate_secret(grace_seconds=...): until when the old key still signs (else None).
+    rotation_grace_until: datetime | None = None
 
 
 class WebhookDelivery(BaseModel):

@@ -256,8 +256,8 @@ class _Webhooks:
     async def delete(self, hook_id: str) -> None:
         await self._c._send(calls.delete_webhook(hook_id))
 
-    async def rotate_secret(self, hook_id: str) -> str:
-        return await self._c._send(calls.rotate_webhook_secret(hook_id))
+    async def rotate_secret(self, hook_id: str, *, grace_seconds: int = 0) -> str:
+        return await self._c._send(calls.rotate_webhook_secret(hook_id, grace_seconds))
 
     async def deliveries(
         self, hook_id: str, *, limit: int = 100, offset: int = 0

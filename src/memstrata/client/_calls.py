@@ -454,8 +454,13 @@ def delete_webhook(hook_id: str) -> Call[None]:
     return Call("DELETE", _hook_path(hook_id), lambda _: None)
 
 
-def rotate_webhook_secret(hook_id: str) -> Call[str]:
-    return Call("POST", _hook_path(hook_id, "/rotate-secret"), lambda data: str(data["secret"]))
+def rotate_webhook_secret(hook_id: str, grace_seconds: int) -> Call[str]:
+    return Call(
+        "POST",
+        _hook_path(hook_id, "/rotate-secret"),
+        lambda data: str(data["secret"]),
+        body={"grace_seconds": grace_seconds},
+    )
 
 
 def webhook_deliveries(hook_id: str, limit: int, offset: int) -> Call[list[WebhookDelivery]]:

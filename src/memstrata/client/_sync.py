@@ -243,8 +243,8 @@ class _Webhooks:
     def delete(self, hook_id: str) -> None:
         self._c._send(calls.delete_webhook(hook_id))
 
-    def rotate_secret(self, hook_id: str) -> str:
-        return self._c._send(calls.rotate_webhook_secret(hook_id))
+    def rotate_secret(self, hook_id: str, *, grace_seconds: int = 0) -> str:
+        return self._c._send(calls.rotate_webhook_secret(hook_id, grace_seconds))
 
     def deliveries(
         self, hook_id: str, *, limit: int = 100, offset: int = 0

@@ -118,7 +118,7 @@ class WebhookEngine:
     ) -> None:
         """POST a sync delivery now and let ``apply`` use its answer; log the attempt."""
         body = encode(payload)
-        headers = signature_headers(hook.secret, payload["delivery_id"], body)
+        headers = signature_headers(hook.signing_secrets(now_iso()), payload["delivery_id"], body)
         result = self.http.post(hook.target_url, body, headers, hook.timeout_ms)
         ok, reason = judge(result, apply)
         self._log(

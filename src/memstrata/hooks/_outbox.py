@@ -105,7 +105,7 @@ class OutboxSender:
         if not hook.enabled:
             status, reason, result = "failed", "webhook disabled before delivery", None
         else:
-            headers = signature_headers(hook.secret, item.delivery_id, body)
+            headers = signature_headers(hook.signing_secrets(now_iso()), item.delivery_id, body)
             result = self.http.post(hook.target_url, body, headers, hook.timeout_ms)
             failure = http_failure(result)
             if failure is None:

@@ -3,7 +3,8 @@
 A delivery carries ``webhook-id`` (the delivery id, the same on every retry so receivers
 can drop duplicates), ``webhook-timestamp`` (Unix seconds of this attempt) and
 ``webhook-signature``: ``v1,`` + base64 HMAC-SHA256 over ``{id}.{timestamp}.{body}`` keyed
-with the secret's bytes. Secrets are ``whsec_`` + base64 of 32 random bytes, the format
+with the secret's bytes (two such signatures, space-separated, while a rotated secret is in
+its grace period). Secrets are ``whsec_`` + base64 of 32 random bytes, the format
 the ``standardwebhooks`` libraries read directly.
 """
 
@@ -14,6 +15,7 @@ import hashlib
 import hmac
 import secrets
 import time
+from collections.abc import Sequence
 
 __all__ = ["SECRET_PREFIX", "new_delivery_id", "new_secret", "sign", "signature_headers"]
 
@@ -41,11 +43,13 @@ def sign(secret: str, delivery_id: str, timestamp: int, body: bytes) -> str:
 
 
 def signature_headers(
-    secret: str, delivery_id: str, body: bytes, timestamp: int | None = None
+    keys: Sequence[str], delivery_id: str, body: bytes, timestamp: int | None = None
 ) -> dict[str, str]:
+    """Headers of one delivery, signed with each secret (space-separated signatures, as
+    Standard Webhooks verifiers accept: any one that matches will do)."""
     ts = int(time.time()) if timestamp is None else timestamp
     return {
         "webhook-id": delivery_id,
         "webhook-timestamp": str(ts),
-        "webhook-signature": sign(secret, delivery_id, ts, body),
+        "webhook-signature": " ".join(sign(s, delivery_id, ts, body) for s in keys),
     }

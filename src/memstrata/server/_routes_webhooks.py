@@ -64,6 +64,17 @@ class UpdateWebhook(_Body):
     enabled: bool | None = None
 
 
+class RotateSecret(_Body):
+    grace_seconds: int = Field(
+        default=0,
+        ge=0,
+        le=7 * 86_400,
+        description="Keep signing with the old secret too for this long (a second "
+        "signature in `webhook-signature`), so receivers can switch without rejecting "
+        "deliveries; 0 stops the old secret at once.",
+    )
+
+
 class WebhookSecret(BaseModel):
     webhook: Webhook
     secret: str = Field(
@@ -146,12 +157,16 @@ def delete_webhook(hook_id: str, caller: CallerDep) -> Envelope[Webhook]:
 @router.post(
     "/{hook_id}/rotate-secret",
     summary="Rotate a webhook's secret",
-    description="A new signing secret replaces the old one at once (retries of queued "
-    "deliveries are signed with it too). Shown only in this response.",
+    description="A new signing secret replaces the old one (retries of queued deliveries "
+    "are signed with it too), at once or after `grace_seconds` during which deliveries "
+    "carry a signature with each. Shown only in this response. The body is optional.",
     response_model=Envelope[WebhookSecret],
 )
-def rotate_secret(hook_id: str, caller: CallerDep) -> Envelope[WebhookSecret]:
-    secret = caller.memory.webhooks.rotate_secret(hook_id)
+def rotate_secret(
+    hook_id: str, caller: CallerDep, body: RotateSecret | None = None
+) -> Envelope[WebhookSecret]:
+    grace = body.grace_seconds if body is not None else 0
+    secret = caller.memory.webhooks.rotate_secret(hook_id, grace_seconds=grace)
     hook = caller.memory.webhooks.get(hook_id)
     return Envelope(data=WebhookSecret(webhook=hook, secret=secret))
 

@@ -23,7 +23,7 @@ __all__ = [
 # Both stores select these columns in this order; the converters below read them.
 HOOK_COLUMNS = (
     "pk, id, project_id, name, resource, event, mode, target_url, secret, enabled, "
-    "timeout_ms, created_at, updated_at"
+    "timeout_ms, created_at, updated_at, previous_secret, previous_secret_until"
 )
 DELIVERY_COLUMNS = (
     "d.id, d.hook_pk, d.project_id, d.user_id, d.message_ids, d.resource, d.event, d.mode, "
@@ -32,7 +32,18 @@ DELIVERY_COLUMNS = (
 )
 # Columns an update may change; anything else in a change set is a programming error.
 UPDATABLE = frozenset(
-    {"name", "resource", "event", "mode", "target_url", "secret", "enabled", "timeout_ms"}
+    {
+        "name",
+        "resource",
+        "event",
+        "mode",
+        "target_url",
+        "secret",
+        "enabled",
+        "timeout_ms",
+        "previous_secret",
+        "previous_secret_until",
+    }
 )
 VERSION_KEY = "webhooks_version"
 # The delivery log keeps this many attempts per hook; older ones are pruned now and then.
@@ -55,6 +66,16 @@ class WebhookRow:
     timeout_ms: int
     created_at: str
     updated_at: str
+    # The secret a rotation replaced, still signing beside the new one until the end of
+    # its grace period (ISO UTC), so receivers can switch without rejecting deliveries.
+    previous_secret: str | None = field(default=None, repr=False)
+    previous_secret_until: str | None = None
+
+    def signing_secrets(self, now: str) -> list[str]:
+        """The secrets a delivery made at ``now`` (ISO UTC) is signed with, newest first."""
+        if self.previous_secret and self.previous_secret_until and now < self.previous_secret_until:
+            return [self.secret, self.previous_secret]
+        return [self.secret]
 
 
 @dataclass(frozen=True)
@@ -124,6 +145,8 @@ def hook_row(r: Sequence[Any]) -> WebhookRow:
         timeout_ms=r[10],
         created_at=r[11],
         updated_at=r[12],
+        previous_secret=r[13],
+        previous_secret_until=r[14],
     )
 
 
