@@ -984,6 +984,15 @@ class SQLiteStore(SQLiteGovernance, SQLiteWebhooks):
         conn = self._conn()
         try:
             if matched > self.RANK_CAP:
+                # The bound is collection-wide: see first whether this user's matches
+                # really pass the cap (one query with no ranking) before taking them term
+                # by term.
+                probe = conn.execute(
+                    f"SELECT f.rowid {head} LIMIT ?",
+                    [match(_any_of(kept)), *args, self.RANK_CAP + 1],
+                ).fetchall()
+                matched = len(probe)
+            if matched > self.RANK_CAP:
                 taken: list[int] = []
                 for i, term in enumerate(kept):
                     expr = _any_of([term])
@@ -997,9 +1006,12 @@ class SQLiteStore(SQLiteGovernance, SQLiteWebhooks):
                     if len(taken) >= self.RANK_CAP:
                         break
                 # "+": a rowid constraint would open one FTS5 cursor per candidate, and each
-                # cursor's bm25 reads its terms' whole doclists again (6 s for 1,000).
-                only = " AND +f.rowid IN (SELECT value FROM json_each(?))"
-                extra = [json.dumps(taken)]
+                # cursor's bm25 reads its terms' whole doclists again (6 s for 1,000). The
+                # candidates' rowid range does bound the one cursor's walk.
+                only = (
+                    " AND f.rowid BETWEEN ? AND ? AND +f.rowid IN (SELECT value FROM json_each(?))"
+                )
+                extra = [min(taken, default=0), max(taken, default=0), json.dumps(taken)]
             rows = conn.execute(
                 f"SELECT f.rowid, bm25({table}_fts, 1.0, 0.0) AS r {head}{only} ORDER BY r LIMIT ?",
                 [match(_any_of(kept)), *args, *extra, limit],
