@@ -281,6 +281,17 @@ def test_embedder_mismatch_is_detected_not_mixed(db_url: str) -> None:
         assert mem.store.get_meta("embedder") == "hash:v1:128"
 
 
+def test_a_store_of_the_earlier_bundled_model_is_told_to_reindex(db_url: str) -> None:
+    from memstrata.embed.local import LocalEmbedder
+
+    with Memory(db_url, embedder="hash:384") as mem:
+        mem.store.set_meta("embedder", LocalEmbedder.replaces[0])
+    # The earlier model no longer ships: "open it with the original embedder" cannot help.
+    with pytest.raises(EmbedderMismatchError, match="earlier version of the bundled") as err:
+        Memory(db_url, embedder="local")
+    assert "memstrata reindex" in str(err.value) and "MEMSTRATA_EMBEDDER" not in str(err.value)
+
+
 def test_store_refuses_to_write_vectors_of_another_embedder(db_url: str) -> None:
     with Memory(db_url, embedder="hash:384", workers=0) as mem:
         mem.sessions.create(user_id="u1", session_id="s").add_messages(

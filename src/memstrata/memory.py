@@ -559,6 +559,13 @@ class Memory:
         except EmbeddingError as exc:
             log.warning("could not verify the embedder against the store yet: %s", exc)
             return
+        if stored in getattr(self._embedder, "replaces", ()):
+            raise EmbedderMismatchError(
+                f"{self._store.url} holds vectors made by {stored!r}, an earlier version of "
+                f"the bundled model, which this memstrata replaced with {current!r}. "
+                "Re-embed the store once: `memstrata reindex`, or open it with "
+                "Memory(..., embedder_mismatch='reindex')."
+            )
         if stored != current:
             raise EmbedderMismatchError(
                 f"{self._store.url} holds vectors made by {stored!r} but the configured "

@@ -116,6 +116,9 @@ class LocalEmbedder:
     # "local:all-MiniLM-L6-v2-int8"; its vectors are close to these but not the same space,
     # so a store made with it is re-embedded (memstrata reindex).
     id = "local:all-MiniLM-L6-v2-int8-dq"
+    # Ids of the bundled model's earlier versions: a store made with one of them can only be
+    # re-embedded (that model no longer ships), which the mismatch error then says.
+    replaces: tuple[str, ...] = ("local:all-MiniLM-L6-v2-int8",)
     name = "local all-MiniLM-L6-v2 (int8 ONNX, onnxruntime)"
     dim = _DIM
 
