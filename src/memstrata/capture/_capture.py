@@ -337,7 +337,7 @@ class Capture:
             if m["process_id"] is None:
                 del m["process_id"]
         # The next call's recall is likely running now: store after it (bounded wait).
-        foreground = getattr(getattr(self._m, "_root", None), "_foreground", None)
+        foreground = getattr(self._m, "_foreground", None)  # a remote memory has none
         if foreground is not None:
             foreground.pause()
         self._m.add_messages(sid, messages)

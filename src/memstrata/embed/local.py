@@ -49,7 +49,7 @@ _DIM = 384
 _MAX_TOKENS = 256
 _CLS_ID = 101
 _SEP_ID = 102
-# Background texts give way to queries (see LocalEmbedder._run_batch), but boundedly: an
+# Background texts give way to queries (see LocalEmbedder._run_background), but boundedly: an
 # embed() call waits at most this long for queries to end per _WAIT_PER_TEXTS texts (what
 # one batch of 16 could wait before texts ran one by one), and a text's run is stopped for
 # a query at most _MAX_YIELDS times, so that a steady stream of queries cannot starve the
@@ -236,7 +236,7 @@ class LocalEmbedder:
                 if not self._queries:
                     self._quiet.notify_all()
 
-    def _run_batch(
+    def _run_background(
         self, session: onnxruntime.InferenceSession, feed: dict[str, Any], deadline: float
     ) -> np.ndarray:
         """One background run: starts once no query is running (waiting until ``deadline``
@@ -288,7 +288,7 @@ class LocalEmbedder:
         *,
         deadline: float | None = None,
     ) -> np.ndarray:
-        """One text; ``deadline`` makes it background work (see ``_run_batch``)."""
+        """One text; ``deadline`` makes it background work (see ``_run_background``)."""
         # No padding, so no mask arithmetic: a plain mean over the tokens.
         if len(ids) <= 2:  # only [CLS] [SEP]: no text
             return np.zeros((1, _DIM), dtype=np.float32)
@@ -301,7 +301,7 @@ class LocalEmbedder:
         if deadline is None:
             hidden = self._run(session, feed)
         else:
-            hidden = self._run_batch(session, feed, deadline)
+            hidden = self._run_background(session, feed, deadline)
         vec = hidden[0].mean(axis=0, keepdims=True)
         vec /= np.linalg.norm(vec)
         return vec

@@ -89,12 +89,19 @@ _K1, _B = 1.2, 0.75
 _LIVE_STATS_ROWS = 5000
 _TSQUERY_ESCAPE = str.maketrans({"'": "''", "\\": "\\\\"})
 
-# The BM25 sum over a row's matching lexemes; `q` holds (lexeme, idf), `st.avgdl` the
-# average row length, and tf is the number of positions of the lexeme in the row.
-_BM25_SUM = (
-    f"sum(q.idf * cardinality(u.positions) * {_K1 + 1} / (cardinality(u.positions) + {_K1} * "
-    f"({1 - _B} + {_B} * (t.fts_len + 1) / st.avgdl)))"
-)
+
+def _bm25_sum(idf: str, length: str, avgdl: str) -> str:
+    """The BM25 sum over a row's matching lexemes ``u`` (tf: the number of positions of the
+    lexeme in the row), given SQL for each lexeme's IDF, the row's length (+ 1: SQLite's
+    one-word scope column counts in its row lengths) and the average length."""
+    return (
+        f"sum({idf} * cardinality(u.positions) * {_K1 + 1} / (cardinality(u.positions) + "
+        f"{_K1} * ({1 - _B} + {_B} * ({length} + 1) / {avgdl})))"
+    )
+
+
+# `q` holds (lexeme, idf), `st.avgdl` the average row length.
+_BM25_SUM = _bm25_sum("q.idf", "t.fts_len", "st.avgdl")
 
 # Full text of a small table in one statement: the query words' lexemes, the table's row
 # count and average length, each lexeme's document frequency, the terms kept within the
@@ -145,9 +152,7 @@ _SMALL_FTS = (
 # them) rather than unnesting every lexeme of the row.
 _LARGE_FTS = (
     "WITH c AS MATERIALIZED (SELECT * FROM ({branches}) b LIMIT %(cap)s)"
-    " SELECT c.pk, (SELECT sum(i.idf * cardinality(u.positions) * "
-    f"{_K1 + 1} / (cardinality(u.positions) + {_K1} * ({1 - _B} + {_B} * (c.fts_len + 1)"
-    " / %(avgdl)s::float8)))"
+    f" SELECT c.pk, (SELECT {_bm25_sum('i.idf', 'c.fts_len', '%(avgdl)s::float8')}"
     " FROM unnest(ts_filter(setweight(c.fts, 'A', %(lexemes)s::text[]), '{{a}}')) AS u"
     " CROSS JOIN LATERAL (SELECT (%(idf)s::float8[])[array_position(%(lexemes)s::text[],"
     " u.lexeme)] AS idf) AS i) AS score"
