@@ -28,6 +28,7 @@ Same semantics as the SQLite store, row for row; what differs is how:
 from __future__ import annotations
 
 import json
+import logging
 import math
 import threading
 import time
@@ -79,6 +80,8 @@ __all__ = ["PostgresStore", "latest_schema_version"]
 
 _KINDS = {"message": "messages", "fact": "facts", "summary": "summaries"}
 _TABLES = ("messages", "facts", "summaries")
+log = logging.getLogger("memstrata.store")
+
 # pgvector's HNSW indexes `vector` up to 2,000 dimensions and `halfvec` up to 4,000.
 _MAX_VECTOR_DIM = 2000
 _MAX_HALFVEC_DIM = 4000
@@ -776,7 +779,7 @@ class PostgresStore(PostgresJobs, PostgresDispatch, PostgresGovernance, Postgres
             with self._read() as c:
                 self._count_table(c, table)
         except Exception:  # a failed recount keeps the previous figures
-            pass
+            log.warning("recounting %s's full-text statistics failed", table, exc_info=True)
         finally:
             self._recounting.discard(table)
 
