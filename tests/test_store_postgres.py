@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -242,7 +243,8 @@ def test_large_tables_rank_full_text_from_caches_with_the_same_scores(
     queries = [["pizza", "sushi"], ["night", "ramen"], ["上海"], ["friends", "nothing"], ["zzz"]]
     store.MATCH_BUDGET = 5  # type: ignore[misc]
     exact = [store.fulltext_messages(P, "u1", q, 20, SearchFilters()) for q in queries]
-    monkeypatch.setattr(pg, "_LIVE_STATS_ROWS", -1)  # every table counts as large
+    # Every table counts as large (-2: a table never analysed estimates -1 rows).
+    monkeypatch.setattr(pg, "_LIVE_STATS_ROWS", -2)
     store._size_estimates.clear()
     cached = [store.fulltext_messages(P, "u1", q, 20, SearchFilters()) for q in queries]
     for a, b in zip(exact, cached, strict=True):
@@ -266,7 +268,8 @@ def test_large_tables_keep_to_the_rank_cap_like_small_ones(
         monkeypatch.setattr(pg, "_LIVE_STATS_ROWS", 5000)
         store._size_estimates.clear()
         small = [store.fulltext_messages(P, "u1", q, 20, SearchFilters()) for q in queries]
-        monkeypatch.setattr(pg, "_LIVE_STATS_ROWS", -1)  # every table counts as large
+        # Every table counts as large (-2: a table never analysed estimates -1 rows).
+        monkeypatch.setattr(pg, "_LIVE_STATS_ROWS", -2)
         store._size_estimates.clear()
         large = [store.fulltext_messages(P, "u1", q, 20, SearchFilters()) for q in queries]
         for a, b in zip(small, large, strict=True):
@@ -351,3 +354,149 @@ def test_text_postgresql_cannot_hold_is_the_callers_error(store: pg.PostgresStor
     with pytest.raises(ValidationError, match="NUL"):
         store.create_session(SessionRow(P, "s", "u", None, {"k": "\x00"}, NOW, NOW))
     assert store.list_projects() == [] and store.get_session(P, "s") is None
+
+
+def _user_facts(store: pg.PostgresStore, user: str, n: int) -> None:
+    rows = add(store, [f"facts of {user}"], user=user, sid=f"s-{user}")
+    process(
+        store,
+        LayerWrite(facts=[fact(f"{user}-f{i}", "f", [rows[0].id], unit(seed=i)) for i in range(n)]),
+    )
+
+
+def _settle(store: pg.PostgresStore) -> None:
+    deadline = time.monotonic() + 60
+    while store._user_index_thread is not None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert store._user_index_thread is None
+
+
+def _user_index_rows(url: str) -> list[tuple[Any, ...]]:
+    return dbsql.rows(url, "SELECT name, user_id, state FROM user_indexes ORDER BY name")
+
+
+def test_a_large_user_who_is_a_small_share_of_the_index_gets_an_index_of_their_own(
+    pg_url: str,
+) -> None:
+    store = pg.PostgresStore(
+        pg_url, vector_index_threshold=10, user_index_threshold=20, pool_size=1
+    )
+    try:
+        _user_facts(store, "u1", 30)  # 30 of 230 facts: a share small enough
+        _user_facts(store, "u2", 200)  # most of the index: no index of its own
+        q = unit(seed=5)
+        exact = store.vector_facts(P, "u1", q, EMB, 5)  # exact, and counts the scope
+        assert store.vector_facts(P, "u1", q, EMB, 5) == exact  # through the shared index
+        for _ in range(2):
+            store.vector_facts(P, "u2", q, EMB, 5)
+        _settle(store)
+        name = store.user_index_name(P, "u1", "vectors:fact:8")
+        assert _user_index_rows(pg_url) == [(name, "u1", "ready")]
+        made = _indexes(pg_url)
+        assert "user_id = 'u1'::text" in made[name] and "hnsw" in made[name]
+        # Searches of u1 now go through u1's index (the planner sees the user as a value),
+        # with the same results.
+        with store._read() as c:
+            c.execute("SELECT pg_stat_force_next_flush()")
+        before = _index_scans(pg_url, name)
+        for _ in range(8):  # more than psycopg's prepare threshold: never a generic plan
+            assert store.vector_facts(P, "u1", q, EMB, 5) == exact
+        with store._read() as c:  # the pool's one connection: the one that searched
+            c.execute("SELECT pg_stat_force_next_flush()")
+        assert _index_scans(pg_url, name) >= before + 8
+        # Another process learns of it and uses it too.
+        other = pg.PostgresStore(pg_url, vector_index_threshold=10, user_index_threshold=20)
+        try:
+            other.vector_facts(P, "u1", q, EMB, 5)
+            other.vector_facts(P, "u1", q, EMB, 5)
+            _settle(other)
+            assert other._has_user_index((P, "u1", "vectors:fact:8"))
+            assert other.vector_facts(P, "u1", q, EMB, 5) == exact
+        finally:
+            other.close()
+        # Erasing the user drops it.
+        store.erase_user(P, "u1", actor="test", reason=None)
+        assert name not in _indexes(pg_url) and _user_index_rows(pg_url) == []
+        assert not store._has_user_index((P, "u1", "vectors:fact:8"))
+    finally:
+        store.close()
+
+
+def test_a_build_that_died_is_taken_over_and_a_reindex_drops_user_indexes(pg_url: str) -> None:
+    store = pg.PostgresStore(pg_url, vector_index_threshold=10, user_index_threshold=20)
+    try:
+        _user_facts(store, "u1", 30)
+        _user_facts(store, "u2", 200)
+        name = store.user_index_name(P, "u1", "vectors:fact:8")
+        # What a builder killed mid-way leaves: its row, and an invalid index of that name
+        # (a concurrent build that failed).
+        dbsql.execute(
+            pg_url,
+            "INSERT INTO user_indexes (name, project_id, user_id, target, state, "
+            "rows_at_build) VALUES (?, ?, 'u1', 'vectors:fact:8', 'building', 30)",
+            name,
+            P,
+        )
+        with store._read() as c, pytest.raises(Exception, match="could not create unique"):
+            c.execute(f"CREATE UNIQUE INDEX CONCURRENTLY {name} ON vectors (kind)")
+        assert dbsql.rows(
+            pg_url, "SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass(?)", name
+        ) == [(False,)]
+        q = unit(seed=7)
+        exact = store.vector_facts(P, "u1", q, EMB, 5)
+        store.vector_facts(P, "u1", q, EMB, 5)
+        _settle(store)
+        assert _user_index_rows(pg_url) == [(name, "u1", "ready")]
+        assert "hnsw" in _indexes(pg_url)[name]
+        assert store.vector_facts(P, "u1", q, EMB, 5) == exact
+        # Vectors of another embedder replace these: user indexes go, made again on demand.
+        store.drop_vectors_except("test:v2:8")
+        assert name not in _indexes(pg_url) and _user_index_rows(pg_url) == []
+    finally:
+        store.close()
+
+
+def test_user_indexes_can_be_turned_off(pg_url: str) -> None:
+    store = pg.PostgresStore(pg_url, vector_index_threshold=10, user_index_threshold=0)
+    try:
+        _user_facts(store, "u1", 30)
+        _user_facts(store, "u2", 200)
+        for _ in range(2):
+            store.vector_facts(P, "u1", unit(seed=1), EMB, 5)
+        _settle(store)
+        assert _user_index_rows(pg_url) == []
+    finally:
+        store.close()
+
+
+def test_a_user_with_many_rows_gets_a_full_text_index_of_their_own(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = pg.PostgresStore(pg_url, user_fulltext_threshold=5, pool_size=1)
+    try:
+        add(store, [f"pizza night {i}" for i in range(8)] + ["sushi and pizza"])
+        process(store)
+        add(store, ["pizza for u2"], user="u2", sid="s2")
+        process(store)
+        # Every table counts as large (-2: a table never analysed estimates -1 rows).
+        monkeypatch.setattr(pg, "_LIVE_STATS_ROWS", -2)
+        queries = [["pizza", "sushi"], ["night"], ["sushi"]]
+        before = [store.fulltext_messages(P, "u1", q, 20, SearchFilters()) for q in queries]
+        store.fulltext_messages(P, "u2", ["pizza"], 20, SearchFilters())  # 1 row: none
+        _settle(store)
+        name = store.user_index_name(P, "u1", "messages:fts")
+        assert _user_index_rows(pg_url) == [(name, "u1", "ready")]
+        [(made,)] = dbsql.rows(pg_url, "SELECT indexdef FROM pg_indexes WHERE indexname = ?", name)
+        assert "gin (fts)" in made and "user_id = 'u1'::text" in made
+        # The planner takes it by itself where it pays (not on these few rows: the
+        # benchmark shows it on a large table); the results do not change.
+        after = [store.fulltext_messages(P, "u1", q, 20, SearchFilters()) for q in queries]
+        assert after == before
+        # A reindex keeps it (full text does not depend on the embedder); erasure drops it.
+        store.drop_vectors_except("test:v2:8")
+        assert _user_index_rows(pg_url) == [(name, "u1", "ready")]
+        store.erase_user(P, "u1", actor="test", reason=None)
+        assert _user_index_rows(pg_url) == []
+        assert dbsql.rows(pg_url, "SELECT to_regclass(?)::text", name) == [(None,)]
+    finally:
+        store.close()

@@ -73,6 +73,7 @@ from ._pg_base import (
 from ._pg_dispatch import PostgresDispatch
 from ._pg_governance import PostgresGovernance
 from ._pg_jobs import PostgresJobs
+from ._pg_user_indexes import PostgresUserIndexes, fulltext_target, vector_target
 from ._pg_webhooks import PostgresWebhooks
 from ._text import fts_words
 
@@ -200,7 +201,9 @@ def _lexeme_query(lexemes: Sequence[Sequence[str]]) -> str:
     return " | ".join(parts)
 
 
-class PostgresStore(PostgresJobs, PostgresDispatch, PostgresGovernance, PostgresWebhooks):
+class PostgresStore(
+    PostgresJobs, PostgresDispatch, PostgresGovernance, PostgresWebhooks, PostgresUserIndexes
+):
     """The store at scale. Thread-safe; any number of processes may share the database."""
 
     # Like SQLiteStore.MATCH_BUDGET: the terms of every layer's full-text search are taken
@@ -218,6 +221,8 @@ class PostgresStore(PostgresJobs, PostgresDispatch, PostgresGovernance, Postgres
         pool_size: int = 10,
         vector_index_threshold: int = 20_000,
         ef_search: int = 100,
+        user_index_threshold: int = 20_000,
+        user_fulltext_threshold: int = 100_000,
         connect_timeout: float = 10.0,
         migrate_to: int | None = None,
     ) -> None:
@@ -245,6 +250,7 @@ class PostgresStore(PostgresJobs, PostgresDispatch, PostgresGovernance, Postgres
         self._recounting: set[str] = set()
         self._size_estimates: dict[str, tuple[float, float]] = {}
         self._vector_info: Any = None
+        self._init_user_indexes(user_index_threshold, user_fulltext_threshold)
         try:
             with psycopg.connect(url, autocommit=True, connect_timeout=connect_timeout) as conn:
                 self._migrate(conn, migrate_to)
@@ -285,6 +291,7 @@ class PostgresStore(PostgresJobs, PostgresDispatch, PostgresGovernance, Postgres
         register_vector_info(conn, self._vector_info)
 
     def close(self) -> None:
+        self._close_user_indexes()
         self._pool.close()
 
     # -- schema ----------------------------------------------------------------------
@@ -637,7 +644,10 @@ class PostgresStore(PostgresJobs, PostgresDispatch, PostgresGovernance, Postgres
         }
         with self._read() as c:
             if self._is_large(c, table):
-                return self._large_fulltext(c, table, words, budget, scope, args)
+                found = self._large_fulltext(c, table, words, budget, scope, args)
+                # Not prepared, so the user's own GIN index, once made, is used as it is.
+                self._consider_user_index((project_id, user_id, fulltext_target(table)))
+                return found
             args.update(words=words, cap=self.RANK_CAP)
             rows = c.execute(_SMALL_FTS.format(t=checked(table), scope=scope), args).fetchall()
         return [(int(pk), float(score)) for pk, score in rows]
@@ -912,6 +922,21 @@ class PostgresStore(PostgresJobs, PostgresDispatch, PostgresGovernance, Postgres
                 c, project_id, user_id, kind, embedder, dim
             ):
                 expr = f"v.vec::{index_type} <#> %b::{index_type}"
+                indexed = (project_id, user_id, vector_target(kind, dim))
+                hnsw_scope, hnsw_args = scope, args
+                if self._has_user_index(indexed):
+                    # The user's own index (_pg_user_indexes): the planner matches its
+                    # predicate only with the project and user as values it can see, so
+                    # they are quoted literals and the statement is not prepared.
+                    from psycopg import sql
+
+                    who = sql.SQL("v.project_id = {} AND v.user_id = {}").format(
+                        sql.Literal(project_id), sql.Literal(user_id)
+                    )
+                    hnsw_scope = scope.replace(
+                        "v.project_id = %s AND v.user_id = %s", who.as_string(c)
+                    )
+                    hnsw_args = [*params, embedder]
                 # One round trip (pipeline): the settings hold for this transaction only.
                 with c.pipeline(), c.transaction():
                     c.execute(
@@ -924,11 +949,13 @@ class PostgresStore(PostgresJobs, PostgresDispatch, PostgresGovernance, Postgres
                     # candidates again, exactly, outside the index scan.
                     cur = c.execute(
                         "WITH c AS MATERIALIZED (SELECT v.item_pk, v.pk, v.vec <#> %b AS d "
-                        f"{scope} ORDER BY {expr} LIMIT %s) "
+                        f"{hnsw_scope} ORDER BY {expr} LIMIT %s) "
                         "SELECT item_pk, d FROM c ORDER BY d, pk",
-                        (q, *args, q, limit),
+                        (q, *hnsw_args, q, limit),
+                        prepare=False if hnsw_scope is not scope else None,
                     )
                 found = cur.fetchall()
+                self._consider_user_index(indexed, index_type)
                 if len(found) >= limit:
                     return [(int(pk), -float(d)) for pk, d in found]
             # Exact: every vector of the scope (that passes the join), counted on the way so
@@ -1123,7 +1150,18 @@ class PostgresStore(PostgresJobs, PostgresDispatch, PostgresGovernance, Postgres
                 (embedder,),
             )
         self._scope_sizes.clear()
+        # The new embedder's dimension may differ: users' indexes are made again as
+        # searches find large scopes.
+        self._drop_user_indexes(vectors_only=True)
         return cur.rowcount
+
+    def erase_user(
+        self, project_id: str, user_id: str, *, actor: str, reason: str | None
+    ) -> dict[str, int]:
+        counts = super().erase_user(project_id, user_id, actor=actor, reason=reason)
+        # After the erasure's commit: DROP INDEX CONCURRENTLY cannot run in a transaction.
+        self._drop_user_indexes(project_id, user_id, vectors_only=False)
+        return counts
 
     def messages_missing_vectors(
         self, embedder: str, after_pk: int, limit: int
