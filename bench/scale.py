@@ -16,7 +16,8 @@ the HNSW index both where the user's rows are half of it and where they are a tw
   tight clusters of near-duplicates, a hard case for HNSW recall.
 * PostgreSQL, bulk-loaded the way an operator would migrate a project: facts with their
   tsvector (the store's own ``fts_body`` words, ``to_tsvector('memstrata_fts', ..)``) and
-  vectors by COPY into a fresh database made by the engine's migrations, then the HNSW
+  vectors by COPY into a fresh database made by the engine's migrations, vacuumed (as
+  autovacuum would; a kept database of an earlier build: vacuum it once), then the HNSW
   index is built by the store's own ``_prepare_vectors`` (the index the engine creates and
   uses; ``maintenance_work_mem`` raised for the build only).
 * SQLite, through the engine's write path (``complete_batch`` with the facts, 1,000 per
