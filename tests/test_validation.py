@@ -25,6 +25,15 @@ def _count(mem: Memory) -> int:
         ({"role": "bot", "content": "hi"}, "messages[1].role: must be one of 'user', 'assistant'"),
         ({"role": "user", "content": "hi", "timestamp": "yesterday"}, "messages[1].timestamp"),
         ({"role": "user", "content": "hi", "timestamp": "2026-13-40T00:00:00Z"}, "timestamp"),
+        # Valid ISO times whose UTC instant falls outside years 1-9999.
+        (
+            {"role": "user", "content": "hi", "timestamp": "0001-01-01T00:00:00+05:00"},
+            "out of range",
+        ),
+        (
+            {"role": "user", "content": "hi", "timestamp": "9999-12-31T23:59:00-05:00"},
+            "out of range",
+        ),
         ({"role": "user", "content": 42}, "messages[1].content: Input should be a valid string"),
         ({"role": "user", "content": ["a"]}, "messages[1].content: Input should be a valid str"),
         ({"role": "user", "content": "hi", "metadata": ["x"]}, "messages[1].metadata"),
@@ -141,6 +150,10 @@ def test_search_and_recall_validation(mem: Memory) -> None:
         mem.search("x", user_id="u1", limit=0)
     with pytest.raises(ValidationError, match="since: expected an ISO-8601"):
         mem.search("x", user_id="u1", since="last spring")
+    with pytest.raises(ValidationError, match="as_of: out of range"):
+        mem.search("x", user_id="u1", as_of="0001-01-01T00:00:00+01:00")
+    with pytest.raises(ValidationError, match="until: out of range"):
+        mem.search("x", user_id="u1", until="9999-12-31T23:00:00-02:00")
     with pytest.raises(ValidationError, match="roles"):
         mem.search("x", user_id="u1", roles=["bot"])
     with pytest.raises(ValidationError, match="unknown operator"):
@@ -238,3 +251,38 @@ def test_nul_and_non_finite_numbers_are_refused_before_any_store(mem: Memory) ->
     with pytest.raises(ValidationError, match="NUL"):
         mem.set_status(mem.summaries.list(user_id="u1")[0].id, "archived", reason="r\x00")
     assert _count(mem) == 1
+
+
+def test_times_at_the_ends_of_the_calendar_are_stored_processed_and_recalled(mem: Memory) -> None:
+    """Years before 1000 and the last days of 9999 are valid times: they are stored in the
+    fixed-width format (glibc's %Y would write "159"), read back, processed (relative dates
+    that would leave the calendar stay as written) and recalled at any as_of."""
+    s = mem.sessions.create(user_id="u1")
+    texts = ["Yesterday I moved to Berlin.", "Last year I went hiking; next year I fly to Rome."]
+    stamps = ["0001-01-01T00:00:00Z", "0159-08-17T04:00:00Z", "9999-12-31T23:59:59Z"]
+    for i, ts in enumerate(stamps):
+        s.add_messages(
+            [
+                {"id": f"m{i}-{j}", "role": "user", "content": t, "timestamp": ts}
+                for j, t in enumerate(texts)
+            ],
+            sync=True,
+        )
+    stored = {m.id: m for m in mem.messages.list(user_id="u1")}
+    assert {m.status for m in stored.values()} == {"processed"}
+    assert stored["m1-0"].timestamp.isoformat() == "0159-08-17T04:00:00+00:00"
+    assert mem.messages.get("m1-0").timestamp.year == 159
+    # Time filters compare the stored text: it sorts as the times do, year 159 included.
+    hits = mem.search(
+        "Berlin",
+        user_id="u1",
+        layers=["message"],
+        since="0100-01-01T00:00:00Z",
+        until="1000-01-01T00:00:00Z",
+        as_of="9999-12-31T23:59:59Z",
+    )
+    assert hits and {h.id for h in hits} <= {"m1-0", "m1-1"}
+    for as_of in ("0001-01-02T00:00:00Z", "9999-12-31T00:00:00Z", None):
+        for query in ("where did I move last year?", "what did I do in spring?", "Berlin"):
+            assert mem.search(query, user_id="u1", as_of=as_of) is not None
+    assert "Berlin" in (s.get_memory("where did I move?").formatted_context or "")

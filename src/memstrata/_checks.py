@@ -65,3 +65,5 @@ def parse_time(value: datetime | str | None, name: str) -> datetime | None:
         raise ValidationError(
             f"invalid {name}", [f"{name}: expected an ISO-8601 datetime (got {value!r})"]
         ) from None
+    except ValueError as exc:
+        raise ValidationError(f"invalid {name}", [f"{name}: {exc} (got {value!r})"]) from None

@@ -23,15 +23,25 @@ def as_utc(value: datetime) -> datetime:
     # make the same input mean different instants on different machines.
     if value.tzinfo is None:
         return value.replace(tzinfo=timezone.utc)
-    return value.astimezone(timezone.utc)
+    try:
+        return value.astimezone(timezone.utc)
+    except OverflowError:
+        # 0001-01-01T00:00+05:00 is a valid ISO time whose UTC instant is in year 0.
+        raise ValueError("out of range: the UTC time must be within the years 1 to 9999") from None
+
+
+def _format(value: datetime) -> str:
+    # glibc's %Y does not zero-pad years before 1000 ("159-08-17T..."): such a time would
+    # neither sort with the others nor parse back, so the year is written here.
+    return f"{value.year:04d}{value.strftime(_FORMAT[2:])}"
 
 
 def to_iso(value: datetime | None) -> str | None:
-    return None if value is None else as_utc(value).strftime(_FORMAT)
+    return None if value is None else _format(as_utc(value))
 
 
 def now_iso() -> str:
-    return utcnow().strftime(_FORMAT)
+    return _format(utcnow())
 
 
 # Recall parses the same stored times again and again (a candidate's time, its validity,
@@ -44,4 +54,8 @@ def parse_iso(value: str | None) -> datetime | None:
     # (recall parses hundreds per query).
     if value.endswith("Z") and len(value) == 27:
         return datetime.fromisoformat(value[:-1]).replace(tzinfo=timezone.utc)
+    year, dash, rest = value.partition("-")
+    if dash and year.isdigit() and len(year) < 4:
+        # Written before years were padded (see _format): read it as what it meant.
+        return parse_iso(f"{int(year):04d}-{rest}")
     return datetime.strptime(value, _FORMAT).replace(tzinfo=timezone.utc)

@@ -963,6 +963,9 @@ class Memory:
             except PydanticValidationError:
                 problems.append(f"{name}: expected an ISO-8601 datetime (got {value!r})")
                 window.append(None)
+            except ValueError as exc:  # a valid time outside what UTC can hold
+                problems.append(f"{name}: {exc} (got {value!r})")
+                window.append(None)
         if problems:
             raise ValidationError("invalid search", problems)
         _check_id(user_id, "user_id")

@@ -714,7 +714,12 @@ def _find(text: str, ref: date) -> list[DateMention]:
                 continue
             start = m.start("x") if "x" in pattern.groupindex else m.start()
             ctx = _Ctx(text, ref, m, start, m.end(), _role(text, start, m.end()))
-            resolved = handler(ctx)
+            try:
+                resolved = handler(ctx)
+            except (OverflowError, ValueError):
+                # "yesterday" said on 0001-01-01, "next year" in 9999: no such date; the
+                # words stay as written.
+                continue
             if resolved is None:
                 continue
             first, last, granularity, relative = resolved
@@ -759,10 +764,11 @@ def _label(m: DateMention) -> str:
         return f"week of {m.first.isoformat()}"
     if m.granularity == "weekend":
         return f"{m.first.isoformat()} to {m.last.isoformat()}"
+    # isoformat, not %Y: strftime does not zero-pad years before 1000.
     if m.granularity == "month":
-        return m.first.strftime("%Y-%m")
+        return m.first.isoformat()[:7]
     if m.granularity == "season":
-        return f"{m.first:%Y-%m} to {m.last:%Y-%m}"
+        return f"{m.first.isoformat()[:7]} to {m.last.isoformat()[:7]}"
     return str(m.first.year)
 
 
@@ -799,7 +805,7 @@ def resolve_dates(text: str, reference: datetime) -> DateSpan:
         elif m.role == "until" and valid_to is None:
             valid_to = _utc(m.first)
         elif m.role == "through" and valid_to is None:
-            valid_to = _utc(m.last + timedelta(days=1))
+            valid_to = _utc(m.last + timedelta(days=1)) if m.last < date.max else None
         elif m.role == "at" and occurred_at is None:
             occurred_at = _utc(m.first)
             if m.first > ref and valid_from is None:

@@ -491,7 +491,10 @@ def _find_periods(text: str, ref: _Ref) -> list[_Period]:
         for m in pattern.finditer(text):
             if any(m.start() < p.end and p.start < m.end() for p in found):
                 continue
-            window = handler(m, ref)
+            try:
+                window = handler(m, ref)
+            except (OverflowError, ValueError):
+                continue  # "last year" asked in year 1: no such period; the words stay
             if window is None:
                 continue
             core = m.start("x") if "x" in pattern.groupindex else m.start()
