@@ -286,3 +286,6 @@ def test_times_at_the_ends_of_the_calendar_are_stored_processed_and_recalled(mem
         for query in ("where did I move last year?", "what did I do in spring?", "Berlin"):
             assert mem.search(query, user_id="u1", as_of=as_of) is not None
     assert "Berlin" in (s.get_memory("where did I move?").formatted_context or "")
+    old = mem.sessions.create(user_id="u2")
+    old.add_messages([{"role": "user", "content": "I moved to Rome.", "timestamp": stamps[1]}])
+    assert "0159-08-17" in (old.get_memory("Rome").formatted_context or "")

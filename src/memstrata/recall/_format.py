@@ -36,7 +36,7 @@ _LAYER_ORDER = {"summary": 0, "fact": 1, "message": 2}
 
 
 def _day(ts: datetime | None) -> str:
-    return ts.strftime("%Y-%m-%d") if ts else "undated"
+    return ts.date().isoformat() if ts else "undated"  # %Y would not pad years before 1000
 
 
 def _one_line(text: str) -> str:
@@ -70,7 +70,7 @@ def _quote(msg: Message, room: int) -> str:
 
 def _history_line(msg: Message) -> str:
     who = _who(msg.role, msg.name, msg.event_type)
-    return f"- [{msg.timestamp.strftime('%Y-%m-%d %H:%M')}] {who}: "
+    return f"- [{_day(msg.timestamp)} {msg.timestamp:%H:%M}] {who}: "
 
 
 def format_context(
