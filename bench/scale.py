@@ -370,6 +370,13 @@ def _measure_user(
     first = time.perf_counter()
     mem.search(queries[0], user_id=user, limit=LIMIT, layers=["fact"])
     cold_ms = (time.perf_counter() - first) * 1000
+    # After a large table's first search PostgreSQL's store reads its vocabulary in the
+    # background (~2 s per million rows); a running server has it, so the warm searches
+    # are timed once it is there.
+    vocabulary = getattr(store, "_vocabulary", None)
+    deadline = time.monotonic() + 120
+    while vocabulary is not None and "facts" not in vocabulary and time.monotonic() < deadline:
+        time.sleep(0.05)
     search, hits = _time_each(
         lambda q: mem.search(q, user_id=user, limit=LIMIT, layers=["fact"]), queries
     )

@@ -253,6 +253,52 @@ def test_large_tables_rank_full_text_from_caches_with_the_same_scores(
     assert exact[0] and exact[2] and exact[4] == []
 
 
+def _vocabulary_read(store: pg.PostgresStore, table: str, rows: int) -> dict[str, int]:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        known, counted_at = store._vocabulary.get(table, ({}, -1))
+        if counted_at == rows and table not in store._reading_vocabulary:
+            return known
+        time.sleep(0.02)
+    raise AssertionError(f"{table}'s vocabulary was not read")
+
+
+def test_large_tables_take_counts_from_their_vocabulary_read_in_the_background(
+    store: pg.PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A large table's lexeme counts come from its vocabulary, read once in the background:
+    a search then counts nothing it holds, the scores are the exact ones, a lexeme new since
+    is counted, and the vocabulary is read again once the table grew by a tenth."""
+    texts = [f"pizza night {i} with friends" for i in range(8)] + ["sushi and pizza", "我住在上海"]
+    add(store, texts)
+    process(store)
+    queries = [["pizza", "sushi"], ["night", "friends"], ["上海"]]
+    exact = [store.fulltext_messages(P, "u1", q, 20, SearchFilters()) for q in queries]
+    # Every table counts as large (-2: a table never analysed estimates -1 rows).
+    monkeypatch.setattr(pg, "_LIVE_STATS_ROWS", -2)
+    store._size_estimates.clear()
+    store.fulltext_messages(P, "u1", ["pizza"], 20, SearchFilters())  # starts the reading
+    known = _vocabulary_read(store, "messages", len(texts))
+    assert known["pizza"] == 9 and known["night"] == 8 and known["sushi"] == 1
+    store._df_cache.clear()
+    from_vocabulary = [store.fulltext_messages(P, "u1", q, 20, SearchFilters()) for q in queries]
+    assert not store._df_cache  # nothing was counted
+    for a, b in zip(exact, from_vocabulary, strict=True):
+        assert [pk for pk, _ in a] == [pk for pk, _ in b]
+        assert [s for _, s in a] == pytest.approx([s for _, s in b], rel=1e-9)
+    add(store, ["ramen tonight"], prefix="b")
+    process(store)
+    store._stats_cache.clear()  # the row count a minute later
+    store.fulltext_messages(P, "u1", ["ramen"], 20, SearchFilters())
+    assert ("messages", "ramen") in store._df_cache  # new since the reading: counted
+    # Grown by more than a tenth (and 100 rows): read again.
+    add(store, [f"udon {i}" for i in range(120)], prefix="c")
+    process(store)
+    store._stats_cache.clear()
+    store.fulltext_messages(P, "u1", ["udon"], 20, SearchFilters())
+    assert _vocabulary_read(store, "messages", len(texts) + 121)["udon"] == 120
+
+
 def test_large_tables_keep_to_the_rank_cap_like_small_ones(
     store: pg.PostgresStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:

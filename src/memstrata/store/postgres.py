@@ -91,6 +91,8 @@ _K1, _B = 1.2, 0.75
 # Tables up to this many rows (planner's estimate) have their full-text statistics counted
 # at every query, exactly like FTS5; larger ones take them from caches (see _fts_stats).
 _LIVE_STATS_ROWS = 5000
+# Lexeme counts kept per large table (the most frequent first); ~100 bytes each.
+_VOCABULARY_MAX = 1_000_000
 _TSQUERY_ESCAPE = str.maketrans({"'": "''", "\\": "\\\\"})
 
 
@@ -191,6 +193,11 @@ def _index_type(dim: int) -> str | None:
     return None
 
 
+def _fresh(counted_at_rows: int, rows: int) -> bool:
+    """Whether a count made when the table held ``counted_at_rows`` rows still stands."""
+    return rows <= counted_at_rows * 1.1 + 100
+
+
 def _lexeme_query(lexemes: Sequence[Sequence[str]]) -> str:
     """A tsquery (text form) matching any of the terms; a term of several lexemes is a
     phrase. Lexemes are quoted, so nothing in them is tsquery syntax."""
@@ -248,6 +255,9 @@ class PostgresStore(
         self._stats_cache: dict[str, tuple[int, float, float]] = {}
         self._common_lexemes: dict[str, dict[str, float]] = {}
         self._recounting: set[str] = set()
+        # table -> (rows holding each lexeme, the table's rows then): see _fts_stats.
+        self._vocabulary: dict[str, tuple[dict[str, int], int]] = {}
+        self._reading_vocabulary: set[str] = set()
         self._size_estimates: dict[str, tuple[float, float]] = {}
         self._vector_info: Any = None
         self._init_user_indexes(user_index_threshold, user_fulltext_threshold)
@@ -729,9 +739,11 @@ class PostgresStore(
         search's path. The table's rows and average length are counted on the first search
         and then recounted once a minute in the background (a large collection's average
         barely moves, and IDF follows the logarithm of the counts). A lexeme ANALYZE found
-        common takes its count from its frequency in pg_stats; any other is counted (a few
-        thousand rows at most, or it would be common) and cached until the table grew by a
-        tenth, as SQLiteStore caches counts."""
+        common takes its count from its frequency in pg_stats; any other from the table's
+        vocabulary (every lexeme's count, read by ts_stat in the background after the first
+        search, and again once the table grew by a tenth); one the vocabulary does not hold
+        yet is counted (a few thousand rows at most, or it would be common) and cached until
+        the table grew by a tenth, as SQLiteStore caches counts."""
         hit = self._stats_cache.get(table)
         if hit is None:
             hit = self._count_table(c, table)
@@ -742,13 +754,19 @@ class PostgresStore(
             ).start()
         rows, avg = hit[0], hit[1]
         common = self._common_lexemes.get(table, {})
+        known, counted_at = self._vocabulary.get(table, ({}, -1))
+        if counted_at < 0 or not _fresh(counted_at, rows):
+            known = {}
+            self._read_vocabulary(table)
         df: dict[str, int] = {}
         missing = []
         for lex in dict.fromkeys(lexemes):
             cached = self._df_cache.get((table, lex))
             if lex in common:
                 df[lex] = round(common[lex] * rows)
-            elif cached is not None and rows <= cached[1] * 1.1 + 100:
+            elif lex in known:
+                df[lex] = known[lex]
+            elif cached is not None and _fresh(cached[1], rows):
                 df[lex] = cached[0]
             else:
                 missing.append(lex)
@@ -783,6 +801,36 @@ class PostgresStore(
         self._stats_cache[table] = hit
         self._common_lexemes[table] = common
         return hit
+
+    def _read_vocabulary(self, table: str) -> None:
+        """Read ``table``'s vocabulary in the background, unless a reading runs already."""
+        with self._lock:
+            if table in self._reading_vocabulary:
+                return
+            self._reading_vocabulary.add(table)
+        threading.Thread(
+            target=self._vocabulary_reader,
+            args=(table,),
+            name="memstrata-fts-vocabulary",
+            daemon=True,
+        ).start()
+
+    def _vocabulary_reader(self, table: str) -> None:
+        try:
+            with self._read() as c:
+                rows = c.execute(f"SELECT count(*) FROM {checked(table)}").fetchone()[0]
+                # One pass over the table (about 2 s per million rows here), off the search
+                # path. The rarest lexemes past the cap are counted when asked for, cheaply.
+                found = c.execute(
+                    "SELECT word, ndoc FROM ts_stat(%s) ORDER BY ndoc DESC LIMIT %s",
+                    (f"SELECT fts FROM {checked(table)}", _VOCABULARY_MAX),
+                ).fetchall()
+            self._vocabulary[table] = ({w: int(n) for w, n in found}, int(rows))
+        except Exception:  # searches go on counting what they need
+            log.warning("reading %s's full-text vocabulary failed", table, exc_info=True)
+        finally:
+            with self._lock:
+                self._reading_vocabulary.discard(table)
 
     def _recount(self, table: str) -> None:
         try:
