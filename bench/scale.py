@@ -370,13 +370,20 @@ def _measure_user(
     first = time.perf_counter()
     mem.search(queries[0], user_id=user, limit=LIMIT, layers=["fact"])
     cold_ms = (time.perf_counter() - first) * 1000
-    # After a large table's first search PostgreSQL's store reads its vocabulary in the
-    # background (~2 s per million rows); a running server has it, so the warm searches
-    # are timed once it is there.
+    # After a first search PostgreSQL's store reads a large table's vocabulary (~2 s per
+    # million rows) and makes a large user's own indexes (seconds) in the background; a
+    # server that has been up a while has them, so the warm searches are timed after. (The
+    # first search of a user's vectors counts them exactly; the second goes through the
+    # shared index, which is what asks for the user's own.)
+    mem.search(queries[1], user_id=user, limit=LIMIT, layers=["fact"])
     vocabulary = getattr(store, "_vocabulary", None)
-    deadline = time.monotonic() + 120
-    while vocabulary is not None and "facts" not in vocabulary and time.monotonic() < deadline:
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline and (
+        (vocabulary is not None and "facts" not in vocabulary)
+        or getattr(store, "_user_index_thread", None) is not None
+    ):
         time.sleep(0.05)
+    settle_s = time.perf_counter() - first - cold_ms / 1000
     search, hits = _time_each(
         lambda q: mem.search(q, user_id=user, limit=LIMIT, layers=["fact"]), queries
     )
@@ -390,6 +397,7 @@ def _measure_user(
     approx = [[pk for pk, _ in r] for r in found[: len(exact_pks)]]
     out: dict[str, Any] = {
         "cold_first_search_ms": cold_ms,
+        "background_settle_s": settle_s,
         "search": search,
         "vector": vector,
         "fulltext": fulltext,
@@ -468,7 +476,8 @@ def _print_user(label: str, r: dict[str, Any]) -> None:
     print(
         f"  {label}: search p50 {s.p50:.2f} ms, p95 {s.p95:.2f} ms "
         f"[{verdict(s.p95, SEARCH_P95_TARGET_MS, higher_is_better=False)} against "
-        f"<= {SEARCH_P95_TARGET_MS:.0f} ms]; first search {r['cold_first_search_ms']:.0f} ms; "
+        f"<= {SEARCH_P95_TARGET_MS:.0f} ms]; first search {r['cold_first_search_ms']:.0f} ms, "
+        f"then {r['background_settle_s']:.1f} s of the store's background work; "
         f"recall@10 {r['recall_at_10']:.3f} (similarity kept {r['similarity_kept']:.3f})"
     )
     print(format_summary("mem.search, layers=[fact], limit 10", s))
