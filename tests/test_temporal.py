@@ -7,7 +7,10 @@ import math
 from datetime import datetime, timedelta, timezone
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from memstrata.pipeline._dates import resolve_dates
 from memstrata.recall._temporal import TimeIntent, parse_time_intent, window_boost
 
 UTC = timezone.utc
@@ -413,3 +416,31 @@ def test_window_boost_with_a_parsed_window() -> None:
     window = window_of("What did I buy last week?")
     assert window_boost(d(2023, 8, 9, 18), window) == 1.0
     assert window_boost(d(2023, 6, 1), window) < 0.001
+
+
+_PHRASES = [
+    "yesterday", "tomorrow", "last year", "next year", "last spring", "next winter",
+    "last week", "the weekend", "next month", "last May", "on 3 June", "two days ago",
+    "in three years", "before the move", "since last spring", "until next year",
+    "through December", "from May 3 to May 10", "the day before yesterday", "next Friday",
+    "昨天", "去年", "明年", "下个月", "三天前", "去年春天", "December 31", "January 1",
+]  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None, derandomize=True, database=None)
+@given(
+    st.one_of(
+        # The ends of the calendar, where a step back or forward leaves it.
+        st.sampled_from([datetime(1, 1, 1), datetime(1, 3, 2), datetime(9999, 12, 31)]),
+        st.datetimes(min_value=datetime(1, 1, 1), max_value=datetime(9999, 12, 31, 23, 59)),
+    ),
+    st.lists(st.sampled_from(_PHRASES), min_size=1, max_size=3),
+)
+def test_time_words_at_any_date_never_raise(now: datetime, phrases: list[str]) -> None:
+    """Questions and messages dated anywhere in years 1-9999 ("yesterday" on 0001-01-01,
+    "next year" in 9999) resolve what exists and leave the rest as written."""
+    now = now.replace(tzinfo=timezone.utc)
+    resolve_dates("I went hiking " + " and ".join(phrases), now)
+    intent = parse_time_intent("what did I do " + " ".join(phrases) + "?", now)
+    if intent.window is not None:
+        window_boost(now, intent.window)
