@@ -17,6 +17,9 @@ of medians. Nothing is asserted; targets are printed with PASS/MISS.
   capture config) and the query embedding by themselves, once the pipeline is idle. During
   the pairs every captured exchange also goes through the write pipeline in this process,
   on the same cores, beside the next calls' recall.
+* recall on again, from the same 1,000 memories, with the captured exchanges processed by
+  a ``memstrata worker`` process on the same file (the application's ``Memory`` has
+  ``workers=0``), as docs/capture.md describes (no target of its own).
 
 Questions are LoCoMo questions (shuffled, fixed seed), the same one for both calls of a
 pair; the recall user's messages are the first ``--memories`` LoCoMo turns. The fake
@@ -32,6 +35,9 @@ the figure recorded for it (+56 ms per captured call) comes from the issue.
 from __future__ import annotations
 
 import argparse
+import signal
+import sqlite3
+import subprocess
 import sys
 import tempfile
 import time
@@ -150,6 +156,36 @@ def _recall_parts(mem: Memory, embedder: str, n: int) -> dict[str, Any]:
     return out
 
 
+def _worker_process_pairs(
+    plain: Any, server: FakeOpenAIServer, url: str, args: argparse.Namespace
+) -> dict[str, Any]:
+    """Recall on, with the captured exchanges processed by a `memstrata worker` process on
+    the same file (docs/capture.md): the application's process only stores them."""
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "memstrata", "--db", url, "--embedder", args.embedder, "worker"],
+        stdout=subprocess.DEVNULL,
+    )
+    mem = Memory(url, embedder=args.embedder, workers=0)
+    try:
+        out = _pairs(plain, mem.llm.register(_client(server)), mem, args.calls, False)
+        # How far the worker was behind when the calls ended (it batches what is queued).
+        out["pending_at_end"] = mem.stats()["messages"]["pending"]
+        t0 = time.perf_counter()
+        deadline = time.monotonic() + 120
+        while mem.stats()["messages"]["pending"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        out["drained_s"] = time.perf_counter() - t0
+        print(
+            f"  messages pending when the calls ended: {out['pending_at_end']}, processed "
+            f"{out['drained_s']:.1f} s later"
+        )
+        return out
+    finally:
+        mem.close()
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(60)
+
+
 def _seconds(fn: Any) -> float:
     t0 = time.perf_counter()
     fn()
@@ -197,11 +233,26 @@ def main(argv: list[str] | None = None) -> None:
             f"\nrecall user: {len(texts)} messages processed in {time.perf_counter() - t0:.1f} s "
             f"-> {stats.get('facts')} facts, {stats.get('summaries')} summaries"
         )
+        on.close()
+        # The same user for the worker-process run below, before this run adds to it.
+        with sqlite3.connect(f"{tmp}/on.db") as src, sqlite3.connect(f"{tmp}/apart.db") as dst:
+            src.backup(dst)
+        on = Memory(f"sqlite:///{tmp}/on.db", embedder=args.embedder)
         captured = on.llm.register(_client(server))
         results["recall_on"] = _pairs(plain, captured, on, args.calls, False)
         _report(f"recall on, user with {len(texts)} memories", results["recall_on"], 10.0)
         results["recall_parts"] = _recall_parts(on, args.embedder, args.calls)
         on.close()
+
+        results["recall_on_worker_process"] = _worker_process_pairs(
+            plain, server, f"sqlite:///{tmp}/apart.db", args
+        )
+        _report(
+            f"recall on, user with {len(texts)} memories, pipeline in a `memstrata worker` "
+            "process (the application's Memory has workers=0)",
+            results["recall_on_worker_process"],
+            10.0,
+        )
     if args.json:
         flat = {
             k: {kk: (vv.as_dict() if hasattr(vv, "as_dict") else vv) for kk, vv in v.items()}
