@@ -56,14 +56,20 @@ def check_paging(limit: Any, offset: Any) -> None:
         raise ValidationError("invalid paging", problems)
 
 
-def parse_time(value: datetime | str | None, name: str) -> datetime | None:
+def read_time(value: datetime | str | None, name: str) -> tuple[datetime | None, str | None]:
+    """``(value as a UTC datetime, None)``, or ``(None, the problem with it)``."""
     if value is None:
-        return None
+        return None, None
     try:
-        return as_utc(_DATETIME.validate_python(value))
+        return as_utc(_DATETIME.validate_python(value)), None
     except PydanticValidationError:
-        raise ValidationError(
-            f"invalid {name}", [f"{name}: expected an ISO-8601 datetime (got {value!r})"]
-        ) from None
-    except ValueError as exc:
-        raise ValidationError(f"invalid {name}", [f"{name}: {exc} (got {value!r})"]) from None
+        return None, f"{name}: expected an ISO-8601 datetime (got {value!r})"
+    except ValueError as exc:  # a valid time outside what UTC can hold
+        return None, f"{name}: {exc} (got {value!r})"
+
+
+def parse_time(value: datetime | str | None, name: str) -> datetime | None:
+    when, problem = read_time(value, name)
+    if problem is not None:
+        raise ValidationError(f"invalid {name}", [problem])
+    return when

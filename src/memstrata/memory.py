@@ -16,12 +16,11 @@ from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import TypeAdapter
 from pydantic import ValidationError as PydanticValidationError
 
 from ._checks import check_id as _check_id
 from ._checks import check_paging as _check_paging
-from ._checks import check_text, new_id
+from ._checks import check_text, new_id, read_time
 from ._foreground import Foreground
 from ._governance import (
     SETTABLE_STATUSES,
@@ -33,7 +32,7 @@ from ._governance import (
     item_filters,
     processing_status,
 )
-from ._time import as_utc, now_iso, to_iso, utcnow
+from ._time import now_iso, to_iso, utcnow
 from ._webhooks import AsyncWebhooks, Webhooks
 from .capture import Attribution, Capture
 from .capture import scope as capture_scope
@@ -82,8 +81,6 @@ from .types import (
 __all__ = ["AsyncMemory", "Memory"]
 
 log = logging.getLogger("memstrata")
-
-_DATETIME = TypeAdapter(datetime)
 
 
 def _pydantic_problems(exc: PydanticValidationError, prefix: str) -> list[str]:
@@ -958,14 +955,10 @@ class Memory:
             problems.append("include_superseded: expected true or false")
         window: list[datetime | None] = []
         for name, value in (("since", since), ("until", until), ("as_of", as_of)):
-            try:
-                window.append(None if value is None else as_utc(_DATETIME.validate_python(value)))
-            except PydanticValidationError:
-                problems.append(f"{name}: expected an ISO-8601 datetime (got {value!r})")
-                window.append(None)
-            except ValueError as exc:  # a valid time outside what UTC can hold
-                problems.append(f"{name}: {exc} (got {value!r})")
-                window.append(None)
+            when, problem = read_time(value, name)
+            window.append(when)
+            if problem is not None:
+                problems.append(problem)
         if problems:
             raise ValidationError("invalid search", problems)
         _check_id(user_id, "user_id")
