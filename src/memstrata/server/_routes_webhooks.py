@@ -12,6 +12,7 @@ from typing import Literal
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
+from .._webhooks import MAX_GRACE_SECONDS, MAX_TIMEOUT_MS, MIN_TIMEOUT_MS
 from ..types import Webhook, WebhookDelivery
 from ._auth import CallerDep
 from ._common import API_ERRORS, Limit, Offset, page
@@ -47,7 +48,10 @@ class CreateWebhook(_Body):
     )
     name: str | None = Field(default=None, min_length=1, max_length=200)
     timeout_ms: int | None = Field(
-        default=None, ge=100, le=30_000, description="Default MEMSTRATA_WEBHOOK_TIMEOUT_MS."
+        default=None,
+        ge=MIN_TIMEOUT_MS,
+        le=MAX_TIMEOUT_MS,
+        description="Default MEMSTRATA_WEBHOOK_TIMEOUT_MS.",
     )
     enabled: bool = True
 
@@ -60,7 +64,7 @@ class UpdateWebhook(_Body):
     event: Event | None = None
     target_url: str | None = Field(default=None, min_length=1, max_length=2000)
     mode: Mode | None = None
-    timeout_ms: int | None = Field(default=None, ge=100, le=30_000)
+    timeout_ms: int | None = Field(default=None, ge=MIN_TIMEOUT_MS, le=MAX_TIMEOUT_MS)
     enabled: bool | None = None
 
 
@@ -68,7 +72,7 @@ class RotateSecret(_Body):
     grace_seconds: int = Field(
         default=0,
         ge=0,
-        le=7 * 86_400,
+        le=MAX_GRACE_SECONDS,
         description="Keep signing with the old secret too for this long (a second "
         "signature in `webhook-signature`), so receivers can switch without rejecting "
         "deliveries; 0 stops the old secret at once.",
