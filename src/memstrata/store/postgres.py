@@ -956,12 +956,16 @@ class PostgresStore(
         q = np.ascontiguousarray(query, dtype=np.float32)
         dim = int(q.shape[0])
         kind_sql = {"message": "'message'", "fact": "'fact'", "summary": "'summary'"}[kind]
-        # kind and dim are literals, not parameters, so that the planner can match the
-        # partial HNSW index (WHERE kind = ... AND dim = ...) in a cached generic plan too.
-        scope = (
-            f"FROM vectors v {join} WHERE v.kind = {kind_sql} AND v.dim = {dim} "
-            "AND v.project_id = %s AND v.user_id = %s AND v.embedder = %s"
-        )
+
+        def scope_of(who: str) -> str:
+            # kind and dim are literals, not parameters, so that the planner can match the
+            # partial HNSW index (WHERE kind = ... AND dim = ...) in a generic plan too.
+            return (
+                f"FROM vectors v {join} WHERE v.kind = {kind_sql} AND v.dim = {dim} "
+                f"AND {who} AND v.embedder = %s"
+            )
+
+        scope = scope_of("v.project_id = %s AND v.user_id = %s")
         args = [*params, project_id, user_id, embedder]
         key = (project_id, user_id, kind, embedder, dim)
         with self._read() as c:
@@ -981,10 +985,7 @@ class PostgresStore(
                     who = sql.SQL("v.project_id = {} AND v.user_id = {}").format(
                         sql.Literal(project_id), sql.Literal(user_id)
                     )
-                    hnsw_scope = scope.replace(
-                        "v.project_id = %s AND v.user_id = %s", who.as_string(c)
-                    )
-                    hnsw_args = [*params, embedder]
+                    hnsw_scope, hnsw_args = scope_of(who.as_string(c)), [*params, embedder]
                 # One round trip (pipeline): the settings hold for this transaction only.
                 with c.pipeline(), c.transaction():
                     c.execute(
