@@ -577,6 +577,42 @@ def test_strengthen_and_supersede_version_summaries_and_retire_facts(store: Stor
     assert [pk for pk, _ in store.fulltext_summaries(P, "u1", ["loves"], 10)] == [food.pk]
 
 
+def test_a_reworded_summary_is_searched_and_ranked_by_its_new_vector(store: Store) -> None:
+    """Strengthening a summary with new words re-embeds it: vector search and the briefs
+    recall ranks on must both see the new vector, also in a process that had already
+    loaded the old one."""
+    [first] = add(store, ["I love ramen"])
+    process(
+        store,
+        LayerWrite(
+            facts=[fact("f1", "User loves ramen", [first.id], unit(1, 0, 0))],
+            summaries=[summary("s1", "User loves ramen", fact_ids=["f1"], vec=unit(1, 0, 0))],
+        ),
+    )
+    [(pk, sim)] = store.vector_summaries(P, "u1", unit(1, 0, 0), EMB, 5, statuses=("active",))
+    assert sim == pytest.approx(1.0)
+    [second] = add(store, ["I love ramen with extra egg"], prefix="2")
+    process(
+        store,
+        LayerWrite(
+            facts=[fact("f2", "User loves ramen with egg", [second.id], unit(0, 1, 0))],
+            summaries=[
+                summary(
+                    "s1",
+                    "User loves ramen with egg",
+                    action="strengthen",
+                    fact_ids=["f2"],
+                    vec=unit(0, 1, 0),
+                )
+            ],
+        ),
+    )
+    found = store.vector_summaries(P, "u1", unit(0, 1, 0), EMB, 5, statuses=("active",))
+    assert found == [(pk, pytest.approx(1.0))]
+    _, _, summaries = store.recall_briefs(P, "u1", summaries=[pk], embedder=EMB)
+    assert np.frombuffer(summaries[pk][-1], dtype=np.float32).tolist() == unit(0, 1, 0).tolist()
+
+
 def test_a_message_with_active_or_no_facts_is_not_superseded(store: Store) -> None:
     rows = add(store, ["a", "b"])
     process(store, LayerWrite(facts=[fact("f1", "a", [rows[0].id], unit(1))]))

@@ -249,6 +249,57 @@ def test_hnsw_index_agrees_with_exact_search() -> None:
     assert got == exact.search(vecs[0], 5, allowed)
 
 
+def _unit_rows(n: int, dim: int, seed: int) -> np.ndarray:
+    vecs = np.random.default_rng(seed).normal(size=(n, dim)).astype(np.float32)
+    return vecs / np.linalg.norm(vecs, axis=1, keepdims=True)
+
+
+def test_an_item_embedded_again_is_rewritten_in_place_with_or_without_an_index() -> None:
+    """A new row for an item the scope holds (a reworded summary) replaces its vector:
+    exact search, the HNSW index and the vectors handed to recall all see the new one."""
+    vecs = _unit_rows(1200, 32, seed=3)
+    ids = np.arange(10, 1210, dtype=np.int64)
+    exact = VectorScope(dim=32, index_threshold=10**9)
+    indexed = VectorScope(dim=32, index_threshold=1000)
+    for scope in (exact, indexed):
+        scope.add(ids, ids, vecs)
+    assert indexed.wait_index(60)
+    new = -vecs[7]  # item 17 now points the other way
+    for scope in (exact, indexed):
+        scope.add(np.array([5000]), np.array([17]), new[None, :])
+        assert scope.n == 1200 and scope.last_pk == 5000
+        assert scope.search(new, 1) == [(17, pytest.approx(1.0))]
+        assert scope.search(vecs[7], 3)[0][0] != 17
+        assert scope.vectors([17, 18, 99999]) == {17: new.tobytes(), 18: vecs[8].tobytes()}
+
+
+def test_a_rewrite_during_the_index_build_reaches_the_index() -> None:
+    vecs = _unit_rows(30_000, 32, seed=4)
+    ids = np.arange(1, 30_001, dtype=np.int64)
+    scope = VectorScope(dim=32, index_threshold=1000)
+    scope.add(ids, ids, vecs)  # starts the background build
+    new = -vecs[0]
+    with scope.lock:  # as VectorCache.scope adds rows
+        building = scope.hnsw is None
+        scope.add(np.array([40_000]), np.array([1]), new[None, :])
+    assert scope.wait_index(60) and scope.hnsw is not None
+    if building:
+        assert not scope._dirty
+    matches = scope.hnsw.search(new, 1)
+    assert int(matches.keys[0]) == 0 and float(matches.distances[0]) == pytest.approx(0, abs=1e-5)
+
+
+def test_item_lookup_works_for_ids_in_any_order() -> None:
+    scope = VectorScope(dim=4, index_threshold=10**9)
+    vecs = _unit_rows(6, 4, seed=5)
+    scope.add(np.arange(1, 4), np.array([5, 9, 12]), vecs[:3])  # ascending
+    scope.add(np.arange(4, 7), np.array([2, 30, 7]), vecs[3:])  # an older item, embedded late
+    got = scope.vectors([2, 5, 7, 9, 12, 30, 8])
+    assert got == {i: vecs[k].tobytes() for k, i in enumerate([5, 9, 12, 2, 30, 7])}
+    scope.add(np.array([7]), np.array([9]), vecs[:1])  # rewrite in the unordered scope
+    assert scope.vectors([9]) == {9: vecs[0].tobytes()} and scope.n == 6
+
+
 def test_vector_index_follows_new_rows_and_other_processes(db_url: str) -> None:
     reader = Memory(db_url, embedder="hash", workers=0)
     writer = Memory(db_url, embedder="hash")

@@ -1,8 +1,9 @@
 """In-process vector search for the embedded store.
 
 Each (project, user, kind, embedder) scope is loaded once into a contiguous float32 matrix
-and then kept current incrementally: new rows are read by primary key > last seen, and a
-generation counter bumped on deletion forces a reload. Small scopes are searched exactly
+and then kept current incrementally: new rows are read by primary key > last seen (an item
+embedded again gets a new row, which overwrites the item's vector here), and a generation
+counter bumped on deletion forces a reload. Small scopes are searched exactly
 (one matrix-vector product); once a scope holds more than ``index_threshold`` vectors an
 HNSW index (usearch) is built beside the matrix and answers unfiltered and loosely
 filtered searches, with the exact matrix as fallback for selective filters.
@@ -44,16 +45,33 @@ class VectorScope:
     matrix: np.ndarray | None = None  # (capacity, dim); rows [:n] are live
     n: int = 0
     last_pk: int = 0
+    max_id: int = -1
     generation: int = 0
     hnsw: Any = None  # usearch.index.Index, keyed by position in `ids`
     hnsw_n: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
     _builder: threading.Thread | None = None
     _cancel: threading.Event = field(default_factory=threading.Event)
+    # Item id -> position, for the first `_sorted_n` positions: ids in ascending order and
+    # where each one is (None while the ids themselves are ascending, the usual case).
+    _sorted_ids: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    _order: np.ndarray | None = None
+    _sorted_n: int = 0
+    _dirty: set[int] = field(default_factory=set)  # rewritten while an index was built
 
     def add(self, pks: np.ndarray, item_ids: np.ndarray, vecs: np.ndarray) -> None:
         if len(item_ids) == 0:
             return
+        self.last_pk = max(self.last_pk, int(pks.max()))
+        if self.n and int(item_ids.min()) <= self.max_id:
+            # Items embedded again (a reworded summary): their rows are rewritten in place.
+            positions = self._positions(item_ids)
+            again = positions >= 0
+            if again.any():
+                self._rewrite(positions[again], vecs[again])
+                item_ids, vecs = item_ids[~again], vecs[~again]
+                if len(item_ids) == 0:
+                    return
         need = self.n + len(item_ids)
         if self.matrix is None or need > self.matrix.shape[0]:
             capacity = max(1024, 1 << (need - 1).bit_length())
@@ -67,11 +85,57 @@ class VectorScope:
         self.matrix[self.n : need] = vecs
         self.ids[self.n : need] = item_ids
         self.n = need
-        self.last_pk = max(self.last_pk, int(pks.max()))
+        self.max_id = max(self.max_id, int(item_ids.max()))
         if self.hnsw is not None:
             self._catch_up()
         elif self.n > self.index_threshold and self._builder is None:
             self._start_build()
+
+    def _positions(self, item_ids: np.ndarray) -> np.ndarray:
+        """Where each of ``item_ids`` is in the scope; -1 for the ones it does not hold."""
+        n = self.n
+        if self._sorted_n != n:
+            tail = self.ids[self._sorted_n : n]
+            ascending = bool(np.all(tail[1:] > tail[:-1])) and (
+                self._sorted_n == 0 or int(tail[0]) > int(self._sorted_ids[-1])
+            )
+            if ascending and self._order is None:
+                self._sorted_ids = self.ids[:n]
+            else:
+                self._order = np.argsort(self.ids[:n], kind="stable")
+                self._sorted_ids = self.ids[:n][self._order]
+            self._sorted_n = n
+        wanted = np.asarray(item_ids, dtype=np.int64)
+        if n == 0:
+            return np.full(len(wanted), -1, dtype=np.int64)
+        at = np.minimum(np.searchsorted(self._sorted_ids, wanted), n - 1)
+        found = self._sorted_ids[at] == wanted
+        positions = at if self._order is None else self._order[at]
+        return np.where(found, positions, -1)
+
+    def _rewrite(self, positions: np.ndarray, vecs: np.ndarray) -> None:
+        self.matrix[positions] = vecs  # type: ignore[index]
+        if self.hnsw is not None:
+            for pos in positions.tolist():
+                if pos < self.hnsw_n:
+                    self.hnsw.remove(pos)
+                    self.hnsw.add(pos, self.matrix[pos])  # type: ignore[index]
+        elif self._builder is not None:  # a build is copying the old rows: redo these after
+            self._dirty.update(positions.tolist())
+
+    def vectors(self, item_ids: Iterable[int]) -> dict[int, bytes]:
+        """The float32 vector (as bytes) of each of ``item_ids`` that the scope holds."""
+        with self.lock:
+            wanted = np.fromiter(item_ids, dtype=np.int64)
+            if self.n == 0 or len(wanted) == 0:
+                return {}
+            positions = self._positions(wanted)
+            matrix = self.matrix
+            return {
+                i: matrix[p].tobytes()  # type: ignore[index]
+                for i, p in zip(wanted.tolist(), positions.tolist(), strict=True)
+                if p >= 0
+            }
 
     def _start_build(self) -> None:
         # Building HNSW over 100k vectors takes tens of seconds on 2 cores: do it off the
@@ -102,6 +166,10 @@ class VectorScope:
             stop = min(n, start + 4096)
             index.add(np.arange(start, stop, dtype=np.uint64), matrix[start:stop], threads=2)
         with self.lock:
+            for pos in sorted(p for p in self._dirty if p < n):
+                index.remove(pos)
+                index.add(pos, self.matrix[pos])  # type: ignore[index]
+            self._dirty.clear()
             self.hnsw, self.hnsw_n = index, n
             self._catch_up()
 
@@ -215,6 +283,11 @@ class VectorCache:
                 scope.add(pks, item_ids, vecs.reshape(len(rows), dim))
         self._evict()
         return scope
+
+    def peek(self, key: ScopeKey) -> VectorScope | None:
+        """The scope loaded for ``key``, if any, as it is (not refreshed)."""
+        with self._lock:
+            return self._scopes.get(key)
 
     def _evict(self) -> None:
         with self._lock:

@@ -1180,9 +1180,11 @@ class SQLiteStore(SQLiteGovernance, SQLiteWebhooks):
             return
         self._claim_embedder(c, embedder)
         c.executemany(
-            "INSERT INTO vectors (project_id, user_id, kind, item_pk, embedder, dim, vec) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?) "
-            "ON CONFLICT (kind, item_pk, embedder) DO UPDATE SET vec = excluded.vec",
+            # An item embedded again gets a new row (a new pk) rather than an update in
+            # place: in-process vector caches read the rows past the last pk they saw.
+            "INSERT OR REPLACE INTO vectors "
+            "(project_id, user_id, kind, item_pk, embedder, dim, vec) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
             (
                 (
                     project_id,
