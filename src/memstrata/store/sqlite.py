@@ -347,6 +347,7 @@ class SQLiteStore(SQLiteGovernance, SQLiteWebhooks):
         self._closed = False
         self.vectors = VectorCache(index_threshold=vector_index_threshold)
         self._df_cache: dict[tuple[str, str], tuple[int, int]] = {}
+        self._stem_cache: dict[str, str] = {}
         parent = os.path.dirname(os.path.abspath(self.path))
         if not os.path.isdir(parent):
             raise StoreError(f"cannot create {self.path!r}: directory {parent!r} does not exist")
@@ -881,27 +882,38 @@ class SQLiteStore(SQLiteGovernance, SQLiteWebhooks):
 
     def _stems(self, words: Sequence[str]) -> list[str]:
         """The index's own tokens for each of ``words`` (Porter stems, CJK grams; several are
-        joined by spaces), from a scratch FTS5 table in this connection's temp schema."""
-        conn = self._conn()
-        if not getattr(self._local, "stemmer", False):
-            conn.execute(
-                "CREATE VIRTUAL TABLE IF NOT EXISTS temp.stem USING fts5 "
-                "(x, tokenize = 'porter unicode61 remove_diacritics 2')"
+        joined by spaces), from a scratch FTS5 table in this connection's temp schema. A
+        word's tokens never change, so they are remembered: a recall asks for the same
+        words once per layer, and users ask about the same things again."""
+        cache = self._stem_cache
+        known = {w: cache[w] for w in words if w in cache}
+        missing = list(dict.fromkeys(w for w in words if w not in known))
+        if missing:
+            conn = self._conn()
+            if not getattr(self._local, "stemmer", False):
+                conn.execute(
+                    "CREATE VIRTUAL TABLE IF NOT EXISTS temp.stem USING fts5 "
+                    "(x, tokenize = 'porter unicode61 remove_diacritics 2')"
+                )
+                conn.execute(
+                    "CREATE VIRTUAL TABLE IF NOT EXISTS temp.stem_vocab "
+                    "USING fts5vocab (temp, stem, 'instance')"
+                )
+                self._local.stemmer = True
+            conn.execute("DELETE FROM temp.stem")
+            conn.executemany(
+                "INSERT INTO temp.stem (rowid, x) VALUES (?, ?)",
+                [(i + 1, w) for i, w in enumerate(missing)],
             )
-            conn.execute(
-                "CREATE VIRTUAL TABLE IF NOT EXISTS temp.stem_vocab "
-                "USING fts5vocab (temp, stem, 'instance')"
-            )
-            self._local.stemmer = True
-        conn.execute("DELETE FROM temp.stem")
-        conn.executemany(
-            "INSERT INTO temp.stem (rowid, x) VALUES (?, ?)",
-            [(i + 1, w) for i, w in enumerate(words)],
-        )
-        out: list[list[str]] = [[] for _ in words]
-        for term, doc in conn.execute("SELECT term, doc FROM temp.stem_vocab"):
-            out[int(doc) - 1].append(term)
-        return [" ".join(o) for o in out]
+            out: list[list[str]] = [[] for _ in missing]
+            for term, doc in conn.execute("SELECT term, doc FROM temp.stem_vocab"):
+                out[int(doc) - 1].append(term)
+            found = {w: " ".join(o) for w, o in zip(missing, out, strict=True)}
+            known.update(found)
+            if len(cache) > 100_000:
+                cache.clear()
+            cache.update(found)
+        return [known[w] for w in words]
 
     def _doc_frequencies(self, table: str, tokens: Sequence[str], total: int) -> dict[str, int]:
         """Rows containing each token. fts5vocab counts them by walking the token's whole
@@ -1943,46 +1955,70 @@ class SQLiteStore(SQLiteGovernance, SQLiteWebhooks):
             if neighbours
             else "NULL, NULL"
         )
-        vec = (
-            "(SELECT v.vec FROM vectors v WHERE v.kind = '{kind}' AND v.item_pk = m.pk "
-            "AND v.embedder = ?)"
-        )
         queries = (
             (
+                "message",
                 messages,
                 "SELECT m.pk, m.id, m.session_id, m.name, m.ts, (SELECT min(f.status = "
                 "'superseded') FROM fact_sources fs JOIN facts f ON f.pk = fs.fact_pk "
-                f"WHERE fs.message_pk = m.pk), {around}, {vec.format(kind='message')} "
-                "FROM messages m",
+                f"WHERE fs.message_pk = m.pk), {around} FROM messages m",
             ),
             (
+                "fact",
                 facts,
                 "SELECT m.pk, m.id, m.status, m.occurred_at, m.observed_at, m.created_at, "
-                f"m.valid_to, {vec.format(kind='fact')} FROM facts m",
+                "m.valid_to FROM facts m",
             ),
             (
+                "summary",
                 summaries,
                 "SELECT m.pk, m.id, m.status, m.observed_at, m.created_at, m.valid_to, "
                 "m.fact_ids, (SELECT json_group_array(id) FROM (SELECT t.id FROM "
                 "topic_summaries ts JOIN topics t ON t.pk = ts.topic_pk WHERE "
-                "ts.summary_pk = m.pk AND t.status = 'active' ORDER BY t.pk)), "
-                f"{vec.format(kind='summary')} FROM summaries m",
+                "ts.summary_pk = m.pk AND t.status = 'active' ORDER BY t.pk)) FROM summaries m",
             ),
         )
         out: list[dict[int, tuple[Any, ...]]] = []
-        for pks, select in queries:
-            found: dict[int, tuple[Any, ...]] = {}
+        for kind, pks, select in queries:
+            rows: list[tuple[Any, ...]] = []
             pks = list(pks)
             for i in range(0, len(pks), 500):
                 chunk = pks[i : i + 500]
                 marks = ",".join("?" * len(chunk))
-                for row in conn.execute(
+                rows += conn.execute(
                     f"{select} WHERE m.pk IN ({marks}) AND m.project_id = ? AND m.user_id = ?",
-                    (embedder, *chunk, project_id, user_id),
-                ):
-                    found[row[0]] = row[1:]
-            out.append(found)
+                    (*chunk, project_id, user_id),
+                ).fetchall()
+            # The vectors come from the in-process cache that vector search keeps anyway:
+            # reading ~150 of them from the table cost more than the rest of the briefs.
+            vecs = (
+                self._item_vectors(project_id, user_id, kind, embedder, [r[0] for r in rows])
+                if embedder and rows
+                else {}
+            )
+            out.append({r[0]: (*r[1:], vecs.get(r[0])) for r in rows})
         return out[0], out[1], out[2]
+
+    def _item_vectors(
+        self, project_id: str, user_id: str, kind: str, embedder: str, pks: Sequence[int]
+    ) -> dict[int, bytes]:
+        cached = self.vectors.peek((project_id, user_id, kind, embedder))
+        if cached is not None:
+            dim = cached.dim
+        else:
+            row = (
+                self._conn()
+                .execute(
+                    "SELECT dim FROM vectors WHERE project_id = ? AND user_id = ? AND kind = ? "
+                    "AND embedder = ? LIMIT 1",
+                    (project_id, user_id, kind, embedder),
+                )
+                .fetchone()
+            )
+            if row is None:
+                return {}
+            dim = int(row[0])
+        return self._vector_scope(project_id, user_id, kind, embedder, dim).vectors(pks)
 
 
 def _split_sql(script: str) -> list[str]:
