@@ -88,6 +88,25 @@ def test_recall_is_injected_and_the_exchange_captured(
     assert all(MEMORY_PREAMBLE not in c for _, c in stored)
 
 
+def test_the_captured_user_turn_reuses_the_recall_query_vector(
+    make_memory: Any, server: FakeOpenAIServer
+) -> None:
+    """The last user turn is embedded once: as the recall's query before the call; the
+    pipeline storing it afterwards gets the same vector back from the local embedder."""
+    mem = make_memory(embedder="local")
+    client = mem.llm.register(_client(server))
+    with mem.scope(user_id="ana", session_id="chat"):
+        client.chat.completions.create(
+            model="gpt-test", messages=[{"role": "user", "content": "Any snack ideas?"}]
+        )
+    assert mem.llm.flush(5)
+    mem.wait()
+    embedder = mem._embedder
+    assert embedder.recent_hits == 1  # type: ignore[attr-defined]
+    [hit] = mem.search("Any snack ideas?", user_id="ana", limit=1)
+    assert hit.text == "Any snack ideas?" and hit.signals["vector"] == pytest.approx(1.0)
+
+
 def test_without_a_system_message_memory_comes_first(mem: Memory, server: FakeOpenAIServer) -> None:
     client = mem.llm.register(_client(server))
     with mem.scope(user_id="ana", session_id="chat"):

@@ -78,7 +78,8 @@ MIXED_TEXTS = [
 
 @pytest.fixture(scope="module")
 def local() -> LocalEmbedder:
-    embedder = LocalEmbedder()
+    # No reuse of recent vectors here: these tests are about what the model itself does.
+    embedder = LocalEmbedder(recent_texts=0)
     embedder.load()
     return embedder
 
@@ -290,6 +291,30 @@ def test_local_text_gets_one_vector_whatever_its_batch(local: LocalEmbedder) -> 
     long = local.embed(["a much longer text about many things " * 20, "I moved to Berlin last May"])
     np.testing.assert_array_equal(short[0], long[1])
     np.testing.assert_allclose(short[:1], alone, atol=1e-6)
+
+
+def test_local_reuses_the_vectors_of_recent_texts(local: LocalEmbedder) -> None:
+    """A text embedded again (a captured turn: the recall's query, then a message) gets its
+    vector back without running the model; the bound holds; callers get copies."""
+    cached = LocalEmbedder(model_path=local.model_path, recent_texts=3)
+    texts = ["I moved to Berlin last May", "ok", "x" * 5000, "My sister is Anna"]
+    first = cached.embed(texts)
+    np.testing.assert_array_equal(first, local.embed(texts))
+    assert cached.recent_hits == 0
+    again = cached.embed(["I moved to Berlin last May"])
+    assert cached.recent_hits == 1
+    np.testing.assert_array_equal(again[0], first[0])
+    again[0] *= 0  # the caller's array, not the kept one
+    mixed = cached.embed(["My sister is Anna", "a new text", "x" * 5000])
+    assert cached.recent_hits == 2  # the 5,000-character text is too long to keep
+    np.testing.assert_array_equal(mixed[0], first[3])
+    np.testing.assert_array_equal(mixed[2], first[2])
+    np.testing.assert_array_equal(cached.embed(["I moved to Berlin last May"]), first[:1])
+    assert cached.recent_hits == 3
+    cached.embed(["ok"])  # pushed out by the three texts kept since
+    assert cached.recent_hits == 3
+    with pytest.raises(ConfigError, match="recent_texts"):
+        LocalEmbedder(recent_texts=-1)
 
 
 def test_import_does_not_load_heavy_runtimes() -> None:

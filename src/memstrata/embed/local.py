@@ -17,6 +17,7 @@ import math
 import os
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -57,6 +58,12 @@ _SEP_ID = 102
 _YIELD_WAIT_SECONDS = 0.1
 _WAIT_PER_TEXTS = 16
 _MAX_YIELDS = 2
+# Vectors of recently embedded texts, kept because the same text is often embedded twice in
+# a row: an LLM call's last user turn is the recall's query, then a message to store. A
+# text gets the same vector as a query and as a document (see LocalEmbedder), so the
+# second time costs nothing. Bounded in entries and in the length of the texts kept.
+_RECENT_TEXTS = 1024
+_RECENT_MAX_CHARS = 4096
 
 
 def _build_tokenizer() -> Tokenizer:
@@ -109,7 +116,10 @@ class LocalEmbedder:
     a batch would depend on its neighbours (and their padding); one at a time, a text
     always gets the same vector, as a document and as a query.
     The ONNX session is created on the first :meth:`embed` (or :meth:`load`); ``threads``
-    bounds onnxruntime's intra-op threads (default ``min(2, cpu_count)``).
+    bounds onnxruntime's intra-op threads of background runs (default 1: one session for
+    queries and background runs alike). The vectors of the last ``recent_texts`` texts
+    (up to 4,096 characters each) are kept and reused: a captured call's user turn is
+    embedded as the recall's query and again as a message to store.
     """
 
     # "-dq": dynamically quantised products. The fp32-product model of earlier versions was
@@ -123,10 +133,16 @@ class LocalEmbedder:
     dim = _DIM
 
     def __init__(
-        self, *, model_path: str | os.PathLike[str] | None = None, threads: int | None = None
+        self,
+        *,
+        model_path: str | os.PathLike[str] | None = None,
+        threads: int | None = None,
+        recent_texts: int = _RECENT_TEXTS,
     ) -> None:
         if threads is not None and threads < 1:
             raise ConfigError(f"threads must be a positive integer, got {threads}")
+        if recent_texts < 0:
+            raise ConfigError(f"recent_texts must be 0 or more, got {recent_texts}")
         try:
             if importlib.util.find_spec("onnxruntime") is None:
                 raise ModuleNotFoundError(name="onnxruntime")
@@ -142,11 +158,16 @@ class LocalEmbedder:
             source = "model_path" if model_path else MODEL_PATH_ENV if override else "package"
             raise ConfigError(f"local embedding model not found: {path} (from {source})")
         self._model_path = path
-        self._threads = threads or min(2, os.cpu_count() or 1)
+        # One thread by default: texts run one at a time, and a second intra-op thread made
+        # them at most ~10% faster alone (docs/benchmarks.md) while taking the other core
+        # from the application. With one thread, queries and background runs share one
+        # session, so a query right after background work finds the model's weights
+        # (22 MB) still in the CPU cache instead of a second copy's.
+        self._threads = threads or 1
         self._session: onnxruntime.InferenceSession | None = None
-        # Queries (one text) get a one-thread session of their own: on the shared session
-        # they would queue behind a background batch for its intra-op threads, and a query
-        # is what a user (or an LLM call) is waiting for.
+        # With more threads, queries (one text) get a one-thread session of their own: on
+        # the background session they would queue behind a batch for its intra-op
+        # threads, and a query is what a user (or an LLM call) is waiting for.
         self._query_session: onnxruntime.InferenceSession | None = None
         self._load_lock = threading.Lock()
         # Queries in flight, and the run options of the batches running now: a query stops
@@ -155,6 +176,10 @@ class LocalEmbedder:
         self._quiet = threading.Condition()
         self._batch_runs: dict[int, onnxruntime.RunOptions] = {}
         self.yielded = 0  # batch runs stopped for a query (for tests and diagnostics)
+        self._recent: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._recent_max = recent_texts
+        self._recent_lock = threading.Lock()
+        self.recent_hits = 0  # texts answered from the recent vectors (for tests)
 
     @property
     def model_path(self) -> Path:
@@ -167,6 +192,7 @@ class LocalEmbedder:
         self._get_session(query=True)
 
     def _get_session(self, *, query: bool = False) -> onnxruntime.InferenceSession:
+        query = query or self._threads == 1
         session = self._query_session if query else self._session
         if session is not None:
             return session
@@ -270,16 +296,40 @@ class LocalEmbedder:
         n = len(texts)
         if n == 0:
             return np.zeros((0, _DIM), dtype=np.float32)
+        out = np.zeros((n, _DIM), dtype=np.float32)
+        todo = [i for i, text in enumerate(texts) if not self._recent_vector(text, out[i])]
+        if not todo:
+            return out
         encode = self._tokenizer.encode
         if n == 1:
             with self.foreground():
-                return self._embed_one(self._get_session(query=True), encode(texts[0]).ids)
-        session = self._get_session()
-        deadline = time.monotonic() + _YIELD_WAIT_SECONDS * math.ceil(n / _WAIT_PER_TEXTS)
-        out = np.zeros((n, _DIM), dtype=np.float32)
-        for i, text in enumerate(texts):
-            out[i] = self._embed_one(session, encode(text).ids, deadline=deadline)[0]
+                out[0] = self._embed_one(self._get_session(query=True), encode(texts[0]).ids)[0]
+        else:
+            session = self._get_session()
+            deadline = time.monotonic() + _YIELD_WAIT_SECONDS * math.ceil(
+                len(todo) / _WAIT_PER_TEXTS
+            )
+            for i in todo:
+                out[i] = self._embed_one(session, encode(texts[i]).ids, deadline=deadline)[0]
+        if self._recent_max:
+            with self._recent_lock:
+                for i in todo:
+                    if len(texts[i]) <= _RECENT_MAX_CHARS:
+                        self._recent[texts[i]] = out[i].copy()
+                while len(self._recent) > self._recent_max:
+                    self._recent.popitem(last=False)
         return out
+
+    def _recent_vector(self, text: str, into: np.ndarray) -> bool:
+        """Copy ``text``'s vector into ``into`` if it was embedded recently."""
+        with self._recent_lock:
+            vec = self._recent.get(text)
+            if vec is None:
+                return False
+            self._recent.move_to_end(text)
+            self.recent_hits += 1
+        into[:] = vec
+        return True
 
     def _embed_one(
         self,
