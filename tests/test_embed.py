@@ -317,6 +317,21 @@ def test_local_reuses_the_vectors_of_recent_texts(local: LocalEmbedder) -> None:
         LocalEmbedder(recent_texts=-1)
 
 
+def test_local_small_batches_share_the_query_session(local: LocalEmbedder) -> None:
+    """A captured exchange (a few texts) runs on the one-thread query session, whose
+    weights the next query then finds in the CPU cache; a bulk batch gets the batch
+    session and its threads; with one thread there is only one session."""
+    two = LocalEmbedder(model_path=local.model_path, threads=2, recent_texts=0)
+    two.embed(["where do I live?"])
+    two.embed(["the user's turn", "the model's answer"])
+    assert two._query_session is not None and two._session is None
+    two.embed([f"text {i}" for i in range(8)])
+    assert two._session is not None and two._session is not two._query_session
+    one = LocalEmbedder(model_path=local.model_path, threads=1, recent_texts=0)
+    one.embed([f"text {i}" for i in range(8)])
+    assert one._session is None and one._query_session is not None
+
+
 def test_import_does_not_load_heavy_runtimes() -> None:
     out = run_python(
         "import sys, memstrata.embed\n"

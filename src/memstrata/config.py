@@ -60,11 +60,7 @@ class Settings(BaseSettings):
         "its sha256 is verified.",
     )
     embedder_threads: int | None = Field(
-        default=None,
-        ge=1,
-        le=64,
-        description="onnxruntime intra-op threads of the local model's background runs "
-        "(default 1: one session for queries and background runs).",
+        default=None, ge=1, le=64, description="onnxruntime threads of the local model."
     )
     workers: int = Field(
         default=1,

@@ -64,6 +64,9 @@ _MAX_YIELDS = 2
 # second time costs nothing. Bounded in entries and in the length of the texts kept.
 _RECENT_TEXTS = 1024
 _RECENT_MAX_CHARS = 4096
+# Background calls with at most this many texts to embed run on the query session; bulk
+# imports keep the batch session and its threads (two threads embedded ~8% more texts/s).
+_SMALL_BATCH = 4
 
 
 def _build_tokenizer() -> Tokenizer:
@@ -116,10 +119,10 @@ class LocalEmbedder:
     a batch would depend on its neighbours (and their padding); one at a time, a text
     always gets the same vector, as a document and as a query.
     The ONNX session is created on the first :meth:`embed` (or :meth:`load`); ``threads``
-    bounds onnxruntime's intra-op threads of background runs (default 1: one session for
-    queries and background runs alike). The vectors of the last ``recent_texts`` texts
-    (up to 4,096 characters each) are kept and reused: a captured call's user turn is
-    embedded as the recall's query and again as a message to store.
+    bounds onnxruntime's intra-op threads of background batches (default ``min(2,
+    cpu_count)``); queries and small batches run on a one-thread session. The vectors of
+    the last ``recent_texts`` texts (up to 4,096 characters each) are kept and reused: a
+    captured call's user turn is embedded as the recall's query and again as a message.
     """
 
     # "-dq": dynamically quantised products. The fp32-product model of earlier versions was
@@ -158,16 +161,13 @@ class LocalEmbedder:
             source = "model_path" if model_path else MODEL_PATH_ENV if override else "package"
             raise ConfigError(f"local embedding model not found: {path} (from {source})")
         self._model_path = path
-        # One thread by default: texts run one at a time, and a second intra-op thread made
-        # them at most ~10% faster alone (docs/benchmarks.md) while taking the other core
-        # from the application. With one thread, queries and background runs share one
-        # session, so a query right after background work finds the model's weights
-        # (22 MB) still in the CPU cache instead of a second copy's.
-        self._threads = threads or 1
+        self._threads = threads or min(2, os.cpu_count() or 1)
         self._session: onnxruntime.InferenceSession | None = None
-        # With more threads, queries (one text) get a one-thread session of their own: on
-        # the background session they would queue behind a batch for its intra-op
-        # threads, and a query is what a user (or an LLM call) is waiting for.
+        # Queries (one text) get a one-thread session of their own: on the batch session
+        # they would queue behind a background batch for its intra-op threads, and a query
+        # is what a user (or an LLM call) is waiting for. Small background batches (a
+        # captured exchange) run on it too, so that the next query finds the model's
+        # weights (22 MB) in the CPU cache rather than those of the other session.
         self._query_session: onnxruntime.InferenceSession | None = None
         self._load_lock = threading.Lock()
         # Queries in flight, and the run options of the batches running now: a query stops
@@ -192,7 +192,7 @@ class LocalEmbedder:
         self._get_session(query=True)
 
     def _get_session(self, *, query: bool = False) -> onnxruntime.InferenceSession:
-        query = query or self._threads == 1
+        query = query or self._threads == 1  # one thread: one session is enough
         session = self._query_session if query else self._session
         if session is not None:
             return session
@@ -305,7 +305,7 @@ class LocalEmbedder:
             with self.foreground():
                 out[0] = self._embed_one(self._get_session(query=True), encode(texts[0]).ids)[0]
         else:
-            session = self._get_session()
+            session = self._get_session(query=len(todo) <= _SMALL_BATCH)
             deadline = time.monotonic() + _YIELD_WAIT_SECONDS * math.ceil(
                 len(todo) / _WAIT_PER_TEXTS
             )
