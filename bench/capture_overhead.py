@@ -22,7 +22,8 @@ of medians. Nothing is asserted; targets are printed with PASS/MISS.
   ``workers=0``), as docs/capture.md describes (no target of its own).
 
 Questions are LoCoMo questions (shuffled, fixed seed), the same one for both calls of a
-pair; the recall user's messages are the first ``--memories`` LoCoMo turns. The fake
+pair; the recall user's messages are the first ``--memories`` LoCoMo turns, and the fake
+model's answers the LoCoMo turns after them. The fake
 answers at once, so the figures are the client-side cost alone; a real model's
 latency (hundreds of ms) only dilutes the ratio. If the ``memori`` package is installed,
 its capture mode is not run here: Memori needs its own cloud account for extraction, and
@@ -35,6 +36,7 @@ the figure recorded for it (+56 ms per captured call) comes from the issue.
 from __future__ import annotations
 
 import argparse
+import itertools
 import signal
 import sqlite3
 import subprocess
@@ -206,7 +208,11 @@ def main(argv: list[str] | None = None) -> None:
     )
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp, FakeOpenAIServer() as server:
-        server.chat_script = lambda body: "Sounds good: a vegetable curry."
+        # Varied answers, as a model gives (LoCoMo turns the recall user does not hold): one
+        # answer repeated would make every captured exchange half a duplicate, and its
+        # vector would be reused rather than computed.
+        answers = itertools.cycle([t.text for t in locomo_turns()][args.memories :])
+        server.chat_script = lambda body: next(answers)
         plain = _client(server)
 
         off = Memory(f"sqlite:///{tmp}/off.db", embedder="hash", capture_recall=False)
