@@ -247,6 +247,10 @@ def main(argv: list[str] | None = None) -> None:
         captured = on.llm.register(_client(server))
         results["recall_on"] = _pairs(plain, captured, on, args.calls, False)
         _report(f"recall on, user with {len(texts)} memories", results["recall_on"], 10.0)
+        on.close()
+        # Reopened, so that the embedder has not kept the vectors of the pairs' questions
+        # (the recall alone asks them again).
+        on = Memory(f"sqlite:///{tmp}/on.db", embedder=args.embedder)
         results["recall_parts"] = _recall_parts(on, args.embedder, args.calls)
         on.close()
 
