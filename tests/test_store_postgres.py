@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -410,6 +411,18 @@ def _user_facts(store: pg.PostgresStore, user: str, n: int) -> None:
     )
 
 
+@contextmanager
+def _two_users(pg_url: str, **options: Any) -> Iterator[pg.PostgresStore]:
+    """A store where u1 holds 30 facts (a small share of the shared index) and u2 200."""
+    store = pg.PostgresStore(pg_url, vector_index_threshold=10, **options)
+    try:
+        _user_facts(store, "u1", 30)
+        _user_facts(store, "u2", 200)
+        yield store
+    finally:
+        store.close()
+
+
 def _settle(store: pg.PostgresStore) -> None:
     deadline = time.monotonic() + 60
     while store._user_index_thread is not None and time.monotonic() < deadline:
@@ -424,12 +437,8 @@ def _user_index_rows(url: str) -> list[tuple[Any, ...]]:
 def test_a_large_user_who_is_a_small_share_of_the_index_gets_an_index_of_their_own(
     pg_url: str,
 ) -> None:
-    store = pg.PostgresStore(
-        pg_url, vector_index_threshold=10, user_index_threshold=20, pool_size=1
-    )
-    try:
-        _user_facts(store, "u1", 30)  # 30 of 230 facts: a share small enough
-        _user_facts(store, "u2", 200)  # most of the index: no index of its own
+    # u1: 30 of 230 facts, a share small enough; u2: most of the index, no index of its own.
+    with _two_users(pg_url, user_index_threshold=20, pool_size=1) as store:
         q = unit(seed=5)
         exact = store.vector_facts(P, "u1", q, EMB, 5)  # exact, and counts the scope
         assert store.vector_facts(P, "u1", q, EMB, 5) == exact  # through the shared index
@@ -464,15 +473,10 @@ def test_a_large_user_who_is_a_small_share_of_the_index_gets_an_index_of_their_o
         store.erase_user(P, "u1", actor="test", reason=None)
         assert name not in _indexes(pg_url) and _user_index_rows(pg_url) == []
         assert not store._has_user_index((P, "u1", "vectors:fact:8"))
-    finally:
-        store.close()
 
 
 def test_a_build_that_died_is_taken_over_and_a_reindex_drops_user_indexes(pg_url: str) -> None:
-    store = pg.PostgresStore(pg_url, vector_index_threshold=10, user_index_threshold=20)
-    try:
-        _user_facts(store, "u1", 30)
-        _user_facts(store, "u2", 200)
+    with _two_users(pg_url, user_index_threshold=20) as store:
         name = store.user_index_name(P, "u1", "vectors:fact:8")
         # What a builder killed mid-way leaves: its row, and an invalid index of that name
         # (a concurrent build that failed).
@@ -498,21 +502,14 @@ def test_a_build_that_died_is_taken_over_and_a_reindex_drops_user_indexes(pg_url
         # Vectors of another embedder replace these: user indexes go, made again on demand.
         store.drop_vectors_except("test:v2:8")
         assert name not in _indexes(pg_url) and _user_index_rows(pg_url) == []
-    finally:
-        store.close()
 
 
 def test_user_indexes_can_be_turned_off(pg_url: str) -> None:
-    store = pg.PostgresStore(pg_url, vector_index_threshold=10, user_index_threshold=0)
-    try:
-        _user_facts(store, "u1", 30)
-        _user_facts(store, "u2", 200)
+    with _two_users(pg_url, user_index_threshold=0) as store:
         for _ in range(2):
             store.vector_facts(P, "u1", unit(seed=1), EMB, 5)
         _settle(store)
         assert _user_index_rows(pg_url) == []
-    finally:
-        store.close()
 
 
 def test_a_user_with_many_rows_gets_a_full_text_index_of_their_own(
