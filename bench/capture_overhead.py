@@ -25,9 +25,13 @@ Questions are LoCoMo questions (shuffled, fixed seed), the same one for both cal
 pair; the recall user's messages are the first ``--memories`` LoCoMo turns, and the fake
 model's answers the LoCoMo turns after them. The fake
 answers at once, so the figures are the client-side cost alone; a real model's
-latency (hundreds of ms) only dilutes the ratio. If the ``memori`` package is installed,
-its capture mode is not run here: Memori needs its own cloud account for extraction, and
-the figure recorded for it (+56 ms per captured call) comes from the issue.
+latency (hundreds of ms) only dilutes the ratio.
+
+If the ``memori`` package is installed (``pip install memori``; not a dependency), Memori's
+capture runs against the same server and is printed beside ours: BYODB mode on a SQLite
+file, no attribution, so capture without recall or augmentation (those need Memori's cloud
+or a model download); its cloud and telemetry addresses point at a closed port on
+127.0.0.1. See ``_memori_pairs``.
 
     python bench/capture_overhead.py              # 300 pairs each, 1,000 memories (~1 min)
     python bench/capture_overhead.py --calls 1000 --memories 1000 --json
@@ -36,13 +40,21 @@ the figure recorded for it (+56 ms per captured call) comes from the issue.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import importlib.util
+import io
 import itertools
+import os
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -93,10 +105,22 @@ def _call(client: Any, stream: bool, i: int = 0) -> float:
     return time.perf_counter() - t0
 
 
-def _pairs(plain: Any, captured: Any, mem: Memory, n: int, stream: bool) -> dict[str, Any]:
+def _pairs(
+    plain: Any,
+    captured: Any,
+    mem: Memory | None,
+    n: int,
+    stream: bool,
+    scope: Callable[[], AbstractContextManager[Any]] | None = None,
+) -> dict[str, Any]:
+    """``n`` pairs of calls; each registered call runs in ``scope()`` (default: memstrata's
+    scope of the bench user)."""
+    if scope is None:
+        assert mem is not None
+        scope = partial(mem.scope, user_id="bench", session_id="bench")
     for i in range(20):  # warm both paths (connections, recall caches, model)
         _call(plain, stream, i)
-        with mem.scope(user_id="bench", session_id="bench"):
+        with scope():
             _call(captured, stream, i)
     base: list[float] = []
     wrapped: list[float] = []
@@ -108,9 +132,10 @@ def _pairs(plain: Any, captured: Any, mem: Memory, n: int, stream: bool) -> dict
                 if which == 0:
                     base.append(_call(plain, stream, q))
                 else:
-                    with mem.scope(user_id="bench", session_id="bench"):
+                    with scope():
                         wrapped.append(_call(captured, stream, q))
-    assert mem.llm.flush(60)
+    if mem is not None:
+        assert mem.llm.flush(60)
     added = np.asarray(wrapped) - np.asarray(base)
     return {
         "plain": summarize(base),
@@ -122,15 +147,19 @@ def _pairs(plain: Any, captured: Any, mem: Memory, n: int, stream: bool) -> dict
     }
 
 
-def _report(label: str, r: dict[str, Any], target: float) -> None:
+def _report(label: str, r: dict[str, Any], target: float | None) -> None:
     print(f"\n{label}")
     print(format_summary("plain client", r["plain"]))
     print(format_summary("registered client", r["registered"]))
+    judged = (
+        f"   target p50 <= {target:g} ms: "
+        f"{verdict(r['added_p50_ms'], target, higher_is_better=False)}"
+        if target is not None
+        else ""
+    )
     print(
         f"  added per call: p50 {r['added_p50_ms']:.3f} ms, p95 {r['added_p95_ms']:.3f} ms; "
-        f"ratio of medians {r['ratio']:.2f}; other load {r['other_load']:.0%}   "
-        f"target p50 <= {target:g} ms: "
-        f"{verdict(r['added_p50_ms'], target, higher_is_better=False)}"
+        f"ratio of medians {r['ratio']:.2f}; other load {r['other_load']:.0%}{judged}"
     )
 
 
@@ -186,6 +215,51 @@ def _worker_process_pairs(
         mem.close()
         worker.send_signal(signal.SIGTERM)
         worker.wait(60)
+
+
+def _memori_pairs(plain: Any, server: FakeOpenAIServer, tmp: str, n: int) -> dict[str, Any]:
+    """Memori's capture on the same server, when the ``memori`` package is installed.
+
+    Memori runs in its BYODB mode on a SQLite file beside memstrata's, with no attribution:
+    so it captures each exchange (stored before the call returns) without recall or
+    augmentation, which need Memori's cloud (its extraction runs there) or a model download.
+    Its telemetry and cloud calls go to a closed port on 127.0.0.1 (refused at once) and its
+    native core, which would download onnxruntime, stays off. Two runs: one Memori session
+    (as an application uses it: Memori then replays the session's earlier turns into each
+    request, its default) and a new session before every call (the capture alone).
+    """
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    os.environ.update(
+        MEMORI_API_URL_BASE=closed,
+        MEMORI_COLLECTOR_URL_BASE=closed,
+        MEMORI_DISABLE_RUST_CORE="1",
+        MEMORI_ORT_AUTO_DOWNLOAD="0",
+    )
+    from memori import Memori
+
+    out: dict[str, Any] = {}
+    for label, fresh in (("one session", False), ("new session per call", True)):
+        path = f"{tmp}/memori-{int(fresh)}.db"
+        with contextlib.redirect_stdout(io.StringIO()):  # its schema build prints a banner
+            memori = Memori(conn=lambda path=path: sqlite3.connect(path, check_same_thread=False))
+            memori.config.storage.build()  # its schema
+            client = _client(server)
+            memori.llm.register(client)
+
+        @contextlib.contextmanager
+        def scope(memori: Any = memori, fresh: bool = fresh) -> Iterator[None]:
+            if fresh:
+                memori.new_session()
+            yield
+
+        out[label] = _pairs(plain, client, None, n, False, scope)
+        with sqlite3.connect(path) as db:
+            stored = db.execute("SELECT count(*) FROM memori_conversation_message").fetchone()[0]
+        _report(f"memori {memori.config.version}, capture only, {label}", out[label], None)
+        print(f"  messages stored by Memori: {stored} ({2 * (n + 20)} sent and answered)")
+    return out
 
 
 def _seconds(fn: Any) -> float:
@@ -263,6 +337,11 @@ def main(argv: list[str] | None = None) -> None:
             results["recall_on_worker_process"],
             10.0,
         )
+        if importlib.util.find_spec("memori") is not None:
+            for label, r in _memori_pairs(plain, server, tmp, args.calls).items():
+                results[f"memori, {label}"] = r
+        else:
+            print("\nmemori: not installed, so not measured here (pip install memori)")
     if args.json:
         flat = {
             k: {kk: (vv.as_dict() if hasattr(vv, "as_dict") else vv) for kk, vv in v.items()}
