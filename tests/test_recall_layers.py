@@ -220,6 +220,50 @@ def test_before_an_event_uses_when_the_event_was_mentioned(mem: Memory) -> None:
     assert dinners[0].text == "Dinner at the old flat."
 
 
+def test_the_anchor_search_keeps_the_recalls_candidate_pool(
+    mem: Memory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ "before the move" runs a second search, for the move; it asks the store for no more
+    candidates than the recall it serves (a capture recall keeps its pool small for speed)."""
+    s = mem.sessions.create(user_id="u", session_id="s")
+    s.add_messages(
+        [
+            {
+                "role": "user",
+                "content": "Dinner at the old flat.",
+                "timestamp": "2024-01-05T19:00Z",
+            },
+            {
+                "role": "user",
+                "content": "We move to Porto today!",
+                "timestamp": "2024-03-01T09:00Z",
+            },
+            {
+                "role": "user",
+                "content": "Dinner at the new flat.",
+                "timestamp": "2024-06-05T19:00Z",
+            },
+        ],
+        sync=True,
+    )
+    asked: list[int] = []
+    store_search = mem._store.vector_messages
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        asked.append(args[4])  # (project, user, query vector, embedder, n, filters)
+        return store_search(*args, **kwargs)
+
+    monkeypatch.setattr(mem._store, "vector_messages", recording)
+    ctx = mem.get_memory(
+        "s",
+        "Where did we have dinner before the move to Porto?",
+        recall_config={"candidate_pool": 5, "message_recent_limit": 0},
+        details=True,
+    )
+    assert len(asked) == 2 and asked == [5, 5]  # the recall's search, then the anchor's
+    assert "Dinner at the old flat." in ctx.formatted_context
+
+
 def test_speaker_names_steer_recall_to_the_speaker(make_memory: Any, local_embedder: Any) -> None:
     mem = make_memory(embedder=local_embedder)
     s = mem.sessions.create(user_id="conv")

@@ -553,7 +553,7 @@ class Recaller:
         window = None
         span = intent.window
         if span is None and intent.relation and intent.anchor:
-            span = self._anchor_window(project_id, user_id, intent, as_of=opts.as_of)
+            span = self._anchor_window(project_id, user_id, intent, opts)
         if span is not None:
             window = {k: window_boost(c.ts, span) for k, c in cands.items()}
         scores = score(
@@ -569,18 +569,20 @@ class Recaller:
         return {k: Scored(s, briefs[k], cands[k], window) for k, s in scores.items()}
 
     def _anchor_window(
-        self, project_id: str, user_id: str, intent: TimeIntent, as_of: datetime | None
+        self, project_id: str, user_id: str, intent: TimeIntent, opts: SearchOptions
     ) -> tuple[datetime, datetime] | None:
         """ "before the move": find when the anchor event was talked about, and turn the
-        relation into a period ending (before) or starting (after) there."""
+        relation into a period ending (before) or starting (after) there. The search for it
+        takes no more candidates than the recall it serves (a capture recall's are few)."""
         assert intent.anchor is not None
+        as_of = opts.as_of
         hits = self.search(
             project_id,
             user_id,
             intent.anchor,
             limit=1,
             filters=SearchFilters(),
-            options=SearchOptions(layers=("message",), as_of=as_of),
+            options=SearchOptions(layers=("message",), as_of=as_of, per_layer=opts.per_layer),
         )
         if not hits or hits[0].timestamp is None:
             return None
