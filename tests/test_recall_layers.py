@@ -193,9 +193,9 @@ def test_a_named_period_ranks_messages_from_it_first(mem: Memory) -> None:
     assert hits[0].timestamp is not None and hits[0].timestamp.year == 2025
 
 
-def test_before_an_event_uses_when_the_event_was_mentioned(mem: Memory) -> None:
-    s = mem.sessions.create(user_id="u")
-    s.add_messages(
+def _dinners_around_a_move(mem: Memory) -> None:
+    """Dinner at the old flat, the move to Porto, dinner at the new flat (user u, session s)."""
+    mem.sessions.create(user_id="u", session_id="s").add_messages(
         [
             {
                 "role": "user",
@@ -215,6 +215,10 @@ def test_before_an_event_uses_when_the_event_was_mentioned(mem: Memory) -> None:
         ],
         sync=True,
     )
+
+
+def test_before_an_event_uses_when_the_event_was_mentioned(mem: Memory) -> None:
+    _dinners_around_a_move(mem)
     hits = mem.search("Where did we have dinner before the move to Porto?", user_id="u")
     dinners = [h for h in hits if h.layer == "message" and "Dinner" in h.text]
     assert dinners[0].text == "Dinner at the old flat."
@@ -225,27 +229,7 @@ def test_the_anchor_search_keeps_the_recalls_candidate_pool(
 ) -> None:
     """ "before the move" runs a second search, for the move; it asks the store for no more
     candidates than the recall it serves (a capture recall keeps its pool small for speed)."""
-    s = mem.sessions.create(user_id="u", session_id="s")
-    s.add_messages(
-        [
-            {
-                "role": "user",
-                "content": "Dinner at the old flat.",
-                "timestamp": "2024-01-05T19:00Z",
-            },
-            {
-                "role": "user",
-                "content": "We move to Porto today!",
-                "timestamp": "2024-03-01T09:00Z",
-            },
-            {
-                "role": "user",
-                "content": "Dinner at the new flat.",
-                "timestamp": "2024-06-05T19:00Z",
-            },
-        ],
-        sync=True,
-    )
+    _dinners_around_a_move(mem)
     asked: list[int] = []
     store_search = mem._store.vector_messages
 
