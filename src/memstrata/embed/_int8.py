@@ -68,9 +68,9 @@ def _varint(data: bytearray, pos: int) -> tuple[int, int]:
         shift += 7
 
 
-def _fields(data: bytearray, start: int, end: int) -> list[tuple[int, int, int, int]]:
-    """The fields of the protobuf message in ``data[start:end]``: (number, wire type,
-    start of the value, end of the value); a varint's value spans its bytes."""
+def _fields(data: bytearray, start: int, end: int) -> list[tuple[int, int, int]]:
+    """The fields of the protobuf message in ``data[start:end]``: (number, start of the
+    value, end of the value); a varint's value spans its bytes."""
     out = []
     pos = start
     while pos < end:
@@ -87,7 +87,7 @@ def _fields(data: bytearray, start: int, end: int) -> list[tuple[int, int, int, 
             after = pos + 4
         else:
             raise ValueError(f"unexpected protobuf wire type {wire} at byte {pos}")
-        out.append((number, wire, pos, after))
+        out.append((number, pos, after))
         pos = after
     return out
 
@@ -96,29 +96,29 @@ def to_signed_weights(model: bytes) -> bytes:
     """``model`` with its uint8 weights and zero points stored as int8 (each byte shifted by
     128): the same products, for :func:`signed_products` CPUs.
 
-    The change keeps every length, so it is made in place on the serialised model; the
-    caller checks the result against a pinned digest.
+    The change keeps every length, so it is made in place on the serialised model. Its
+    input is the digest-checked file and it is deterministic, so its output is pinned by a
+    test (tests/test_embed.py) rather than hashed again at every load.
     """
     data = bytearray(model)
     view = np.frombuffer(data, dtype=np.uint8)
     changed = 0
-    for number, _, start, end in _fields(data, 0, len(data)):
+    suffixes = tuple(s.encode() for s in _SIGNED_SUFFIXES)
+    for number, start, end in _fields(data, 0, len(data)):
         if number != _MODEL_GRAPH:
             continue
-        for number, _, t_start, t_end in _fields(data, start, end):
+        for number, t_start, t_end in _fields(data, start, end):
             if number != _GRAPH_INITIALIZER:
                 continue
-            fields = {n: (w, s, e) for n, w, s, e in _fields(data, t_start, t_end)}
-            name = fields.get(_TENSOR_NAME)
-            if name is None or not bytes(data[name[1] : name[2]]).endswith(
-                tuple(s.encode() for s in _SIGNED_SUFFIXES)
-            ):
+            fields = {n: (s, e) for n, s, e in _fields(data, t_start, t_end)}
+            name = bytes(data[slice(*fields[_TENSOR_NAME])]) if _TENSOR_NAME in fields else b""
+            if not name.endswith(suffixes):
                 continue
             dtype, raw = fields.get(_TENSOR_DATA_TYPE), fields.get(_TENSOR_RAW_DATA)
-            if dtype is None or raw is None or data[dtype[1]] != _UINT8:
-                raise ValueError(f"tensor {bytes(data[name[1] : name[2]])!r} is not raw uint8")
-            data[dtype[1]] = _INT8  # a one-byte varint either way
-            view[raw[1] : raw[2]] ^= 0x80
+            if dtype is None or raw is None or data[dtype[0]] != _UINT8:
+                raise ValueError(f"tensor {name!r} is not raw uint8")
+            data[dtype[0]] = _INT8  # a one-byte varint either way
+            view[slice(*raw)] ^= 0x80
             changed += 1
     if not changed:
         raise ValueError("no uint8 weights found in the model")
