@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -12,7 +15,7 @@ import pytest
 from memstrata import EmbedderMismatchError, Memory, StoreError
 from memstrata.store import SearchFilters, parse_metadata_filters
 from memstrata.store._text import fts_document, fts_query_terms
-from memstrata.store._vectors import VectorScope
+from memstrata.store._vectors import VectorScope, similarities
 from memstrata.store.sqlite import SQLiteStore, latest_schema_version, sqlite_path
 
 # About the SQLite store itself (files, FTS5 plans, the in-process vector index);
@@ -452,3 +455,64 @@ def test_fulltext_of_the_only_user_needs_no_scoping(make_memory: Any) -> None:
     assert mem.store._plan_fulltext("messages", "default", "solo", ["tulip"])[1] == "none"
     assert len(mem.search("tulip", user_id="solo", limit=10)) == 5
     assert mem.search("tulip", user_id="nobody") == []  # another user: scoped by token
+
+
+def test_similarities_in_blocks_equal_the_plain_product_within_rounding() -> None:
+    rng = np.random.default_rng(3)
+    for rows in (1, 682, 683, 5000):
+        matrix = rng.standard_normal((rows, 384)).astype(np.float32)
+        query = rng.standard_normal(384).astype(np.float32)
+        got = similarities(matrix, query)
+        assert got.dtype == np.float32 and got.shape == (rows,)
+        np.testing.assert_allclose(got, matrix @ query, rtol=0, atol=1e-4)
+
+
+_SPIN_PROBE = """
+import sys, threading, time
+from pathlib import Path
+import numpy as np
+from memstrata.store._vectors import VectorScope
+
+def other_threads_cpu():
+    main = str(threading.get_native_id())
+    total = 0
+    for task in Path("/proc/self/task").iterdir():
+        if task.name != main:
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])  # utime + stime, in ticks
+    return total / 100
+
+rng = np.random.default_rng(0)
+matrix = rng.standard_normal((4000, 384)).astype(np.float32)
+query = rng.standard_normal(384).astype(np.float32)
+scope = VectorScope(dim=384, index_threshold=10**9)
+scope.add(np.arange(1, 4001), np.arange(1, 4001), matrix)
+search = (lambda: matrix @ query) if sys.argv[1] == "plain" else (lambda: scope.search(query, 10))
+before, start = other_threads_cpu(), time.perf_counter()
+while time.perf_counter() - start < 0.6:  # searches a few milliseconds apart
+    search()
+    time.sleep(0.005)
+print((other_threads_cpu() - before) / (time.perf_counter() - start))
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads /proc (Linux)")
+def test_a_large_scope_search_leaves_no_blas_thread_spinning() -> None:
+    """numpy's OpenBLAS runs a product this large on every core and its threads then spin
+    between calls; a scope search keeps it on the calling thread. Measured in a fresh
+    process (only numpy's own threads beside the main one); skipped where the plain
+    product does not spin (another BLAS, one core)."""
+
+    def busy(mode: str) -> float:
+        run = subprocess.run(
+            [sys.executable, "-c", _SPIN_PROBE, mode],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        return float(run.stdout)
+
+    if busy("plain") < 0.5:
+        pytest.skip("this numpy's BLAS does not spin threads after a large product here")
+    assert busy("scope") < 0.2  # share of a core the other threads used
