@@ -69,6 +69,15 @@ class Settings(BaseSettings):
         description="Background worker threads in this process; 0 = process in the caller "
         "(sync=True, wait()) or by a separate `memstrata worker`.",
     )
+    worker_nice: int = Field(
+        default=10,
+        ge=0,
+        le=19,
+        description="Linux: how much lower the CPU priority (niceness) of this process's "
+        "background work is than the application's threads (worker threads and the local "
+        "model's batch threads); they then take the cores the application leaves idle. "
+        "0 = the same priority.",
+    )
     job_lease_seconds: float = Field(
         default=30.0,
         gt=0.5,

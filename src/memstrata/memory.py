@@ -442,6 +442,7 @@ class Memory:
                     api_key=settings.embedder_api_key,
                     threads=settings.embedder_threads,
                     model_path=settings.local_model_path,
+                    batch_nice=settings.worker_nice,
                 )
             )
             if embedder_mismatch not in ("error", "reindex"):
@@ -487,6 +488,7 @@ class Memory:
                 backoff_seconds=settings.job_backoff_seconds,
                 backoff_max_seconds=settings.job_backoff_max_seconds,
                 batch_max_messages=settings.batch_max_messages,
+                nice=settings.worker_nice,
             )
         except BaseException:
             self._store.close()

@@ -93,11 +93,12 @@ def make_embedder(
     timeout: float = 30.0,
     threads: int | None = None,
     model_path: str | None = None,
+    batch_nice: int = 0,
 ) -> Embedder:
     """Build the embedder named by ``spec``.
 
     ``spec`` is one of ``"auto"``, ``"local"``, ``"hash"``, ``"hash:<dim>"`` or
-    ``"openai:<model>"``. ``threads`` and ``model_path`` apply to the local model,
+    ``"openai:<model>"``. ``threads``, ``model_path`` and ``batch_nice`` apply to the local model,
     ``base_url``, ``api_key`` and ``timeout`` to ``openai:``. Raises
     :class:`memstrata.errors.ConfigError` for an unknown spec or a missing dependency.
     """
@@ -112,7 +113,7 @@ def make_embedder(
         if not missing:
             from memstrata.embed.local import LocalEmbedder
 
-            return LocalEmbedder(model_path=model_path, threads=threads)
+            return LocalEmbedder(model_path=model_path, threads=threads, batch_nice=batch_nice)
         if kind == "local":
             raise ConfigError(
                 "embedder 'local' needs the Python module(s) "

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from memstrata._priority import in_lowered_thread
 from memstrata.embed._int8 import signed_products, to_signed_weights
 from memstrata.errors import ConfigError, EmbeddingError
 
@@ -124,6 +125,8 @@ class LocalEmbedder:
     cpu_count)``); queries and small batches run on a one-thread session. The vectors of
     the last ``recent_texts`` texts (up to 4,096 characters each) are kept and reused: a
     captured call's user turn is embedded as the recall's query and again as a message.
+    ``batch_nice`` (Linux) lowers the CPU priority of the batch session's threads by that
+    many steps, so that background batches yield the cores to the application's threads.
     ``signed_weights`` picks the weights' int8 encoding; the default (``None``) takes the
     one that is exact and fastest on this CPU (int8 where it has VNNI, see ``_int8.py``).
     Forcing int8 on a CPU without VNNI gives slightly different vectors.
@@ -146,9 +149,12 @@ class LocalEmbedder:
         threads: int | None = None,
         recent_texts: int = _RECENT_TEXTS,
         signed_weights: bool | None = None,
+        batch_nice: int = 0,
     ) -> None:
         if threads is not None and threads < 1:
             raise ConfigError(f"threads must be a positive integer, got {threads}")
+        if not 0 <= batch_nice <= 19:
+            raise ConfigError(f"batch_nice must be between 0 and 19, got {batch_nice}")
         if recent_texts < 0:
             raise ConfigError(f"recent_texts must be 0 or more, got {recent_texts}")
         try:
@@ -169,6 +175,7 @@ class LocalEmbedder:
         #: Whether the products run on int8 weights (VNNI CPUs) rather than uint8 ones.
         self.signed_weights = signed_products() if signed_weights is None else signed_weights
         self._threads = threads or min(2, os.cpu_count() or 1)
+        self._batch_nice = batch_nice
         self._session: onnxruntime.InferenceSession | None = None
         # Queries (one text) get a one-thread session of their own: on the batch session
         # they would queue behind a background batch for its intra-op threads, and a query
@@ -209,7 +216,13 @@ class LocalEmbedder:
                     self._query_session = self._create_session(threads=1)
                 return self._query_session
             if self._session is None:
-                self._session = self._create_session(threads=self._threads)
+                # onnxruntime starts the session's pool threads as it is created: made in
+                # a lowered thread, they inherit its priority.
+                self._session = in_lowered_thread(
+                    lambda: self._create_session(threads=self._threads),
+                    self._batch_nice,
+                    "memstrata-model-load",
+                )
             return self._session
 
     def _create_session(self, *, threads: int) -> onnxruntime.InferenceSession:

@@ -53,6 +53,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+from .._priority import lower_this_thread
 from ..errors import ConfigError, ProcessingError
 from ..store import ClaimedBatch, Store
 from ..store._pg_dispatch import DISPATCH_QUEUE, DISPATCH_TASK
@@ -98,8 +99,9 @@ def _procrastinate_schema() -> tuple[str, tuple[tuple[str, str], ...]]:
     return SchemaManager.get_schema(), migrations
 
 
-async def _in_thread(fn: Callable[..., _T], *args: Any) -> _T:
-    """``fn(*args)`` in a new thread (not an executor: see _run_process_user), awaited."""
+async def _in_thread(fn: Callable[..., _T], *args: Any, nice: int = 0) -> _T:
+    """``fn(*args)`` in a new thread (not an executor: see _run_process_user), awaited;
+    the thread runs ``nice`` steps below normal priority (_priority.py)."""
     loop = asyncio.get_running_loop()
     done: asyncio.Future[_T] = loop.create_future()
 
@@ -112,6 +114,7 @@ async def _in_thread(fn: Callable[..., _T], *args: Any) -> _T:
             done.set_result(result)  # type: ignore[arg-type]
 
     def run() -> None:
+        lower_this_thread(nice)
         outcome: tuple[Any, BaseException | None]
         try:
             outcome = (fn(*args), None)
@@ -143,6 +146,7 @@ class ProcrastinateQueue:
         backoff_max_seconds: float = 600.0,
         batch_max_messages: int = 256,
         poll_seconds: float = 0.5,
+        nice: int = 0,
     ) -> None:
         try:
             import procrastinate
@@ -161,7 +165,9 @@ class ProcrastinateQueue:
         self.backoff_max_seconds = backoff_max_seconds
         self.batch_max_messages = batch_max_messages
         self.poll_seconds = poll_seconds
+        self.nice = nice  # the job threads' lower priority (_priority.py)
         self._prefix = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+        self._background_name = f"memstrata@{self._prefix}"
         self._app = procrastinate.App(
             connector=procrastinate.PsycopgConnector(
                 conninfo=database_url,
@@ -271,7 +277,7 @@ class ProcrastinateQueue:
                 failure: BaseException | None = None
                 try:
                     await self._app.run_worker_async(
-                        name=f"memstrata@{self._prefix}",
+                        name=self._background_name,
                         concurrency=self.threads,
                         wait=True,
                         **self._worker_options(),
@@ -331,8 +337,12 @@ class ProcrastinateQueue:
     async def _run_process_user(self, context: Any, project_id: str, user_id: str) -> None:
         # procrastinate would run a sync task in an executor, and executors refuse work
         # once the interpreter is exiting, which is when a script's Memory finishes what it
-        # queued (atexit): the run gets a thread of its own instead.
-        await _in_thread(self._process_user, context, project_id, user_id)
+        # queued (atexit): the run gets a thread of its own instead. Only the background
+        # worker's runs are lowered: a caller waiting (sync=True, wait()) waits for this one.
+        background = context.worker_name == self._background_name
+        await _in_thread(
+            self._process_user, context, project_id, user_id, nice=self.nice if background else 0
+        )
 
     def _process_user(self, context: Any, project_id: str, user_id: str) -> None:
         job = context.job

@@ -62,6 +62,7 @@ def open_queue(
     backoff_seconds: float,
     backoff_max_seconds: float,
     batch_max_messages: int,
+    nice: int = 0,
 ) -> JobQueue:
     """The queue that fits ``store``: procrastinate on PostgreSQL, the worker pool otherwise."""
     options = {
@@ -71,6 +72,7 @@ def open_queue(
         "backoff_seconds": backoff_seconds,
         "backoff_max_seconds": backoff_max_seconds,
         "batch_max_messages": batch_max_messages,
+        "nice": nice,
     }
     if hasattr(store, "claim_user_batch"):
         # Imported here: procrastinate is needed only with PostgreSQL (postgres extra).

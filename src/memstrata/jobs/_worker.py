@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Protocol
 
+from .._priority import lower_this_thread
 from ..errors import ProcessingError
 from ..store import ClaimedBatch, LeaseLostError, Store
 
@@ -111,6 +112,7 @@ class WorkerPool:
         backoff_max_seconds: float = 600.0,
         batch_max_messages: int = 256,
         poll_seconds: float = 0.5,
+        nice: int = 0,
     ) -> None:
         self.store = store
         self.handler = handler
@@ -121,6 +123,7 @@ class WorkerPool:
         self.backoff_max_seconds = backoff_max_seconds
         self.batch_max_messages = batch_max_messages
         self.poll_seconds = poll_seconds
+        self.nice = nice  # the worker threads' lower priority (_priority.py)
         self._prefix = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -198,6 +201,7 @@ class WorkerPool:
         )
 
     def _loop(self, worker_id: str) -> None:
+        lower_this_thread(self.nice)
         while not self._stop.is_set():
             try:
                 worked = self.run_once(worker_id)
