@@ -601,6 +601,11 @@ def evaluate(mem: Memory, ds: Dataset, limit: int) -> dict[str, Any]:
     first_s: list[float] = []
     context_s: list[float] = []
     tokens: list[int] = []
+    # What a captured LLM call would get: get_memory with the capture layer's compact
+    # recall_config (no recent turns, as capture sends none by default).
+    capture_config = {**mem.llm.recall_config, "message_recent_limit": 0}
+    capture_s: list[float] = []
+    capture_rows: list[dict[str, Any]] = []
     layers: Counter[str] = Counter()
     unknown_ids = 0
     warm = [q.text for u in ds.users for q in u.questions][:WARMUP_QUERIES]
@@ -631,8 +636,17 @@ def evaluate(mem: Memory, ds: Dataset, limit: int) -> dict[str, Any]:
                     layers.update(h.layer for h in hits)
             baseline = [docs[i].turn for i in bm25.rank(q.text)]
             rows["BM25 raw turns"].append({"group": q.group, **score(q, baseline, session_of)})
+            ctx_extra = {"as_of": q.as_of} if context_as_of else {}
+            t0 = time.perf_counter()
+            ctx = session.get_memory(
+                query=q.text, recall_config=capture_config, details=True, **ctx_extra
+            )
+            capture_s.append(time.perf_counter() - t0)
+            if q.gold_turns:
+                turns, _ = _turn_ranking(ctx.matches or [], by_mid)
+                found = len(q.gold_turns.intersection(turns)) / len(q.gold_turns)
+                capture_rows.append({"group": q.group, "recall": found, "turns": len(turns)})
             if asked % CONTEXT_EVERY == 0:
-                ctx_extra = {"as_of": q.as_of} if context_as_of else {}
                 t0 = time.perf_counter()
                 ctx = session.get_memory(query=q.text, **ctx_extra)
                 context_s.append(time.perf_counter() - t0)
@@ -646,6 +660,8 @@ def evaluate(mem: Memory, ds: Dataset, limit: int) -> dict[str, Any]:
         "search_10": summarize(shallow_s),
         "first_search": summarize(first_s),
         "context": summarize(context_s),
+        "capture": summarize(capture_s),
+        "capture_rows": capture_rows,
         "tokens": tokens,
         "layers": dict(layers),
         "unknown_ids": unknown_ids,
@@ -719,6 +735,22 @@ def report(ds: Dataset, ing: dict[str, Any], ev: dict[str, Any], limit: int) -> 
     ):
         print("  (category 5, adversarial, is not part of the overall figures)")
 
+    # Evidence turns that the block injected into a captured call quotes (its matches'
+    # messages): recall over the whole block, which holds at most 12 items.
+    block = [r for r in ev["capture_rows"] if r["group"] in ds.overall]
+    capture: dict[str, float] = {}
+    if block:
+        capture = {
+            "evidence_in_block": round(100 * float(np.mean([r["recall"] for r in block])), 2),
+            "median_turns": float(np.median([r["turns"] for r in block])),
+            "n": len(block),
+        }
+        print(
+            "\n  capture recall (get_memory with mem.llm.recall_config, no recent turns): "
+            f"{capture['evidence_in_block']:.1f}% of the evidence turns are in the block "
+            f"(median {capture['median_turns']:.0f} turns behind its items; n={len(block)})"
+        )
+
     engine_rows = rows["memstrata"]
     short_sessions = sum(1 for r in engine_rows if r["sessions"] < 10)
     short_turns = sum(1 for r in engine_rows if r["turns"] < 10)
@@ -752,6 +784,7 @@ def report(ds: Dataset, ing: dict[str, Any], ev: dict[str, Any], limit: int) -> 
     print(format_summary(f"mem.search, limit={limit} (warm)", ev["search"], width=38))
     print(format_summary("first search of each user (cold)", ev["first_search"], width=38))
     print(format_summary(f"get_memory, every {CONTEXT_EVERY}th question", ev["context"], width=38))
+    print(format_summary("get_memory, capture config", ev["capture"], width=38))
     tok = np.asarray(ev["tokens"], dtype=np.float64)
     tok_summary: dict[str, float] = {}
     if len(tok):
@@ -777,6 +810,8 @@ def report(ds: Dataset, ing: dict[str, Any], ev: dict[str, Any], limit: int) -> 
             "first_search": ev["first_search"].as_dict(),
             "get_memory": ev["context"].as_dict(),
             "context_tokens": tok_summary,
+            "capture_get_memory": ev["capture"].as_dict(),
+            "capture_block": capture,
         }
     )
     return out

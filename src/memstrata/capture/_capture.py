@@ -72,13 +72,16 @@ _STOP = object()
 HISTORY_BLOCK = f"\n\n{HISTORY_HEADER}"
 
 # Recall before every call is on the call's critical path and its block goes into every
-# prompt: a compact configuration (about half the default's time and tokens).
+# prompt: a compact configuration (about half the default's time and tokens). 10 candidates
+# per retriever and layer for at most 12 items: against 20, the evidence turns in the block
+# went 66.9 -> 66.6% on LoCoMo and 80.4 -> 81.0% on LongMemEval, and the recall took ~20%
+# less time (bench/retrieval.py, "capture recall"; docs/benchmarks.md).
 CAPTURE_RECALL = {
     "proposition_top_k": 4,
     "observation_semantic_top_k": 4,
     "message_semantic_top_k": 4,
     "observation_context_top_k": 1,
-    "candidate_pool": 20,
+    "candidate_pool": 10,
     "token_budget": 400,
 }
 
