@@ -13,9 +13,10 @@ import numpy as np
 import pytest
 
 from memstrata import EmbedderMismatchError, Memory, StoreError
+from memstrata._products import similarities
 from memstrata.store import SearchFilters, parse_metadata_filters
 from memstrata.store._text import fts_document, fts_query_terms
-from memstrata.store._vectors import VectorScope, similarities
+from memstrata.store._vectors import VectorScope
 from memstrata.store.sqlite import SQLiteStore, latest_schema_version, sqlite_path
 
 # About the SQLite store itself (files, FTS5 plans, the in-process vector index);
@@ -461,16 +462,20 @@ def test_similarities_in_blocks_equal_the_plain_product_within_rounding() -> Non
     rng = np.random.default_rng(3)
     for rows in (1, 682, 683, 5000):
         matrix = rng.standard_normal((rows, 384)).astype(np.float32)
-        query = rng.standard_normal(384).astype(np.float32)
-        got = similarities(matrix, query)
-        assert got.dtype == np.float32 and got.shape == (rows,)
-        np.testing.assert_allclose(got, matrix @ query, rtol=0, atol=1e-4)
+        for query in (
+            rng.standard_normal(384).astype(np.float32),  # one vector
+            rng.standard_normal((4, 384)).astype(np.float32).T,  # a column per query
+        ):
+            got = similarities(matrix, query)
+            assert got.dtype == np.float32 and got.shape == (rows, *query.shape[1:])
+            np.testing.assert_allclose(got, matrix @ query, rtol=0, atol=1e-4)
 
 
 _SPIN_PROBE = """
 import sys, threading, time
 from pathlib import Path
 import numpy as np
+from memstrata._products import similarities
 from memstrata.store._vectors import VectorScope
 
 def other_threads_cpu():
@@ -487,7 +492,13 @@ matrix = rng.standard_normal((4000, 384)).astype(np.float32)
 query = rng.standard_normal(384).astype(np.float32)
 scope = VectorScope(dim=384, index_threshold=10**9)
 scope.add(np.arange(1, 4001), np.arange(1, 4001), matrix)
-search = (lambda: matrix @ query) if sys.argv[1] == "plain" else (lambda: scope.search(query, 10))
+queries = rng.standard_normal((4, 384)).astype(np.float32).T  # 4 variants, as recall has
+search = {
+    "plain": lambda: matrix @ query,
+    "scope": lambda: scope.search(query, 10),
+    "plain, 4 queries": lambda: matrix[:600] @ queries,  # recall's candidates x variants
+    "blocks, 4 queries": lambda: similarities(matrix[:600], queries),
+}[sys.argv[1]]
 before, start = other_threads_cpu(), time.perf_counter()
 while time.perf_counter() - start < 0.6:  # searches a few milliseconds apart
     search()
@@ -497,11 +508,14 @@ print((other_threads_cpu() - before) / (time.perf_counter() - start))
 
 
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads /proc (Linux)")
-def test_a_large_scope_search_leaves_no_blas_thread_spinning() -> None:
+@pytest.mark.parametrize(
+    ("plain", "ours"), [("plain", "scope"), ("plain, 4 queries", "blocks, 4 queries")]
+)
+def test_large_products_leave_no_blas_thread_spinning(plain: str, ours: str) -> None:
     """numpy's OpenBLAS runs a product this large on every core and its threads then spin
-    between calls; a scope search keeps it on the calling thread. Measured in a fresh
-    process (only numpy's own threads beside the main one); skipped where the plain
-    product does not spin (another BLAS, one core)."""
+    between calls; a scope search and recall's candidate similarities keep it on the calling
+    thread. Measured in a fresh process (only numpy's own threads beside the main one);
+    skipped where the plain product does not spin (another BLAS, one core)."""
 
     def busy(mode: str) -> float:
         run = subprocess.run(
@@ -513,6 +527,6 @@ def test_a_large_scope_search_leaves_no_blas_thread_spinning() -> None:
         )
         return float(run.stdout)
 
-    if busy("plain") < 0.5:
+    if busy(plain) < 0.5:
         pytest.skip("this numpy's BLAS does not spin threads after a large product here")
-    assert busy("scope") < 0.2  # share of a core the other threads used
+    assert busy(ours) < 0.2  # share of a core the other threads used

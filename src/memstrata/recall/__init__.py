@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from .._foreground import Foreground
+from .._products import similarities
 from .._time import parse_iso as parse_ts
 from .._time import utcnow
 from ..embed import Embedder
@@ -158,7 +159,7 @@ def _similarities(
         return {}
     matrix = np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(have), -1)
     queries = np.asarray(qvecs, dtype=np.float32)
-    sims = (matrix @ queries.T).tolist()
+    sims = similarities(matrix, queries.T).tolist()
     return dict(zip(have, sims, strict=True))
 
 

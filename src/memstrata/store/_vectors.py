@@ -20,29 +20,11 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ScopeKey", "VectorCache", "VectorScope", "similarities"]
+from .._products import similarities
+
+__all__ = ["ScopeKey", "VectorCache", "VectorScope"]
 
 ScopeKey = tuple[str, str, str, str]  # project_id, user_id, kind, embedder
-
-# numpy's OpenBLAS runs a matrix-vector product of more than ~400,000 elements (here: a
-# scope of ~1,100 MiniLM vectors) on every core, and its worker threads then spin, waiting
-# for more work, for about a tenth of a second. With searches a few milliseconds apart a
-# whole core stayed busy: on 2 cores a capture recall took ~20% longer beside it, and the
-# pipeline and the application lost that core (docs/benchmarks.md). Products of at most
-# this many elements run on the calling thread alone (OpenBLAS, MKL and BLIS alike).
-_PRODUCT_ELEMENTS = 1 << 18
-
-
-def similarities(matrix: np.ndarray, query: np.ndarray) -> np.ndarray:
-    """``matrix @ query``, in row blocks small enough to stay single-threaded (equal within
-    float32 rounding: BLAS orders its sums by the matrix's size anyway)."""
-    rows = max(1, _PRODUCT_ELEMENTS // max(1, matrix.shape[1]))
-    if len(matrix) <= rows:
-        return matrix @ query
-    out = np.empty(len(matrix), dtype=np.result_type(matrix, query))
-    for start in range(0, len(matrix), rows):
-        np.matmul(matrix[start : start + rows], query, out=out[start : start + rows])
-    return out
 
 
 def _usearch_index() -> Any:
