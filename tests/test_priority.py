@@ -81,6 +81,16 @@ def test_in_lowered_thread_gives_its_priority_to_the_threads_it_starts() -> None
     assert _nice() == base  # the caller keeps its own
 
 
+def test_a_lowered_thread_starting_lowered_work_does_not_lower_it_twice() -> None:
+    base = _nice()
+
+    def nested() -> int:
+        lower_this_thread(3)  # a worker thread, lowered once
+        return in_lowered_thread(_nice, 3, "test")  # the model's batch session it loads
+
+    assert _in_new_thread(nested) == min(19, base + 3)
+
+
 def test_in_lowered_thread_raises_what_the_work_raised() -> None:
     def fail() -> None:
         raise KeyError("boom")

@@ -29,13 +29,17 @@ _LOWEST = 19  # the weakest niceness Linux has
 
 
 def lower_this_thread(steps: int) -> bool:
-    """Make the calling thread ``steps`` nicer than it is now (at most 19); True if done."""
+    """Make the calling thread ``steps`` nicer than the process's main thread (at most 19),
+    unless it already is: a lowered thread starting another does not lower it twice. True
+    when the thread runs at that priority (or lower)."""
     if steps <= 0 or not sys.platform.startswith("linux"):
         return False
     tid = threading.get_native_id()
     try:
-        now = os.getpriority(os.PRIO_PROCESS, tid)
-        os.setpriority(os.PRIO_PROCESS, tid, min(_LOWEST, now + steps))
+        # PRIO_PROCESS with the pid reads the main thread's niceness on Linux.
+        target = min(_LOWEST, os.getpriority(os.PRIO_PROCESS, os.getpid()) + steps)
+        if os.getpriority(os.PRIO_PROCESS, tid) < target:
+            os.setpriority(os.PRIO_PROCESS, tid, target)
     except OSError as exc:  # a sandbox may forbid it: the work still runs, at full priority
         log.debug("memstrata: could not lower a background thread's priority: %s", exc)
         return False
