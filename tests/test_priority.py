@@ -99,17 +99,26 @@ def test_in_lowered_thread_raises_what_the_work_raised() -> None:
         in_lowered_thread(fail, 4, "test")
 
 
+def _pipeline_niceness(
+    make_memory: Callable[..., Memory], *, sync: bool = False, **settings: object
+) -> tuple[set[int], _NotingEmbedder, Memory]:
+    """The niceness of the threads that embedded one processed message."""
+    noting = _NotingEmbedder()
+    mem = make_memory(embedder=noting, **settings)
+    s = mem.sessions.create(user_id="u")
+    s.add_messages([{"role": "user", "content": "I moved to Lisbon in May."}], sync=sync)
+    if not sync:
+        mem.wait(60)
+    assert noting.seen, "the pipeline embedded nothing"
+    return set(noting.seen), noting, mem
+
+
 def test_background_batches_run_lowered_and_the_caller_keeps_its_priority(
     make_memory: Callable[..., Memory],
 ) -> None:
     base = _nice()
-    noting = _NotingEmbedder()
-    mem = make_memory(embedder=noting, worker_nice=7)
-    s = mem.sessions.create(user_id="u")
-    s.add_messages([{"role": "user", "content": "I moved to Lisbon in May."}])
-    mem.wait(60)
-    assert noting.seen, "the pipeline embedded nothing"
-    assert set(noting.seen) == {min(19, base + 7)}
+    seen, noting, mem = _pipeline_niceness(make_memory, worker_nice=7)
+    assert seen == {min(19, base + 7)}
     noting.seen.clear()
     mem.search("Lisbon", user_id="u")  # a query: the caller's thread
     assert noting.seen == [base]
@@ -120,23 +129,15 @@ def test_work_done_in_the_callers_thread_is_not_lowered(
     make_memory: Callable[..., Memory],
 ) -> None:
     base = _nice()
-    noting = _NotingEmbedder()
-    mem = make_memory(embedder=noting, workers=0, worker_nice=7)
-    s = mem.sessions.create(user_id="u")
-    s.add_messages([{"role": "user", "content": "I moved to Lisbon in May."}], sync=True)
-    assert noting.seen and set(noting.seen) == {base}
+    seen, _, _ = _pipeline_niceness(make_memory, sync=True, workers=0, worker_nice=7)
+    assert seen == {base}
     assert _nice() == base
 
 
 def test_worker_nice_0_leaves_the_workers_at_the_callers_priority(
     make_memory: Callable[..., Memory],
 ) -> None:
-    base = _nice()
-    noting = _NotingEmbedder()
-    mem = make_memory(embedder=noting, worker_nice=0)
-    mem.sessions.create(user_id="u").add_messages([{"role": "user", "content": "hello there"}])
-    mem.wait(60)
-    assert noting.seen and set(noting.seen) == {base}
+    assert _pipeline_niceness(make_memory, worker_nice=0)[0] == {_nice()}
 
 
 @pytest.mark.parametrize("value", [-1, 20, "low"])
