@@ -61,7 +61,7 @@ class _NotingEmbedder:
 
 def test_a_thread_lowers_itself_by_the_steps_asked_and_no_further_than_19() -> None:
     base = _nice()
-    assert _in_new_thread(lambda: (lower_this_thread(3), _nice())) == (base < 19, min(19, base + 3))
+    assert _in_new_thread(lambda: (lower_this_thread(3), _nice())) == (True, min(19, base + 3))
     assert _in_new_thread(lambda: (lower_this_thread(40), _nice()))[1] == 19  # type: ignore[index]
     assert _in_new_thread(lambda: (lower_this_thread(0), _nice())) == (False, base)
     assert _nice() == base
