@@ -258,6 +258,30 @@ def test_a_hanging_memory_backend_costs_at_most_the_recall_timeout(
         ]
 
 
+def test_registering_waits_for_the_model_so_the_first_call_gets_its_memory(
+    make_memory: Any, db_url: str, server: FakeOpenAIServer
+) -> None:
+    """A new Memory loads the local model in the background (~0.3-0.5 s). A recall before
+    that outlasts its 50 ms bound, so the first calls of a process (every call of a short
+    script) went out without memory; registering, done at start-up, waits for the load."""
+    pytest.importorskip("onnxruntime")
+    first = make_memory(embedder="local")
+    first.sessions.create(user_id="ana", session_id="chat").add_messages(
+        [{"role": "user", "content": "I am allergic to peanuts."}], sync=True
+    )
+    first.llm.register(_client(server))  # the adapter is imported: registering is quick
+    first.close()
+    # A bound that a first recall fits in (~25 ms here) even on a loaded CI machine.
+    mem = make_memory(db_url, embedder="local", capture_recall_timeout_ms=300)
+    client = mem.llm.register(_client(server))
+    assert mem.embedder._query_session is not None  # loaded before register returned
+    with mem.scope(user_id="ana", session_id="chat"):
+        client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "A snack with peanuts?"}]
+        )
+    assert "allergic to peanuts" in server.chat_requests()[-1]["messages"][0]["content"]
+
+
 def test_a_closed_memory_never_breaks_the_call(make_memory: Any, server: FakeOpenAIServer) -> None:
     mem = make_memory()
     client = _client(server)

@@ -549,6 +549,11 @@ class Memory:
             self._warmup = threading.Thread(target=run, name="memstrata-warmup", daemon=True)
             self._warmup.start()
 
+    def _await_warm_up(self, timeout: float) -> None:
+        """Wait (at most ``timeout`` seconds) until the background model load is done."""
+        if self._warmup is not None:
+            self._warmup.join(timeout)
+
     def _check_embedder(self) -> None:
         stored = self._store.get_meta("embedder")
         if stored is None:

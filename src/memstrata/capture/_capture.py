@@ -69,6 +69,9 @@ class Recalled:
 
 
 _STOP = object()
+
+# The longest register() waits for the embedding model to load (normally ~0.5 s).
+MODEL_LOAD_WAIT_SECONDS = 30.0
 HISTORY_BLOCK = f"\n\n{HISTORY_HEADER}"
 
 # Recall before every call is on the call's critical path and its block goes into every
@@ -117,6 +120,7 @@ class Capture:
         providers, so the name says which integration wraps it."""
         from ._adapters import adapter_for
 
+        self._await_model()
         if named:
             from ._frameworks import register_named
 
@@ -134,6 +138,16 @@ class Capture:
             client._memstrata_capture = self
             self._clients[id(client)] = (client, restore)
         return client
+
+    def _await_model(self) -> None:
+        # A new Memory loads the local model in the background (~0.5 s). A recall before
+        # that is done would outlast its bound (50 ms), so the first calls of a process, and
+        # every call of a short script, would go out without memory: registering, usually
+        # done at start-up, waits for the load instead.
+        if self.recall or self.inject_history:
+            await_warm_up = getattr(self._m, "_await_warm_up", None)  # a remote memory has none
+            if await_warm_up is not None:
+                await_warm_up(MODEL_LOAD_WAIT_SECONDS)
 
     def unregister(self, client: Any) -> None:
         """Restore ``client``'s original methods (no-op if it was not registered here)."""
