@@ -20,6 +20,11 @@ of medians. Nothing is asserted; targets are printed with PASS/MISS.
 * recall on again, from the same 1,000 memories, with the captured exchanges processed by
   a ``memstrata worker`` process on the same file (the application's ``Memory`` has
   ``workers=0``), as docs/capture.md describes (no target of its own).
+* with ``--model-ms MS``: recall on again, from the same 1,000 memories, with the fake
+  model answering each call after MS milliseconds, as a real one does (``--model-calls``
+  pairs): the background work of one exchange then runs while the next call waits for
+  its model, not beside its recall (no target of its own: the target is judged on the
+  instant fake above).
 
 Questions are LoCoMo questions (shuffled, fixed seed), the same one for both calls of a
 pair; the recall user's messages are the first ``--memories`` LoCoMo turns, and the fake
@@ -35,6 +40,7 @@ or a model download); its cloud and telemetry addresses point at a closed port o
 
     python bench/capture_overhead.py              # 300 pairs each, 1,000 memories (~1 min)
     python bench/capture_overhead.py --calls 1000 --memories 1000 --json
+    python bench/capture_overhead.py --model-ms 200    # plus 100 pairs at 200 ms (~1 min more)
 """
 
 from __future__ import annotations
@@ -217,6 +223,26 @@ def _worker_process_pairs(
         worker.wait(60)
 
 
+def _model_latency_pairs(
+    plain: Any, server: FakeOpenAIServer, tmp: str, args: argparse.Namespace
+) -> dict[str, Any]:
+    """Recall on, with the fake model answering after ``--model-ms`` (both clients)."""
+    script = server.chat_script
+    wait = args.model_ms / 1000
+
+    def slow(body: Any) -> Any:
+        time.sleep(wait)
+        return script(body)
+
+    server.chat_script = slow
+    mem = Memory(f"sqlite:///{tmp}/model.db", embedder=args.embedder)
+    try:
+        return _pairs(plain, mem.llm.register(_client(server)), mem, args.model_calls, False)
+    finally:
+        mem.close()
+        server.chat_script = script
+
+
 def _memori_pairs(plain: Any, server: FakeOpenAIServer, tmp: str, n: int) -> dict[str, Any]:
     """Memori's capture on the same server, when the ``memori`` package is installed.
 
@@ -273,6 +299,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--calls", type=int, default=300, help="pairs of calls per figure")
     p.add_argument("--memories", type=int, default=1000, help="messages of the recall user")
     p.add_argument("--embedder", default="local")
+    p.add_argument("--model-ms", type=float, default=0, help="also run with a model latency")
+    p.add_argument("--model-calls", type=int, default=100, help="pairs of the --model-ms run")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     info = machine_info()
@@ -315,8 +343,9 @@ def main(argv: list[str] | None = None) -> None:
         )
         on.close()
         # The same user for the worker-process run below, before this run adds to it.
-        with sqlite3.connect(f"{tmp}/on.db") as src, sqlite3.connect(f"{tmp}/apart.db") as dst:
-            src.backup(dst)
+        for copy in ("apart", "model"):
+            with sqlite3.connect(f"{tmp}/on.db") as src, sqlite3.connect(f"{tmp}/{copy}.db") as dst:
+                src.backup(dst)
         on = Memory(f"sqlite:///{tmp}/on.db", embedder=args.embedder)
         captured = on.llm.register(_client(server))
         results["recall_on"] = _pairs(plain, captured, on, args.calls, False)
@@ -337,6 +366,14 @@ def main(argv: list[str] | None = None) -> None:
             results["recall_on_worker_process"],
             10.0,
         )
+        if args.model_ms > 0:
+            results["recall_on_model_latency"] = _model_latency_pairs(plain, server, tmp, args)
+            _report(
+                f"recall on, user with {len(texts)} memories, the model answering after "
+                f"{args.model_ms:g} ms",
+                results["recall_on_model_latency"],
+                None,
+            )
         if importlib.util.find_spec("memori") is not None:
             for label, r in _memori_pairs(plain, server, tmp, args.calls).items():
                 results[f"memori, {label}"] = r
