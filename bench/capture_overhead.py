@@ -342,8 +342,8 @@ def main(argv: list[str] | None = None) -> None:
             f"-> {stats.get('facts')} facts, {stats.get('summaries')} summaries"
         )
         on.close()
-        # The same user for the worker-process run below, before this run adds to it.
-        for copy in ("apart", "model"):
+        # The same user for the runs below, before this run adds to it.
+        for copy in ("apart", "model") if args.model_ms > 0 else ("apart",):
             with sqlite3.connect(f"{tmp}/on.db") as src, sqlite3.connect(f"{tmp}/{copy}.db") as dst:
                 src.backup(dst)
         on = Memory(f"sqlite:///{tmp}/on.db", embedder=args.embedder)

@@ -3,11 +3,11 @@
 numpy's OpenBLAS runs a product past a size threshold on every core (a matrix-vector
 product of more than ~400,000 elements: a vector scope of ~1,100 MiniLM vectors; a
 matrix-matrix one of ~900,000 multiply-adds: 600 recall candidates against 4 query
-variants), and its worker threads then spin, waiting for more work, for about a tenth of a
-second. With searches a few milliseconds apart a whole core stayed busy: on 2 cores a
+variants), and its worker threads then spin, waiting for more work. With products 5 ms
+apart they used 0.99 of a core (tests/test_store_sqlite.py measures it): on 2 cores a
 capture recall took ~20% longer beside it, and the pipeline and the application lost that
 core (docs/benchmarks.md). Products of at most ``_PRODUCT_ELEMENTS`` multiply-adds per block
-run on the calling thread alone, in OpenBLAS, MKL and BLIS alike.
+run on the calling thread alone (measured with numpy's OpenBLAS).
 """
 
 from __future__ import annotations

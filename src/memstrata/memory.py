@@ -549,7 +549,7 @@ class Memory:
             self._warmup = threading.Thread(target=run, name="memstrata-warmup", daemon=True)
             self._warmup.start()
 
-    def _await_warm_up(self, timeout: float) -> None:
+    def _await_warm_up(self, timeout: float | None = None) -> None:
         """Wait (at most ``timeout`` seconds) until the background model load is done."""
         if self._warmup is not None:
             self._warmup.join(timeout)
@@ -650,10 +650,9 @@ class Memory:
         self._pool.stop(timeout=max(1.0, timeout))
         self._webhook_engine.close(timeout=max(1.0, timeout))
         self._recaller.close()
-        if self._warmup is not None:
-            # Native code (onnxruntime) must not be mid-load when the interpreter exits:
-            # that aborts the process ("terminate called without an active exception").
-            self._warmup.join()
+        # Native code (onnxruntime) must not be mid-load when the interpreter exits: that
+        # aborts the process ("terminate called without an active exception").
+        self._await_warm_up()
         self._store.close()
         atexit.unregister(self._atexit)
 

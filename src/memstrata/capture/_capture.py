@@ -69,10 +69,10 @@ class Recalled:
 
 
 _STOP = object()
-
-# The longest register() waits for the embedding model to load (normally ~0.5 s).
-MODEL_LOAD_WAIT_SECONDS = 30.0
 HISTORY_BLOCK = f"\n\n{HISTORY_HEADER}"
+
+# The longest register() waits for the embedding model to load (normally ~0.3-0.5 s).
+MODEL_LOAD_WAIT_SECONDS = 30.0
 
 # Recall before every call is on the call's critical path and its block goes into every
 # prompt: a compact configuration (about half the default's time and tokens). 10 candidates
