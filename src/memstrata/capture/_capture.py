@@ -76,13 +76,16 @@ MODEL_LOAD_WAIT_SECONDS = 30.0
 
 # Recall before every call is on the call's critical path and its block goes into every
 # prompt: a compact configuration (about half the default's time and tokens). 10 candidates
-# per retriever and layer for at most 12 items: against 20, the evidence turns in the block
-# went 66.9 -> 66.6% on LoCoMo and 80.4 -> 81.0% on LongMemEval, and the recall took ~20%
-# less time (bench/retrieval.py, "capture recall"; docs/benchmarks.md).
+# per retriever and layer for at most 12 items, summaries and messages but no facts: a
+# summary already states what its facts say (offline, most summaries are one fact, which
+# recall then lists once, as the summary), so fact slots mostly went unused. Against 4
+# summaries, 4 facts and 4 messages, the evidence turns in the block went 66.6 -> 71.2% on
+# LoCoMo and 81.0 -> 86.9% on LongMemEval at the same token budget, in about the same time
+# (bench/retrieval.py, "capture recall"; docs/benchmarks.md).
 CAPTURE_RECALL = {
-    "proposition_top_k": 4,
-    "observation_semantic_top_k": 4,
-    "message_semantic_top_k": 4,
+    "proposition_top_k": 6,
+    "observation_semantic_top_k": 0,
+    "message_semantic_top_k": 6,
     "observation_context_top_k": 1,
     "candidate_pool": 10,
     "token_budget": 400,
