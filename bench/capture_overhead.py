@@ -26,6 +26,10 @@ of medians. Nothing is asserted; targets are printed with PASS/MISS.
   its model, not beside its recall (no target of its own: the target is judged on the
   instant fake above).
 
+Each figure also counts the registered calls whose recall passed its bound (they went out
+without memory) and the garbage collections over 10 ms during its pairs (a full pass stops
+every thread; see docs/capture.md, "Garbage collection pauses").
+
 Questions are LoCoMo questions (shuffled, fixed seed), the same one for both calls of a
 pair; the recall user's messages are the first ``--memories`` LoCoMo turns, and the fake
 model's answers the LoCoMo turns after them. The fake
@@ -47,9 +51,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import importlib.util
 import io
 import itertools
+import logging
 import os
 import signal
 import socket
@@ -130,7 +136,7 @@ def _pairs(
             _call(captured, stream, i)
     base: list[float] = []
     wrapped: list[float] = []
-    with other_load() as load:
+    with other_load() as load, _recall_timeouts() as timeouts, _gc_pauses() as pauses:
         for i in range(n):
             order = (0, 1) if i % 2 == 0 else (1, 0)
             q = 20 + i  # both clients ask the same question of the pair
@@ -150,7 +156,52 @@ def _pairs(
         "added_p95_ms": float(np.percentile(added, 95) * 1000),
         "ratio": float(np.median(wrapped) / np.median(base)),
         "other_load": load[0],
+        "recall_timeouts": len(timeouts),
+        "gc_pauses_ms": [round(p * 1000, 1) for p in pauses],
     }
+
+
+class _Counter(logging.Handler):
+    def __init__(self, needle: str) -> None:
+        super().__init__(logging.WARNING)
+        self.needle = needle
+        self.hits: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.needle in record.getMessage():
+            self.hits.append(record.getMessage())
+
+
+@contextlib.contextmanager
+def _recall_timeouts() -> Iterator[list[str]]:
+    """Registered calls whose recall passed its bound (they went out without memory)."""
+    counter = _Counter("recall took longer")
+    logger = logging.getLogger("memstrata.capture")
+    logger.addHandler(counter)
+    try:
+        yield counter.hits
+    finally:
+        logger.removeHandler(counter)
+
+
+@contextlib.contextmanager
+def _gc_pauses(longer_than: float = 0.01) -> Iterator[list[float]]:
+    """Seconds of each garbage collection longer than ``longer_than``: a full pass stops
+    every thread, a recall included, for as long as it takes."""
+    pauses: list[float] = []
+    started: list[float] = [0.0]
+
+    def watch(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            started[0] = time.perf_counter()
+        elif time.perf_counter() - started[0] > longer_than:
+            pauses.append(time.perf_counter() - started[0])
+
+    gc.callbacks.append(watch)
+    try:
+        yield pauses
+    finally:
+        gc.callbacks.remove(watch)
 
 
 def _report(label: str, r: dict[str, Any], target: float | None) -> None:
@@ -166,6 +217,10 @@ def _report(label: str, r: dict[str, Any], target: float | None) -> None:
     print(
         f"  added per call: p50 {r['added_p50_ms']:.3f} ms, p95 {r['added_p95_ms']:.3f} ms; "
         f"ratio of medians {r['ratio']:.2f}; other load {r['other_load']:.0%}{judged}"
+    )
+    print(
+        f"  recall timeouts: {r['recall_timeouts']}; garbage collections over 10 ms "
+        f"(they stop every thread): {r['gc_pauses_ms'] or 'none'}"
     )
 
 
