@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import gc
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -244,8 +246,6 @@ def test_a_hanging_memory_backend_costs_at_most_the_recall_timeout(
         )
         client = mem.llm.register(_client(server))
         embeddings.delay_next(2.0, n=5)  # the memory side's embedding service hangs
-        import time
-
         start = time.perf_counter()
         with mem.scope(user_id="ana", session_id="slow"):
             reply = client.chat.completions.create(
@@ -256,6 +256,55 @@ def test_a_hanging_memory_backend_costs_at_most_the_recall_timeout(
         assert server.chat_requests()[-1]["messages"] == [
             {"role": "user", "content": "still there?"}
         ]
+
+
+def _heap_with_a_slow_full_collection(seconds: float) -> list[Any]:
+    """Enough tracked objects that a full garbage collection takes ``seconds`` or more."""
+    junk: list[Any] = []
+    while len(junk) < 3_000_000:
+        junk.extend({"x": [i]} for i in range(250_000))
+        start = time.perf_counter()
+        gc.collect()
+        if time.perf_counter() - start >= seconds:
+            return junk
+    pytest.skip("a full collection stays too short here to outlast the recall's bound")
+
+
+def test_a_garbage_collection_during_the_recall_does_not_spend_its_bound(
+    make_memory: Any, server: FakeOpenAIServer
+) -> None:
+    """A full collection stops every thread of the process, the call included (45-60 ms
+    with the openai SDK loaded): a recall caught behind one went out without memory. The
+    bound counts the recall's own time; a slow backend still gets no more (the test above)."""
+    with FakeOpenAIServer() as embeddings:
+        mem = make_memory(
+            embedder="openai:fake-embed",
+            embedder_base_url=embeddings.base_url,
+            embedder_api_key="k",
+            capture_recall_timeout_ms=50,
+        )
+        s = mem.sessions.create(user_id="ana", session_id="chat")
+        s.add_messages([{"role": "user", "content": "I am allergic to peanuts."}], sync=True)
+        client = mem.llm.register(_client(server))
+        answer = embeddings._embeddings
+
+        def collect_then_answer(body: dict[str, Any]) -> Any:
+            gc.collect()  # a full pass of 0.2 s or more while the recall waits for this
+            return answer(body)
+
+        junk = _heap_with_a_slow_full_collection(0.2)
+        embeddings.route("/v1/embeddings", collect_then_answer)
+        try:
+            with mem.scope(user_id="ana", session_id="chat"):
+                client.chat.completions.create(
+                    model="m", messages=[{"role": "user", "content": "What can't I eat?"}]
+                )
+        finally:
+            embeddings.route("/v1/embeddings", answer)
+            del junk
+        system = server.chat_requests()[-1]["messages"][0]
+        assert system["role"] == "system"
+        assert MEMORY_PREAMBLE in system["content"] and "peanuts" in system["content"]
 
 
 def test_registering_waits_for_the_model_so_the_first_call_gets_its_memory(

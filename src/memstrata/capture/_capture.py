@@ -13,7 +13,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from .._time import utcnow
 from ..recall._format import HISTORY_HEADER
 from ._layers import inside
+from ._pauses import collector_pauses
 from ._scope import Attribution, check, current
 
 if TYPE_CHECKING:
@@ -73,6 +74,9 @@ HISTORY_BLOCK = f"\n\n{HISTORY_HEADER}"
 
 # The longest register() waits for the embedding model to load (normally ~0.3-0.5 s).
 MODEL_LOAD_WAIT_SECONDS = 30.0
+
+# At most this much garbage-collection time extends one recall's wait (see Capture._result).
+MAX_PAUSE_CREDIT_SECONDS = 1.0
 
 # Recall before every call is on the call's critical path and its block goes into every
 # prompt: a compact configuration (about half the default's time and tokens). 10 candidates
@@ -230,8 +234,7 @@ class Capture:
         if not (self.recall or self.inject_history) or not query:
             return Recalled(who)
         try:
-            future = self._pool().submit(self._recall, who, query)
-            return future.result(timeout=self.recall_timeout)
+            return self._result(self._pool().submit(self._recall, who, query))
         except FutureTimeout:
             log.warning(
                 "memstrata: recall took longer than %d ms; the call goes on without memory",
@@ -250,6 +253,24 @@ class Capture:
             log.exception("memstrata: could not queue a captured exchange")
 
     # -- internals ----------------------------------------------------------------------
+
+    def _result(self, future: Future[Recalled]) -> Recalled:
+        """The recall, waited for ``recall_timeout`` of its own time: garbage collections
+        meanwhile stopped the whole process, the call included, so their length is waited
+        again (up to MAX_PAUSE_CREDIT_SECONDS in all) rather than the call going out
+        without memory. A slow backend gets no more than the bound (see ``_pauses.py``)."""
+        pauses = collector_pauses()
+        paused_before = pauses.seconds()
+        start = time.perf_counter()
+        while True:
+            credit = min(pauses.seconds() - paused_before, MAX_PAUSE_CREDIT_SECONDS)
+            left = self.recall_timeout + credit - (time.perf_counter() - start)
+            if left <= 0:
+                raise FutureTimeout
+            try:
+                return future.result(timeout=left)
+            except FutureTimeout:
+                continue  # a collection during the wait leaves time left: wait that long
 
     def _pool(self) -> ThreadPoolExecutor:
         with self._lock:
