@@ -234,16 +234,21 @@ def test_provider_errors_reach_the_caller_unchanged_and_are_logged_as_failed_cal
     assert failed and "BadRequestError" in failed[0].metadata["capture"]["error"]
 
 
+def _embedding_over_http(make_memory: Any, embeddings: FakeOpenAIServer) -> Memory:
+    """A memory whose query embeddings go to ``embeddings``, with the default 50 ms bound."""
+    return make_memory(
+        embedder="openai:fake-embed",
+        embedder_base_url=embeddings.base_url,
+        embedder_api_key="k",
+        capture_recall_timeout_ms=50,
+    )
+
+
 def test_a_hanging_memory_backend_costs_at_most_the_recall_timeout(
     make_memory: Any, server: FakeOpenAIServer
 ) -> None:
     with FakeOpenAIServer() as embeddings:
-        mem = make_memory(
-            embedder="openai:fake-embed",
-            embedder_base_url=embeddings.base_url,
-            embedder_api_key="k",
-            capture_recall_timeout_ms=50,
-        )
+        mem = _embedding_over_http(make_memory, embeddings)
         client = mem.llm.register(_client(server))
         embeddings.delay_next(2.0, n=5)  # the memory side's embedding service hangs
         start = time.perf_counter()
@@ -277,12 +282,7 @@ def test_a_garbage_collection_during_the_recall_does_not_spend_its_bound(
     with the openai SDK loaded): a recall caught behind one went out without memory. The
     bound counts the recall's own time; a slow backend still gets no more (the test above)."""
     with FakeOpenAIServer() as embeddings:
-        mem = make_memory(
-            embedder="openai:fake-embed",
-            embedder_base_url=embeddings.base_url,
-            embedder_api_key="k",
-            capture_recall_timeout_ms=50,
-        )
+        mem = _embedding_over_http(make_memory, embeddings)
         s = mem.sessions.create(user_id="ana", session_id="chat")
         s.add_messages([{"role": "user", "content": "I am allergic to peanuts."}], sync=True)
         client = mem.llm.register(_client(server))
