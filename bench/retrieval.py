@@ -645,7 +645,14 @@ def evaluate(mem: Memory, ds: Dataset, limit: int) -> dict[str, Any]:
             if q.gold_turns:
                 turns, _ = _turn_ranking(ctx.matches or [], by_mid)
                 found = len(q.gold_turns.intersection(turns)) / len(q.gold_turns)
-                capture_rows.append({"group": q.group, "recall": found, "turns": len(turns)})
+                capture_rows.append(
+                    {
+                        "group": q.group,
+                        "recall": found,
+                        "turns": len(turns),
+                        "tokens": ctx.token_estimate,
+                    }
+                )
             if asked % CONTEXT_EVERY == 0:
                 t0 = time.perf_counter()
                 ctx = session.get_memory(query=q.text, **ctx_extra)
@@ -743,12 +750,16 @@ def report(ds: Dataset, ing: dict[str, Any], ev: dict[str, Any], limit: int) -> 
         capture = {
             "evidence_in_block": round(100 * float(np.mean([r["recall"] for r in block])), 2),
             "median_turns": float(np.median([r["turns"] for r in block])),
+            "median_tokens": float(np.median([r["tokens"] for r in block])),
+            "max_tokens": float(max(r["tokens"] for r in block)),
             "n": len(block),
         }
         print(
             "\n  capture recall (get_memory with mem.llm.recall_config, no recent turns): "
             f"{capture['evidence_in_block']:.1f}% of the evidence turns are in the block "
-            f"(median {capture['median_turns']:.0f} turns behind its items; n={len(block)})"
+            f"(median {capture['median_turns']:.0f} turns behind its items, median "
+            f"{capture['median_tokens']:.0f} tokens, max {capture['max_tokens']:.0f}; "
+            f"n={len(block)})"
         )
 
     engine_rows = rows["memstrata"]
