@@ -28,6 +28,7 @@ import time
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
@@ -55,7 +56,10 @@ CREATE TABLE job_audit (
     old_status text NOT NULL,
     new_status text NOT NULL,
     old_holder text,
-    new_holder text
+    new_holder text,
+    -- One UPDATE changes several jobs in no set order: the checker reads a transaction's
+    -- rows together (takeovers and releases before claims).
+    txid       bigint NOT NULL DEFAULT txid_current()
 );
 CREATE FUNCTION job_audit_row() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
@@ -308,11 +312,20 @@ def _check_facts(db_url: str, users: list[str]) -> None:
 
 
 def _check_audit(db_url: str, victim_pid: int, held: list[int]) -> None:
-    audit = rows(
+    by_transaction: dict[int, list[tuple[Any, ...]]] = {}
+    for txid, *change in rows(
         db_url,
-        "SELECT job_id, user_id, old_status, new_status, old_holder, new_holder "
+        "SELECT txid, job_id, user_id, old_status, new_status, old_holder, new_holder "
         "FROM job_audit ORDER BY seq",
-    )
+    ):
+        by_transaction.setdefault(txid, []).append(tuple(change))
+    # A user's transactions are serialised by its lock, so their order is the rows' order;
+    # within one, what a job let go of comes before what another job took.
+    audit = [
+        change
+        for changes in by_transaction.values()
+        for change in sorted(changes, key=lambda c: c[2] != "running")
+    ]
     holding: dict[str, dict[str, set[int]]] = defaultdict(lambda: defaultdict(set))
     completed: dict[int, int] = defaultdict(int)
     fenced: set[str] = set()
