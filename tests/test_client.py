@@ -393,13 +393,14 @@ def test_503_is_retried_only_for_idempotent_requests() -> None:
             assert flaky.seen["/healthz"] == 3
             flaky.failures = 1
             with pytest.raises(ServerError) as info:
-                # Messages without ids: a resend could store them twice, so no retry.
-                c.add_messages("s1", [{"role": "user", "content": "hi"}])
-            assert flaky.seen["/api/sessions/s1/messages"] == 1
+                # No id makes a second webhook creation a no-op, so no resend.
+                c.webhooks.create(resource="fact", event="after_llm", target_url="http://h/")
+            assert flaky.seen["/api/webhooks"] == 1
             assert info.value.status_code == 503 and info.value.request_id == "r1"
             flaky.failures = 1
-            # With ids the server deduplicates, so the resend is safe and made.
-            result = c.add_messages("s2", [{"role": "user", "content": "hi", "id": "m1"}])
+            # Messages get their ids before the first try, so the server deduplicates the
+            # resend; it is safe and made (tests/test_client_retries.py against a server).
+            result = c.add_messages("s2", [{"role": "user", "content": "hi"}])
             assert result.message_ids == ["m1"]
             assert flaky.seen["/api/sessions/s2/messages"] == 2
             # Something that is not a memstrata answer is reported as such.

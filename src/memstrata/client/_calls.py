@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, TypeAdapter
 
+from .._checks import new_id
 from ..types import (
     ID_PATTERN,
     AddResult,
@@ -111,14 +112,11 @@ def create_session(
             body[key] = value
     if "user_id" not in body:
         raise ValidationError("invalid session", ["user_id: required"])
-    return Call(
-        "POST",
-        "/api/sessions",
-        session_from,
-        body=body,
-        # With a chosen id a resend returns the same session instead of a second one.
-        idempotent=body.get("session_id") is not None,
-    )
+    # The id is chosen here, before the first try, in the server's own form: a resend after
+    # a lost answer then returns the session the first try made instead of a second one.
+    if body.get("session_id") is None:
+        body["session_id"] = new_id("s")
+    return Call("POST", "/api/sessions", session_from, body=body, idempotent=True)
 
 
 def get_session(session_id: str) -> Call[Session]:
@@ -138,30 +136,38 @@ def list_sessions(user_id: str | None, limit: int, offset: int) -> Call[list[Ses
     )
 
 
-def _message_body(m: Any) -> Any:
-    if isinstance(m, MessageInput):
-        return m.model_dump(mode="json", exclude_none=True)
-    return m
+def _with_ids(items: Any) -> tuple[Any, bool]:
+    """``items`` (messages or behaviour events) each with an id, and whether all have one.
+
+    The server stores a resent id with the same content once, so ids given before the
+    first try make every resend of the request a no-op: a write whose answer was lost
+    (dropped connection, a 503 after the commit) is resent without storing it twice. The
+    caller's own ids are kept; the others get one in the server's own form. Anything that
+    is not a list of objects goes as it is, for the server to refuse by name.
+    """
+    if isinstance(items, Iterable) and not isinstance(items, (str, bytes, Mapping)):
+        items = [
+            m.model_dump(mode="json", exclude_none=True) if isinstance(m, MessageInput) else m
+            for m in items
+        ]
+    if not isinstance(items, list) or not items or not all(isinstance(m, Mapping) for m in items):
+        return items, False
+    return [m if m.get("id") is not None else {**m, "id": new_id("m")} for m in items], True
 
 
 def add_messages(
     session_id: str, messages: Any, *, sync: bool, sync_timeout: float
 ) -> Call[AddResult]:
     sid = path_segment(check_id(session_id, "session_id"))
-    if isinstance(messages, Iterable) and not isinstance(messages, (str, bytes, Mapping)):
-        messages = [_message_body(m) for m in messages]
-    # A resend of messages that all carry ids is a no-op on the server (duplicates), so
-    # only then is the request safe to repeat after a dropped connection.
-    with_ids = isinstance(messages, list) and all(
-        isinstance(m, Mapping) and m.get("id") for m in messages
-    )
+    messages, with_ids = _with_ids(messages)
     return Call(
         "POST",
         f"/api/sessions/{sid}/messages",
         AddResult.model_validate,
         body={"messages": messages, "sync": sync},
-        idempotent=bool(messages) and with_ids,
+        idempotent=with_ids,
         read_timeout=sync_timeout if sync else None,
+        resend_503=not sync,
     )
 
 
@@ -380,12 +386,19 @@ def record_actions(user_id: str | Mapping[str, Any], fields: Mapping[str, Any]) 
     for key, value in fields.items():
         if value is not None:
             body[key] = value
-    if isinstance(body.get("events"), Iterable):
-        body["events"] = list(body["events"])
-    events = body.get("events") or [body]
-    with_ids = all(isinstance(e, Mapping) and e.get("id") for e in events)
+    if body.get("events") is not None:
+        body["events"], with_ids = _with_ids(body["events"])
+    else:  # one event inline (GUMem's form)
+        if body.get("id") is None:
+            body["id"] = new_id("m")
+        with_ids = True
     return Call(
-        "POST", "/api/user/actions", AddResult.model_validate, body=body, idempotent=with_ids
+        "POST",
+        "/api/user/actions",
+        AddResult.model_validate,
+        body=body,
+        idempotent=with_ids,
+        resend_503=not body.get("sync"),
     )
 
 

@@ -7,8 +7,9 @@ shared, so the two clients cannot drift apart.
 
 Retries: a request that never reached the server (connection refused, connect timeout) is
 always safe to resend. A request that may have reached it is resent only when it is
-idempotent (reads, and writes the server deduplicates) and the connection dropped or the
-server answered 503. A read timeout is never retried: the bound the caller set is the bound.
+idempotent (reads, and writes the server deduplicates: ``_calls`` gives messages, events and
+new sessions their ids before the first try) and the connection dropped or the server
+answered 503. A read timeout is never retried: the bound the caller set is the bound.
 """
 
 from __future__ import annotations
@@ -86,6 +87,10 @@ class Call(Generic[T]):
     read_timeout: float | None = None
     paged: tuple[int, int] | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
+    # A 503 to a write with sync=True usually means its messages are stored and their
+    # processing failed or outlasted the server's sync_timeout_seconds: a resend would only
+    # wait as long again, so such a call is resent after a dropped connection only.
+    resend_503: bool = True
 
     @property
     def retry_safe(self) -> bool:
@@ -261,7 +266,7 @@ class _Base:
             return False
         if exc is not None:
             return isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError))
-        return response is not None and response.status_code == 503
+        return response is not None and response.status_code == 503 and call.resend_503
 
 
 class Transport(_Base):

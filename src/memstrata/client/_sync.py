@@ -298,8 +298,10 @@ class MemoryClient:
     ``connect_timeout`` the connection; ``add_messages(sync=True)`` waits up to
     ``sync_timeout`` since the server processes before it answers. Requests that never
     reached the server, and idempotent ones whose connection dropped or that met a 503, are
-    retried ``max_retries`` times with jittered backoff. ``http_client`` lets you bring an
-    ``httpx.Client`` (proxies, TLS, transports); it stays yours to close.
+    retried ``max_retries`` times with jittered backoff; messages, events and new sessions
+    get their ids before the first try, so their writes are idempotent (docs/client.md).
+    ``http_client`` lets you bring an ``httpx.Client`` (proxies, TLS, transports); it
+    stays yours to close.
     """
 
     def __init__(
@@ -356,8 +358,9 @@ class MemoryClient:
         sync: bool = False,
     ) -> AddResult:
         """Store messages durably on the server and queue their processing; with
-        ``sync=True`` return once they are processed. Resending messages with the same
-        ``id`` and content is a no-op (and makes the request safe to retry)."""
+        ``sync=True`` return once they are processed. Messages without an ``id`` get one
+        before the first try (your own ids are kept; all are in ``message_ids``), so the
+        client's resends after a lost answer store each message once."""
         result = self._send(
             calls.add_messages(session_id, messages, sync=sync, sync_timeout=self.sync_timeout)
         )
