@@ -326,10 +326,10 @@ def test_a_refused_connection_is_retried_then_reported(silent: _Silent) -> None:
 
 
 class _Flaky:
-    """Answers 503 to the first ``failures`` requests, then a memstrata envelope; counts
-    the requests each path received."""
+    """Answers ``status`` to the first ``failures`` requests, then a memstrata envelope
+    (after ``delay`` seconds); counts the requests each path received."""
 
-    def __init__(self, failures: int) -> None:
+    def __init__(self, failures: int, status: int = 503, delay: float = 0.0) -> None:
         self.failures = failures
         self.seen: dict[str, int] = {}
         flaky = self
@@ -342,7 +342,7 @@ class _Flaky:
                 if flaky.failures > 0:
                     flaky.failures -= 1
                     status, body = (
-                        503,
+                        flaky.status,
                         {
                             "success": False,
                             "data": None,
@@ -351,8 +351,9 @@ class _Flaky:
                         },
                     )
                 else:
+                    time.sleep(flaky.delay)
                     data: dict[str, Any] = {"status": "ok", "version": "x"}
-                    if self.path.endswith("/messages"):
+                    if self.path.endswith(("/messages", "/actions")):
                         data = {"session_id": "s", "message_ids": ["m1"]}
                     status, body = (
                         200,
@@ -376,6 +377,7 @@ class _Flaky:
             def log_message(self, *args: Any) -> None:
                 pass
 
+        self.status, self.delay = status, delay
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
@@ -406,6 +408,46 @@ def test_503_is_retried_only_for_idempotent_requests() -> None:
             # Something that is not a memstrata answer is reported as such.
             with pytest.raises(APIError, match="not what this client expects"):
                 c.sessions.get("s3")
+    finally:
+        flaky.close()
+
+
+@pytest.mark.parametrize("status", [502, 504])
+def test_a_proxys_502_and_504_are_retried_like_503(status: int) -> None:
+    # What nginx answers while the memstrata server behind it restarts (502) or is slow
+    # (504): safe to resend for what a resend cannot duplicate, as a 503 is.
+    flaky = _Flaky(failures=1, status=status)
+    try:
+        with MemoryClient(api_key="k", base_url=flaky.url, max_retries=2) as c:
+            assert c.health() == {"status": "ok", "version": "x"}
+            assert flaky.seen["/healthz"] == 2
+            flaky.failures = 1
+            assert c.add_messages("s1", [{"role": "user", "content": "hi"}]).message_ids
+            assert flaky.seen["/api/sessions/s1/messages"] == 2
+            flaky.failures = 1
+            with pytest.raises(ServerError) as info:
+                c.webhooks.create(resource="fact", event="after_llm", target_url="http://h/")
+            assert info.value.status_code == status and flaky.seen["/api/webhooks"] == 1
+            flaky.failures = 1
+            with pytest.raises(ServerError):
+                # Processing outlasted a bound: a resend would wait as long again.
+                c.add_messages("s2", [{"role": "user", "content": "hi"}], sync=True)
+            assert flaky.seen["/api/sessions/s2/messages"] == 1
+    finally:
+        flaky.close()
+
+
+def test_recording_events_with_sync_waits_up_to_sync_timeout() -> None:
+    # The server answers a sync=True record once the events are processed, as it does
+    # add_messages(sync=True): the call's read timeout is sync_timeout, not timeout.
+    flaky = _Flaky(failures=0, delay=0.6)
+    try:
+        with MemoryClient(
+            api_key="k", base_url=flaky.url, timeout=0.2, sync_timeout=10, max_retries=0
+        ) as c:
+            assert c.user_actions.record("u1", event_type="click", sync=True).message_ids
+            with pytest.raises(APITimeoutError):
+                c.user_actions.record("u1", event_type="click")
     finally:
         flaky.close()
 

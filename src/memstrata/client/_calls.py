@@ -167,7 +167,7 @@ def add_messages(
         body={"messages": messages, "sync": sync},
         idempotent=with_ids,
         read_timeout=sync_timeout if sync else None,
-        resend_503=not sync,
+        resend_unavailable=not sync,
     )
 
 
@@ -381,7 +381,9 @@ def audit(user_id: str | None, limit: int, offset: int) -> Call[list[AuditRecord
 # -- behaviour events and health ---------------------------------------------------------
 
 
-def record_actions(user_id: str | Mapping[str, Any], fields: Mapping[str, Any]) -> Call[AddResult]:
+def record_actions(
+    user_id: str | Mapping[str, Any], fields: Mapping[str, Any], *, sync_timeout: float
+) -> Call[AddResult]:
     body: dict[str, Any] = dict(user_id) if isinstance(user_id, Mapping) else {"user_id": user_id}
     for key, value in fields.items():
         if value is not None:
@@ -398,7 +400,9 @@ def record_actions(user_id: str | Mapping[str, Any], fields: Mapping[str, Any]) 
         AddResult.model_validate,
         body=body,
         idempotent=with_ids,
-        resend_503=not body.get("sync"),
+        # Like add_messages(sync=True): the server answers once the events are processed.
+        read_timeout=sync_timeout if body.get("sync") else None,
+        resend_unavailable=not body.get("sync"),
     )
 
 

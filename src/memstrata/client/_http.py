@@ -9,7 +9,8 @@ Retries: a request that never reached the server (connection refused, connect ti
 always safe to resend. A request that may have reached it is resent only when it is
 idempotent (reads, and writes the server deduplicates: ``_calls`` gives messages, events and
 new sessions their ids before the first try) and the connection dropped or the server
-answered 503. A read timeout is never retried: the bound the caller set is the bound.
+answered 503 (or a reverse proxy in front of it 502/504). A read timeout is never retried:
+the bound the caller set is the bound.
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ _BACKOFF_BASE = 0.25
 _BACKOFF_CAP = 8.0
 _RETRY_AFTER_CAP = 30.0
 _IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE"})
+_UNAVAILABLE = frozenset({502, 503, 504})
 
 
 def path_segment(value: str) -> str:
@@ -87,10 +89,11 @@ class Call(Generic[T]):
     read_timeout: float | None = None
     paged: tuple[int, int] | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
-    # A 503 to a write with sync=True usually means its messages are stored and their
-    # processing failed or outlasted the server's sync_timeout_seconds: a resend would only
-    # wait as long again, so such a call is resent after a dropped connection only.
-    resend_503: bool = True
+    # A 503 (or a proxy's 502/504) to a write with sync=True usually means its messages are
+    # stored and their processing failed or outlasted the server's sync_timeout_seconds: a
+    # resend would only wait as long again, so such a call is resent after a dropped
+    # connection only.
+    resend_unavailable: bool = True
 
     @property
     def retry_safe(self) -> bool:
@@ -266,7 +269,12 @@ class _Base:
             return False
         if exc is not None:
             return isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError))
-        return response is not None and response.status_code == 503 and call.resend_503
+        # 502/504: a reverse proxy in front of a server that is restarting or slow.
+        return (
+            response is not None
+            and response.status_code in _UNAVAILABLE
+            and call.resend_unavailable
+        )
 
 
 class Transport(_Base):

@@ -286,7 +286,9 @@ class _UserActions:
             "session_id": session_id,
             "sync": sync or None,
         }
-        return self._c._send(calls.record_actions(user_id, fields))
+        return self._c._send(
+            calls.record_actions(user_id, fields, sync_timeout=self._c.sync_timeout)
+        )
 
 
 class MemoryClient:
