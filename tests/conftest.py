@@ -114,6 +114,31 @@ def pg_database() -> Iterator[str]:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+def _drop_schema(database: str, schema: str) -> None:
+    """Drop a test's schema. The sessions holding or awaiting a lock on it or its tables,
+    in any state (a connection a test leaked, a killed process's transaction), are ended
+    first, and the DROP waits at most 10 s for a lock, so that a teardown cannot hang."""
+    import psycopg
+
+    with psycopg.connect(database, autocommit=True) as conn:
+        conn.execute("SET lock_timeout = '10s'")
+        for attempt in range(3):
+            conn.execute(
+                "SELECT pg_terminate_backend(l.pid) FROM pg_locks l "
+                "JOIN pg_database d ON d.oid = l.database AND d.datname = current_database() "
+                "LEFT JOIN pg_class c ON c.oid = l.relation "
+                "WHERE l.pid <> pg_backend_pid() AND (c.relnamespace = %(ns)s::regnamespace "
+                "OR l.classid = 'pg_namespace'::regclass AND l.objid = %(ns)s::regnamespace)",
+                {"ns": schema},
+            )
+            try:
+                conn.execute(f"DROP SCHEMA {schema} CASCADE")
+                return
+            except psycopg.errors.LockNotAvailable:
+                if attempt == 2:
+                    raise
+
+
 @pytest.fixture
 def pg_url(pg_database: str) -> Iterator[str]:
     """A URL to a fresh, empty schema, dropped after the test."""
@@ -123,13 +148,7 @@ def pg_url(pg_database: str) -> Iterator[str]:
     with psycopg.connect(pg_database, autocommit=True) as conn:
         conn.execute(f"CREATE SCHEMA {schema}")
     yield with_search_path(pg_database, schema)
-    with psycopg.connect(pg_database, autocommit=True) as conn:
-        # A transaction a killed process left open must not keep the schema alive.
-        conn.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = "
-            "current_database() AND pid != pg_backend_pid() AND state = 'idle in transaction'"
-        )
-        conn.execute(f"DROP SCHEMA {schema} CASCADE")
+    _drop_schema(pg_database, schema)
 
 
 @pytest.fixture(scope="module")
@@ -145,8 +164,7 @@ def module_db_url(
         with psycopg.connect(database, autocommit=True) as conn:
             conn.execute(f"CREATE SCHEMA {schema}")
         yield with_search_path(database, schema)
-        with psycopg.connect(database, autocommit=True) as conn:
-            conn.execute(f"DROP SCHEMA {schema} CASCADE")
+        _drop_schema(database, schema)
     else:
         yield f"sqlite:///{tmp_path_factory.mktemp('store') / 'memory.db'}"
 

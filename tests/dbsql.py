@@ -7,6 +7,8 @@ Queries are written once with ``?`` placeholders (SQLite's); for PostgreSQL they
 from __future__ import annotations
 
 import sqlite3
+import time
+from collections.abc import Iterable
 from typing import Any
 
 from memstrata.store.sqlite import sqlite_path
@@ -42,3 +44,47 @@ def execute(url: str, sql: str, *args: Any) -> None:
 
 def is_postgres(url: str) -> bool:
     return url.startswith(("postgresql:", "postgres:"))
+
+
+# The names memstrata gives its PostgreSQL sessions: the store's and the job queue's.
+SESSION_NAMES = ("memstrata", "memstrata-jobs")
+
+
+def sessions(url: str, pids: Iterable[int] | None = None) -> dict[int, tuple[str, str, str]]:
+    """memstrata's sessions on the URL's database, or those of ``pids`` whatever their
+    name: pid -> (name, state, query)."""
+    where, arg = ("application_name", list(SESSION_NAMES)) if pids is None else ("pid", list(pids))
+    found = rows(
+        url,
+        "SELECT pid, application_name, state, query FROM pg_stat_activity "
+        f"WHERE datname = current_database() AND {where} = ANY(?)",
+        arg,
+    )
+    return {pid: (name, state, query) for pid, name, state, query in found}
+
+
+def sessions_left(
+    url: str, before: Iterable[int] = (), pids: Iterable[int] | None = None
+) -> dict[int, tuple[str, str, str]]:
+    """``sessions(url, pids)`` other than ``before`` still there after a few seconds (the
+    server process of a closed connection takes a moment to go)."""
+    old, pids = set(before), None if pids is None else list(pids)
+    deadline = time.monotonic() + 5.0
+    while True:
+        left = {pid: s for pid, s in sessions(url, pids).items() if pid not in old}
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.05)
+
+
+def await_lock_wait(url: str, like: str, timeout: float = 60.0) -> None:
+    """Wait until a session of the URL's database waits for a lock in a query ``LIKE like``."""
+    deadline = time.monotonic() + timeout
+    while not rows(
+        url,
+        "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+        "AND wait_event_type = 'Lock' AND query LIKE ?",
+        like,
+    ):
+        assert time.monotonic() < deadline, f"no query like {like!r} came to wait for a lock"
+        time.sleep(0.05)

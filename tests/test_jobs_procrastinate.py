@@ -12,7 +12,7 @@ import numpy as np
 import psycopg
 import pytest
 
-from dbsql import execute, rows
+from dbsql import await_lock_wait, execute, rows, sessions, sessions_left
 from fakes.openai_server import FakeOpenAIServer
 from memstrata import Memory
 from memstrata.embed import make_embedder
@@ -303,3 +303,44 @@ def test_a_caller_without_workers_does_its_own_work_not_everyones(
     assert pending >= 25  # the other users' messages are left to a worker (or a wait())
     mem.wait(timeout=60)
     assert rows(pg_url, "SELECT count(*) FROM messages WHERE status = 'pending'") == [(0,)]
+
+
+def test_closing_during_a_sweep_ends_the_sweeps_connection(
+    pg_url: str, open_memory: Callable[..., Memory]
+) -> None:
+    writer = open_memory(workers=0)
+    _say(writer.sessions.create(user_id="u1"), "I ordered parcel one for my sister.")
+    writer.close()
+    # A wake-up running under no worker: the first sweep ends it, and here it waits for the
+    # row this test holds (the failure seen: the sweep's connection left idle in a
+    # transaction, holding its locks, long after close).
+    execute(pg_url, "UPDATE procrastinate_jobs SET status = 'doing'")
+    before = sessions(pg_url)
+    with psycopg.connect(pg_url) as holder:
+        holder.execute("SELECT id FROM procrastinate_jobs FOR UPDATE")
+        mem = open_memory(workers=1)
+        await_lock_wait(pg_url, "%procrastinate_finish_job%")
+        mem.close(timeout=10)
+        assert sessions_left(pg_url, before) == {}
+        holder.rollback()
+
+
+def test_closing_during_a_batch_ends_every_connection_and_the_batch_is_redone(
+    pg_url: str, open_memory: Callable[..., Memory]
+) -> None:
+    before = sessions(pg_url)
+    mem = open_memory(workers=1)
+    s = mem.sessions.create(user_id="u1")
+    with psycopg.connect(pg_url) as holder:
+        holder.execute("LOCK TABLE facts")
+        _say(s, "I ordered parcel one for my sister.")
+        await_lock_wait(pg_url, "INSERT INTO facts%")  # the worker commits the batch
+        mem.close(timeout=1)  # not enough: the batch is cut short
+        assert sessions_left(pg_url, before) == {}
+        holder.rollback()
+    assert rows(pg_url, "SELECT status, attempts FROM messages") == [("pending", 1)]
+    # The batch's run stays with the closed worker, silent from now on: once its lease
+    # is over another worker ends it and takes the batch over.
+    worker = open_memory(workers=1, job_lease_seconds=1.0)
+    worker.wait(timeout=60)
+    assert rows(pg_url, "SELECT status, attempts FROM messages") == [("processed", 2)]

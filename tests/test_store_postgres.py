@@ -378,6 +378,51 @@ def test_a_claim_skips_a_user_whose_rows_are_being_written(store: pg.PostgresSto
     assert claim(store, "w3").user_id == "u1"
 
 
+def test_closing_ends_the_connections_other_threads_hold(pg_url: str) -> None:
+    import psycopg
+
+    store = pg.PostgresStore(pg_url)
+    pids: list[int] = []
+    failures: list[StoreError] = []
+    release = threading.Event()
+
+    def waits_for_a_lock() -> None:
+        try:
+            with store._read() as c:
+                pids.append(c.info.backend_pid)
+                c.execute("SELECT count(*) FROM facts")
+        except StoreError as exc:
+            failures.append(exc)
+
+    def leaves_its_transaction_open() -> None:
+        try:
+            with store._write() as c:
+                c.execute("SELECT count(*) FROM messages")
+                pids.append(c.info.backend_pid)
+                release.wait(60)
+        except StoreError as exc:
+            failures.append(exc)
+
+    threads = [threading.Thread(target=f) for f in (waits_for_a_lock, leaves_its_transaction_open)]
+    with psycopg.connect(pg_url) as holder:
+        holder.execute("LOCK TABLE facts")
+        for t in threads:
+            t.start()
+        dbsql.await_lock_wait(pg_url, "SELECT count(*) FROM facts")
+        deadline = time.monotonic() + 60
+        while len(pids) < 2:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        store.close()
+        # The query was cancelled, the open transaction's session ended by the server.
+        assert dbsql.sessions_left(pg_url, pids=pids) == {}
+        holder.rollback()
+    release.set()
+    for t in threads:
+        t.join(60)
+    assert len(failures) == 2
+
+
 def test_ci_fails_instead_of_skipping_without_a_server(tmp_path: Any) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSTRATA_")}
     env.update(MEMSTRATA_REQUIRE_POSTGRES="1")

@@ -49,6 +49,7 @@ import secrets
 import socket
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -73,6 +74,9 @@ BATCHES_PER_RUN = 4
 # and fleet-wide by a periodic task every five minutes.
 ORPHAN_SWEEP_SECONDS = 60.0
 ORPHAN_CRON = "*/5 * * * *"
+# At stop, how long each step of ending what still runs on the queue's loop may take (a
+# query psycopg cancels in the server takes a round trip or two).
+CLOSE_STEP_SECONDS = 5.0
 
 
 class DispatchStore(Store, Protocol):
@@ -180,6 +184,9 @@ class ProcrastinateQueue:
                 name="memstrata-jobs",
                 # Named in pg_stat_activity, apart from the store's connections.
                 kwargs={"application_name": "memstrata-jobs"},
+                # Every connection (the LISTEN one too) is known, for stop to close those
+                # the pool would close only once they are handed back.
+                configure=self._opened,
             )
         )
         self._app.task(name=DISPATCH_TASK, queue=DISPATCH_QUEUE, pass_context=True)(
@@ -206,6 +213,7 @@ class ProcrastinateQueue:
         self._runs = 0
         self._next_orphan_sweep = 0.0
         self._alive_checked = (0.0, False)
+        self._connections: weakref.WeakSet[Any] = weakref.WeakSet()
 
     # -- the event loop procrastinate runs in ------------------------------------------------
 
@@ -229,6 +237,9 @@ class ProcrastinateQueue:
 
     async def _open(self) -> None:
         await self._app.open_async()
+
+    async def _opened(self, conn: Any) -> None:
+        self._connections.add(conn)
 
     def _call(self, coro: Any, timeout: float | None = None) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self._ensure_loop()).result(timeout)
@@ -300,11 +311,23 @@ class ProcrastinateQueue:
                 await asyncio.sleep(pause)
         finally:
             sweeper.cancel()
-            self._served.set()
+            try:
+                # Awaited: a sweep cancelled mid-query has psycopg cancel the query in the
+                # server and roll back, which takes turns of this loop; a loop stopped before
+                # left the connection idle in its transaction, holding its locks.
+                await asyncio.wait({sweeper})
+            finally:
+                self._served.set()
 
     def stop(self, timeout: float | None = None) -> None:
         """Stop after the batches in hand are finished (or ``timeout`` passes), then
-        close the connections; ``start()`` or a wait opens them again."""
+        close every connection; ``start()`` or a wait opens them again.
+
+        A batch still in hand after ``timeout`` is left to its thread, which cannot write
+        once the store is closed. Its wake-up stays running under this worker, whose
+        heartbeat ends here: once ``lease_seconds`` pass, any worker's sweep ends it and
+        wakes the user, whose next run takes the jobs over (and fences this one off).
+        """
         self._stopping.set()
         loop, serving = self._loop, self._serving
         if loop is None:
@@ -314,11 +337,16 @@ class ProcrastinateQueue:
             # the running jobs finish (ours stop claiming, having _stopping set).
             loop.call_soon_threadsafe(serving.cancel)
             if not self._served.wait(timeout):
-                log.warning("workers still busy after %.1fs; leaving them", timeout or 0.0)
-                return
+                log.warning(
+                    "workers still busy after %.1fs; their batches are left to the next "
+                    "worker, once this one's lease is over",
+                    timeout or 0.0,
+                )
         self._serving = None
         try:
-            asyncio.run_coroutine_threadsafe(self._app.close_async(), loop).result(10)
+            asyncio.run_coroutine_threadsafe(self._close(serving), loop).result(
+                4 * CLOSE_STEP_SECONDS
+            )
         except Exception:
             log.exception("could not close the job queue's connections")
         with self._lock:
@@ -328,6 +356,37 @@ class ProcrastinateQueue:
             self._loop = self._loop_thread = None
         if not loop.is_running():
             loop.close()
+
+    async def _close(self, serving: asyncio.Task[None] | None) -> None:
+        """End what still runs on this loop, then close every connection of the queue."""
+        from psycopg.pq import TransactionStatus
+
+        if serving is not None and not serving.done():
+            # Cancelled again, procrastinate's worker stops waiting for its runs (and
+            # leaves them running in the database, as a dead worker would).
+            serving.cancel()
+            await asyncio.wait({serving}, timeout=CLOSE_STEP_SECONDS)
+        try:
+            # Closed before the runs are cancelled: they can then not record themselves
+            # as aborted, which would keep the stalled-worker sweep from taking them over.
+            await self._app.close_async()
+        finally:
+            current = asyncio.current_task()
+            rest = [task for task in asyncio.all_tasks() if task is not current]
+            for task in rest:
+                task.cancel()
+            if rest:
+                done, _ = await asyncio.wait(rest, timeout=CLOSE_STEP_SECONDS)
+                for task in done:
+                    if not task.cancelled():
+                        task.exception()  # a run failing to record itself, as meant
+            for conn in [c for c in self._connections if not c.closed]:
+                # Held by a task that did not end in time. A query running is cancelled
+                # in the server first: a closed socket alone does not stop it.
+                with contextlib.suppress(Exception):
+                    if conn.info.transaction_status == TransactionStatus.ACTIVE:
+                        await conn.cancel_safe(timeout=CLOSE_STEP_SECONDS)
+                    await conn.close()
 
     def notify(self) -> None:
         """Nothing to do: the wake-up's INSERT notifies every listening worker."""

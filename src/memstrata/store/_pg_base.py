@@ -6,8 +6,12 @@ the helpers without importing the store class, and the store class can import th
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import re
+import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -24,6 +28,7 @@ if TYPE_CHECKING:
     from psycopg_pool import ConnectionPool
 
 __all__ = [
+    "APPLICATION_NAME",
     "FACT_COLUMNS",
     "MESSAGE_COLUMNS",
     "SESSION_COLUMNS",
@@ -40,8 +45,16 @@ __all__ = [
     "user_lock_sql",
 ]
 
+log = logging.getLogger("memstrata.store")
+
 # PostgreSQL's tsvector holds at most 1 MB; a longer document is indexed by its start.
 _MAX_FTS_WORDS = 100_000
+
+# The store's sessions in pg_stat_activity, unless the URL (or PGAPPNAME) names them.
+APPLICATION_NAME = "memstrata"
+# At close, how long a thread still holding a connection has to hand it back once its
+# query is cancelled, before the server is asked to end the session.
+CLOSE_GRACE_SECONDS = 2.0
 
 MESSAGE_COLUMNS = (
     "pk, project_id, id, user_id, session_id, process_id, role, content, content_hash, ts, "
@@ -269,7 +282,12 @@ class PgBase:
     """Connections for the PostgreSQL store and its mixins."""
 
     _pool: ConnectionPool[Any]
+    _conninfo: str
     url: str
+    # The pool's connections out of it (with their server process): the pool closes them
+    # only when they come back, so closing the store ends them (_close_pool).
+    _lent: dict[psycopg.Connection[Any], int]
+    _lending: threading.Condition
 
     @contextmanager
     def _read(self) -> Iterator[psycopg.Connection[Any]]:
@@ -277,9 +295,12 @@ class PgBase:
         import psycopg
         from psycopg_pool import PoolClosed, PoolTimeout
 
+        lent = None
         try:
-            with self._pool.connection() as conn:
-                yield conn
+            with self._pool.connection() as lent:
+                with self._lending:
+                    self._lent[lent] = lent.info.backend_pid
+                yield lent
         except PoolClosed:
             raise StoreError("the store is closed") from None
         except PoolTimeout as exc:
@@ -294,6 +315,43 @@ class PgBase:
                     "invalid input", ["text must not contain NUL characters"]
                 ) from exc
             raise
+        finally:
+            if lent is not None:
+                with self._lending:
+                    self._lent.pop(lent, None)
+                    self._lending.notify_all()
+
+    def _close_pool(self) -> None:
+        """Close the pool and every connection of it, also those other threads hold (a
+        worker's batch that close left behind, say): a query of theirs is cancelled in the
+        server, which hands the connection back to the closed pool, which closes it; a
+        session still open after ``CLOSE_GRACE_SECONDS`` is ended by the server."""
+        import psycopg
+
+        self._pool.close()
+        with self._lending:
+            lent = list(self._lent)
+        for conn in lent:
+            with contextlib.suppress(Exception):  # it may be closing on its own
+                conn.cancel()  # meant for use from another thread
+        deadline = time.monotonic() + CLOSE_GRACE_SECONDS
+        with self._lending:
+            while self._lent and (left := deadline - time.monotonic()) > 0:
+                self._lending.wait(left)
+            pids = list(self._lent.values())
+        if not pids:
+            return
+        log.warning("ending %d PostgreSQL sessions still in use at close", len(pids))
+        try:
+            with psycopg.connect(
+                self._conninfo,
+                autocommit=True,
+                connect_timeout=10,
+                fallback_application_name=APPLICATION_NAME,
+            ) as conn:
+                conn.execute("SELECT pg_terminate_backend(pid) FROM unnest(%s::int[]) pid", (pids,))
+        except psycopg.Error as exc:
+            log.warning("could not end the sessions %s at close: %s", pids, exc)
 
     @contextmanager
     def _write(self) -> Iterator[psycopg.Connection[Any]]:

@@ -49,7 +49,7 @@ import threading
 import time
 from typing import Any
 
-from ._pg_base import PgBase, checked
+from ._pg_base import APPLICATION_NAME, PgBase, checked
 
 __all__ = ["PostgresUserIndexes"]
 
@@ -144,7 +144,9 @@ class PostgresUserIndexes(PgBase):
             try:
                 # A connection of its own: a build holds it for seconds to minutes, with
                 # session settings and an advisory lock the pool must not inherit.
-                with psycopg.connect(self._conninfo, autocommit=True) as conn:
+                with psycopg.connect(
+                    self._conninfo, autocommit=True, fallback_application_name=APPLICATION_NAME
+                ) as conn:
                     with self._lock:
                         if self._user_index_closed:
                             return

@@ -55,6 +55,7 @@ from . import (
     TopicRow,
 )
 from ._pg_base import (
+    APPLICATION_NAME,
     FACT_COLUMNS,
     MESSAGE_COLUMNS,
     SESSION_COLUMNS,
@@ -248,6 +249,8 @@ class PostgresStore(
         self._vector_index_threshold = vector_index_threshold
         self._ef_search = max(10, min(1000, ef_search))
         self._lock = threading.Lock()
+        self._lent = {}
+        self._lending = threading.Condition()
         self._indexed: set[tuple[str, int]] = set()
         self._scope_sizes: dict[tuple[Any, ...], tuple[bool, float]] = {}
         self._lexemes: dict[str, tuple[str, ...]] = {}
@@ -262,7 +265,12 @@ class PostgresStore(
         self._vector_info: Any = None
         self._init_user_indexes(user_index_threshold, user_fulltext_threshold)
         try:
-            with psycopg.connect(url, autocommit=True, connect_timeout=connect_timeout) as conn:
+            with psycopg.connect(
+                url,
+                autocommit=True,
+                connect_timeout=connect_timeout,
+                fallback_application_name=APPLICATION_NAME,
+            ) as conn:
                 self._migrate(conn, migrate_to)
                 row = conn.execute(
                     "SELECT extversion FROM pg_extension WHERE extname = 'vector'"
@@ -279,7 +287,7 @@ class PostgresStore(
             # opening one (TCP, auth) costs more than the query.
             min_size=min(4, pool_size),
             max_size=pool_size,
-            kwargs={"autocommit": True},
+            kwargs={"autocommit": True, "fallback_application_name": APPLICATION_NAME},
             configure=self._configure,
             open=False,
             name="memstrata",
@@ -302,7 +310,7 @@ class PostgresStore(
 
     def close(self) -> None:
         self._close_user_indexes()
-        self._pool.close()
+        self._close_pool()
 
     # -- schema ----------------------------------------------------------------------
 
