@@ -280,7 +280,7 @@ def test_hooks_chain_in_creation_order_after_in_process_hooks(
 # -- failures -------------------------------------------------------------------------------
 
 FAILURES = {
-    "hang": ("/hang", "timed out after 300 ms"),
+    "hang": ("/hang", "waiting for the status line and headers (timeout 300 ms)"),
     "huge": ("/huge", "answer over 1048576 bytes (cut)"),
     "redirect": ("/redirect", "HTTP 302: redirect to http://169.254.169.254/"),
     "non-2xx": ("/status/500", "HTTP 500"),
