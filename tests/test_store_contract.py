@@ -1429,6 +1429,21 @@ def test_async_deliveries_are_claimed_under_a_lease_and_settled(store: Store) ->
     assert store.next_webhook_time() == pytest.approx(retry_at)
 
 
+def test_a_delivery_claim_skips_the_projects_it_is_told_to(store: Store) -> None:
+    # A sender skips projects holding their share of its slots; the rest go oldest first.
+    h = store.create_webhook(hook("wh_a"))
+    _outbox_batch(store, h, 3)
+    other = store.create_webhook(hook("wh_q", project="q"))
+    add(store, ["elsewhere"], project="q", user="uq", sid="sq")
+    batch = claim(store)
+    complete(store, batch, LayerWrite(outbox=[OutboxWrite("dq", other.pk, "q", "uq", [], "{}")]))
+    taken = store.claim_webhook_delivery("s", 30, skip_projects=[P])
+    assert taken is not None and (taken.project_id, taken.delivery_id) == ("q", "dq")
+    assert store.claim_webhook_delivery("s", 30, skip_projects=[P, "q"]) is None
+    assert store.claim_webhook_delivery("s", 30, skip_projects=["q"]).delivery_id == "dl3-0"  # type: ignore[union-attr]
+    assert store.claim_webhook_delivery("s", 30).delivery_id == "dl3-1"  # type: ignore[union-attr]
+
+
 def test_deliveries_are_queued_only_if_their_batch_commits(store: Store) -> None:
     h = store.create_webhook(hook("wh_a"))
     add(store, ["x"])

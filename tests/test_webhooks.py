@@ -488,6 +488,90 @@ def test_a_failed_batch_sends_no_async_delivery(
     assert _sql(mem, "SELECT count(*) FROM webhook_outbox") == [(0,)]
 
 
+# -- slow receivers -----------------------------------------------------------------------------
+# The receiver's trickles take 10 s; a per-read timeout (what httpx offers) never fires on
+# them. The margins are for a loaded machine, far below what the trickles would take.
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+@pytest.mark.parametrize(
+    ("path", "step"),
+    [
+        ("/trickle-body", "reading the answer body"),
+        ("/trickle-head", "waiting for the status line and headers"),
+    ],
+)
+def test_a_trickling_receiver_is_cut_off_at_the_hooks_timeout(
+    make_memory: Any, receiver: WebhookReceiver, mode: str, path: str, step: str
+) -> None:
+    mem = make_memory(webhook_allow="127.0.0.1", webhook_max_attempts=1, workers=0)
+    hook, _ = mem.webhooks.create(
+        resource="fact",
+        event="before_add",
+        target_url=receiver.url(path),
+        mode=mode,
+        timeout_ms=300,
+    )
+    started = time.monotonic()
+    mem.sessions.create(user_id="u").add_messages(_messages(TURNS[:1]), sync=True)
+    mem.webhooks.wait(timeout=30)
+    assert time.monotonic() - started < 5
+    (delivery,) = mem.webhooks.deliveries(hook.id)
+    assert delivery.status == "failed" and 300 <= delivery.latency_ms < 1500
+    assert delivery.reason.startswith(f"timed out after {delivery.latency_ms:.0f} ms {step}"), (
+        delivery.reason
+    )
+    assert "(timeout 300 ms)" in delivery.reason
+    assert mem.facts.list(user_id="u")  # the batch went through without the hook
+
+
+def test_one_projects_slow_receivers_leave_senders_to_the_others(
+    make_memory: Any, receiver: WebhookReceiver
+) -> None:
+    # Two senders; project a's three deliveries would hold both for 5 s each.
+    mem = make_memory(
+        webhook_allow="127.0.0.1", webhook_async_concurrency=2, webhook_max_attempts=1
+    )
+    slow = mem.for_project("a")
+    hooks = [
+        slow.webhooks.create(
+            resource="fact",
+            event="before_add",
+            target_url=receiver.url("/trickle-body"),
+            mode="async",
+            timeout_ms=5000,
+        )[0]
+        for _ in range(3)
+    ]
+    finished_when_b_arrived: list[int] = []
+
+    def b(payload: dict[str, Any]) -> tuple[int, Any]:
+        finished_when_b_arrived.append(sum(len(slow.webhooks.deliveries(h.id)) for h in hooks))
+        return 200, {}
+
+    receiver.script("/b", b)
+    other = mem.for_project("b")
+    other.webhooks.create(
+        resource="fact", event="before_add", target_url=receiver.url("/b"), mode="async"
+    )
+    slow.sessions.create(user_id="u").add_messages(_messages(TURNS[:1]), sync=True)
+    _until(lambda: receiver.at("/trickle-body"))  # a sender is busy with project a
+    other.sessions.create(user_id="u").add_messages(_messages(TURNS[:1]), sync=True)
+    _until(lambda: finished_when_b_arrived, timeout=30)
+    # b's delivery went out while every delivery of a was still being trickled.
+    assert finished_when_b_arrived == [0]
+    assert len(receiver.at("/trickle-body")) == 1  # a holds its share: one of two senders
+    receiver.release()
+    slow.webhooks.wait(timeout=30)
+
+
+def _until(check: Any, timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(0.01)
+
+
 # -- safety -----------------------------------------------------------------------------------
 
 

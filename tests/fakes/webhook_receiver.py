@@ -143,6 +143,10 @@ class WebhookReceiver:
         """Answer requests to ``path`` with ``fn(payload)`` (or always the given answer)."""
         self._scripts[path] = fn if callable(fn) else (lambda _payload, a=fn: a)
 
+    def release(self) -> None:
+        """End every hanging and trickling answer now, as stopping the server would."""
+        self._release.set()
+
     def at(self, path: str) -> list[Received]:
         with self._lock:
             return [r for r in self.requests if r.path == path]
@@ -179,7 +183,7 @@ class WebhookReceiver:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self._release.set()
+        self.release()
         self._server.shutdown()
         self._server.server_close()
 

@@ -507,7 +507,9 @@ class Store(Protocol):
     def list_webhook_deliveries(
         self, project_id: str, hook_id: str, limit: int, offset: int
     ) -> list[WebhookDeliveryRow]: ...
-    def claim_webhook_delivery(self, owner: str, lease_seconds: float) -> OutboxItem | None: ...
+    def claim_webhook_delivery(
+        self, owner: str, lease_seconds: float, skip_projects: Sequence[str] = ()
+    ) -> OutboxItem | None: ...
     def finish_webhook_delivery(
         self,
         item: OutboxItem,
