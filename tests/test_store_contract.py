@@ -339,6 +339,24 @@ def test_a_claim_takes_one_users_jobs_in_order_within_the_size_limit(store: Stor
     assert len(big.messages) == 5
 
 
+def test_a_claim_for_given_jobs_takes_a_batch_of_their_users_only(store: Store) -> None:
+    # A caller waiting for its own jobs runs its users' work, in their order.
+    add(store, ["u1 first"], prefix="0")
+    add(store, ["u1 second"], prefix="1")
+    add(store, ["u2 only"], user="u2", sid="s2")
+    (u1_first, u1_second), (u2_job,) = (
+        sorted({m.job_id for m in store.list_messages(P, user_id=u)} - {None}) for u in ("u1", "u2")
+    )
+    mine = store.claim_batch("caller", 30, 1, for_jobs=[u2_job])
+    assert mine is not None and mine.user_id == "u2" and mine.job_ids == [u2_job]
+    assert store.claim_batch("caller", 30, 1, for_jobs=[u2_job]) is None  # held
+    # A later job of u1 is run only after the earlier ones: the claim takes u1's head.
+    head = store.claim_batch("caller", 30, 1, for_jobs=[u1_second])
+    assert head is not None and head.job_ids == [u1_first]
+    assert store.claim_batch("caller", 30, 1, for_jobs=[u1_second]) is None
+    assert store.claim_batch("caller", 30, 1, for_jobs=[10**9]) is None  # no such job
+
+
 def test_completing_a_batch_stores_vectors_and_finishes_jobs(store: Store) -> None:
     rows = add(store, ["hello", "world"])
     batch = claim(store)

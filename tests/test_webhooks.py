@@ -565,6 +565,28 @@ def test_one_projects_slow_receivers_leave_senders_to_the_others(
     slow.webhooks.wait(timeout=30)
 
 
+def test_a_sync_write_does_not_wait_behind_another_projects_slow_hook(
+    make_memory: Any, receiver: WebhookReceiver
+) -> None:
+    mem = make_memory(webhook_allow="127.0.0.1", workers=1)
+    slow = mem.for_project("a")
+    slow.webhooks.create(
+        resource="fact",
+        event="before_add",
+        target_url=receiver.url("/trickle-body"),
+        timeout_ms=5000,
+    )
+    stuck = slow.sessions.create(user_id="u").add_messages(_messages(TURNS[:1]))
+    _until(lambda: receiver.at("/trickle-body"))  # the only worker is in a's hook
+    other = mem.for_project("b")
+    result = other.sessions.create(user_id="u").add_messages(_messages(TURNS[:1]), sync=True)
+    assert result.processed and other.facts.list(user_id="u")
+    # b's batch was processed while a's was still held by its receiver.
+    assert mem.store.job_states([stuck.job_id]) == {stuck.job_id: "running"}
+    receiver.release()
+    mem.wait(timeout=30)
+
+
 def _until(check: Any, timeout: float = 10) -> None:
     deadline = time.monotonic() + timeout
     while not check():

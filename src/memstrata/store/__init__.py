@@ -320,7 +320,11 @@ class Store(Protocol):
 
     # durable jobs
     def claim_batch(
-        self, worker_id: str, lease_seconds: float, max_messages: int
+        self,
+        worker_id: str,
+        lease_seconds: float,
+        max_messages: int,
+        for_jobs: Sequence[int] = (),
     ) -> ClaimedBatch | None: ...
     def extend_lease(
         self, job_ids: Sequence[int], worker_id: str, lease_seconds: float
