@@ -525,6 +525,27 @@ def test_a_trickling_receiver_is_cut_off_at_the_hooks_timeout(
     assert mem.facts.list(user_id="u")  # the batch went through without the hook
 
 
+def test_a_sync_hook_that_gave_no_answer_is_not_called_again_in_the_batch(
+    make_memory: Any, llm: FakeOpenAIServer, receiver: WebhookReceiver
+) -> None:
+    # One extraction per message: fact.before_llm is a point four times in this batch.
+    mem = _llm_memory(make_memory, llm, extract_chunk_messages=1, workers=0)
+    hook, _ = mem.webhooks.create(
+        resource="fact", event="before_llm", target_url=receiver.url("/hang"), timeout_ms=300
+    )
+    mem.sessions.create(user_id="u").add_messages(_messages(), sync=True)
+    assert len(receiver.at("/hang")) == 1  # one timeout for the batch, not one per chunk
+    first, *rest = reversed(mem.webhooks.deliveries(hook.id))
+    assert first.reason.startswith("timed out after") and len(rest) == 3
+    for skipped in rest:
+        assert skipped.status == "failed" and skipped.latency_ms == 0
+        assert skipped.reason == f"not sent: earlier in this batch, {first.reason}"
+    # The next batch tries the receiver again.
+    later = _messages([("x1", "user", "I drink green tea.")])
+    mem.sessions.create(user_id="u").add_messages(later, sync=True)
+    assert len(receiver.at("/hang")) == 2
+
+
 def test_one_projects_slow_receivers_leave_senders_to_the_others(
     make_memory: Any, receiver: WebhookReceiver
 ) -> None:
