@@ -640,11 +640,12 @@ class SQLiteStore(SQLiteGovernance, SQLiteWebhooks):
         for_jobs: Sequence[int] = (),
     ) -> ClaimedBatch | None:
         now = time.time()
-        jobs = list(for_jobs)
-        # for_jobs: a caller waiting for these jobs runs a batch of their users only.
+        # for_jobs: a caller waiting for these jobs runs a batch of their users only (one
+        # JSON parameter: close() may wait for more jobs than SQLite takes parameters).
+        jobs = [json.dumps(list(for_jobs))] if for_jobs else []
         scope = (
             "AND (j.project_id, j.user_id) IN (SELECT project_id, user_id FROM jobs "
-            f"     WHERE id IN ({','.join('?' * len(jobs))})) "
+            "     WHERE id IN (SELECT value FROM json_each(?))) "
             if jobs
             else ""
         )
