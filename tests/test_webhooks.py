@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import socket
 import time
 from collections.abc import Iterator
@@ -518,10 +519,9 @@ def test_a_trickling_receiver_is_cut_off_at_the_hooks_timeout(
     assert time.monotonic() - started < 5
     (delivery,) = mem.webhooks.deliveries(hook.id)
     assert delivery.status == "failed" and 300 <= delivery.latency_ms < 1500
-    assert delivery.reason.startswith(f"timed out after {delivery.latency_ms:.0f} ms {step}"), (
-        delivery.reason
-    )
-    assert "(timeout 300 ms)" in delivery.reason
+    # The reason says which step was cut short and after how long (async: and the attempt).
+    said = re.match(rf"timed out after (\d+) ms {step}.* \(timeout 300 ms\)", delivery.reason)
+    assert said is not None and abs(int(said[1]) - delivery.latency_ms) < 50, delivery.reason
     assert mem.facts.list(user_id="u")  # the batch went through without the hook
 
 
