@@ -22,8 +22,13 @@ ThreadingHTTPServer on 127.0.0.1, in this process). Targets: sync added p50 with
 the sender's round trip p50 (the round trip and nothing more); async queued added p50 <=
 0.5 ms (about zero). Nothing is asserted.
 
-    python bench/webhooks.py               # 500 rounds (~1 min)
-    python bench/webhooks.py --batches 2000 --json
+Then slow receivers: the sender posts to receivers that trickle their body or their status
+line and headers a byte every 50 ms, accept and never answer, never complete the TLS
+handshake, or never complete the connection, with ``timeout_ms`` 250 and 1000; the figure
+is how long each delivery ran past its timeout (target: tens of ms, not seconds).
+
+    python bench/webhooks.py               # 500 rounds (~1 min), 10 slow rounds (~1 min)
+    python bench/webhooks.py --batches 2000 --slow-rounds 20 --json
 """
 
 from __future__ import annotations
@@ -50,7 +55,7 @@ from _common import (
     summarize,
     verdict,
 )
-from fakes.webhook_receiver import WebhookReceiver
+from fakes.webhook_receiver import WebhookReceiver, silent_port
 from memstrata import Memory
 from memstrata.hooks._http import WebhookHttp
 from memstrata.hooks._signing import new_secret, signature_headers
@@ -123,7 +128,7 @@ def run(batches: int) -> dict[str, Any]:
                 for name in order:
                     t0 = time.perf_counter()
                     if name == "trip":
-                        headers = signature_headers(secret, "msg_bench", BODY)
+                        headers = signature_headers([secret], "msg_bench", BODY)
                         sender.post(receiver.url("/trip"), BODY, headers, 5000)
                     elif name == "plain":
                         plain.post(receiver.url("/plain"), content=BODY).read()
@@ -181,14 +186,51 @@ def run(batches: int) -> dict[str, Any]:
     return results
 
 
+SLOW = ("trickled body", "trickled head", "no answer", "no TLS handshake", "no connection")
+
+
+def run_slow(rounds: int) -> dict[str, Any]:
+    """Time past ``timeout_ms`` of deliveries to receivers that drag each step out."""
+    results: dict[str, Any] = {"slow_rounds": rounds}
+    http = WebhookHttp(AllowList.parse("127.0.0.1"))
+    print(f"slow receivers, {rounds} rounds: delivery time past timeout_ms")
+    with (
+        WebhookReceiver() as receiver,
+        silent_port() as silent,
+        silent_port(accepting=False) as full,
+    ):
+        urls = {
+            "trickled body": receiver.url("/trickle-body"),
+            "trickled head": receiver.url("/trickle-head"),
+            "no answer": f"http://127.0.0.1:{silent}/hook",
+            "no TLS handshake": f"https://127.0.0.1:{silent}/hook",
+            "no connection": f"http://127.0.0.1:{full}/hook",
+        }
+        for timeout_ms in (250, 1000):
+            past: dict[str, list[float]] = {kind: [] for kind in SLOW}
+            for _ in range(rounds):
+                for kind in SLOW:
+                    t0 = time.perf_counter()
+                    http.post(urls[kind], BODY, {}, timeout_ms)
+                    past[kind].append(time.perf_counter() - t0 - timeout_ms / 1000)
+            for kind in SLOW:
+                s = summarize(past[kind])
+                results[f"past_timeout_{timeout_ms}_{kind.replace(' ', '_')}_ms"] = s.as_dict()
+                print(format_summary(f"{kind}, timeout_ms={timeout_ms}", s))
+    http.close()
+    return results
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batches", type=int, default=500, help="batches per store")
+    parser.add_argument("--slow-rounds", type=int, default=10, help="rounds per slow receiver")
     parser.add_argument("--json", action="store_true", help="also print one JSON line")
     args = parser.parse_args()
     info = machine_info()
     print(f"machine: {info.get('cpu')} ({info.get('cores')} cores)")
     results = run(args.batches)
+    results.update(run_slow(args.slow_rounds))
     if args.json:
         emit_json("webhooks", {**results, "machine": info})
 

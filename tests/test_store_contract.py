@@ -339,6 +339,24 @@ def test_a_claim_takes_one_users_jobs_in_order_within_the_size_limit(store: Stor
     assert len(big.messages) == 5
 
 
+def test_a_claim_for_given_jobs_takes_a_batch_of_their_users_only(store: Store) -> None:
+    # A caller waiting for its own jobs runs its users' work, in their order.
+    add(store, ["u1 first"], prefix="0")
+    add(store, ["u1 second"], prefix="1")
+    add(store, ["u2 only"], user="u2", sid="s2")
+    (u1_first, u1_second), (u2_job,) = (
+        sorted({m.job_id for m in store.list_messages(P, user_id=u)} - {None}) for u in ("u1", "u2")
+    )
+    mine = store.claim_batch("caller", 30, 1, for_jobs=[u2_job])
+    assert mine is not None and mine.user_id == "u2" and mine.job_ids == [u2_job]
+    assert store.claim_batch("caller", 30, 1, for_jobs=[u2_job]) is None  # held
+    # A later job of u1 is run only after the earlier ones: the claim takes u1's head.
+    head = store.claim_batch("caller", 30, 1, for_jobs=[u1_second])
+    assert head is not None and head.job_ids == [u1_first]
+    assert store.claim_batch("caller", 30, 1, for_jobs=[u1_second]) is None
+    assert store.claim_batch("caller", 30, 1, for_jobs=[10**9]) is None  # no such job
+
+
 def test_completing_a_batch_stores_vectors_and_finishes_jobs(store: Store) -> None:
     rows = add(store, ["hello", "world"])
     batch = claim(store)
@@ -1427,6 +1445,21 @@ def test_async_deliveries_are_claimed_under_a_lease_and_settled(store: Store) ->
     assert store.webhook_outbox_counts() == {"queued": 1, "running": 0, "failed": 1}
     assert [d.id for d in store.list_webhook_deliveries(P, "wh_a", 10, 0)] == ["d1"]
     assert store.next_webhook_time() == pytest.approx(retry_at)
+
+
+def test_a_delivery_claim_skips_the_projects_it_is_told_to(store: Store) -> None:
+    # A sender skips projects holding their share of its slots; the rest go oldest first.
+    h = store.create_webhook(hook("wh_a"))
+    _outbox_batch(store, h, 3)
+    other = store.create_webhook(hook("wh_q", project="q"))
+    add(store, ["elsewhere"], project="q", user="uq", sid="sq")
+    batch = claim(store)
+    complete(store, batch, LayerWrite(outbox=[OutboxWrite("dq", other.pk, "q", "uq", [], "{}")]))
+    taken = store.claim_webhook_delivery("s", 30, skip_projects=[P])
+    assert taken is not None and (taken.project_id, taken.delivery_id) == ("q", "dq")
+    assert store.claim_webhook_delivery("s", 30, skip_projects=[P, "q"]) is None
+    assert store.claim_webhook_delivery("s", 30, skip_projects=["q"]).delivery_id == "dl3-0"  # type: ignore[union-attr]
+    assert store.claim_webhook_delivery("s", 30).delivery_id == "dl3-1"  # type: ignore[union-attr]
 
 
 def test_deliveries_are_queued_only_if_their_batch_commits(store: Store) -> None:

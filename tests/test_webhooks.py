@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import socket
 import time
 from collections.abc import Iterator
@@ -280,7 +281,7 @@ def test_hooks_chain_in_creation_order_after_in_process_hooks(
 # -- failures -------------------------------------------------------------------------------
 
 FAILURES = {
-    "hang": ("/hang", "timed out after 300 ms"),
+    "hang": ("/hang", "waiting for the status line and headers (timeout 300 ms)"),
     "huge": ("/huge", "answer over 1048576 bytes (cut)"),
     "redirect": ("/redirect", "HTTP 302: redirect to http://169.254.169.254/"),
     "non-2xx": ("/status/500", "HTTP 500"),
@@ -486,6 +487,132 @@ def test_a_failed_batch_sends_no_async_delivery(
     assert len(receiver.at("/s")) == 2 and receiver.at("/n") == []
     assert len(mem.webhooks.deliveries(sync_hook.id)) == 2
     assert _sql(mem, "SELECT count(*) FROM webhook_outbox") == [(0,)]
+
+
+# -- slow receivers -----------------------------------------------------------------------------
+# The receiver's trickles take 10 s; a per-read timeout (what httpx offers) never fires on
+# them. The margins are for a loaded machine, far below what the trickles would take.
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+@pytest.mark.parametrize(
+    ("path", "step"),
+    [
+        ("/trickle-body", "reading the answer body"),
+        ("/trickle-head", "waiting for the status line and headers"),
+    ],
+)
+def test_a_trickling_receiver_is_cut_off_at_the_hooks_timeout(
+    make_memory: Any, receiver: WebhookReceiver, mode: str, path: str, step: str
+) -> None:
+    mem = make_memory(webhook_allow="127.0.0.1", webhook_max_attempts=1, workers=0)
+    hook, _ = mem.webhooks.create(
+        resource="fact",
+        event="before_add",
+        target_url=receiver.url(path),
+        mode=mode,
+        timeout_ms=300,
+    )
+    started = time.monotonic()
+    mem.sessions.create(user_id="u").add_messages(_messages(TURNS[:1]), sync=True)
+    mem.webhooks.wait(timeout=30)
+    assert time.monotonic() - started < 5
+    (delivery,) = mem.webhooks.deliveries(hook.id)
+    assert delivery.status == "failed" and 300 <= delivery.latency_ms < 1500
+    # The reason says which step was cut short and after how long (async: and the attempt).
+    said = re.match(rf"timed out after (\d+) ms {step}.* \(timeout 300 ms\)", delivery.reason)
+    assert said is not None and abs(int(said[1]) - delivery.latency_ms) < 50, delivery.reason
+    assert mem.facts.list(user_id="u")  # the batch went through without the hook
+
+
+def test_a_sync_hook_that_gave_no_answer_is_not_called_again_in_the_batch(
+    make_memory: Any, llm: FakeOpenAIServer, receiver: WebhookReceiver
+) -> None:
+    # One extraction per message: fact.before_llm is a point four times in this batch.
+    mem = _llm_memory(make_memory, llm, extract_chunk_messages=1, workers=0)
+    hook, _ = mem.webhooks.create(
+        resource="fact", event="before_llm", target_url=receiver.url("/hang"), timeout_ms=300
+    )
+    mem.sessions.create(user_id="u").add_messages(_messages(), sync=True)
+    assert len(receiver.at("/hang")) == 1  # one timeout for the batch, not one per chunk
+    first, *rest = reversed(mem.webhooks.deliveries(hook.id))
+    assert first.reason.startswith("timed out after") and len(rest) == 3
+    for skipped in rest:
+        assert skipped.status == "failed" and skipped.latency_ms == 0
+        assert skipped.reason == f"not sent: earlier in this batch, {first.reason}"
+    # The next batch tries the receiver again.
+    later = _messages([("x1", "user", "I drink green tea.")])
+    mem.sessions.create(user_id="u").add_messages(later, sync=True)
+    assert len(receiver.at("/hang")) == 2
+
+
+def test_one_projects_slow_receivers_leave_senders_to_the_others(
+    make_memory: Any, receiver: WebhookReceiver
+) -> None:
+    # Two senders; project a's three deliveries would hold both for 5 s each.
+    mem = make_memory(
+        webhook_allow="127.0.0.1", webhook_async_concurrency=2, webhook_max_attempts=1
+    )
+    slow = mem.for_project("a")
+    hooks = [
+        slow.webhooks.create(
+            resource="fact",
+            event="before_add",
+            target_url=receiver.url("/trickle-body"),
+            mode="async",
+            timeout_ms=5000,
+        )[0]
+        for _ in range(3)
+    ]
+    finished_when_b_arrived: list[int] = []
+
+    def b(payload: dict[str, Any]) -> tuple[int, Any]:
+        finished_when_b_arrived.append(sum(len(slow.webhooks.deliveries(h.id)) for h in hooks))
+        return 200, {}
+
+    receiver.script("/b", b)
+    other = mem.for_project("b")
+    other.webhooks.create(
+        resource="fact", event="before_add", target_url=receiver.url("/b"), mode="async"
+    )
+    slow.sessions.create(user_id="u").add_messages(_messages(TURNS[:1]), sync=True)
+    _until(lambda: receiver.at("/trickle-body"))  # a sender is busy with project a
+    other.sessions.create(user_id="u").add_messages(_messages(TURNS[:1]), sync=True)
+    _until(lambda: finished_when_b_arrived, timeout=30)
+    # b's delivery went out while every delivery of a was still being trickled.
+    assert finished_when_b_arrived == [0]
+    assert len(receiver.at("/trickle-body")) == 1  # a holds its share: one of two senders
+    receiver.release()
+    slow.webhooks.wait(timeout=30)
+
+
+def test_a_sync_write_does_not_wait_behind_another_projects_slow_hook(
+    make_memory: Any, receiver: WebhookReceiver
+) -> None:
+    mem = make_memory(webhook_allow="127.0.0.1", workers=1)
+    slow = mem.for_project("a")
+    slow.webhooks.create(
+        resource="fact",
+        event="before_add",
+        target_url=receiver.url("/trickle-body"),
+        timeout_ms=5000,
+    )
+    stuck = slow.sessions.create(user_id="u").add_messages(_messages(TURNS[:1]))
+    _until(lambda: receiver.at("/trickle-body"))  # the only worker is in a's hook
+    other = mem.for_project("b")
+    result = other.sessions.create(user_id="u").add_messages(_messages(TURNS[:1]), sync=True)
+    assert result.processed and other.facts.list(user_id="u")
+    # b's batch was processed while a's was still held by its receiver.
+    assert mem.store.job_states([stuck.job_id]) == {stuck.job_id: "running"}
+    receiver.release()
+    mem.wait(timeout=30)
+
+
+def _until(check: Any, timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(0.01)
 
 
 # -- safety -----------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import ipaddress
 import json
+import re
 import socket
 import ssl
 import threading
@@ -22,7 +23,7 @@ import pytest
 import standardwebhooks
 import trustme
 
-from fakes.webhook_receiver import WebhookReceiver
+from fakes.webhook_receiver import TRICKLE_BYTES, WebhookReceiver, silent_port
 from memstrata.hooks._http import WebhookHttp, http_failure
 from memstrata.hooks._signing import new_secret, sign, signature_headers
 from memstrata.hooks._ssrf import (
@@ -127,7 +128,7 @@ def test_resolution_failures_and_hangs_are_bounded() -> None:
     with pytest.raises(DeliveryError, match=r"cannot resolve slow\.example"):
         pin(target, AllowList(), resolver=broken)
     started = time.monotonic()
-    with pytest.raises(DeliveryError, match="timed out resolving"):
+    with pytest.raises(DeliveryError, match=r"timed out after 200 ms resolving slow\.example"):
         pin(target, AllowList(), resolver=slow, timeout=0.2)
     assert time.monotonic() - started < 3
     with pytest.raises(DeliveryError, match="no address"):
@@ -309,3 +310,47 @@ def test_other_spellings_of_loopback_are_refused_after_resolution(host: str) -> 
     # the check runs on what the name resolves to, so the spelling does not matter.
     with pytest.raises(TargetRefused, match="loopback"):
         pin(parse_target(f"http://{host}:8080/x"), AllowList())
+
+
+# The receiver below trickles for TRICKLE_BYTES * 50 ms = 10 s; a delivery must end at its
+# timeout, whatever step the receiver drags out. The margin is for a loaded machine: a
+# per-read timeout (what httpx offers) ends these after seconds, not 300 ms + margin.
+TIMEOUT_MS = 300
+MARGIN_MS = 1500
+
+
+@pytest.mark.parametrize(
+    ("case", "step"),
+    [
+        ("trickled body", "reading the answer body ("),
+        ("trickled head", "waiting for the status line and headers"),
+        ("no answer", "waiting for the status line and headers"),
+        ("no TLS handshake", "in the TLS handshake"),
+        ("no connection", "connecting"),
+    ],
+)
+def test_a_delivery_ends_at_its_timeout_whatever_the_receiver_does(
+    receiver: WebhookReceiver, case: str, step: str
+) -> None:
+    http = WebhookHttp(AllowList.parse("127.0.0.1"))
+    with silent_port() as silent, silent_port(accepting=False) as full:
+        url = {
+            "trickled body": receiver.url("/trickle-body"),
+            "trickled head": receiver.url("/trickle-head"),
+            "no answer": f"http://127.0.0.1:{silent}/hook",
+            "no TLS handshake": f"https://127.0.0.1:{silent}/hook",
+            "no connection": f"http://127.0.0.1:{full}/hook",
+        }[case]
+        started = time.monotonic()
+        result = http.post(url, b"{}", {}, TIMEOUT_MS)
+        took = (time.monotonic() - started) * 1000
+    http.close()
+    assert TIMEOUT_MS <= took < TIMEOUT_MS + MARGIN_MS, (case, took, result.error)
+    assert result.error is not None
+    # The reason says what was cut short and after how long, truthfully.
+    match = re.fullmatch(r"timed out after (\d+) ms (.+) \(timeout 300 ms\)", result.error)
+    assert match is not None, result.error
+    assert match[2].startswith(step), result.error
+    assert TIMEOUT_MS <= int(match[1]) <= took + 1 and abs(result.latency_ms - took) < 50
+    if case == "trickled body":
+        assert result.status == 200 and 0 < len(result.body) < TRICKLE_BYTES

@@ -2,18 +2,22 @@
 
 Each path answers with what its script returns for the parsed request; built-in paths
 misbehave the ways a real receiver can: ``/hang`` never answers (until the server stops),
-``/huge`` sends 10 MB, ``/redirect`` answers 302, ``/status/<code>`` answers that status,
-``/not-json`` answers text, ``/list`` answers a JSON list, ``/data-string`` answers a
-``data`` that is not an object. Every request is recorded with its headers and raw body so
-tests can verify signatures the way a receiver would.
+``/huge`` sends 10 MB, ``/trickle-head`` sends its status line and headers and
+``/trickle-body`` its body one byte every ``trickle_seconds`` (over ``TRICKLE_BYTES``
+bytes, so a client's per-read timeout never fires), ``/redirect`` answers 302,
+``/status/<code>`` answers that status, ``/not-json`` answers text, ``/list`` answers a
+JSON list, ``/data-string`` answers a ``data`` that is not an object. Every request is
+recorded with its headers and raw body so tests can verify signatures the way a receiver
+would. :func:`silent_port` is a port that takes connections and never says a word.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
@@ -21,13 +25,15 @@ from typing import Any
 
 from typing_extensions import Self
 
-__all__ = ["Received", "WebhookReceiver"]
+__all__ = ["TRICKLE_BYTES", "Received", "WebhookReceiver", "silent_port"]
 
 # (status, body): a dict/list is sent as JSON, bytes/str verbatim, None as an empty body.
 Answer = tuple[int, Any]
 Script = Callable[[dict[str, Any]], Answer]
 
 HUGE_BYTES = 10 * 1024 * 1024
+# A trickled answer of this many bytes takes TRICKLE_BYTES * trickle_seconds to arrive.
+TRICKLE_BYTES = 200
 
 
 @dataclass
@@ -44,7 +50,8 @@ class Received:
 class WebhookReceiver:
     """``with WebhookReceiver() as r: r.url("/x")``; ``r.script("/x", fn)`` sets answers."""
 
-    def __init__(self) -> None:
+    def __init__(self, trickle_seconds: float = 0.05) -> None:
+        self.trickle_seconds = trickle_seconds
         self.requests: list[Received] = []
         self._scripts: dict[str, Script] = {}
         self._lock = threading.Lock()
@@ -83,6 +90,9 @@ class WebhookReceiver:
                     except OSError:
                         pass  # the client stopped reading at its cap: expected
                     return
+                if status == -3:  # /trickle-head, /trickle-body
+                    self._trickle(slow_head=answer == "head")
+                    return
                 if answer is None:
                     data = b""
                 elif isinstance(answer, bytes):
@@ -98,6 +108,20 @@ class WebhookReceiver:
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
+
+            def _trickle(self, *, slow_head: bool) -> None:
+                body = b'{"data": {}}'.ljust(TRICKLE_BYTES)
+                pad = "p" * TRICKLE_BYTES if slow_head else "-"
+                head = f"HTTP/1.1 200 OK\r\nX-Pad: {pad}\r\nContent-Length: {len(body)}\r\n\r\n"
+                fast, slow = (b"", head.encode() + body) if slow_head else (head.encode(), body)
+                try:
+                    self.wfile.write(fast)
+                    for i in range(len(slow)):
+                        if receiver._release.wait(receiver.trickle_seconds):
+                            return
+                        self.wfile.write(slow[i : i + 1])
+                except OSError:
+                    pass  # the client gave up: expected
 
             def log_message(self, *args: Any) -> None:
                 pass
@@ -119,6 +143,10 @@ class WebhookReceiver:
         """Answer requests to ``path`` with ``fn(payload)`` (or always the given answer)."""
         self._scripts[path] = fn if callable(fn) else (lambda _payload, a=fn: a)
 
+    def release(self) -> None:
+        """End every hanging and trickling answer now, as stopping the server would."""
+        self._release.set()
+
     def at(self, path: str) -> list[Received]:
         with self._lock:
             return [r for r in self.requests if r.path == path]
@@ -128,6 +156,8 @@ class WebhookReceiver:
             return -1, None
         if path == "/huge":
             return -2, None
+        if path in ("/trickle-head", "/trickle-body"):
+            return -3, path.rsplit("-", 1)[1]
         if path == "/redirect":
             return 302, None
         if path.startswith("/status/"):
@@ -153,6 +183,23 @@ class WebhookReceiver:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self._release.set()
+        self.release()
         self._server.shutdown()
         self._server.server_close()
+
+
+@contextlib.contextmanager
+def silent_port(*, accepting: bool = True) -> Iterator[int]:
+    """A port on 127.0.0.1 that never reads nor answers: connections are completed by the
+    kernel's backlog and never accepted (a TLS handshake there never gets a reply). With
+    ``accepting=False`` the backlog is full, so connecting itself never completes."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        # Linux completes backlog + 1 connections: with backlog 0 and one held here, the
+        # next SYN is dropped and its connect() hangs.
+        listener.listen(8 if accepting else 0)
+        port = int(listener.getsockname()[1])
+        with contextlib.ExitStack() as held:
+            if not accepting:
+                held.enter_context(socket.create_connection(("127.0.0.1", port), timeout=5))
+            yield port

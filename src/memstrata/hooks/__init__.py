@@ -92,6 +92,10 @@ class HookContext:
     # Messages behind stored items that later payloads of the batch quote (a summary
     # being strengthened keeps the words of the messages it was built from).
     quoted: set[str] = field(default_factory=set, compare=False, repr=False)
+    # Sync webhooks that gave no answer in this batch (timed out, unreachable), by id, with
+    # why: they are not called again until the next batch, so a receiver that is down or
+    # slow costs a batch one timeout, not one per hook point and chunk.
+    silent: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     def traced(self) -> list[str]:
         """Every message whose content this batch's deliveries may carry: the batch's own

@@ -118,8 +118,16 @@ class WebhookEngine:
     ) -> None:
         """POST a sync delivery now and let ``apply`` use its answer; log the attempt."""
         body = encode(payload)
-        headers = signature_headers(hook.signing_secrets(now_iso()), payload["delivery_id"], body)
-        result = self.http.post(hook.target_url, body, headers, hook.timeout_ms)
+        silent = ctx.silent.get(hook.id)
+        if silent is not None:
+            result = HttpResult(None, b"", 0.0, f"not sent: earlier in this batch, {silent}")
+        else:
+            headers = signature_headers(
+                hook.signing_secrets(now_iso()), payload["delivery_id"], body
+            )
+            result = self.http.post(hook.target_url, body, headers, hook.timeout_ms)
+            if result.status is None and result.error is not None:
+                ctx.silent[hook.id] = result.error
         ok, reason = judge(result, apply)
         self._log(
             WebhookDeliveryRow(

@@ -2,10 +2,12 @@
 
 The request goes to the checked IP address with the original ``Host`` header and, for
 https, the original name as TLS SNI and for certificate verification, so DNS is consulted
-exactly once per delivery. Redirects are never followed, proxies from the environment
-are ignored (they would connect wherever they like), the answer is read raw (no
-decompression to inflate it) and cut at the size cap, and the whole exchange is bounded by
-the hook's timeout. Nothing here raises: every outcome is an :class:`HttpResult`.
+exactly once per delivery. Redirects are never followed and no proxy is used (httpcore's
+pool does neither), the answer is read raw (no decompression to inflate it) and cut at the
+size cap, and the whole exchange ends by the hook's timeout in wall-clock time: resolution,
+connecting, the TLS handshake, sending the request, the status line and headers and the
+body together, however slowly the receiver trickles them (``_deadline.py``). Nothing here
+raises: every outcome is an :class:`HttpResult`, and a timeout says which step it cut short.
 """
 
 from __future__ import annotations
@@ -21,14 +23,15 @@ from typing import TYPE_CHECKING
 from ._ssrf import AllowList, DeliveryError, Resolver, parse_target, pin, system_resolver
 
 if TYPE_CHECKING:
-    import httpx
+    import httpcore
+
+    from ._deadline import DeadlineBackend
 
 __all__ = ["EXCERPT_CHARS", "HttpResult", "WebhookHttp", "excerpt", "http_failure"]
 
-_CHUNK = 65_536
-# Clients are kept per (scheme, host, address, port): a pooled connection is only ever
+# Pools are kept per (scheme, host, address, port): a pooled connection is only ever
 # reused for the host name its TLS session was verified for.
-_MAX_CLIENTS = 256
+_MAX_POOLS = 256
 # How much of a request and an answer the delivery log keeps.
 EXCERPT_CHARS = 4096
 
@@ -61,38 +64,45 @@ class WebhookHttp:
         self.max_response_bytes = max_response_bytes
         self.resolver = resolver
         self.user_agent = user_agent
-        self._clients: OrderedDict[tuple[str, str, str, int], httpx.Client] = OrderedDict()
+        self._pools: OrderedDict[tuple[str, str, str, int], httpcore.ConnectionPool] = OrderedDict()
+        self._backend: DeadlineBackend | None = None
         self._lock = threading.Lock()
         # ``tls``: trust other than the public CAs (a private CA); verification stays on.
         self._ssl = tls
 
-    def _client(self, key: tuple[str, str, str, int]) -> httpx.Client:
-        import httpx  # lazily: `import memstrata` must not pay for it
+    def _pool(
+        self, key: tuple[str, str, str, int]
+    ) -> tuple[httpcore.ConnectionPool, DeadlineBackend]:
+        # Lazily: `import memstrata` must not pay for httpcore.
+        import httpcore
+
+        from ._deadline import DeadlineBackend
 
         with self._lock:
-            client = self._clients.get(key)
-            if client is not None:
-                self._clients.move_to_end(key)
-                return client
-            transport = httpx.HTTPTransport(
-                verify=self._tls() if key[0] == "https" else False,
-                trust_env=False,
-                limits=httpx.Limits(max_connections=32, keepalive_expiry=30.0),
+            if self._backend is None:
+                self._backend = DeadlineBackend()
+            pool = self._pools.get(key)
+            if pool is not None:
+                self._pools.move_to_end(key)
+                return pool, self._backend
+            pool = httpcore.ConnectionPool(
+                ssl_context=self._tls() if key[0] == "https" else None,
+                max_connections=32,
+                keepalive_expiry=30.0,
                 # The request goes out as two writes (head, then body): with Nagle on, the
                 # body waits for the receiver's delayed ACK of the head, ~40 ms on Linux.
                 socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)],
+                network_backend=self._backend,
             )
-            client = httpx.Client(trust_env=False, follow_redirects=False, transport=transport)
-            self._clients[key] = client
-            if len(self._clients) > _MAX_CLIENTS:
+            self._pools[key] = pool
+            if len(self._pools) > _MAX_POOLS:
                 # Not closed here: another thread may be mid-request on it. Its pooled
                 # sockets close when it is collected.
-                self._clients.popitem(last=False)
-            return client
+                self._pools.popitem(last=False)
+            return pool, self._backend
 
     def _tls(self) -> ssl.SSLContext:
-        # Loading the CA bundle takes tens of milliseconds: once, not per target. Plain
-        # http clients get verify=False only because they never start TLS at all.
+        # Loading the CA bundle takes tens of milliseconds: once, not per target.
         if self._ssl is None:
             import certifi
 
@@ -100,73 +110,100 @@ class WebhookHttp:
         return self._ssl
 
     def post(self, url: str, body: bytes, headers: dict[str, str], timeout_ms: int) -> HttpResult:
-        import httpx
+        import httpcore
 
-        started = time.perf_counter()
-        timeout = timeout_ms / 1000
-        deadline = started + timeout
+        started = time.monotonic()
+        deadline = started + timeout_ms / 1000
 
         def elapsed() -> float:
-            return (time.perf_counter() - started) * 1000
+            return (time.monotonic() - started) * 1000
+
+        def timed_out(step: str) -> str:
+            return f"timed out after {elapsed():.0f} ms {step} (timeout {timeout_ms} ms)"
 
         try:
             target = parse_target(url)
-            pinned = pin(target, self.allow, self.resolver, timeout)
+            pinned = pin(target, self.allow, self.resolver, timeout_ms / 1000)
         except DeliveryError as exc:
             return HttpResult(None, b"", elapsed(), str(exc))
-        remaining = max(0.001, deadline - time.perf_counter())
-        client = self._client((target.scheme, target.host, pinned.address, target.port))
-        request = client.build_request(
-            "POST",
-            pinned.url,
-            content=body,
-            headers={
-                **headers,
-                "Host": target.host_header,
-                "Content-Type": "application/json",
-                "Accept": "application/json",
-                "Accept-Encoding": "identity",
-                "User-Agent": self.user_agent,
-            },
-            timeout=httpx.Timeout(remaining),
-            extensions={"sni_hostname": target.host},
-        )
-        try:
-            response = client.send(request, stream=True)
-        except httpx.TimeoutException:
-            return HttpResult(None, b"", elapsed(), f"timed out after {timeout_ms} ms")
-        except (httpx.HTTPError, OSError) as exc:
-            return HttpResult(None, b"", elapsed(), f"unreachable: {_describe(exc)}")
-        status = response.status_code
-        location = response.headers.get("location")
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return HttpResult(None, b"", elapsed(), timed_out(f"resolving {target.host}"))
+        pool, backend = self._pool((target.scheme, target.host, pinned.address, target.port))
+        status: int | None = None
+        location: str | None = None
         chunks: list[bytes] = []
         size = 0
         error = None
-        try:
-            for chunk in response.iter_raw(_CHUNK):
-                chunks.append(chunk)
-                size += len(chunk)
-                if size > self.max_response_bytes:
-                    error = f"answer over {self.max_response_bytes} bytes (cut)"
-                    break
-                if time.perf_counter() > deadline:
-                    error = f"timed out after {timeout_ms} ms (answer still arriving)"
-                    break
-        except httpx.TimeoutException:
-            error = f"timed out after {timeout_ms} ms (reading the answer)"
-        except (httpx.HTTPError, OSError) as exc:
-            error = f"connection broken while reading the answer: {_describe(exc)}"
-        finally:
-            # Leaving an answer unread closes its connection instead of pooling it.
-            response.close()
+        with backend.bound(deadline):
+            try:
+                with pool.stream(
+                    "POST",
+                    httpcore.URL(
+                        scheme=target.scheme,
+                        host=pinned.address,
+                        port=target.port,
+                        target=target.path,
+                    ),
+                    headers={
+                        **headers,
+                        "Host": target.host_header,
+                        "Content-Type": "application/json",
+                        "Accept": "application/json",
+                        "Accept-Encoding": "identity",
+                        "User-Agent": self.user_agent,
+                    },
+                    content=body,
+                    extensions={
+                        # Waiting for a pooled connection is the one wait outside the
+                        # backend's reach; the others are cut at the deadline anyway.
+                        "timeout": dict.fromkeys(("pool", "connect", "read", "write"), left),
+                        "sni_hostname": target.host,
+                    },
+                ) as response:
+                    status = response.status
+                    location = next(
+                        (
+                            v.decode("latin-1")
+                            for k, v in response.headers
+                            if k.lower() == b"location"
+                        ),
+                        None,
+                    )
+                    # Leaving an answer unread (the cap) closes its connection, not pools it.
+                    for chunk in response.iter_stream():
+                        chunks.append(chunk)
+                        size += len(chunk)
+                        if size > self.max_response_bytes:
+                            error = f"answer over {self.max_response_bytes} bytes (cut)"
+                            break
+            except httpcore.PoolTimeout:
+                error = timed_out("waiting for a free connection to the receiver")
+            except httpcore.TimeoutException:
+                step = (
+                    backend.phase
+                    if status is None
+                    else f"reading the answer body ({size} bytes in)"
+                )
+                error = timed_out(step)
+            except (
+                httpcore.NetworkError,
+                httpcore.ProtocolError,
+                httpcore.UnsupportedProtocol,
+                OSError,
+            ) as exc:
+                if status is None:
+                    error = f"unreachable: {_describe(exc)}"
+                else:
+                    error = f"connection broken while reading the answer: {_describe(exc)}"
         data = b"".join(chunks)[: self.max_response_bytes]
         return HttpResult(status, data, elapsed(), error, location)
 
     def close(self) -> None:
         with self._lock:
-            clients, self._clients = list(self._clients.values()), OrderedDict()
-        for client in clients:
-            client.close()
+            pools, self._pools = list(self._pools.values()), OrderedDict()
+        for pool in pools:
+            pool.close()
 
 
 def http_failure(result: HttpResult) -> str | None:

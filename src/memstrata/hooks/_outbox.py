@@ -3,7 +3,12 @@
 A batch's async deliveries are written to the outbox in the transaction that completes the
 batch. One poller thread claims a due delivery (under a lease, so several processes can
 share a store) whenever one of ``webhook_async_concurrency`` sender threads is free; the
-sender POSTs it, signed anew for the attempt under the same delivery id. A 2xx settles it
+sender POSTs it, signed anew for the attempt under the same delivery id. Senders are
+shared between projects: a free one goes to the oldest due delivery of a project with
+none in flight in this process, else of one below its share, half the senders rounded up
+(:func:`project_share`). So a project whose receivers are slow holds at most that share,
+and a delivery of another project waits at most until a sender is free. With a single
+sender there is nothing to share: deliveries go oldest first. A 2xx settles it
 (the answer is ignored); anything else is retried with exponential backoff and jitter
 until ``webhook_max_attempts``, after which the delivery stays in the outbox as ``failed``.
 Every attempt is in the hook's delivery log.
@@ -18,6 +23,7 @@ import secrets
 import socket
 import threading
 import time
+from collections import Counter
 from typing import TYPE_CHECKING
 
 from .._time import now_iso
@@ -34,10 +40,15 @@ __all__ = ["OutboxSender"]
 
 log = logging.getLogger("memstrata.hooks")
 
-# A delivery takes at most about twice its timeout (30 s at most) plus resolution; a lease
-# well beyond that is only ever outlived by a sender that died.
+# A delivery takes at most its timeout (30 s at most); a lease well beyond that is only
+# ever outlived by a sender that died.
 LEASE_SECONDS = 120.0
 POLL_SECONDS = 1.0
+
+
+def project_share(concurrency: int) -> int:
+    """How many of ``concurrency`` sender threads one project's deliveries may hold."""
+    return (concurrency + 1) // 2
 
 
 class OutboxSender:
@@ -51,6 +62,9 @@ class OutboxSender:
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._slots = threading.Semaphore(settings.webhook_async_concurrency)
+        self._share = project_share(settings.webhook_async_concurrency)
+        self._sending: Counter[str] = Counter()  # deliveries in flight, by project
+        self._sending_lock = threading.Lock()
         self._queue: queue.SimpleQueue[OutboxItem | None] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
 
@@ -171,8 +185,15 @@ class OutboxSender:
         while not self._stop.is_set():
             if not self._slots.acquire(timeout=POLL_SECONDS):
                 continue
+            with self._sending_lock:
+                busy = list(self._sending)
+                full = [p for p in busy if self._sending[p] >= self._share]
             try:
-                item = self.store.claim_webhook_delivery(self._owner, LEASE_SECONDS)
+                # Projects with nothing in flight first, then any below its share: a
+                # project whose receivers are slow never holds a sender another one needs.
+                item = self.store.claim_webhook_delivery(self._owner, LEASE_SECONDS, busy)
+                if item is None and busy:
+                    item = self.store.claim_webhook_delivery(self._owner, LEASE_SECONDS, full)
             except Exception:  # a store hiccup must not end async delivery for good
                 log.exception("could not claim a webhook delivery")
                 item = None
@@ -180,9 +201,13 @@ class OutboxSender:
             if item is None:
                 self._slots.release()
                 if not self._stop.is_set():
-                    self._wake.wait(self._idle_wait())
+                    # Deliveries of the projects skipped may be due already: the next chance
+                    # is a sender finishing (it wakes this thread), or new work.
+                    self._wake.wait(POLL_SECONDS if full else self._idle_wait())
                     self._wake.clear()
                 continue
+            with self._sending_lock:
+                self._sending[item.project_id] += 1
             self._queue.put(item)
 
     def _work(self) -> None:
@@ -200,6 +225,10 @@ class OutboxSender:
                 else:
                     log.exception("webhook delivery %s could not be settled", item.delivery_id)
             finally:
+                with self._sending_lock:
+                    self._sending[item.project_id] -= 1
+                    if not self._sending[item.project_id]:
+                        del self._sending[item.project_id]
                 self._slots.release()
                 # A retry may now be due sooner than the poller planned to look again.
                 self._wake.set()

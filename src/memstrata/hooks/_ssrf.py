@@ -202,7 +202,7 @@ def _resolve(resolver: Resolver, host: str, port: int, timeout: float) -> list[s
         return box["ok"]  # type: ignore[return-value]
     if "error" in box:
         raise DeliveryError(f"unreachable: cannot resolve {host}: {box['error']}")
-    raise DeliveryError(f"timed out resolving {host}")
+    raise DeliveryError(f"timed out after {timeout * 1000:.0f} ms resolving {host}")
 
 
 def pin(

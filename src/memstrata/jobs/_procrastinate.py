@@ -58,7 +58,7 @@ from .._priority import lower_this_thread
 from ..errors import ConfigError, ProcessingError
 from ..store import ClaimedBatch, Store
 from ..store._pg_dispatch import DISPATCH_QUEUE, DISPATCH_TASK
-from ._worker import BatchHandler, run_batch
+from ._worker import BatchHandler, WorkerPool, run_batch
 
 __all__ = ["DispatchStore", "ProcrastinateQueue"]
 
@@ -211,6 +211,19 @@ class ProcrastinateQueue:
         self._stopping = threading.Event()
         self._progress = threading.Condition()
         self._runs = 0
+        self._busy = 0  # runs of this process's background worker in hand
+        # A caller waiting for its own jobs while every background thread is busy claims
+        # and runs its users' batches itself, under a store lease (see wait_until).
+        self._here = WorkerPool(
+            store,
+            handler,
+            threads=0,
+            lease_seconds=lease_seconds,
+            max_attempts=max_attempts,
+            backoff_seconds=backoff_seconds,
+            backoff_max_seconds=backoff_max_seconds,
+            batch_max_messages=batch_max_messages,
+        )
         self._next_orphan_sweep = 0.0
         self._alive_checked = (0.0, False)
         self._connections: weakref.WeakSet[Any] = weakref.WeakSet()
@@ -399,9 +412,19 @@ class ProcrastinateQueue:
         # queued (atexit): the run gets a thread of its own instead. Only the background
         # worker's runs are lowered: a caller waiting (sync=True, wait()) waits for this one.
         background = context.worker_name == self._background_name
-        await _in_thread(
-            self._process_user, context, project_id, user_id, nice=self.nice if background else 0
-        )
+        with self._progress:
+            self._busy += background
+        try:
+            await _in_thread(
+                self._process_user,
+                context,
+                project_id,
+                user_id,
+                nice=self.nice if background else 0,
+            )
+        finally:
+            with self._progress:
+                self._busy -= background
 
     def _process_user(self, context: Any, project_id: str, user_id: str) -> None:
         job = context.job
@@ -534,7 +557,14 @@ class ProcrastinateQueue:
         self._call(self._pass(done, deadline))
         return self._runs > before
 
-    def wait_until(self, done: Callable[[], bool], timeout: float | None, *, what: str) -> None:
+    def wait_until(
+        self,
+        done: Callable[[], bool],
+        timeout: float | None,
+        *,
+        what: str,
+        own: Sequence[int] = (),
+    ) -> None:
         deadline = None if timeout is None else time.monotonic() + timeout
         while not done():
             remaining = None if deadline is None else deadline - time.monotonic()
@@ -544,6 +574,8 @@ class ProcrastinateQueue:
                     "stored and will be processed by a worker"
                 )
             step = 0.05 if remaining is None else min(0.05, remaining)
+            if own and self.running and self._busy >= self.threads and self._run_own(own):
+                continue
             if self.running or self._workers_elsewhere():
                 with self._progress:
                     self._progress.wait(step)
@@ -559,5 +591,20 @@ class ProcrastinateQueue:
             states.update(self.store.job_states(ids))
             return all(states.get(i) in ("done", "failed") for i in ids)
 
-        self.wait_until(finished, timeout, what=f"jobs {ids}")
+        self.wait_until(finished, timeout, what=f"jobs {ids}", own=ids)
         return states
+
+    def _run_own(self, own: Sequence[int]) -> bool:
+        """Run a ready batch of the users of ``own`` jobs in this thread (False: none).
+
+        Its store lease keeps the user's wake-up off these jobs meanwhile (a run that finds
+        them leased reschedules itself for the lease's end, memstrata_wake), and the
+        claim's rule that no earlier job of the user is unfinished keeps the user's order
+        and a single batch of the user in hand; afterwards the user's wake-up is brought
+        forward for whatever is left.
+        """
+        batch = self._here.run_once(for_jobs=own)
+        if batch is None:
+            return False
+        self.store.wake_users([(batch.project_id, batch.user_id)])
+        return True

@@ -11,7 +11,7 @@ import secrets
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
 from .._priority import lower_this_thread
@@ -172,12 +172,17 @@ class WorkerPool:
 
     # -- the work ----------------------------------------------------------------------
 
-    def run_once(self, worker_id: str | None = None) -> bool:
-        """Claim and run one batch in the calling thread. False if nothing was ready."""
+    def run_once(
+        self, worker_id: str | None = None, *, for_jobs: Sequence[int] = ()
+    ) -> ClaimedBatch | None:
+        """Claim and run one batch (of the users of ``for_jobs``, if given) in the calling
+        thread; the batch it ran, or None if nothing was ready."""
         worker_id = worker_id or f"{self._prefix}:caller-{threading.get_ident()}"
-        batch = self.store.claim_batch(worker_id, self.lease_seconds, self.batch_max_messages)
+        batch = self.store.claim_batch(
+            worker_id, self.lease_seconds, self.batch_max_messages, for_jobs
+        )
         if batch is None:
-            return False
+            return None
         with self._held_lock:
             self._held[worker_id] = batch.job_ids
         self._ensure_heartbeat()
@@ -188,7 +193,7 @@ class WorkerPool:
                 self._held.pop(worker_id, None)
             with self._progress:
                 self._progress.notify_all()
-        return True
+        return batch
 
     def _run(self, batch: ClaimedBatch) -> None:
         run_batch(
@@ -249,8 +254,20 @@ class WorkerPool:
 
     # -- waiting -----------------------------------------------------------------------
 
-    def wait_until(self, done: Callable[[], bool], timeout: float | None, *, what: str) -> None:
-        """Block until ``done()``; without worker threads, do the work in this thread."""
+    def wait_until(
+        self,
+        done: Callable[[], bool],
+        timeout: float | None,
+        *,
+        what: str,
+        own: Sequence[int] = (),
+    ) -> None:
+        """Block until ``done()``; without worker threads, do the work in this thread.
+
+        A caller waiting for its ``own`` jobs while every worker is busy (with other users'
+        batches: slow hooks, a slow model) runs its users' ready batches itself, as it
+        does without workers, rather than queue behind other projects' work.
+        """
         deadline = None if timeout is None else time.monotonic() + timeout
         while not done():
             remaining = None if deadline is None else deadline - time.monotonic()
@@ -260,6 +277,8 @@ class WorkerPool:
                     "stored and will be processed by a worker"
                 )
             if self.running:
+                if own and self._workers_busy() and self.run_once(for_jobs=own):
+                    continue
                 with self._progress:
                     self._progress.wait(min(0.05, remaining) if remaining else 0.05)
             elif not self.run_once():
@@ -273,5 +292,11 @@ class WorkerPool:
             states.update(self.store.job_states(ids))
             return all(states.get(i) in ("done", "failed") for i in ids)
 
-        self.wait_until(finished, timeout, what=f"jobs {ids}")
+        self.wait_until(finished, timeout, what=f"jobs {ids}", own=ids)
         return states
+
+    def _workers_busy(self) -> bool:
+        """Every worker thread of this pool holds a batch."""
+        with self._held_lock:
+            held = sum(f"{self._prefix}:{i}" in self._held for i in range(self.threads))
+        return held >= self.threads

@@ -320,7 +320,11 @@ class Store(Protocol):
 
     # durable jobs
     def claim_batch(
-        self, worker_id: str, lease_seconds: float, max_messages: int
+        self,
+        worker_id: str,
+        lease_seconds: float,
+        max_messages: int,
+        for_jobs: Sequence[int] = (),
     ) -> ClaimedBatch | None: ...
     def extend_lease(
         self, job_ids: Sequence[int], worker_id: str, lease_seconds: float
@@ -507,7 +511,9 @@ class Store(Protocol):
     def list_webhook_deliveries(
         self, project_id: str, hook_id: str, limit: int, offset: int
     ) -> list[WebhookDeliveryRow]: ...
-    def claim_webhook_delivery(self, owner: str, lease_seconds: float) -> OutboxItem | None: ...
+    def claim_webhook_delivery(
+        self, owner: str, lease_seconds: float, skip_projects: Sequence[str] = ()
+    ) -> OutboxItem | None: ...
     def finish_webhook_delivery(
         self,
         item: OutboxItem,

@@ -69,10 +69,21 @@ class PostgresJobs(PgBase):
     # -- claiming ------------------------------------------------------------------------
 
     def claim_batch(
-        self, worker_id: str, lease_seconds: float, max_messages: int
+        self,
+        worker_id: str,
+        lease_seconds: float,
+        max_messages: int,
+        for_jobs: Sequence[int] = (),
     ) -> ClaimedBatch | None:
         now = time.time()
         skipped: list[str] = []
+        # for_jobs: a caller waiting for these jobs runs a batch of their users only.
+        scope = (
+            "AND (j.project_id, j.user_id) IN (SELECT project_id, user_id FROM jobs "
+            "    WHERE id = ANY(%(for_jobs)s::bigint[])) "
+            if for_jobs
+            else ""
+        )
         # A head whose user is being written to right now is left for the next poll; a few
         # tries find another user's head in the meantime.
         for _ in range(4):
@@ -83,9 +94,9 @@ class PostgresJobs(PgBase):
                     "AND NOT (j.project_id || chr(31) || j.user_id = ANY(%(skipped)s::text[])) "
                     "AND NOT EXISTS (SELECT 1 FROM jobs e WHERE e.project_id = j.project_id "
                     "    AND e.user_id = j.user_id AND e.status IN ('queued', 'running') "
-                    "    AND e.id < j.id) "
+                    f"    AND e.id < j.id) {scope}"
                     "ORDER BY j.id LIMIT 1 FOR UPDATE OF j SKIP LOCKED",
-                    {"now": now, "skipped": skipped},
+                    {"now": now, "skipped": skipped, "for_jobs": list(for_jobs)},
                 ).fetchone()
                 if head is None:
                     return None

@@ -233,17 +233,21 @@ class PostgresWebhooks(PgBase):
                 ],
             )
 
-    def claim_webhook_delivery(self, owner: str, lease_seconds: float) -> OutboxItem | None:
-        """Take the next due async delivery under a lease (``None`` when nothing is due)."""
+    def claim_webhook_delivery(
+        self, owner: str, lease_seconds: float, skip_projects: Sequence[str] = ()
+    ) -> OutboxItem | None:
+        """Take the next due async delivery under a lease (``None`` when nothing is due),
+        oldest due first, of any project but ``skip_projects``."""
         now = time.time()
         with self._write() as c:
             row = c.execute(
                 "SELECT o.pk, o.delivery_id, o.project_id, o.user_id, o.message_ids, o.payload, "
                 "o.attempts, o.hook_pk FROM webhook_outbox o "
-                "WHERE (o.status = 'queued' AND o.run_after <= %s) "
-                "OR (o.status = 'running' AND o.lease_until < %s) "
+                "WHERE ((o.status = 'queued' AND o.run_after <= %s) "
+                "OR (o.status = 'running' AND o.lease_until < %s)) "
+                "AND o.project_id <> ALL(%s::text[]) "
                 "ORDER BY o.run_after, o.pk LIMIT 1 FOR UPDATE SKIP LOCKED",
-                (now, now),
+                (now, now, list(skip_projects)),
             ).fetchone()
             if row is None:
                 return None

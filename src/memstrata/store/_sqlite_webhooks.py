@@ -236,16 +236,21 @@ class SQLiteWebhooks:
             ],
         )
 
-    def claim_webhook_delivery(self, owner: str, lease_seconds: float) -> OutboxItem | None:
-        """Take the next due async delivery under a lease (``None`` when nothing is due)."""
+    def claim_webhook_delivery(
+        self, owner: str, lease_seconds: float, skip_projects: Sequence[str] = ()
+    ) -> OutboxItem | None:
+        """Take the next due async delivery under a lease (``None`` when nothing is due),
+        oldest due first, of any project but ``skip_projects``."""
         now = time.time()
+        skip = list(skip_projects)
         due = (
-            "(o.status = 'queued' AND o.run_after <= ?) "
-            "OR (o.status = 'running' AND o.lease_until < ?)"
+            "((o.status = 'queued' AND o.run_after <= ?) "
+            "OR (o.status = 'running' AND o.lease_until < ?)) "
+            f"AND o.project_id NOT IN ({','.join('?' * len(skip))})"
         )
         # Idle senders poll: look without taking the write lock first.
         probe = self._conn().execute(
-            f"SELECT 1 FROM webhook_outbox o WHERE {due} LIMIT 1", (now, now)
+            f"SELECT 1 FROM webhook_outbox o WHERE {due} LIMIT 1", (now, now, *skip)
         )
         if probe.fetchone() is None:
             return None
@@ -254,7 +259,7 @@ class SQLiteWebhooks:
                 "SELECT o.pk, o.delivery_id, o.project_id, o.user_id, o.message_ids, o.payload, "
                 f"o.attempts, o.hook_pk FROM webhook_outbox o WHERE {due} "
                 "ORDER BY o.run_after, o.pk LIMIT 1",
-                (now, now),
+                (now, now, *skip),
             ).fetchone()
             if row is None:
                 return None

@@ -633,16 +633,29 @@ class SQLiteStore(SQLiteGovernance, SQLiteWebhooks):
     # -- jobs ----------------------------------------------------------------------
 
     def claim_batch(
-        self, worker_id: str, lease_seconds: float, max_messages: int
+        self,
+        worker_id: str,
+        lease_seconds: float,
+        max_messages: int,
+        for_jobs: Sequence[int] = (),
     ) -> ClaimedBatch | None:
         now = time.time()
-        # Idle workers poll: look without taking the write lock first.
+        # for_jobs: a caller waiting for these jobs runs a batch of their users only (one
+        # JSON parameter: close() may wait for more jobs than SQLite takes parameters).
+        jobs = [json.dumps(list(for_jobs))] if for_jobs else []
+        scope = (
+            "AND (j.project_id, j.user_id) IN (SELECT project_id, user_id FROM jobs "
+            "     WHERE id IN (SELECT value FROM json_each(?))) "
+            if jobs
+            else ""
+        )
+        # Idle workers (and waiting callers) poll: look without taking the write lock first.
         if (
             self._conn()
             .execute(
-                "SELECT 1 FROM jobs WHERE (status = 'queued' AND run_after <= ?) "
-                "OR (status = 'running' AND lease_until < ?) LIMIT 1",
-                (now, now),
+                "SELECT 1 FROM jobs j WHERE ((j.status = 'queued' AND j.run_after <= ?) "
+                f"OR (j.status = 'running' AND j.lease_until < ?)) {scope}LIMIT 1",
+                (now, now, *jobs),
             )
             .fetchone()
             is None
@@ -658,9 +671,9 @@ class SQLiteStore(SQLiteGovernance, SQLiteWebhooks):
                 "     OR (j.status = 'running' AND j.lease_until < ?)) "
                 "AND NOT EXISTS (SELECT 1 FROM jobs e WHERE e.project_id = j.project_id "
                 "     AND e.user_id = j.user_id AND e.status IN ('queued', 'running') "
-                "     AND e.id < j.id) "
+                f"     AND e.id < j.id) {scope}"
                 "ORDER BY j.id LIMIT 1",
-                (now, now),
+                (now, now, *jobs),
             ).fetchone()
             if head is None:
                 return None
