@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import numpy as np
@@ -136,6 +137,21 @@ def test_forgetting_every_queued_message_finishes_the_job(make_memory: Any) -> N
     mem.sessions.create("u1", session_id="s1").add_messages(TRIP[:1])
     mem.forget(user_id="u1", session_id="s1")
     assert mem.store.unfinished_jobs() == 0
+
+
+def test_close_does_not_wait_for_the_jobs_of_an_erased_user(make_memory: Any) -> None:
+    # close() waits for the jobs this process queued; erasing their user deletes them,
+    # which must end the wait, not hold close() for its whole timeout (5.0 s before).
+    mem = make_memory()
+    mem.sessions.create("u1", session_id="s1").add_messages(TRIP[:2])
+    deadline = time.monotonic() + 30
+    while mem.store.unfinished_jobs():
+        assert time.monotonic() < deadline, "the worker did not process the messages"
+        time.sleep(0.02)
+    mem.erase_user("u1", reason="GDPR request")
+    started = time.monotonic()
+    mem.close(timeout=5)
+    assert time.monotonic() - started < 2.5
 
 
 def test_erase_user_leaves_nothing_but_the_audit(mem: Memory) -> None:

@@ -49,7 +49,7 @@ from .errors import (
 )
 from .hooks import Hooks
 from .hooks._engine import WebhookEngine
-from .jobs import JobQueue, open_queue
+from .jobs import FINISHED, JobQueue, job_states, open_queue
 from .llm import ChatModel, make_chat_model
 from .pipeline import Pipeline, embedding_text
 from .recall import SEARCH_LAYERS, Recaller, parse_ts, search_options
@@ -807,8 +807,8 @@ class Memory:
             prune = len(self._my_jobs) >= self._prune_at
             ids = sorted(self._my_jobs) if prune else []
         if prune:
-            states = self._store.job_states(ids)
-            self._forget_jobs([j for j in ids if states.get(j) in ("done", "failed")])
+            states = job_states(self._store, ids)
+            self._forget_jobs([j for j in ids if states[j] in FINISHED])
             with self._lock:
                 self._prune_at = max(1024, 2 * len(self._my_jobs))
 

@@ -15,6 +15,15 @@ another worker when its holder died.
 from __future__ import annotations
 
 from ._queue import JobQueue, open_queue
-from ._worker import BatchHandler, WorkerPool, backoff_delay, run_batch
+from ._worker import FINISHED, BatchHandler, WorkerPool, backoff_delay, job_states, run_batch
 
-__all__ = ["BatchHandler", "JobQueue", "WorkerPool", "backoff_delay", "open_queue", "run_batch"]
+__all__ = [
+    "FINISHED",
+    "BatchHandler",
+    "JobQueue",
+    "WorkerPool",
+    "backoff_delay",
+    "job_states",
+    "open_queue",
+    "run_batch",
+]

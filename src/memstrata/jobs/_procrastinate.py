@@ -58,7 +58,7 @@ from .._priority import lower_this_thread
 from ..errors import ConfigError, ProcessingError
 from ..store import ClaimedBatch, Store
 from ..store._pg_dispatch import DISPATCH_QUEUE, DISPATCH_TASK
-from ._worker import BatchHandler, WorkerPool, run_batch
+from ._worker import BatchHandler, WorkerPool, run_batch, wait_for_jobs
 
 __all__ = ["DispatchStore", "ProcrastinateQueue"]
 
@@ -584,15 +584,7 @@ class ProcrastinateQueue:
                 time.sleep(step)
 
     def wait_jobs(self, job_ids: Iterable[int], timeout: float | None) -> dict[int, str]:
-        ids = list(job_ids)
-        states: dict[int, str] = {}
-
-        def finished() -> bool:
-            states.update(self.store.job_states(ids))
-            return all(states.get(i) in ("done", "failed") for i in ids)
-
-        self.wait_until(finished, timeout, what=f"jobs {ids}", own=ids)
-        return states
+        return wait_for_jobs(self, self.store, job_ids, timeout)
 
     def _run_own(self, own: Sequence[int]) -> bool:
         """Run a ready batch of the users of ``own`` jobs in this thread (False: none).

@@ -47,7 +47,8 @@ class JobQueue(Protocol):
         ...
 
     def wait_jobs(self, job_ids: Iterable[int], timeout: float | None) -> dict[int, str]:
-        """Wait until every job is ``done`` or ``failed``; their states."""
+        """Wait until every job is ``done``, ``failed`` or ``deleted`` (its user erased or
+        its messages forgotten meanwhile); their states."""
         ...
 
 

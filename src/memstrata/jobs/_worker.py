@@ -18,9 +18,20 @@ from .._priority import lower_this_thread
 from ..errors import ProcessingError
 from ..store import ClaimedBatch, LeaseLostError, Store
 
-__all__ = ["BatchHandler", "WorkerPool", "backoff_delay", "run_batch"]
+__all__ = [
+    "FINISHED",
+    "BatchHandler",
+    "WorkerPool",
+    "backoff_delay",
+    "job_states",
+    "run_batch",
+    "wait_for_jobs",
+]
 
 log = logging.getLogger("memstrata.jobs")
+
+#: Job states that end a wait for the job.
+FINISHED = frozenset({"done", "failed", "deleted"})
 
 
 class BatchHandler(Protocol):
@@ -29,10 +40,43 @@ class BatchHandler(Protocol):
     def __call__(self, batch: ClaimedBatch) -> None: ...
 
 
+class _Waiting(Protocol):
+    def wait_until(
+        self,
+        done: Callable[[], bool],
+        timeout: float | None,
+        *,
+        what: str,
+        own: Sequence[int] = (),
+    ) -> None: ...
+
+
 def backoff_delay(attempt: int, base: float, cap: float) -> float:
     """Exponential backoff with +-20% jitter so retries of many jobs do not align."""
     delay = min(cap, base * (2 ** max(0, attempt - 1)))
     return delay * random.uniform(0.8, 1.2)
+
+
+def job_states(store: Store, job_ids: Sequence[int]) -> dict[int, str]:
+    """The jobs' states; a job that no longer exists is ``deleted`` (its user was erased or
+    its messages forgotten meanwhile), which is as finished as ``done``."""
+    states = store.job_states(job_ids)
+    return {i: states.get(i, "deleted") for i in job_ids}
+
+
+def wait_for_jobs(
+    queue: _Waiting, store: Store, job_ids: Iterable[int], timeout: float | None
+) -> dict[int, str]:
+    """``queue.wait_jobs``: wait until every job is finished; their states."""
+    ids = list(job_ids)
+    states: dict[int, str] = {}
+
+    def finished() -> bool:
+        states.update(job_states(store, ids))
+        return all(state in FINISHED for state in states.values())
+
+    queue.wait_until(finished, timeout, what=f"jobs {ids}", own=ids)
+    return states
 
 
 def run_batch(
@@ -285,15 +329,7 @@ class WorkerPool:
                 time.sleep(min(0.02, remaining) if remaining else 0.02)
 
     def wait_jobs(self, job_ids: Iterable[int], timeout: float | None) -> dict[int, str]:
-        ids = list(job_ids)
-        states: dict[int, str] = {}
-
-        def finished() -> bool:
-            states.update(self.store.job_states(ids))
-            return all(states.get(i) in ("done", "failed") for i in ids)
-
-        self.wait_until(finished, timeout, what=f"jobs {ids}", own=ids)
-        return states
+        return wait_for_jobs(self, self.store, job_ids, timeout)
 
     def _workers_busy(self) -> bool:
         """Every worker thread of this pool holds a batch."""
