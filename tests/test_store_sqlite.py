@@ -530,3 +530,53 @@ def test_large_products_leave_no_blas_thread_spinning(plain: str, ours: str) -> 
     if busy(plain) < 0.5:
         pytest.skip("this numpy's BLAS does not spin threads after a large product here")
     assert busy(ours) < 0.2  # share of a core the other threads used
+
+
+_CLOSE_UNDER_A_STATEMENT = """
+import sys, threading
+from memstrata.store.sqlite import SQLiteStore
+store = SQLiteStore(sys.argv[1])
+inside, closed = threading.Event(), threading.Event()
+
+
+def hold() -> int:
+    inside.set()
+    closed.wait(10)
+    return 1
+
+
+outcome = []
+
+
+def reader() -> None:
+    conn = store._conn()
+    conn.create_function("hold", 0, hold)
+    try:
+        outcome.append(conn.execute("SELECT hold()").fetchall())
+        store.job_states([1])
+    except Exception as exc:
+        outcome.append(type(exc).__name__)
+
+
+thread = threading.Thread(target=reader)
+thread.start()
+inside.wait(10)
+store.close()
+closed.set()
+thread.join(10)
+print(outcome)
+"""
+
+
+def test_close_leaves_a_statement_running_in_another_thread_to_finish(tmp_path: Path) -> None:
+    """A worker past close()'s timeout may be mid-statement when the store closes: closing
+    its connection under the statement crashed the interpreter (SIGSEGV). The statement
+    finishes, and the thread's next use of the store raises StoreError."""
+    run = subprocess.run(
+        [sys.executable, "-c", _CLOSE_UNDER_A_STATEMENT, f"sqlite:///{tmp_path / 'm.db'}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 0, (run.returncode, run.stderr[-2000:])
+    assert run.stdout.strip() == "[[(1,)], 'StoreError']"

@@ -342,7 +342,7 @@ class SQLiteStore(SQLiteGovernance, SQLiteWebhooks):
             raise ConfigError(f"invalid SQLite synchronous mode {synchronous!r}")
         self._synchronous = synchronous.upper()
         self._local = threading.local()
-        self._connections: list[sqlite3.Connection] = []
+        self._connections: list[tuple[sqlite3.Connection, threading.Thread]] = []
         self._conn_lock = threading.Lock()
         self._closed = False
         self.vectors = VectorCache(index_threshold=vector_index_threshold)
@@ -357,9 +357,14 @@ class SQLiteStore(SQLiteGovernance, SQLiteWebhooks):
 
     def _conn(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
-        if conn is not None:
+        if conn is not None and not self._closed:
             return conn
         if self._closed:
+            if conn is not None:
+                # Left open by close() because this thread was using it (see close).
+                self._local.conn = None
+                with suppress(sqlite3.Error):
+                    conn.close()
             raise StoreError("the store is closed")
         try:
             conn = sqlite3.connect(
@@ -377,7 +382,7 @@ class SQLiteStore(SQLiteGovernance, SQLiteWebhooks):
             raise StoreError(f"cannot open SQLite database {self.path!r}: {exc}") from exc
         self._local.conn = conn
         with self._conn_lock:
-            self._connections.append(conn)
+            self._connections.append((conn, threading.current_thread()))
         return conn
 
     @contextmanager
@@ -393,13 +398,21 @@ class SQLiteStore(SQLiteGovernance, SQLiteWebhooks):
             conn.execute("COMMIT")
 
     def close(self) -> None:
+        """Close the connections of this thread and of threads that have ended. Another
+        live thread's connection may be mid-statement (a worker past close's timeout, a
+        heartbeat waiting for the write lock): closing it under the statement crashes the
+        interpreter (CPython's sqlite3 does not guard against it), so that thread closes it
+        itself at its next use, which then raises ``StoreError``."""
         self._closed = True
+        me = threading.current_thread()
         with self._conn_lock:
             conns, self._connections = self._connections, []
-        for conn in conns:
-            with suppress(sqlite3.Error):
-                conn.close()
-        self._local = threading.local()
+        for conn, owner in conns:
+            if owner is me or not owner.is_alive():
+                with suppress(sqlite3.Error):
+                    conn.close()
+        if getattr(self._local, "conn", None) is not None:
+            self._local.conn = None
         self.vectors.clear()
 
     # -- schema ----------------------------------------------------------------------
