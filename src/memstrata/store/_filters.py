@@ -8,10 +8,16 @@ Metadata filters use a small MongoDB-like vocabulary, documented in docs/api.md:
     {"plan": {"$ne": "free"}}               inequality
     {"coupon": {"$exists": true}}           presence
     {"address.city": "Berlin"}              dotted paths reach nested objects
+
+Numbers compare by their exact decimal value as JSON writes them, on every store (SQLite
+and PostgreSQL give the same rows): 5 equals 5.0, 2**63 + 1 is above 2**63, 10**400 is a
+number like any other. A float is written as the shortest decimal that reads back as the
+same double (0.1 as 0.1, 2.0**60 as 1.152921504606847e+18, which is not 2**60).
 """
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from dataclasses import dataclass, field
@@ -62,6 +68,13 @@ def _scalar(value: Any, where: str) -> Scalar:
         raise ValidationError("invalid metadata filter", [f"{where}: must not contain NUL"])
     if isinstance(value, float) and not math.isfinite(value):
         raise ValidationError("invalid metadata filter", [f"{where}: expected a finite number"])
+    if isinstance(value, int) and not isinstance(value, bool):
+        try:
+            json.dumps(value)
+        except ValueError:  # more digits than Python writes (sys.get_int_max_str_digits)
+            raise ValidationError(
+                "invalid metadata filter", [f"{where}: the number has too many digits"]
+            ) from None
     if value is None or isinstance(value, (str, bool, int, float)):
         return value
     raise ValidationError(
