@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import operator
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -985,6 +986,119 @@ def test_filters_narrow_both_full_text_and_vectors(
     assert {names[pk] for pk, _ in text} == expected
     near = store.vector_messages(P, "u1", unit(seed=1), EMB, 10, filters)
     assert {names[pk] for pk, _ in near} == expected
+
+
+# Stored numbers and filter bounds at and beyond the edges of 64-bit integers and doubles.
+# Each backend must give the rows that exact decimal comparison of the JSON gives (jsonb's
+# numeric; SQLite has only int64 and doubles, PostgreSQL alone compared float bounds as
+# doubles and failed on 10**400), hence the same rows on both.
+STORED_NUMBERS: dict[str, Any] = {
+    "zero": 0,
+    "negzero": -0.0,
+    "tenth": 0.1,
+    "five": 5,
+    "p53": 2**53,
+    "p53+1": 2**53 + 1,
+    "p60": 2**60,
+    "p60f": float(2**60),
+    "max64": 2**63 - 1,
+    "p63": 2**63,
+    "p63+1": 2**63 + 1,
+    "min64": -(2**63),
+    "min64-1": -(2**63) - 1,
+    "p64": 2**64,
+    "e19f": 1e19,
+    "e23f": 1e23,
+    "e23": 10**23,
+    "e308f": 1e308,
+    "-e308f": -1e308,
+    "e400": 10**400,
+    "-e400": -(10**400),
+    "text": "5",
+    "true": True,
+    "null": None,
+}
+BOUNDS = [
+    0,
+    -0.0,
+    0.1,
+    5,
+    2**53,
+    2**53 + 1,
+    float(2**53),
+    2**60,
+    float(2**60),
+    2**63 - 1,
+    2**63,
+    2**63 + 1,
+    -(2**63),
+    -(2**63) - 1,
+    2**64,
+    1e19,
+    1e23,
+    10**23,
+    1e308,
+    -1e308,
+    10**400,
+    -(10**400),
+]
+_ORDER = {"$gt": operator.gt, "$gte": operator.ge, "$lt": operator.lt, "$lte": operator.le}
+
+
+def _decimal_answer(op: str, bound: Any) -> set[str]:
+    """The messages a condition on "n" keeps, by exact decimal comparison of the JSON."""
+    from decimal import Decimal
+
+    def number(v: Any) -> Decimal | None:
+        numeric = isinstance(v, (int, float)) and not isinstance(v, bool)
+        return Decimal(json.dumps(v)) if numeric else None
+
+    bounds = bound if isinstance(bound, list) else [bound]
+    keep = set()
+    for name, stored in STORED_NUMBERS.items():
+        n = number(stored)
+        equal = n is not None and any(n == number(b) for b in bounds)
+        if op in ("$eq", "$in"):
+            hit = equal
+        elif op in ("$ne", "$nin"):
+            hit = not equal
+        else:
+            hit = n is not None and _ORDER[op](n, number(bound))
+        if hit:
+            keep.add(name)
+    return keep
+
+
+def test_huge_and_edge_numbers_compare_alike_on_every_store(store: Store) -> None:
+    s = session(store)
+    rows = [
+        message(name, f"number {name}", metadata={"n": value})
+        for name, value in STORED_NUMBERS.items()
+    ]
+    store.add_messages(P, s, rows)
+    batch = claim(store)
+    facts = [fact(f"f-{r.id}", r.content, [r.id], unit(seed=i)) for i, r in enumerate(rows)]
+    complete(store, batch, LayerWrite(facts=facts))
+    names = {r.pk: r.id for r in rows}
+    wrong = []
+    conditions = [(op, b) for op in ("$eq", "$ne", *_ORDER) for b in BOUNDS]
+    conditions += [("$in", [b, 5]) for b in BOUNDS] + [("$nin", [b, 0]) for b in BOUNDS]
+    for op, bound in conditions:
+        metadata = parse_metadata_filters({"n": {op: bound}})
+        expected = _decimal_answer(op, bound)
+        filters = SearchFilters(metadata=metadata)
+        text = {names[pk] for pk, _ in store.fulltext_messages(P, "u1", ["number"], 100, filters)}
+        near = {
+            names[pk] for pk, _ in store.vector_messages(P, "u1", unit(seed=1), EMB, 100, filters)
+        }
+        listed = {
+            f.message_ids[0]
+            for f in store.list_facts(P, "u1", limit=100, filters=ItemFilters(metadata=metadata))
+        }
+        for how, got in (("fulltext", text), ("vector", near), ("list_facts", listed)):
+            if got != expected:
+                wrong.append((op, bound, how, sorted(got ^ expected)))
+    assert not wrong, "\n".join(f"{op} {str(b)[:24]} ({how}): {diff}" for op, b, how, diff in wrong)
 
 
 # -- vectors ---------------------------------------------------------------------------

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from memstrata import ConfigError, ConflictError, Memory, NotFoundError, StoreError, ValidationError
+from memstrata.types import Session
 
 GOOD = {"role": "user", "content": "I moved to Berlin", "timestamp": "2026-04-24T10:30:00Z"}
 
@@ -289,3 +291,164 @@ def test_times_at_the_ends_of_the_calendar_are_stored_processed_and_recalled(mem
     old = mem.sessions.create(user_id="u2")
     old.add_messages([{"role": "user", "content": "I moved to Rome.", "timestamp": stamps[1]}])
     assert "0159-08-17" in (old.get_memory("Rome").formatted_context or "")
+
+
+# -- text every store can hold ------------------------------------------------------------
+
+# A lone UTF-16 surrogate: a JSON "\ud800" escape decodes to it, no UTF-8 encoder takes it.
+LONE = "\ud800"
+MSG = {"role": "user", "content": "hello"}
+
+# (call, the field its ValidationError must name). Each call puts LONE in one place.
+UNSTORABLE: list[tuple[Any, str]] = [
+    (lambda m, s: m.sessions.create(user_id=f"u{LONE}"), "user_id"),
+    (lambda m, s: m.sessions.create(user_id="u2", session_id=LONE), "session_id"),
+    (lambda m, s: m.sessions.create(user_id="u2", title=f"trip {LONE}"), "title"),
+    (lambda m, s: m.sessions.create(user_id="u2", metadata={"a": {"b": [LONE]}}), "metadata.a.b"),
+    (lambda m, s: m.sessions.create(user_id="u2", metadata={LONE: 1}), "metadata"),
+    (lambda m, s: s.add_messages([{**MSG, "content": f"x {LONE}"}]), "messages[0].content"),
+    (lambda m, s: s.add_messages([MSG, {**MSG, "metadata": {"k": "\udfff"}}]), "messages[1].meta"),
+    (lambda m, s: s.add_messages([{**MSG, "metadata": {"k": [{LONE: 1}]}}]), "messages[0].meta"),
+    (lambda m, s: s.add_messages([{**MSG, "page": LONE}]), "messages[0].page"),
+    (lambda m, s: s.add_messages([{**MSG, "name": LONE}]), "messages[0].name"),
+    (lambda m, s: s.add_messages([{**MSG, "event_type": LONE}]), "messages[0].event_type"),
+    (lambda m, s: s.add_messages([{**MSG, "id": LONE}]), "messages[0].id"),
+    (lambda m, s: s.add_messages([{**MSG, "process_id": LONE}]), "messages[0].process_id"),
+    (lambda m, s: s.add_messages([{**MSG, "timestamp": LONE}]), "messages[0].timestamp"),
+    (lambda m, s: m.add_messages(LONE, [MSG]), "session_id"),
+    (lambda m, s: s.get_memory(f"q {LONE}"), "query"),
+    (lambda m, s: s.get_memory("q", metadata_filters={"k": LONE}), "metadata_filters.k"),
+    (lambda m, s: s.get_memory("q", metadata_filters={LONE: 1}), "metadata_filters"),
+    (lambda m, s: m.get_memory(LONE, "q"), "session_id"),
+    (lambda m, s: m.search(f"q {LONE}", user_id="u1"), "query"),
+    (lambda m, s: m.search("q", user_id=LONE), "user_id"),
+    (lambda m, s: m.search("q", user_id="u1", session_id=LONE), "session_id"),
+    (lambda m, s: m.search("q", user_id="u1", event_types=["view", LONE]), "event_types[1]"),
+    (lambda m, s: m.search("q", user_id="u1", filters={"k": {"$in": ["a", LONE]}}), "filters"),
+    (lambda m, s: m.search("q", user_id="u1", filters={"k": {LONE: 1}}), "filters.k"),
+    (lambda m, s: m.search("q", user_id="u1", since=LONE), "since"),
+    (lambda m, s: m.facts.list(user_id="u1", metadata_filters={"k": LONE}), "metadata_filters"),
+    (lambda m, s: m.summaries.list(user_id=LONE), "user_id"),
+    (lambda m, s: m.summaries.list(user_id="u1", until=LONE), "until"),
+    (lambda m, s: m.messages.list(session_id=LONE), "session_id"),
+    (lambda m, s: m.messages.get(LONE), "message_id"),
+    (lambda m, s: m.sessions.get(LONE), "session_id"),
+    (lambda m, s: m.facts.get(LONE), "fact_id"),
+    (lambda m, s: m.topics.get(LONE), "topic_id"),
+    (lambda m, s: m.set_status("s_x", "archived", reason=f"why {LONE}"), "reason"),
+    (lambda m, s: m.set_status("s_x", "archived", reason="why", actor=LONE), "actor"),
+    (lambda m, s: m.forget(user_id="u1", session_id=s.id, reason=LONE), "reason"),
+    (lambda m, s: m.forget(user_id="u1", message_ids=["m1", LONE]), "message_ids"),
+    (lambda m, s: m.forget(user_id="u1", topic_id=LONE), "topic_id"),
+    (lambda m, s: m.erase_user("u1", reason=LONE), "reason"),
+    (lambda m, s: m.export_user(LONE), "user_id"),
+    (
+        lambda m, s: m.webhooks.create(
+            resource="fact", event="after_llm", target_url=f"https://example.com/{LONE}"
+        ),
+        "target_url",
+    ),
+    (
+        lambda m, s: m.webhooks.create(
+            resource="fact", event="after_llm", target_url="https://example.com/h", name=LONE
+        ),
+        "name",
+    ),
+    (lambda m, s: m.webhooks.get(LONE), "hook_id"),
+    (lambda m, s: m.projects.create(f"Acme {LONE}"), "name"),
+    (lambda m, s: m.projects.create("Acme", project_id=LONE), "project_id"),
+    (lambda m, s: m.keys.create(m.project_id, name=LONE), "name"),
+    (lambda m, s: m.keys.revoke(LONE), "key_id"),
+]
+
+
+def _held(mem: Memory) -> dict[str, Any]:
+    """Everything the store holds that a refused call could have written."""
+    return {
+        "messages": mem.stats()["messages"],
+        "sessions": [s.id for s in mem.sessions.list()],
+        "webhooks": mem.webhooks.list(),
+        "projects": mem.projects.list(),
+        "keys": mem.keys.list(),
+        "audit": mem.audit(),
+    }
+
+
+@pytest.fixture(scope="module")
+def refusing(module_db_url: str) -> Iterator[tuple[Memory, Session]]:
+    """One store per backend for the refusal cases below: each leaves it as it was."""
+    mem = Memory(module_db_url, embedder="hash")
+    mem.projects.create("default", project_id=mem.project_id)
+    yield mem, mem.sessions.create(user_id="u1", session_id="s1")
+    mem.close(timeout=1)
+
+
+@pytest.mark.parametrize(("call", "field"), UNSTORABLE)
+def test_text_no_store_can_hold_is_a_validation_error_naming_the_field(
+    refusing: tuple[Memory, Session], call: Any, field: str
+) -> None:
+    mem, s = refusing
+    before = _held(mem)
+    with pytest.raises(ValidationError) as info:
+        call(mem, s)
+    assert any(p.startswith(field) for p in info.value.problems), info.value.problems
+    # The error itself can be logged or sent anywhere: what it quotes is escaped.
+    str(info.value).encode("utf-8")
+    assert _held(mem) == before
+
+
+def test_surrogate_pairs_and_other_unicode_are_text_like_any_other(mem: Memory) -> None:
+    s = mem.sessions.create(
+        user_id="u1", title="Zürich 😀", metadata={"emoji": "😀", "ключ": "\ufffd"}
+    )
+    s.add_messages([{**MSG, "content": "I love 😀 and 中文", "metadata": {"😀": ["é"]}}])
+    assert [m.metadata for m in s.messages()] == [{"😀": ["é"]}]
+    assert mem.search("中文 😀", user_id="u1") is not None
+    assert mem.keys.verify(f"ms_{LONE}") is None  # no key, rather than an encoding error
+
+
+# -- times as numbers ---------------------------------------------------------------------
+
+YEAR_3000 = 32_503_680_000  # above 2e10, which pydantic alone reads as milliseconds (1971)
+
+
+def test_epoch_seconds_are_seconds_whatever_their_size(mem: Memory) -> None:
+    s = mem.sessions.create(user_id="u1")
+    stamps = {
+        "year-3000": YEAR_3000,
+        "last": 253_402_300_799,
+        "first": -62_135_596_800,
+        "fraction": 1_700_000_000.123456,  # sub-second precision survives
+        "string": "1700000000.5",  # numeric strings are seconds too (as query strings are)
+    }
+    s.add_messages([{**MSG, "id": k, "timestamp": v} for k, v in stamps.items()])
+    got = {m.id: m.timestamp.isoformat() for m in s.messages()}
+    assert got == {
+        "year-3000": "3000-01-01T00:00:00+00:00",
+        "last": "9999-12-31T23:59:59+00:00",
+        "first": "0001-01-01T00:00:00+00:00",
+        "fraction": "2023-11-14T22:13:20.123456+00:00",
+        "string": "2023-11-14T22:13:20.500000+00:00",
+    }
+    out_of_range = (253_402_300_800, -62_135_596_801, 10**400, "253402300800", 1e300)
+    for bad in (*out_of_range, True, float("nan")):
+        with pytest.raises(ValidationError) as info:
+            s.add_messages([{**MSG, "timestamp": bad}])
+        (problem,) = info.value.problems
+        assert problem.startswith("messages[0].timestamp: "), problem
+        reason = (
+            "years 1 to 9999" if bad in out_of_range else "boolean" if bad is True else "finite"
+        )
+        assert reason in problem, problem
+    assert _count(mem) == len(stamps)
+    # The same reading wherever a time is taken: search windows, as_of, listings.
+    assert mem.search("hello", user_id="u1", layers=["message"], since=YEAR_3000)
+    assert mem.facts.list(user_id="u1", until=str(YEAR_3000)) == []
+    for call, field in (
+        (lambda: mem.search("hello", user_id="u1", since=253_402_300_800), "since"),
+        (lambda: mem.search("hello", user_id="u1", as_of=True), "as_of"),
+        (lambda: mem.facts.list(user_id="u1", until=10**400), "until"),
+        (lambda: mem.summaries.list(user_id="u1", since=-62_135_596_801), "since"),
+    ):
+        with pytest.raises(ValidationError, match=rf"\n  {field}: "):
+            call()

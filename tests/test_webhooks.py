@@ -229,6 +229,34 @@ def test_offline_pipeline_calls_before_add_webhooks(
     ]
 
 
+def test_before_add_answers_with_text_no_store_can_hold_are_skipped(
+    make_memory: Any, receiver: WebhookReceiver
+) -> None:
+    # A lone surrogate where the answer's schema has a free string fails validation like any
+    # other bad answer (before, SQLite stored it escaped and PostgreSQL failed the batch).
+    def spoil(key: str, field: str, value: Any) -> Any:
+        def edit(payload: dict[str, Any]) -> tuple[int, Any]:
+            items = payload["data"][key]
+            for item in items:
+                item[field] = value
+            return 200, {"data": {key: items}}
+
+        return edit
+
+    receiver.script("/summary", spoil("propositions", "labels", ["\udfff"]))
+    receiver.script("/topic", spoil("topics", "description", "about \ud800"))
+    mem = make_memory(webhook_allow="127.0.0.1", workers=0)
+    mem.webhooks.create(resource="summary", event="before_add", target_url=receiver.url("/summary"))
+    mem.webhooks.create(resource="topic", event="before_add", target_url=receiver.url("/topic"))
+    s = mem.sessions.create(user_id="u")
+    s.add_messages(_messages(TURNS[:1]), sync=True)
+    assert {m.status for m in s.messages()} == {"processed"}
+    for hook in mem.webhooks.list():
+        (delivery,) = mem.webhooks.deliveries(hook.id)
+        assert delivery.status == "failed" and "failed validation" in delivery.reason
+    assert mem.summaries.list(user_id="u") and mem.topics.list(user_id="u")
+
+
 # -- order and chaining ---------------------------------------------------------------------
 
 
@@ -289,6 +317,8 @@ FAILURES = {
     "not an object": ("/list", "answer is list, not an object"),
     "data not an object": ("/data-string", "answer.data is not an object"),
     "failed validation": ("/foreign", "failed validation"),
+    # A label with a lone surrogate (the JSON escape "\ud800"), which no store can hold.
+    "unstorable text": ("/surrogate", "failed validation"),
     "unreachable": (None, "unreachable: ConnectError"),
 }
 
@@ -312,6 +342,25 @@ def test_a_failing_webhook_is_logged_and_skipped(
                             "kind": "fact",
                             "message_ids": ["someone-elses-message"],
                             "confidence": 1.0,
+                        }
+                    ]
+                }
+            },
+        ),
+    )
+    receiver.script(
+        "/surrogate",
+        (
+            200,
+            {
+                "data": {
+                    "observations": [
+                        {
+                            "text": "User is a billionaire.",
+                            "kind": "fact",
+                            "message_ids": ["w1"],
+                            "confidence": 1.0,
+                            "labels": ["rich", "\ud800"],
                         }
                     ]
                 }

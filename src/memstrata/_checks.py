@@ -11,12 +11,13 @@ from typing import Any
 from pydantic import TypeAdapter
 from pydantic import ValidationError as PydanticValidationError
 
-from ._time import as_utc
+from ._strings import text_problem
+from ._time import Timestamp
 from .errors import ValidationError
 from .types import ID_PATTERN
 
 _ID_RE = re.compile(ID_PATTERN)
-_DATETIME = TypeAdapter(datetime)
+_TIMESTAMP: TypeAdapter[datetime] = TypeAdapter(Timestamp)
 
 
 def new_id(prefix: str) -> str:
@@ -41,8 +42,15 @@ def check_text(value: Any, name: str, *, max_len: int = 200) -> str:
         raise ValidationError(
             f"invalid {name}", [f"{name}: expected a non-empty string of at most {max_len}"]
         )
-    if "\x00" in value:  # PostgreSQL text cannot hold NUL: refused on every store alike
-        raise ValidationError(f"invalid {name}", [f"{name}: must not contain NUL characters"])
+    check_storable(value, name)
+    return value
+
+
+def check_storable(value: str, name: str) -> str:
+    """``value``, if every store can hold it (no NUL, no lone surrogate; see _strings)."""
+    problem = text_problem(value)
+    if problem is not None:
+        raise ValidationError(f"invalid {name}", [f"{name}: {problem}"])
     return value
 
 
@@ -56,19 +64,22 @@ def check_paging(limit: Any, offset: Any) -> None:
         raise ValidationError("invalid paging", problems)
 
 
-def read_time(value: datetime | str | None, name: str) -> tuple[datetime | None, str | None]:
+def read_time(
+    value: datetime | str | float | None, name: str
+) -> tuple[datetime | None, str | None]:
     """``(value as a UTC datetime, None)``, or ``(None, the problem with it)``."""
     if value is None:
         return None, None
     try:
-        return as_utc(_DATETIME.validate_python(value)), None
-    except PydanticValidationError:
-        return None, f"{name}: expected an ISO-8601 datetime (got {value!r})"
-    except ValueError as exc:  # a valid time outside what UTC can hold
-        return None, f"{name}: {exc} (got {value!r})"
+        return _TIMESTAMP.validate_python(value), None
+    except PydanticValidationError as exc:
+        error = exc.errors()[0]
+        if error["type"] == "value_error":  # out of range, a boolean: the reason says which
+            return None, f"{name}: {error['ctx']['error']} (got {value!r:.60})"
+        return None, f"{name}: expected an ISO-8601 datetime or epoch seconds (got {value!r:.60})"
 
 
-def parse_time(value: datetime | str | None, name: str) -> datetime | None:
+def parse_time(value: datetime | str | float | None, name: str) -> datetime | None:
     when, problem = read_time(value, name)
     if problem is not None:
         raise ValidationError(f"invalid {name}", [problem])

@@ -94,7 +94,7 @@ class Projects:
         return _project(row)
 
     def get(self, project_id: str) -> Project:
-        row = self._m.store.get_project(project_id)
+        row = self._m.store.get_project(check_id(project_id, "project_id"))
         if row is None:
             raise NotFoundError(f"no project {project_id!r}")
         return _project(row)
@@ -125,17 +125,24 @@ class ApiKeys:
         return _key(row), secret
 
     def list(self, project_id: str | None = None) -> list[ApiKey]:
+        if project_id is not None:
+            check_id(project_id, "project_id")
         return [_key(r) for r in self._m.store.list_api_keys(project_id)]
 
     def revoke(self, key_id: str) -> ApiKey:
-        row = self._m.store.revoke_api_key(key_id)
+        row = self._m.store.revoke_api_key(check_id(key_id, "key_id"))
         if row is None:
             raise NotFoundError(f"no API key {key_id!r}")
         return _key(row)
 
     def verify(self, secret: str) -> ApiKey | None:
         """The active key record for ``secret``, or ``None`` (unknown or revoked)."""
-        if not isinstance(secret, str) or not secret.startswith(KEY_PREFIX) or len(secret) > 200:
+        if (
+            not isinstance(secret, str)
+            or not secret.startswith(KEY_PREFIX)
+            or len(secret) > 200
+            or not secret.isascii()  # keys are; anything else (a lone surrogate) is no key
+        ):
             return None
         row = self._m.store.find_api_key(key_hash(secret))
         if row is None or row.revoked_at is not None:

@@ -14,7 +14,8 @@ import ipaddress
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from ._checks import check_paging, new_id
+from ._checks import check_id, check_paging, new_id
+from ._strings import text_problem
 from ._time import now_iso, to_iso, utcnow
 from .errors import NotFoundError, ValidationError
 from .hooks import HOOK_POINTS
@@ -97,8 +98,8 @@ class Webhooks:
             name = fields["name"]
             if not isinstance(name, str) or not name.strip() or len(name) > 200:
                 problems.append("name: expected a string of 1 to 200 characters")
-            elif "\x00" in name:  # PostgreSQL text cannot hold NUL: refused on every store
-                problems.append("name: must not contain NUL characters")
+            elif (problem := text_problem(name)) is not None:
+                problems.append(f"name: {problem}")
         if "timeout_ms" in fields:
             t = fields["timeout_ms"]
             if (
@@ -134,8 +135,7 @@ class Webhooks:
         return [f"target_url: {addr} is {reason}; add it to MEMSTRATA_WEBHOOK_ALLOW to permit it"]
 
     def _row(self, hook_id: str) -> WebhookRow:
-        if not isinstance(hook_id, str):
-            raise NotFoundError(f"no webhook {hook_id!r}")
+        check_id(hook_id, "hook_id")
         row = self._m._store.get_webhook(self._m.project_id, hook_id)
         if row is None:
             raise NotFoundError(f"no webhook {hook_id!r}")

@@ -20,7 +20,7 @@ from pydantic import ValidationError as PydanticValidationError
 
 from ._checks import check_id as _check_id
 from ._checks import check_paging as _check_paging
-from ._checks import check_text, new_id, read_time
+from ._checks import check_storable, check_text, new_id, read_time
 from ._foreground import Foreground
 from ._governance import (
     SETTABLE_STATUSES,
@@ -32,6 +32,7 @@ from ._governance import (
     item_filters,
     processing_status,
 )
+from ._strings import UNICODE_RULE, text_problem, value_problem
 from ._time import now_iso, to_iso, utcnow
 from ._webhooks import AsyncWebhooks, Webhooks
 from .capture import Attribution, Capture
@@ -92,21 +93,12 @@ def _pydantic_problems(exc: PydanticValidationError, prefix: str) -> list[str]:
             msg = f"must be one of {', '.join(repr(r) for r in ROLES)}"
         if err["type"] == "extra_forbidden":
             msg = "unknown field"
+        if err["type"] == "string_unicode":  # pydantic-core's own refusal of a lone surrogate
+            msg = UNICODE_RULE
         given = err.get("input")
         shown = "" if err["type"] in ("missing", "extra_forbidden") else f" (got {given!r:.60})"
         problems.append(f"{prefix}{loc}: {msg}{shown}")
     return problems
-
-
-def _has_nul(value: Any) -> bool:
-    """Whether a JSON value holds a NUL character in any string or key."""
-    if isinstance(value, str):
-        return "\x00" in value
-    if isinstance(value, dict):
-        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
-    if isinstance(value, list):
-        return any(_has_nul(v) for v in value)
-    return False
 
 
 def _content_hash(session_id: str, m: MessageInput) -> str:
@@ -149,12 +141,11 @@ class Sessions:
         m = self._m
         _check_id(user_id, "user_id")
         sid = new_id("s") if session_id is None else _check_id(session_id, "session_id")
-        if title is not None and (
-            not isinstance(title, str) or len(title) > 500 or "\x00" in title
-        ):
-            raise ValidationError(
-                "invalid session", ["title: expected a string of at most 500, without NUL"]
-            )
+        if title is not None:
+            if not isinstance(title, str) or len(title) > 500:
+                problem = "title: expected a string of at most 500"
+                raise ValidationError("invalid session", [problem])
+            check_storable(title, "title")
         meta = m._check_metadata(metadata, "metadata")
         now = now_iso()
         row, created = m._store.create_session(
@@ -592,9 +583,10 @@ class Memory:
             dumped = json.dumps(metadata, ensure_ascii=False, allow_nan=False)
         except (TypeError, ValueError) as exc:
             raise ValidationError("invalid metadata", [f"{where}: not JSON ({exc})"]) from None
-        # PostgreSQL's JSONB cannot hold NUL: refused on every store, so both behave alike.
-        if "\\u0000" in dumped and _has_nul(metadata):
-            raise ValidationError("invalid metadata", [f"{where}: must not contain NUL characters"])
+        # NUL and lone surrogates (see _strings) in any key or value: refused on every store.
+        found = value_problem(metadata, dumped)
+        if found is not None:
+            raise ValidationError("invalid metadata", [f"{where}{found[0]}: {found[1]}"])
         size = len(dumped.encode())
         if size > self.settings.max_metadata_bytes:
             raise ValidationError(
@@ -880,10 +872,13 @@ class Memory:
     ) -> MemoryContext:
         """What to put before the next model call in this session."""
         self._check_open()
-        if query is not None and not isinstance(query, str):
-            raise ValidationError("invalid query", [f"query: expected a string (got {query!r})"])
-        if query is not None and len(query) > self.settings.max_content_chars:
-            raise ValidationError("invalid query", ["query: too long"])
+        if query is not None:
+            if not isinstance(query, str):
+                problem = f"query: expected a string (got {query!r})"
+                raise ValidationError("invalid query", [problem])
+            if len(query) > self.settings.max_content_chars:
+                raise ValidationError("invalid query", ["query: too long"])
+            check_storable(query, "query")
         config = self._recall_config(recall_config)
         if "token_budget" not in config.model_fields_set:
             config = config.model_copy(update={"token_budget": self.settings.token_budget})
@@ -949,10 +944,19 @@ class Memory:
             problems.append("query: expected a non-empty string")
         elif len(query) > self.settings.max_content_chars:
             problems.append("query: too long")
+        elif (problem := text_problem(query)) is not None:
+            problems.append(f"query: {problem}")
         if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 1000:
             problems.append(f"limit: expected an integer from 1 to 1000 (got {limit!r})")
         if roles is not None and any(r not in ROLES for r in roles):
             problems.append(f"roles: each must be one of {', '.join(ROLES)}")
+        if event_types is not None:
+            if isinstance(event_types, str) or not all(
+                isinstance(e, str) and 1 <= len(e) <= 64 for e in event_types
+            ):
+                problems.append("event_types: expected a list of strings of 1 to 64 characters")
+            elif (found := value_problem(list(event_types))) is not None:
+                problems.append(f"event_types{found[0]}: {found[1]}")
         if layers is not None and (
             isinstance(layers, str) or not layers or any(x not in SEARCH_LAYERS for x in layers)
         ):
@@ -976,7 +980,7 @@ class Memory:
             event_types=tuple(event_types or ()),
             since=window[0],
             until=window[1],
-            metadata=parse_metadata_filters(filters),
+            metadata=parse_metadata_filters(filters, "filters"),
         )
         config = self._recall_config(recall_config)
         options = search_options(

@@ -20,7 +20,8 @@ from pydantic import (
     field_validator,
 )
 
-from ._time import as_utc
+from ._strings import CheckedStrings
+from ._time import Timestamp
 
 __all__ = [
     "ROLES",
@@ -53,7 +54,8 @@ ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@/+=-]{0,199}$"
 JsonObject = dict[str, Any]
 
 
-class _Input(BaseModel):
+class _Input(CheckedStrings):
+    # Every string of an input (metadata keys and values too) is one the stores can hold.
     model_config = ConfigDict(extra="forbid", str_strip_whitespace=False)
 
 
@@ -69,7 +71,8 @@ class MessageInput(_Input):
     id: StrictStr | None = Field(default=None, pattern=ID_PATTERN)
     role: Role
     content: StrictStr = Field(min_length=1)
-    timestamp: datetime | None = None
+    # ISO-8601 (naive = UTC) or epoch seconds; see Timestamp.
+    timestamp: Timestamp | None = None
     event_type: StrictStr | None = Field(default=None, min_length=1, max_length=64)
     page: StrictStr | None = Field(default=None, max_length=2048)
     process_id: StrictStr | None = Field(default=None, pattern=ID_PATTERN)
@@ -83,22 +86,7 @@ class MessageInput(_Input):
     def _not_blank(cls, v: str) -> str:
         if not v.strip():
             raise ValueError("must not be blank")
-        if "\x00" in v:
-            raise ValueError("must not contain NUL characters")
         return v
-
-    @field_validator("event_type", "page", "name")
-    @classmethod
-    def _no_nul(cls, v: str | None) -> str | None:
-        # PostgreSQL text cannot hold NUL: refused on every store, so both behave alike.
-        if v is not None and "\x00" in v:
-            raise ValueError("must not contain NUL characters")
-        return v
-
-    @field_validator("timestamp")
-    @classmethod
-    def _utc(cls, v: datetime | None) -> datetime | None:
-        return None if v is None else as_utc(v)
 
 
 class Message(BaseModel):

@@ -29,6 +29,7 @@ from pydantic import ValidationError as PydanticValidationError
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from .. import __version__
+from .._strings import value_problem
 from ..errors import ConfigError, ProcessingError
 from ._errors import (
     APIConnectionError,
@@ -225,6 +226,12 @@ class _Base:
             "headers": {**self.headers, **call.headers},
             "timeout": timeout,
         }
+        # Text UTF-8 cannot encode (a lone surrogate) would fail inside the encoders; the
+        # server would refuse it anyway, so it is the same ValidationError, naming the field.
+        for part in (args["params"], call.body):
+            if (found := value_problem(part)) is not None:
+                problem = f"{found[0].lstrip('.')}: {found[1]}"
+                raise ValidationError("invalid request; nothing was sent", [problem])
         if call.body is not None:
             try:
                 args["json"] = to_jsonable_python(call.body)

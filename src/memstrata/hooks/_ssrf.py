@@ -16,6 +16,8 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from .._strings import text_problem
+
 __all__ = [
     "AllowList",
     "DeliveryError",
@@ -143,6 +145,8 @@ def parse_target(url: str) -> Target:
         raise TargetRefused("target_url: expected an http(s) URL")
     if len(url) > _MAX_URL:
         raise TargetRefused(f"target_url: longer than {_MAX_URL} characters")
+    if (problem := text_problem(url)) is not None:
+        raise TargetRefused(f"target_url: {problem}")
     import httpx  # lazily: `import memstrata` must not pay for it
 
     try:

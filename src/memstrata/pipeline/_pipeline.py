@@ -13,15 +13,16 @@ import logging
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 from pydantic import ValidationError as PydanticValidationError
 
 from .._checks import new_id
 from .._foreground import PAUSE_SECONDS, Foreground
+from .._strings import CheckedStrings, value_problem
+from .._time import Timestamp
 from .._time import to_iso as _iso
 from ..embed import Embedder
 from ..hooks import HookContext, Hooks
@@ -84,23 +85,23 @@ def _line(m: MessageRow) -> str:
 # -- what the LLM answers, validated ---------------------------------------------------------
 
 
-class _LLMFact(BaseModel):
+class _LLMFact(CheckedStrings):
     model_config = ConfigDict(extra="ignore")
     text: str = Field(min_length=1, max_length=1000)
     kind: str
     source_ids: list[str] = Field(min_length=1)
     confidence: float = Field(ge=0.0, le=1.0)
-    occurred_at: datetime | None = None
-    valid_from: datetime | None = None
-    valid_to: datetime | None = None
+    occurred_at: Timestamp | None = None
+    valid_from: Timestamp | None = None
+    valid_to: Timestamp | None = None
 
 
-class _Extraction(BaseModel):
+class _Extraction(CheckedStrings):
     model_config = ConfigDict(extra="ignore")
     facts: list[_LLMFact]
 
 
-class _Decision(BaseModel):
+class _Decision(CheckedStrings):
     model_config = ConfigDict(extra="ignore")
     fact_ids: list[str] = Field(min_length=1)
     action: str
@@ -108,19 +109,19 @@ class _Decision(BaseModel):
     text: str | None = None
 
 
-class _Consolidation(BaseModel):
+class _Consolidation(CheckedStrings):
     model_config = ConfigDict(extra="ignore")
     decisions: list[_Decision]
 
 
-class _Assignment(BaseModel):
+class _Assignment(CheckedStrings):
     model_config = ConfigDict(extra="ignore")
     summary_id: str
     topic: str = Field(min_length=1, max_length=80)
     description: str | None = None
 
 
-class _Topics(BaseModel):
+class _Topics(CheckedStrings):
     model_config = ConfigDict(extra="ignore")
     assignments: list[_Assignment]
 
@@ -793,6 +794,9 @@ def _validated_drafts(items: list[Any], batch_ids: set[str]) -> list[FactDraft]:
         except PydanticValidationError as exc:
             raise ValueError(f"observations[{i}]: {exc.errors()[0]['msg']}") from None
         labels = item.get("labels") if isinstance(item.get("labels"), list) else []
+        labels = [str(x) for x in labels][:10]
+        if (found := value_problem(labels)) is not None:
+            raise ValueError(f"observations[{i}].labels{found[0]}: {found[1]}")
         drafts.append(
             FactDraft(
                 text=f.text.strip(),
@@ -802,7 +806,7 @@ def _validated_drafts(items: list[Any], batch_ids: set[str]) -> list[FactDraft]:
                 occurred_at=f.occurred_at,
                 valid_from=f.valid_from,
                 valid_to=f.valid_to,
-                labels=[str(x) for x in labels][:10],
+                labels=labels,
             )
         )
     problems = _draft_problems(drafts, batch_ids)
@@ -836,7 +840,7 @@ def _row_wire(s: SummaryRow) -> dict[str, Any]:
     }
 
 
-class _SummaryItem(BaseModel):
+class _SummaryItem(CheckedStrings):
     model_config = ConfigDict(extra="ignore")
     action: str
     id: str | None = None
@@ -903,7 +907,7 @@ def _topic_wire(t: TopicWrite) -> dict[str, Any]:
     }
 
 
-class _TopicItem(BaseModel):
+class _TopicItem(CheckedStrings):
     model_config = ConfigDict(extra="ignore")
     name: str = Field(min_length=1, max_length=80)
     description: str = Field(default="", max_length=500)

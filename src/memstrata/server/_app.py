@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 
 from . import (
     _routes_actions,
@@ -22,6 +22,7 @@ from ._errors import install_error_handlers
 from ._limits import BodyLimit
 from ._logging import RequestContext
 from ._settings import ServerSettings, load_server_settings
+from ._urls import check_url_text
 
 __all__ = ["create_app"]
 
@@ -63,6 +64,8 @@ def create_app(memory: Any = None, settings: ServerSettings | None = None) -> Fa
         description=_DESCRIPTION,
         version=_routes_health._VERSION,
         lifespan=lifespan,
+        # Before any route reads its parameters: bytes that are not UTF-8 are refused.
+        dependencies=[Depends(check_url_text)],
     )
     app.state.memory = memory
     app.state.settings = settings

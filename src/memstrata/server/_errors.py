@@ -18,6 +18,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from .._strings import UNICODE_RULE, printable
 from ..errors import (
     ConflictError,
     EmbeddingError,
@@ -81,6 +82,9 @@ def error_body(
     code: str | None = None,
     problems: Sequence[tuple[str, str]] = (),
 ) -> dict[str, Any]:
+    # Details and problems may quote the input: whatever it held (a lone surrogate cannot be
+    # encoded as UTF-8), the error must still be sendable, so such characters are escaped.
+    detail = printable(detail)
     return {
         "success": False,
         "data": None,
@@ -88,7 +92,7 @@ def error_body(
         "error": {
             "code": code or _CODES.get(status, "error"),
             "detail": detail,
-            "problems": [{"field": f, "message": m} for f, m in problems],
+            "problems": [{"field": printable(f), "message": printable(m)} for f, m in problems],
             "request_id": request_id,
         },
     }
@@ -111,8 +115,10 @@ def error_response(
     return JSONResponse(body, status_code=status, headers=headers)
 
 
-# "messages[2].role: must be one of ..." -> ("messages[2].role", "must be one of ...")
-_PROBLEM = re.compile(r"^([A-Za-z_][\w.\[\]-]*): (.*)$", re.DOTALL)
+# "messages[2].role: must be one of ..." -> ("messages[2].role", "must be one of ..."). The
+# field runs to the first ": " and holds no space; it may hold a metadata key or an operator
+# ("filters.stars.$gt").
+_PROBLEM = re.compile(r"^([A-Za-z_]\S*?): (.*)$", re.DOTALL)
 
 
 def _split_problem(line: str) -> tuple[str, str]:
@@ -141,6 +147,8 @@ def _validation_problems(exc: RequestValidationError) -> tuple[int, str, list[tu
             msg = "unknown field"
         elif kind == "string_pattern_mismatch" and err.get("ctx", {}).get("pattern") == ID_PATTERN:
             msg = _ID_RULE
+        elif kind == "string_unicode":  # pydantic-core's own refusal of a lone surrogate
+            msg = UNICODE_RULE
         else:
             msg = str(err.get("msg"))
         given = err.get("input")

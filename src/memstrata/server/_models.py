@@ -13,6 +13,8 @@ from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .._strings import CheckedStrings
+from .._time import Timestamp
 from ..types import ID_PATTERN, AddResult, ApiKey, MessageInput, Session
 
 T = TypeVar("T")
@@ -69,8 +71,10 @@ class Page(BaseModel, Generic[T]):
     next_offset: int | None = None
 
 
-class _Body(BaseModel):
-    # Unknown fields are refused so a misspelt option is an error, not silently ignored.
+class RequestBody(CheckedStrings):
+    """A request body. Unknown fields are refused so a misspelt option is an error, not
+    silently ignored; every string must be one the stores can hold (see _strings)."""
+
     model_config = ConfigDict(extra="forbid")
 
 
@@ -103,7 +107,7 @@ class SessionData(BaseModel):
         )
 
 
-class CreateSession(_Body):
+class CreateSession(RequestBody):
     user_id: str = Field(pattern=ID_PATTERN, description="The user this session belongs to.")
     title: str | None = Field(default=None, max_length=500)
     metadata: JsonObject | None = None
@@ -114,7 +118,7 @@ class CreateSession(_Body):
     )
 
 
-class AddMessages(_Body):
+class AddMessages(RequestBody):
     messages: list[MessageInput] = Field(min_length=1)
     sync: bool = Field(
         default=False,
@@ -130,7 +134,7 @@ class AddMessages(_Body):
     )
 
 
-class ContextQuery(_Body):
+class ContextQuery(RequestBody):
     query: str | None = Field(default=None, description="What the next model call is about.")
     details: bool | None = Field(
         default=None, description="Also return the matched items of every layer with scores."
@@ -145,7 +149,7 @@ class ContextQuery(_Body):
     )
 
 
-class UserAction(_Body):
+class UserAction(RequestBody):
     """One behaviour event: a search, click, view, tool call ..."""
 
     event_type: str = Field(min_length=1, max_length=64, description="e.g. search, click, view")
@@ -155,12 +159,12 @@ class UserAction(_Body):
         "from event_type and page when absent.",
     )
     page: str | None = Field(default=None, max_length=2048)
-    timestamp: datetime | None = None
+    timestamp: Timestamp | None = None
     metadata: JsonObject | None = None
     id: str | None = Field(default=None, pattern=ID_PATTERN, description="Makes resends no-ops.")
 
 
-class UserActions(_Body):
+class UserActions(RequestBody):
     """Behaviour events of one user: either one event inline or a list in ``events``."""
 
     user_id: str = Field(pattern=ID_PATTERN)
@@ -174,7 +178,7 @@ class UserActions(_Body):
     event_type: str | None = Field(default=None, min_length=1, max_length=64)
     content: str | None = None
     page: str | None = Field(default=None, max_length=2048)
-    timestamp: datetime | None = None
+    timestamp: Timestamp | None = None
     metadata: JsonObject | None = None
     id: str | None = Field(default=None, pattern=ID_PATTERN)
     sync: bool = False
@@ -187,16 +191,16 @@ class ActionsData(AddResult):
 # -- search ----------------------------------------------------------------------------
 
 
-class SearchRequest(_Body):
+class SearchRequest(RequestBody):
     query: str = Field(min_length=1)
     limit: int = Field(default=10, ge=1, le=1000)
     filters: JsonObject | None = Field(default=None, description="Metadata filters.")
     session_id: str | None = Field(default=None, pattern=ID_PATTERN)
-    since: datetime | None = None
-    until: datetime | None = None
+    since: Timestamp | None = None
+    until: Timestamp | None = None
     roles: list[Literal["user", "assistant", "system", "tool"]] | None = None
     event_types: list[str] | None = None
-    as_of: datetime | None = None
+    as_of: Timestamp | None = None
     layers: list[Literal["summary", "fact", "message"]] | None = Field(default=None, min_length=1)
     include_superseded: bool | None = None
     recall_config: JsonObject | None = None
@@ -205,12 +209,12 @@ class SearchRequest(_Body):
 # -- governance --------------------------------------------------------------------------
 
 
-class SummaryStatusChange(_Body):
+class SummaryStatusChange(RequestBody):
     status: Literal["active", "deprioritized", "archived", "deleted"]
     reason: str = Field(min_length=1, max_length=2000, description="Why (audited).")
 
 
-class ForgetRequest(_Body):
+class ForgetRequest(RequestBody):
     """Forget by exactly one scope: messages, a session, or a topic of the user."""
 
     user_id: str = Field(pattern=ID_PATTERN)
@@ -228,12 +232,12 @@ class NewApiKey(BaseModel):
     secret: str = Field(description="The key itself. Shown only in this response.")
 
 
-class CreateProject(_Body):
+class CreateProject(RequestBody):
     name: str = Field(min_length=1, max_length=200)
     project_id: str | None = Field(default=None, pattern=ID_PATTERN)
 
 
-class CreateKey(_Body):
+class CreateKey(RequestBody):
     name: str | None = Field(default=None, min_length=1, max_length=200)
 
 

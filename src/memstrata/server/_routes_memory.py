@@ -6,11 +6,11 @@ has no items here, exactly like a user who does not exist.
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query
 
+from .._time import Timestamp
 from ..types import Fact, Hit, Message, Summary, Topic
 from ._auth import CallerDep
 from ._common import API_ERRORS, Limit, Offset, json_object_param, page
@@ -21,9 +21,13 @@ router = APIRouter(prefix="/api", tags=["memory"], responses=API_ERRORS)
 UID = "{user_id:path}"
 
 Since = Annotated[
-    datetime | None, Query(description="Only items from this time on (ISO-8601, inclusive).")
+    Timestamp | None,
+    Query(description="Only items from this time on (ISO-8601 or epoch seconds, inclusive)."),
 ]
-Until = Annotated[datetime | None, Query(description="Only items before this time (exclusive).")]
+Until = Annotated[
+    Timestamp | None,
+    Query(description="Only items before this time (ISO-8601 or epoch seconds, exclusive)."),
+]
 MetadataParam = Annotated[
     str | None,
     Query(

@@ -10,13 +10,13 @@ from __future__ import annotations
 from typing import Literal
 
 from fastapi import APIRouter
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from .._webhooks import MAX_GRACE_SECONDS, MAX_TIMEOUT_MS, MIN_TIMEOUT_MS
 from ..types import Webhook, WebhookDelivery
 from ._auth import CallerDep
 from ._common import API_ERRORS, Limit, Offset, page
-from ._models import Envelope, Page
+from ._models import Envelope, Page, RequestBody
 
 router = APIRouter(prefix="/api/webhooks", tags=["webhooks"], responses=API_ERRORS)
 
@@ -25,12 +25,7 @@ Event = Literal["before_llm", "after_llm", "before_add"]
 Mode = Literal["sync", "async"]
 
 
-class _Body(BaseModel):
-    # Unknown fields are refused so a misspelt option is an error, not silently ignored.
-    model_config = ConfigDict(extra="forbid")
-
-
-class CreateWebhook(_Body):
+class CreateWebhook(RequestBody):
     resource: Resource
     event: Event = Field(
         description="fact and summary: before_llm, after_llm, before_add; topic: before_add."
@@ -56,7 +51,7 @@ class CreateWebhook(_Body):
     enabled: bool = True
 
 
-class UpdateWebhook(_Body):
+class UpdateWebhook(RequestBody):
     """Fields to change; those left out (or null) stay as they are."""
 
     name: str | None = Field(default=None, min_length=1, max_length=200)
@@ -68,7 +63,7 @@ class UpdateWebhook(_Body):
     enabled: bool | None = None
 
 
-class RotateSecret(_Body):
+class RotateSecret(RequestBody):
     grace_seconds: int = Field(
         default=0,
         ge=0,

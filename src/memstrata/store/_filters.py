@@ -8,16 +8,23 @@ Metadata filters use a small MongoDB-like vocabulary, documented in docs/api.md:
     {"plan": {"$ne": "free"}}               inequality
     {"coupon": {"$exists": true}}           presence
     {"address.city": "Berlin"}              dotted paths reach nested objects
+
+Numbers compare by their exact decimal value as JSON writes them, on every store (SQLite
+and PostgreSQL give the same rows): 5 equals 5.0, 2**63 + 1 is above 2**63, 10**400 is a
+number like any other. A float is written as the shortest decimal that reads back as the
+same double (0.1 as 0.1, 2.0**60 as 1.152921504606847e+18, which is not 2**60).
 """
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from .._strings import printable, text_problem
 from ..errors import ValidationError
 
 __all__ = ["MetadataCondition", "SearchFilters", "parse_metadata_filters"]
@@ -56,12 +63,22 @@ class SearchFilters:
 
 
 def _scalar(value: Any, where: str) -> Scalar:
-    # NUL and non-finite numbers are not JSON that PostgreSQL's JSONB accepts, nor could a
-    # stored value hold them: refused on every store alike.
-    if isinstance(value, str) and "\x00" in value:
-        raise ValidationError("invalid metadata filter", [f"{where}: must not contain NUL"])
+    # What a stored value cannot hold (NUL, lone surrogates, non-finite numbers) is no filter
+    # value either: refused on every store alike.
+    if isinstance(value, str) and (problem := text_problem(value)) is not None:
+        raise ValidationError("invalid metadata filter", [f"{where}: {problem}"])
     if isinstance(value, float) and not math.isfinite(value):
-        raise ValidationError("invalid metadata filter", [f"{where}: expected a finite number"])
+        raise ValidationError(
+            "invalid metadata filter",
+            [f"{where}: expected a finite number (JSON has no NaN or Infinity; got {value})"],
+        )
+    if isinstance(value, int) and not isinstance(value, bool):
+        try:
+            json.dumps(value)
+        except ValueError:  # more digits than Python writes (sys.get_int_max_str_digits)
+            raise ValidationError(
+                "invalid metadata filter", [f"{where}: the number has too many digits"]
+            ) from None
     if value is None or isinstance(value, (str, bool, int, float)):
         return value
     raise ValidationError(
@@ -69,25 +86,29 @@ def _scalar(value: Any, where: str) -> Scalar:
     )
 
 
-def parse_metadata_filters(filters: dict[str, Any] | None) -> tuple[MetadataCondition, ...]:
+def parse_metadata_filters(
+    filters: dict[str, Any] | None, name: str = "metadata_filters"
+) -> tuple[MetadataCondition, ...]:
+    """``filters`` validated; problems name the argument ``name`` (search calls it filters)."""
     if not filters:
         return ()
     if not isinstance(filters, dict):
-        raise ValidationError("invalid metadata filter", ["metadata_filters: expected an object"])
+        raise ValidationError("invalid metadata filter", [f"{name}: expected an object"])
     out: list[MetadataCondition] = []
     problems: list[str] = []
     for key, spec in filters.items():
         if not isinstance(key, str) or not _KEY.match(key):
-            problems.append(f"metadata_filters.{key}: keys are letters, digits, _ and - (dotted)")
+            shown = printable(key) if isinstance(key, str) else repr(key)
+            problems.append(f"{name}.{shown}: keys are letters, digits, _ and - (dotted)")
             continue
         path = tuple(key.split("."))
         if not isinstance(spec, dict):
-            out.append(MetadataCondition(path, "$eq", _scalar(spec, f"metadata_filters.{key}")))
+            out.append(MetadataCondition(path, "$eq", _scalar(spec, f"{name}.{key}")))
             continue
         if not spec:
-            problems.append(f"metadata_filters.{key}: empty operator object")
+            problems.append(f"{name}.{key}: empty operator object")
         for op, value in spec.items():
-            where = f"metadata_filters.{key}.{op}"
+            where = f"{name}.{key}.{printable(str(op))}"
             if op not in _OPS:
                 problems.append(f"{where}: unknown operator; use one of {sorted(_OPS)}")
             elif op in ("$in", "$nin"):

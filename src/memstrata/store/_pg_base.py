@@ -195,9 +195,10 @@ def fact_row(r: Sequence[Any]) -> FactRow:
 def _metadata_sql(cond: MetadataCondition, column: str) -> tuple[str, list[Any]]:
     """One condition of the filter vocabulary (store/_filters.py) as SQL on a JSONB column.
 
-    Values compare as JSON, as in the SQLite store: a number matches only a number (5 and
-    5.0 are equal), a string only a string (byte order for ranges), true only true, null
-    only a present null. Negations ($ne, $nin) match a missing value too.
+    Values compare as JSON, as in the SQLite store: a number matches only a number, by
+    exact decimal value (5 and 5.0 are equal, as jsonb's numeric has it), a string only a
+    string (byte order for ranges), true only true, null only a present null. Negations
+    ($ne, $nin) match a missing value too.
     """
     path = list(cond.path)
     value = f"({column} #> %s::text[])"
@@ -217,9 +218,13 @@ def _metadata_sql(cond: MetadataCondition, column: str) -> tuple[str, list[Any]]
             f'({column} #>> %s::text[]) COLLATE "C" {sql_op} %s)',
             [path, path, arg],
         )
+    # The bound as numeric too (from its JSON text): against a float parameter PostgreSQL
+    # would compare in double precision, rounding 2**63 + 1 and failing on 10**400. CASE,
+    # because AND does not keep PostgreSQL from casting a stored string first (an error).
     return (
-        f"(jsonb_typeof({value}) = 'number' AND ({value})::numeric {sql_op} %s)",
-        [path, path, arg],
+        f"(CASE WHEN jsonb_typeof({value}) = 'number' "
+        f"THEN ({value})::numeric {sql_op} %s::numeric END)",
+        [path, path, json.dumps(arg)],
     )
 
 

@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
+from decimal import Decimal
 from importlib import resources
 from typing import Any
 
@@ -115,20 +116,55 @@ def _json_path(path: tuple[str, ...]) -> str:
     return "$" + "".join(f'."{p}"' for p in path)
 
 
-def _equals_sql(column: str, path: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
+# SQLite compares JSON numbers as 64-bit integers or doubles: exactly as their decimal
+# value (the filter semantics, see _filters.py) only while a filter number stays below 2**53
+# in magnitude (a stored integer beyond 2**63 becomes a rounded double, a float filter of
+# 2.0**60 equals the integer 2**60 although their JSON differ). Larger filter numbers are
+# compared by _number_cmp, in Python, on the stored JSON text itself.
+_NATIVE_LIMIT = 2**53
+_NUMBER_CMP = "memstrata_number_cmp"
+
+
+def _number_cmp(document: str | None, dotted: str, number: str) -> int | None:
+    """-1, 0 or 1 as the JSON number at ``dotted`` in ``document`` is below, equal to or
+    above the JSON number ``number``, compared by exact decimal value (as PostgreSQL's
+    numeric does); NULL when the value is missing or not a number."""
+    if document is None:
+        return None
+    value = json.loads(document, parse_int=Decimal, parse_float=Decimal)
+    for key in dotted.split("."):
+        if not isinstance(value, dict) or key not in value:
+            return None
+        value = value[key]
+    if not isinstance(value, Decimal):
+        return None
+    target = Decimal(number)
+    return (value > target) - (value < target)
+
+
+def _native(value: int | float) -> bool:
+    return abs(value) < _NATIVE_LIMIT
+
+
+def _equals_sql(column: str, path: tuple[str, ...], values: Sequence[Any]) -> tuple[str, list[Any]]:
     """The value at ``path`` equals one of ``values``, compared as JSON: a number matches
     only a number, a string only a string, true only true, null only a present null (as in
     the PostgreSQL store; bare json_extract would make true equal 1 and "5" greater than 3)."""
+    where = _json_path(path)
     kind = f"json_type({column}, ?)"
     value = f"json_extract({column}, ?)"
     parts: list[str] = []
     params: list[Any] = []
     numbers = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    native = [v for v in numbers if _native(v)]
     strings = [v for v in values if isinstance(v, str)]
-    for group, types in ((numbers, "('integer', 'real')"), (strings, "('text')")):
+    for group, types in ((native, "('integer', 'real')"), (strings, "('text')")):
         if group:
             parts.append(f"({kind} IN {types} AND {value} IN ({','.join('?' * len(group))}))")
-            params += [path, path, *group]
+            params += [where, where, *group]
+    for big in (v for v in numbers if not _native(v)):
+        parts.append(f"({kind} IN ('integer', 'real') AND {_NUMBER_CMP}({column}, ?, ?) = 0)")
+        params += [where, ".".join(path), json.dumps(big)]
     literals = sorted(
         {
             "null" if v is None else str(v).lower()
@@ -138,7 +174,7 @@ def _equals_sql(column: str, path: str, values: Sequence[Any]) -> tuple[str, lis
     )
     if literals:
         parts.append(f"{kind} IN ({','.join('?' * len(literals))})")
-        params += [path, *literals]
+        params += [where, *literals]
     return "(" + " OR ".join(parts) + ")", params
 
 
@@ -148,14 +184,25 @@ def _metadata_sql(cond: MetadataCondition, column: str) -> tuple[str, list[Any]]
     if op == "$exists":
         return f"json_type({column}, ?) IS {'NOT ' if arg else ''}NULL", [path]
     if op in ("$eq", "$ne", "$in", "$nin"):
-        sql, params = _equals_sql(column, path, arg if op in ("$in", "$nin") else [arg])
+        sql, params = _equals_sql(column, cond.path, arg if op in ("$in", "$nin") else [arg])
         # Negations match a missing value too.
         return (f"NOT IFNULL({sql}, 0)" if op in ("$ne", "$nin") else sql), params
     sql_op = {"$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}[op]
-    types = "('text')" if isinstance(arg, str) else "('integer', 'real')"
+    if isinstance(arg, str):
+        return (
+            f"(json_type({column}, ?) = 'text' AND json_extract({column}, ?) {sql_op} ?)",
+            [path, path, arg],
+        )
+    if _native(arg):
+        return (
+            f"(json_type({column}, ?) IN ('integer', 'real') AND "
+            f"json_extract({column}, ?) {sql_op} ?)",
+            [path, path, arg],
+        )
     return (
-        f"(json_type({column}, ?) IN {types} AND json_extract({column}, ?) {sql_op} ?)",
-        [path, path, arg],
+        f"(json_type({column}, ?) IN ('integer', 'real') AND "
+        f"{_NUMBER_CMP}({column}, ?, ?) {sql_op} 0)",
+        [path, ".".join(cond.path), json.dumps(arg)],
     )
 
 
@@ -378,6 +425,7 @@ class SQLiteStore(SQLiteGovernance, SQLiteWebhooks):
             conn.execute(f"PRAGMA synchronous = {self._synchronous}")
             conn.execute("PRAGMA foreign_keys = ON")
             conn.execute("PRAGMA temp_store = MEMORY")
+            conn.create_function(_NUMBER_CMP, 3, _number_cmp, deterministic=True)
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open SQLite database {self.path!r}: {exc}") from exc
         self._local.conn = conn
