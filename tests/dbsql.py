@@ -7,6 +7,8 @@ Queries are written once with ``?`` placeholders (SQLite's); for PostgreSQL they
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from memstrata.store.sqlite import sqlite_path
@@ -42,3 +44,24 @@ def execute(url: str, sql: str, *args: Any) -> None:
 
 def is_postgres(url: str) -> bool:
     return url.startswith(("postgresql:", "postgres:"))
+
+
+@contextmanager
+def writes_held(url: str) -> Iterator[None]:
+    """Another connection holds the store's write lock for the block, as another process
+    would: writers of sessions and messages wait (SQLite: up to its busy timeout)."""
+    if is_postgres(url):
+        import psycopg
+
+        with psycopg.connect(url) as conn:  # one transaction, rolled back at the end
+            conn.execute("LOCK TABLE sessions, messages IN EXCLUSIVE MODE")
+            yield
+            conn.rollback()
+        return
+    conn = sqlite3.connect(sqlite_path(url), isolation_level=None)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        yield
+        conn.execute("ROLLBACK")
+    finally:
+        conn.close()

@@ -14,6 +14,7 @@ from typing import Any
 import openai
 import pytest
 
+from dbsql import writes_held
 from fakes.openai_server import FakeOpenAIServer
 from memstrata import Memory
 from memstrata.capture import MEMORY_PREAMBLE
@@ -415,3 +416,102 @@ def test_async_memory_exposes_capture(db_url: str, server: FakeOpenAIServer) -> 
             await client.close()
 
     asyncio.run(scenario())
+
+
+# -- close() right after captured calls -----------------------------------------------------
+#
+# The calls are made while another connection holds the store's write lock, released just
+# before close(): the capture writer is held at its first exchange, so every other one is
+# still queued when close() begins, whatever the machine's speed. Recall is off: it would
+# wait for the lock too (it creates the session), and it is not what is tested.
+
+
+def _asked(n: int) -> list[str]:
+    return [f"question {i}: remember the blue door" for i in range(n)]
+
+
+def _exchanges(n: int) -> list[tuple[str, str]]:
+    return [turn for text in _asked(n) for turn in (("user", text), ("assistant", "Noted!"))]
+
+
+def _reopened(make_memory: Any, db_url: str, session_id: str) -> list[tuple[str, str]]:
+    """What the store holds, read by a new Memory (nothing of the closed one is used)."""
+    mem = make_memory(db_url)
+    return [(m.role, m.content) for m in mem.messages.list(session_id=session_id, limit=1000)]
+
+
+@pytest.mark.parametrize("n", [5, 50])
+def test_close_right_after_captured_calls_stores_every_exchange(
+    make_memory: Any, db_url: str, server: FakeOpenAIServer, n: int
+) -> None:
+    """close() marked the Memory closed before the capture writer had drained its queue:
+    the exchanges still queued failed ("this Memory is closed")."""
+    mem = make_memory(capture_recall=False)
+    client = mem.llm.register(_client(server))
+    with writes_held(db_url), mem.scope(user_id="u", session_id="s"):
+        for text in _asked(n):
+            client.chat.completions.create(model="m", messages=[{"role": "user", "content": text}])
+    mem.close()
+    assert _reopened(make_memory, db_url, "s") == _exchanges(n)
+
+
+def test_leaving_a_with_block_after_streamed_calls_stores_every_exchange(
+    make_memory: Any, db_url: str, server: FakeOpenAIServer
+) -> None:
+    with make_memory(capture_recall=False) as mem:
+        client = mem.llm.register(_client(server))
+        with writes_held(db_url), mem.scope(user_id="u", session_id="s"):
+            for text in _asked(5):
+                stream = client.chat.completions.create(
+                    model="m", messages=[{"role": "user", "content": text}], stream=True
+                )
+                assert "".join(c.choices[0].delta.content or "" for c in stream) == "Noted!"
+    assert _reopened(make_memory, db_url, "s") == _exchanges(5)
+
+
+def test_closing_an_async_memory_after_async_calls_stores_every_exchange(
+    make_memory: Any, db_url: str, server: FakeOpenAIServer
+) -> None:
+    from memstrata import AsyncMemory
+
+    async def scenario() -> None:
+        async with AsyncMemory(db_url, embedder="hash", capture_recall=False) as amem:
+            client = amem.llm.register(_client(server, openai.AsyncOpenAI))
+            with writes_held(db_url), amem.scope(user_id="u", session_id="s"):
+                for i, text in enumerate(_asked(6)):
+                    messages = [{"role": "user", "content": text}]
+                    if i % 2:
+                        await client.chat.completions.create(model="m", messages=messages)
+                    else:
+                        stream = await client.chat.completions.create(
+                            model="m", messages=messages, stream=True
+                        )
+                        async for _ in stream:
+                            pass
+            await client.close()
+
+    asyncio.run(scenario())
+    assert _reopened(make_memory, db_url, "s") == _exchanges(6)
+
+
+@pytest.mark.sqlite_only
+def test_close_stays_bounded_when_the_store_cannot_take_the_queued_exchanges(
+    make_memory: Any, db_url: str, server: FakeOpenAIServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Another process holds the file's write lock throughout: every write waits 0.3 s,
+    then fails. close() gives the queue close_timeout_seconds (1 s), lets the write in
+    progress end, drops the rest and says so; storing the 40 exchanges one by one would
+    take 12 s and more."""
+    mem = make_memory(capture_recall=False, sqlite_busy_timeout_ms=300, close_timeout_seconds=1)
+    client = mem.llm.register(_client(server))
+    with writes_held(db_url):
+        with mem.scope(user_id="u", session_id="s"):
+            for text in _asked(40):
+                client.chat.completions.create(
+                    model="m", messages=[{"role": "user", "content": text}]
+                )
+        start = time.perf_counter()
+        mem.close()
+        took = time.perf_counter() - start
+    assert took < 6
+    assert any("not stored within 1.0 s; dropped" in r.getMessage() for r in caplog.records)

@@ -637,6 +637,20 @@ def test_a_server_that_hangs_costs_a_captured_call_only_the_recall_wait(
     assert time.monotonic() - start < 5
 
 
+def test_closing_right_after_captured_calls_stores_every_exchange(
+    server: ServerProcess, client: MemoryClient, llm: FakeOpenAIServer
+) -> None:
+    mem = RemoteMemory(server.url, api_key=server.bootstrap_key(), capture_recall=False)
+    c = mem.llm.register(openai.OpenAI(base_url=llm.base_url, api_key="k", max_retries=0))
+    asked = [f"question {i}" for i in range(5)]
+    with mem.scope(user_id="close", session_id="close-1"):
+        for text in asked:
+            c.chat.completions.create(model="m", messages=[{"role": "user", "content": text}])
+    mem.close()
+    contents = [m.content for m in client.messages.list(session_id="close-1")]
+    assert contents == [turn for text in asked for turn in (text, "Noted!")]
+
+
 def test_a_short_script_loses_no_captured_exchange_at_exit(
     server: ServerProcess, client: MemoryClient, llm: FakeOpenAIServer
 ) -> None:

@@ -115,6 +115,7 @@ class Capture:
         self._writer: threading.Thread | None = None
         self._recall_pool: ThreadPoolExecutor | None = None
         self._sessions: set[tuple[str, str]] = set()
+        self._closed = False
         self.written = 0  # exchanges stored, for tests and stats
 
     # -- public -------------------------------------------------------------------------
@@ -196,15 +197,30 @@ class Capture:
         return done.wait(timeout)
 
     def close(self, timeout: float) -> None:
-        """Store what is queued (bounded), stop the writer, unregister every client."""
-        if self._writer is not None:
-            self.flush(timeout)
-            self._queue.put(_STOP)
-            self._writer.join(timeout=1.0)
-        if self._recall_pool is not None:
-            self._recall_pool.shutdown(wait=False, cancel_futures=True)
+        """Unregister every client, store what is queued within ``timeout``, stop the
+        writer. The Memory stays open until this returns: the writer stores through it."""
         for client, _ in list(self._clients.values()):
             self.unregister(client)
+        with self._lock:
+            self._closed = True  # a call still in flight is no longer queued
+        if self._writer is not None:
+            drained = self.flush(timeout)
+            # The store is slow or down: what is still queued is dropped, and said so.
+            dropped = 0 if drained else self._discard_queue()
+            self._queue.put(_STOP)
+            # The write in progress is let finish (bounded by the store's own timeouts, e.g.
+            # SQLite's busy timeout): the store must not be closed under it (closing a
+            # SQLite connection another thread is using crashes the process).
+            self._writer.join(timeout=1.0 if drained else max(timeout, 1.0))
+            if not drained:
+                log.warning(
+                    "memstrata: closing: %d captured exchange(s) not stored within %.1f s; "
+                    "dropped",
+                    dropped,
+                    timeout,
+                )
+        if self._recall_pool is not None:
+            self._recall_pool.shutdown(wait=False, cancel_futures=True)
 
     # -- adapter side --------------------------------------------------------------------
 
@@ -246,6 +262,9 @@ class Capture:
 
     def after(self, exchange: Exchange) -> None:
         """Queue the exchange for storage and return at once. Never raises."""
+        if self._closed:
+            log.warning("memstrata: the Memory is closed; a captured exchange is not stored")
+            return
         try:
             self._queue.put(exchange)
             self._ensure_writer()
@@ -311,6 +330,15 @@ class Capture:
             # The history goes in as turns; keep only the memories in the block.
             text = None if text.startswith(HISTORY_HEADER) else text.split(HISTORY_BLOCK)[0]
         return Recalled(who, text or None, tuple(ctx.history) if self.inject_history else ())
+
+    def _discard_queue(self) -> int:
+        dropped = 0
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                return dropped
+            dropped += isinstance(item, Exchange)
 
     def _ensure_writer(self) -> None:
         with self._lock:
