@@ -214,8 +214,7 @@ class Capture:
             self._writer.join(timeout=1.0 if drained else max(timeout, 1.0))
             if not drained:
                 log.warning(
-                    "memstrata: closing: %d captured exchange(s) not stored within %.1f s; "
-                    "dropped",
+                    "memstrata: closing: %d captured exchange(s) not stored within %.1f s; dropped",
                     dropped,
                     timeout,
                 )
