@@ -9,6 +9,7 @@ import pytest
 
 from memstrata import AsyncMemory, Memory
 from memstrata.recall import estimate_tokens
+from memstrata.recall._format import HISTORY_HEADER, MEMORY_CLOSE, MEMORY_HEADER, MEMORY_OPEN
 
 CONVERSATION = [
     ("2026-03-02T09:14:00Z", "user", "Hi! I just moved from Lisbon to Berlin for a new job."),
@@ -79,14 +80,18 @@ def test_formatted_context_is_dated_ordered_bounded_and_deterministic(semantic: 
     )
     memories, history = text.split("\n\n")
     lines = memories.splitlines()
-    assert lines[0] == "Memory about the user (current first, dated):"
-    items = [line for line in lines[1:] if line.startswith("- ")]
+    # Framed as data about the user, within delimiters that open and close it once.
+    assert lines[:2] == [MEMORY_OPEN, MEMORY_HEADER]
+    items = [line for line in lines[2:] if line.startswith("- ")]
     assert items and all(line.startswith("- [2026-") for line in items)
-    assert all(line.startswith(("## ", "- [2026-", '  > "')) for line in lines[1:])
-    assert history.splitlines()[1:] == [
+    assert all(line.startswith(("## ", "- [2026-", '  > "')) for line in lines[2:])
+    assert history.splitlines() == [
+        HISTORY_HEADER,
         "- [2026-04-02 08:40] user: At work I build the perception stack of a warehouse robot.",
         "- [2026-04-27 16:30] user: Finished the half marathon in 1:52!",
+        MEMORY_CLOSE,
     ]
+    assert text.count(MEMORY_OPEN) == text.count(MEMORY_CLOSE) == 1
     # The recent turns are not repeated among the memories.
     assert "marathon" not in memories
     assert ctx.token_estimate == estimate_tokens(text) <= 800
@@ -119,7 +124,13 @@ def test_no_query_gives_history_only_and_empty_store_gives_empty_context(mem: Me
     s.add_messages([{"role": "user", "content": "hello there"}])
     ctx = s.get_memory()
     assert [m.content for m in ctx.history] == ["hello there"]
-    assert ctx.formatted_context.startswith("Recent conversation in this session:")
+    assert ctx.formatted_context.splitlines() == [
+        MEMORY_OPEN,
+        MEMORY_HEADER,
+        HISTORY_HEADER,
+        f"- [{ctx.history[0].timestamp:%Y-%m-%d %H:%M}] user: hello there",
+        MEMORY_CLOSE,
+    ]
 
 
 def test_token_estimate_counts_cjk_per_character() -> None:

@@ -20,7 +20,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from .._time import utcnow
-from ..recall._format import HISTORY_HEADER
+from ..recall._format import MEMORY_HEADER, MEMORY_OPEN, without_history
 from ._layers import inside
 from ._pauses import collector_pauses
 from ._scope import Attribution, check, current
@@ -33,10 +33,9 @@ __all__ = ["CAPTURE_RECALL", "MEMORY_PREAMBLE", "Capture", "Exchange", "Recalled
 
 log = logging.getLogger("memstrata.capture")
 
-# Put before the recalled block wherever it is injected, so the model knows what it is.
-MEMORY_PREAMBLE = (
-    "Long-term memory about the user (from earlier conversations; use it when relevant):"
-)
+# How every injected block begins: recall's formatted_context frames itself as data
+# about the user, not instructions, within delimiters stored text cannot close.
+MEMORY_PREAMBLE = f"{MEMORY_OPEN}\n{MEMORY_HEADER}"
 
 
 @dataclass
@@ -61,16 +60,11 @@ class Recalled:
     """What ``before`` found: the block to inject and, if asked, the session's turns."""
 
     attribution: Attribution
-    context: str | None = None
+    block: str | None = None  # recall's formatted_context, framed and escaped
     history: tuple[Message, ...] = ()
-
-    @property
-    def block(self) -> str | None:
-        return f"{MEMORY_PREAMBLE}\n{self.context}" if self.context else None
 
 
 _STOP = object()
-HISTORY_BLOCK = f"\n\n{HISTORY_HEADER}"
 
 # The longest register() waits for the embedding model to load (normally ~0.3-0.5 s).
 MODEL_LOAD_WAIT_SECONDS = 30.0
@@ -326,8 +320,7 @@ class Capture:
         ctx = self._m.get_memory(sid, query, recall_config=self._config())
         text = ctx.formatted_context if self.recall else None
         if text and ctx.history:
-            # The history goes in as turns; keep only the memories in the block.
-            text = None if text.startswith(HISTORY_HEADER) else text.split(HISTORY_BLOCK)[0]
+            text = without_history(text)  # the history goes in as turns
         return Recalled(who, text or None, tuple(ctx.history) if self.inject_history else ())
 
     def _discard_queue(self) -> int:
