@@ -26,6 +26,7 @@ template's control tokens. Only the lines written here start a line.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 
@@ -54,6 +55,7 @@ _MAX_ITEM_TOKENS = 80
 _MAX_QUOTE_TOKENS = 30
 _LAYER_ORDER = {"summary": 0, "fact": 1, "message": 2}
 _HISTORY_SECTION = f"\n{HISTORY_HEADER}\n"
+_SPLIT_ESCAPE = re.compile(r"&#?\w*…$")
 # The lines of the frame, charged to the budget once when anything is shown.
 _FRAME_TOKENS = sum(estimate_tokens(x) + 1 for x in (MEMORY_OPEN, MEMORY_HEADER, MEMORY_CLOSE))
 
@@ -67,16 +69,13 @@ def _one_line(text: str) -> str:
 
 
 def _fit(text: str, room: int, escape: Callable[[str], str] = escape_text) -> str:
-    """``text`` escaped and cut at a word boundary so that its estimate stays within
-    ``room`` (escaping lengthens hostile text: it is cut further until it fits)."""
-    raw = _one_line(text)
-    limit = room
-    while True:
-        shown = escape(truncate_to_tokens(raw, limit))
-        over = estimate_tokens(shown) - room
-        if over <= 0 or limit <= 1:
-            return shown
-        limit -= over
+    """``text`` escaped (which also puts it on one line: the escaping sees its line starts)
+    and cut at a word boundary so that its estimate stays within ``room``; an escape the
+    cut would split is dropped whole."""
+    shown = escape(text)
+    if estimate_tokens(shown) <= room:
+        return shown
+    return _SPLIT_ESCAPE.sub("…", truncate_to_tokens(shown, room))
 
 
 def _who(role: str | None, name: str | None, event_type: str | None) -> str:
