@@ -577,10 +577,10 @@ def test_capture_recalls_from_and_writes_to_the_server(
     with remote.scope(user_id="cap", session_id="cap-1"):
         reply = client.chat.completions.create(model="gpt-test", messages=question)
     assert reply.choices[0].message.content == "Noted!"
-    sent = llm.chat_requests()[-1]["messages"]
-    assert sent[0]["role"] == "system" and sent[0]["content"].startswith(MEMORY_PREAMBLE)
-    assert "allergic to peanuts" in sent[0]["content"]
-    assert sent[1:] == question
+    (sent,) = llm.chat_requests()[-1]["messages"]  # the memory goes into the user's turn
+    asked, block = sent["content"].split("\n\n", 1)
+    assert sent["role"] == "user" and asked == question[0]["content"]
+    assert block.startswith(MEMORY_PREAMBLE) and "allergic to peanuts" in block
 
     assert remote.llm.flush(10)
     stored = [(m.role, m.content) for m in remote.messages.list(session_id="cap-1")]

@@ -17,9 +17,10 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from .._time import utcnow
+from ..errors import ValidationError
 from ..recall._format import MEMORY_HEADER, MEMORY_OPEN, without_history
 from ._layers import inside
 from ._pauses import collector_pauses
@@ -29,7 +30,9 @@ if TYPE_CHECKING:
     from ..memory import Memory
     from ..types import Message, RecallConfig
 
-__all__ = ["CAPTURE_RECALL", "MEMORY_PREAMBLE", "Capture", "Exchange", "Recalled"]
+__all__ = ["CAPTURE_RECALL", "MEMORY_PREAMBLE", "Capture", "Exchange", "Injection", "Recalled"]
+
+Injection = Literal["user", "system"]
 
 log = logging.getLogger("memstrata.capture")
 
@@ -62,6 +65,9 @@ class Recalled:
     attribution: Attribution
     block: str | None = None  # recall's formatted_context, framed and escaped
     history: tuple[Message, ...] = ()
+    # Where the block goes: "user", into the turn recall searched with (after its text),
+    # or "system", the provider's system slot (the adapters' docstrings say where exactly).
+    injection: Injection = "user"
 
 
 _STOP = object()
@@ -100,6 +106,7 @@ class Capture:
         self.recall_timeout = s.capture_recall_timeout_ms / 1000
         self.default_user = s.capture_default_user
         self.inject_history = s.capture_inject_history
+        self._injection: Injection = s.capture_injection
         self._defaults = Attribution()
         self._recall_config: dict[str, Any] = dict(CAPTURE_RECALL)
         self._validated: tuple[dict[str, Any], RecallConfig] | None = None
@@ -182,6 +189,20 @@ class Capture:
 
         RecallConfig.model_validate(value)  # unknown keys and bad values fail here
         self._recall_config = dict(value)
+
+    @property
+    def injection(self) -> Injection:
+        """Where the recalled block goes (``capture_injection``): ``"user"``, into the last
+        user turn, or ``"system"``, the provider's system slot; assign to change it."""
+        return self._injection
+
+    @injection.setter
+    def injection(self, value: Injection) -> None:
+        if value not in get_args(Injection):
+            raise ValidationError(
+                "invalid injection", [f"injection: expected 'user' or 'system', got {value!r}"]
+            )
+        self._injection = value
 
     def flush(self, timeout: float = 5.0) -> bool:
         """Wait until every captured exchange is stored; False if ``timeout`` ran out."""
@@ -321,7 +342,8 @@ class Capture:
         text = ctx.formatted_context if self.recall else None
         if text and ctx.history:
             text = without_history(text)  # the history goes in as turns
-        return Recalled(who, text or None, tuple(ctx.history) if self.inject_history else ())
+        history = tuple(ctx.history) if self.inject_history else ()
+        return Recalled(who, text or None, history, self._injection)
 
     def _discard_queue(self) -> int:
         dropped = 0
