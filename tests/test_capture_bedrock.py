@@ -133,26 +133,25 @@ def test_converse_injects_into_system_and_captures_once(
     assert capture["usage"]["totalTokens"] > 0
 
 
-def test_converse_tool_loop_stores_the_question_once(
-    mem: Memory, server: FakeBedrockServer
-) -> None:
+def _tool_loop(mem: Memory, server: FakeBedrockServer) -> list[dict[str, Any]]:
+    """A question, the model's tool call, the tool's result and the model's answer; the
+    messages of the second request."""
     client = mem.llm.register(bedrock=bedrock_client(server))
     server.chat_replies.extend([TOOL, "It is safe."])
     messages = _converse_messages()
     with mem.scope(user_id="ana", session_id="chat"):
         first = client.converse(modelId=MODEL, messages=messages)
         use = first["output"]["message"]["content"][0]["toolUse"]
-        follow = [
-            *messages,
-            first["output"]["message"],
-            {
-                "role": "user",
-                "content": [
-                    {"toolResult": {"toolUseId": use["toolUseId"], "content": [{"text": "ok"}]}}
-                ],
-            },
-        ]
+        result = {"toolResult": {"toolUseId": use["toolUseId"], "content": [{"text": "ok"}]}}
+        follow = [*messages, first["output"]["message"], {"role": "user", "content": [result]}]
         client.converse(modelId=MODEL, messages=follow)
+    return follow
+
+
+def test_converse_tool_loop_stores_the_question_once(
+    mem: Memory, server: FakeBedrockServer
+) -> None:
+    _tool_loop(mem, server)
     stored = _stored(mem)
     assert stored[-3:] == [
         ("user", ASK),
@@ -172,15 +171,7 @@ def test_by_default_a_tool_loop_carries_the_block_in_the_questions_turn(
     mem.sessions.create(user_id="ana", session_id="chat").add_messages(
         [{"role": "user", "content": "I am allergic to peanuts."}], sync=True
     )
-    client = mem.llm.register(bedrock=bedrock_client(server))
-    server.chat_replies.extend([TOOL, "It is safe."])
-    messages = _converse_messages()
-    with mem.scope(user_id="ana", session_id="chat"):
-        first = client.converse(modelId=MODEL, messages=messages)
-        use = first["output"]["message"]["content"][0]["toolUse"]
-        result = {"toolResult": {"toolUseId": use["toolUseId"], "content": [{"text": "ok"}]}}
-        follow = [*messages, first["output"]["message"], {"role": "user", "content": [result]}]
-        client.converse(modelId=MODEL, messages=follow)
+    follow = _tool_loop(mem, server)
     one, two = (body for _, _, body in server.model_requests()[-2:])
     assert "system" not in one and "system" not in two
     asked, block = two["messages"][0]["content"]

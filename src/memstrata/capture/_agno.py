@@ -30,7 +30,7 @@ from agno.models.response import ModelResponse
 
 from ._capture import Capture, Exchange, Recalled, elapsed_ms
 from ._layers import Wrapper, bind, bound, outer
-from ._shapes import with_block
+from ._shapes import into_user_message
 
 __all__ = ["wrap"]
 
@@ -65,20 +65,13 @@ def _asked(messages: Sequence[Any]) -> str | None:
     return _text(last.content) or None if getattr(last, "role", None) == "user" else None
 
 
-def _into_user_turn(out: list[Any], block: str) -> bool:
-    for i in range(len(out) - 1, -1, -1):
-        if getattr(out[i], "role", None) == "user":
-            content = with_block(out[i].content, block, {"type": "text", "text": block})
-            if content is None:
-                return False
-            out[i] = out[i].model_copy(update={"content": content})
-            return True
-    return False
+def _is_user(message: Any) -> bool:
+    return getattr(message, "role", None) == "user"
 
 
 def _inject(messages: Sequence[Any], block: str, injection: str) -> list[Any]:
     out = list(messages)
-    if injection == "user" and _into_user_turn(out, block):
+    if injection == "user" and into_user_message(out, block, _is_user):
         return out
     first = out[0] if out else None
     if getattr(first, "role", None) in ("system", "developer") and isinstance(first.content, str):

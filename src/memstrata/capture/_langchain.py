@@ -34,7 +34,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 
 from ._capture import Capture, Exchange, Recalled, elapsed_ms
 from ._layers import Wrapper, bind, bound, outer
-from ._shapes import with_block
+from ._shapes import into_user_message
 
 __all__ = ["wrap"]
 
@@ -67,17 +67,6 @@ def _asked(messages: Sequence[BaseMessage]) -> str | None:
     return _text(last.content) or None if isinstance(last, HumanMessage) else None
 
 
-def _into_user_turn(out: list[BaseMessage], block: str) -> bool:
-    for i in range(len(out) - 1, -1, -1):
-        if isinstance(out[i], HumanMessage):
-            content = with_block(out[i].content, block, {"type": "text", "text": block})
-            if content is None:
-                return False
-            out[i] = out[i].model_copy(update={"content": content})
-            return True
-    return False
-
-
 def _inject(messages: Sequence[BaseMessage], recalled: Recalled) -> list[BaseMessage]:
     out = list(messages)
     if recalled.history:
@@ -92,7 +81,10 @@ def _inject(messages: Sequence[BaseMessage], recalled: Recalled) -> list[BaseMes
             lead += 1
         out[lead:lead] = earlier
     block = recalled.block
-    if block and not (recalled.injection == "user" and _into_user_turn(out, block)):
+    if block and not (
+        recalled.injection == "user"
+        and into_user_message(out, block, lambda m: isinstance(m, HumanMessage))
+    ):
         first = out[0] if out else None
         if isinstance(first, SystemMessage) and isinstance(first.content, str):
             out[0] = first.model_copy(update={"content": f"{first.content}\n\n{block}"})

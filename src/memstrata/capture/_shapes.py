@@ -11,6 +11,7 @@ from ._capture import Recalled
 __all__ = [
     "earlier_turns",
     "field",
+    "into_user_message",
     "into_user_turn",
     "last_user_text",
     "text_of",
@@ -76,6 +77,19 @@ def into_user_turn(
             return False
         items[i] = {**turn, "content": content}
         return True
+    return False
+
+
+def into_user_message(messages: list[Any], block: str, is_user: Callable[[Any], bool]) -> bool:
+    """``into_user_turn`` for message objects with a ``content`` (LangChain's and Agno's
+    pydantic messages): the last one ``is_user`` picks is replaced by a ``model_copy``."""
+    for i in range(len(messages) - 1, -1, -1):
+        if is_user(messages[i]):
+            content = with_block(messages[i].content, block, {"type": "text", "text": block})
+            if content is None:
+                return False
+            messages[i] = messages[i].model_copy(update={"content": content})
+            return True
     return False
 
 
