@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from memstrata.store.sqlite import sqlite_path
@@ -88,3 +89,24 @@ def await_lock_wait(url: str, like: str, timeout: float = 60.0) -> None:
     ):
         assert time.monotonic() < deadline, f"no query like {like!r} came to wait for a lock"
         time.sleep(0.05)
+
+
+@contextmanager
+def writes_held(url: str) -> Iterator[None]:
+    """Another connection holds the store's write lock for the block, as another process
+    would: writers of sessions and messages wait (SQLite: up to its busy timeout)."""
+    if is_postgres(url):
+        import psycopg
+
+        with psycopg.connect(url) as conn:  # one transaction, rolled back at the end
+            conn.execute("LOCK TABLE sessions, messages IN EXCLUSIVE MODE")
+            yield
+            conn.rollback()
+        return
+    conn = sqlite3.connect(sqlite_path(url), isolation_level=None)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        yield
+        conn.execute("ROLLBACK")
+    finally:
+        conn.close()

@@ -6,6 +6,7 @@ unchanged; memory failures never reaching the run."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 from collections.abc import Iterator
@@ -29,6 +30,13 @@ def server() -> Iterator[FakeOpenAIServer]:
     with FakeOpenAIServer() as s:
         s.chat_script = lambda body: ANSWER
         yield s
+
+
+@pytest.fixture
+def make_memory(make_memory: Any) -> Any:
+    # These tests check the system slot (injection="system"); the default placement, in the
+    # last user turn, is tested with every adapter in test_capture_injection.py.
+    return functools.partial(make_memory, capture_injection="system")
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ exchange captured once, streams and bodies handed to the caller intact, fail-ope
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import logging
 from collections.abc import Iterator
@@ -31,6 +32,13 @@ def server() -> Iterator[FakeBedrockServer]:
     with FakeBedrockServer() as s:
         s.chat_script = lambda body: ANSWER
         yield s
+
+
+@pytest.fixture
+def make_memory(make_memory: Any) -> Any:
+    # These tests check the system slot (injection="system"); the default placement, in the
+    # last user turn, is tested with every adapter in test_capture_injection.py.
+    return functools.partial(make_memory, capture_injection="system")
 
 
 @pytest.fixture
@@ -125,26 +133,25 @@ def test_converse_injects_into_system_and_captures_once(
     assert capture["usage"]["totalTokens"] > 0
 
 
-def test_converse_tool_loop_stores_the_question_once(
-    mem: Memory, server: FakeBedrockServer
-) -> None:
+def _tool_loop(mem: Memory, server: FakeBedrockServer) -> list[dict[str, Any]]:
+    """A question, the model's tool call, the tool's result and the model's answer; the
+    messages of the second request."""
     client = mem.llm.register(bedrock=bedrock_client(server))
     server.chat_replies.extend([TOOL, "It is safe."])
     messages = _converse_messages()
     with mem.scope(user_id="ana", session_id="chat"):
         first = client.converse(modelId=MODEL, messages=messages)
         use = first["output"]["message"]["content"][0]["toolUse"]
-        follow = [
-            *messages,
-            first["output"]["message"],
-            {
-                "role": "user",
-                "content": [
-                    {"toolResult": {"toolUseId": use["toolUseId"], "content": [{"text": "ok"}]}}
-                ],
-            },
-        ]
+        result = {"toolResult": {"toolUseId": use["toolUseId"], "content": [{"text": "ok"}]}}
+        follow = [*messages, first["output"]["message"], {"role": "user", "content": [result]}]
         client.converse(modelId=MODEL, messages=follow)
+    return follow
+
+
+def test_converse_tool_loop_stores_the_question_once(
+    mem: Memory, server: FakeBedrockServer
+) -> None:
+    _tool_loop(mem, server)
     stored = _stored(mem)
     assert stored[-3:] == [
         ("user", ASK),
@@ -153,6 +160,23 @@ def test_converse_tool_loop_stores_the_question_once(
     ]
     # The tool-result request still recalled for the question it continues.
     assert MEMORY_PREAMBLE in server.model_requests()[-1][2]["system"][0]["text"]
+
+
+def test_by_default_a_tool_loop_carries_the_block_in_the_questions_turn(
+    make_memory: Any, server: FakeBedrockServer
+) -> None:
+    """The request with tool results recalls for the question it continues: the block goes
+    where it went in the first request, so that request's prefix is sent again as it was."""
+    mem = make_memory(capture_injection="user")
+    mem.sessions.create(user_id="ana", session_id="chat").add_messages(
+        [{"role": "user", "content": "I am allergic to peanuts."}], sync=True
+    )
+    follow = _tool_loop(mem, server)
+    one, two = (body for _, _, body in server.model_requests()[-2:])
+    assert "system" not in one and "system" not in two
+    asked, block = two["messages"][0]["content"]
+    assert asked == {"text": ASK} and block["text"].startswith(MEMORY_PREAMBLE)
+    assert two["messages"][1:] == follow[1:]  # the tool turns as the caller sent them
 
 
 def test_converse_stream_passes_events_and_captures_at_the_end(

@@ -71,7 +71,8 @@ def test_example_runs(name: str, tmp_path: Path) -> None:
         assert run.returncode == 0, run.stderr[-3000:]
         bodies = [json.dumps(b) for _, b in oai.requests + brk.requests]
     # The first question recalls the stored turn (follow-ups may find nothing to inject).
-    assert bodies and MEMORY_PREAMBLE in bodies[0] and "vegetarian sister" in bodies[0]
+    preamble = json.dumps(MEMORY_PREAMBLE)[1:-1]  # as it reads inside a JSON body
+    assert bodies and preamble in bodies[0] and "vegetarian sister" in bodies[0]
     stored = json.loads(run.stdout.strip().splitlines()[-1])
     assert ["user", "What should I cook tonight?"] in stored
     assert stored.count(["assistant", ANSWER]) >= 1

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import functools
 import gc
 import inspect
 import json
@@ -40,6 +41,13 @@ def server() -> Iterator[FakeGeminiServer]:
     with FakeGeminiServer() as s:
         s.chat_script = lambda body: "Noted!"
         yield s
+
+
+@pytest.fixture
+def make_memory(make_memory: Any) -> Any:
+    # These tests check the system slot (injection="system"); the default placement, in the
+    # last user turn, is tested with every adapter in test_capture_injection.py.
+    return functools.partial(make_memory, capture_injection="system")
 
 
 @pytest.fixture
@@ -133,6 +141,58 @@ _CONFIGS: dict[str, Callable[[], Any]] = {
     "list": lambda: {"system_instruction": [COOK, types.Part(text="Be brief.")]},
     "content-dict": lambda: {"system_instruction": {"parts": [{"text": COOK}]}},
 }
+
+
+_EARLIER = [_user("Hi there"), {"parts": [{"text": "Hello! What shall we cook?"}], "role": "model"}]
+_CONTENTS: dict[str, tuple[Callable[[], Any], list[dict[str, Any]]]] = {
+    # contents as the caller writes them -> the turns before the last one, as sent
+    "string": (lambda: QUESTION, []),
+    "strings": (lambda: ["Hi there", QUESTION], []),  # bare parts: one user turn
+    "content": (lambda: types.Content(role="user", parts=[types.Part(text=QUESTION)]), []),
+    "dicts": (
+        lambda: [
+            {"role": "user", "parts": [{"text": "Hi there"}]},
+            {"role": "model", "parts": [{"text": "Hello! What shall we cook?"}]},
+            {"role": "user", "parts": [{"text": QUESTION}]},
+        ],
+        _EARLIER,
+    ),
+    "contents-then-parts": (
+        lambda: [
+            types.Content(role="user", parts=[types.Part(text="Hi there")]),
+            types.Content(role="model", parts=[types.Part(text="Hello! What shall we cook?")]),
+            types.Part(text=QUESTION),
+        ],
+        _EARLIER,
+    ),
+    "list-in-list": (lambda: [[QUESTION]], []),
+}
+
+
+@pytest.mark.parametrize("form", list(_CONTENTS))
+def test_by_default_memory_is_the_last_user_turns_last_part(
+    make_memory: Any, server: FakeGeminiServer, form: str
+) -> None:
+    mem = make_memory(capture_injection="user")
+    mem.sessions.create(user_id="ana", session_id="chat").add_messages(
+        [{"role": "user", "content": "I am allergic to peanuts."}], sync=True
+    )
+    client = mem.llm.register(_client(server))
+    make, earlier = _CONTENTS[form]
+    contents = make()
+    before = copy.deepcopy(contents)
+    with mem.scope(user_id="ana", session_id="chat"):
+        client.models.generate_content(
+            model="gemini-test", contents=contents, config={"system_instruction": COOK}
+        )
+    assert contents == before  # the caller's objects are untouched
+    body = server.generate_requests()[-1]
+    assert _system_texts(body) == [COOK]
+    *sent_earlier, last = body["contents"]
+    assert sent_earlier == earlier and last["role"] == "user"
+    *asked, block = [p["text"] for p in last["parts"]]
+    assert asked[-1] == QUESTION
+    assert block.startswith(MEMORY_PREAMBLE) and "allergic to peanuts" in block
 
 
 @pytest.mark.parametrize("form", list(_CONFIGS))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import functools
 import json
 import logging
 from collections.abc import Callable, Iterator
@@ -144,6 +145,13 @@ def case(request: pytest.FixtureRequest) -> Iterator[Case]:
     finally:
         for server in stack:
             server.close()
+
+
+@pytest.fixture
+def make_memory(make_memory: Any) -> Any:
+    # These tests check the system slot (injection="system"); the default placement, in the
+    # last user turn, is tested with every adapter in test_capture_injection.py.
+    return functools.partial(make_memory, capture_injection="system")
 
 
 @pytest.fixture

@@ -14,10 +14,12 @@ from typing import Any
 import openai
 import pytest
 
+from dbsql import writes_held
 from fakes.openai_server import FakeOpenAIServer
 from memstrata import Memory
 from memstrata.capture import MEMORY_PREAMBLE
-from memstrata.errors import ValidationError
+from memstrata.errors import ConfigError, ValidationError
+from memstrata.recall._format import HISTORY_HEADER
 
 
 @pytest.fixture
@@ -76,10 +78,13 @@ def test_recall_is_injected_and_the_exchange_captured(
     assert reply.choices[0].message.content == "Noted!"
     assert messages == before  # the caller's list and dicts are untouched
     sent = server.chat_requests()[-1]["messages"]
-    assert sent[0]["role"] == "system"
-    assert sent[0]["content"].startswith("You are a helpful cook.\n\n" + MEMORY_PREAMBLE)
-    assert "allergic to peanuts" in sent[0]["content"]
-    assert sent[1:] == messages[1:]
+    # By default memory goes into the last user turn, after its text: everything before
+    # it (here the system prompt) is sent byte-identical, so prompt caches keep working.
+    assert sent[:-1] == messages[:-1]
+    assert sent[-1]["role"] == "user"
+    question, block = sent[-1]["content"].split("\n\n", 1)
+    assert question == "Suggest a snack with peanuts?"
+    assert block.startswith(MEMORY_PREAMBLE) and "allergic to peanuts" in block
     stored = _stored(mem, "chat")
     assert stored[-2:] == [("user", "Suggest a snack with peanuts?"), ("assistant", "Noted!")]
     answer = mem.messages.list(session_id="chat")[-1]
@@ -110,6 +115,7 @@ def test_the_captured_user_turn_reuses_the_recall_query_vector(
 
 
 def test_without_a_system_message_memory_comes_first(mem: Memory, server: FakeOpenAIServer) -> None:
+    mem.llm.injection = "system"
     client = mem.llm.register(_client(server))
     with mem.scope(user_id="ana", session_id="chat"):
         client.chat.completions.create(
@@ -302,9 +308,9 @@ def test_a_garbage_collection_during_the_recall_does_not_spend_its_bound(
         finally:
             embeddings.route("/v1/embeddings", answer)
             del junk
-        system = server.chat_requests()[-1]["messages"][0]
-        assert system["role"] == "system"
-        assert MEMORY_PREAMBLE in system["content"] and "peanuts" in system["content"]
+        asked = server.chat_requests()[-1]["messages"][-1]
+        assert asked["role"] == "user"
+        assert MEMORY_PREAMBLE in asked["content"] and "peanuts" in asked["content"]
 
 
 def test_registering_waits_for_the_model_so_the_first_call_gets_its_memory(
@@ -364,13 +370,16 @@ def test_history_injection_never_duplicates_turns(
     with mem.scope(user_id="ana", session_id="chat"):
         client.chat.completions.create(model="m", messages=messages)
     sent = server.chat_requests()[-1]["messages"]
-    turns = [(m["role"], m["content"]) for m in sent if m["role"] != "system"]
-    assert turns == [
+    turns = [(m["role"], m["content"]) for m in sent]
+    assert turns[:-1] == [
         ("user", "My cat is called Miso."),
         ("assistant", "What a lovely name!"),
         ("user", "She likes tuna."),
-        ("user", "What should I feed my cat?"),
     ]
+    # The memories go into the caller's last turn; the turns went in as turns, not there.
+    asked, block = turns[-1][1].split("\n\n", 1)
+    assert turns[-1][0] == "user" and asked == "What should I feed my cat?"
+    assert block.startswith(MEMORY_PREAMBLE) and HISTORY_HEADER not in block
 
 
 SCRIPT = """
@@ -415,3 +424,145 @@ def test_async_memory_exposes_capture(db_url: str, server: FakeOpenAIServer) -> 
             await client.close()
 
     asyncio.run(scenario())
+
+
+# -- close() right after captured calls -----------------------------------------------------
+#
+# The calls are made while another connection holds the store's write lock, released just
+# before close(): the capture writer is held at its first exchange, so every other one is
+# still queued when close() begins, whatever the machine's speed. Recall is off: it would
+# wait for the lock too (it creates the session), and it is not what is tested.
+
+
+def _asked(n: int) -> list[str]:
+    return [f"question {i}: remember the blue door" for i in range(n)]
+
+
+def _exchanges(n: int) -> list[tuple[str, str]]:
+    return [turn for text in _asked(n) for turn in (("user", text), ("assistant", "Noted!"))]
+
+
+def _reopened(make_memory: Any, db_url: str, session_id: str) -> list[tuple[str, str]]:
+    """What the store holds, read by a new Memory (nothing of the closed one is used)."""
+    mem = make_memory(db_url)
+    return [(m.role, m.content) for m in mem.messages.list(session_id=session_id, limit=1000)]
+
+
+@pytest.mark.parametrize("n", [5, 50])
+def test_close_right_after_captured_calls_stores_every_exchange(
+    make_memory: Any, db_url: str, server: FakeOpenAIServer, n: int
+) -> None:
+    """close() marked the Memory closed before the capture writer had drained its queue:
+    the exchanges still queued failed ("this Memory is closed")."""
+    mem = make_memory(capture_recall=False)
+    client = mem.llm.register(_client(server))
+    with writes_held(db_url), mem.scope(user_id="u", session_id="s"):
+        for text in _asked(n):
+            client.chat.completions.create(model="m", messages=[{"role": "user", "content": text}])
+    mem.close()
+    assert _reopened(make_memory, db_url, "s") == _exchanges(n)
+
+
+def test_leaving_a_with_block_after_streamed_calls_stores_every_exchange(
+    make_memory: Any, db_url: str, server: FakeOpenAIServer
+) -> None:
+    with make_memory(capture_recall=False) as mem:
+        client = mem.llm.register(_client(server))
+        with writes_held(db_url), mem.scope(user_id="u", session_id="s"):
+            for text in _asked(5):
+                stream = client.chat.completions.create(
+                    model="m", messages=[{"role": "user", "content": text}], stream=True
+                )
+                assert "".join(c.choices[0].delta.content or "" for c in stream) == "Noted!"
+    assert _reopened(make_memory, db_url, "s") == _exchanges(5)
+
+
+def test_closing_an_async_memory_after_async_calls_stores_every_exchange(
+    make_memory: Any, db_url: str, server: FakeOpenAIServer
+) -> None:
+    from memstrata import AsyncMemory
+
+    async def scenario() -> None:
+        async with AsyncMemory(db_url, embedder="hash", capture_recall=False) as amem:
+            client = amem.llm.register(_client(server, openai.AsyncOpenAI))
+            with writes_held(db_url), amem.scope(user_id="u", session_id="s"):
+                for i, text in enumerate(_asked(6)):
+                    messages = [{"role": "user", "content": text}]
+                    if i % 2:
+                        await client.chat.completions.create(model="m", messages=messages)
+                    else:
+                        stream = await client.chat.completions.create(
+                            model="m", messages=messages, stream=True
+                        )
+                        async for _ in stream:
+                            pass
+            await client.close()
+
+    asyncio.run(scenario())
+    assert _reopened(make_memory, db_url, "s") == _exchanges(6)
+
+
+@pytest.mark.sqlite_only
+def test_close_stays_bounded_when_the_store_cannot_take_the_queued_exchanges(
+    make_memory: Any, db_url: str, server: FakeOpenAIServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Another process holds the file's write lock throughout: every write waits 0.3 s,
+    then fails. close() gives the queue close_timeout_seconds (1 s), lets the write in
+    progress end, drops the rest and says so; storing the 40 exchanges one by one would
+    take 12 s and more."""
+    mem = make_memory(capture_recall=False, sqlite_busy_timeout_ms=300, close_timeout_seconds=1)
+    client = mem.llm.register(_client(server))
+    with writes_held(db_url):
+        with mem.scope(user_id="u", session_id="s"):
+            for text in _asked(40):
+                client.chat.completions.create(
+                    model="m", messages=[{"role": "user", "content": text}]
+                )
+        start = time.perf_counter()
+        mem.close()
+        took = time.perf_counter() - start
+    assert took < 6
+    assert any("not stored within 1.0 s; dropped" in r.getMessage() for r in caplog.records)
+
+
+def test_the_placement_is_a_setting_and_can_change_at_run_time(
+    make_memory: Any, server: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with pytest.raises(ConfigError, match="capture_injection"):
+        make_memory(capture_injection="prompt")
+    monkeypatch.setenv("MEMSTRATA_CAPTURE_INJECTION", "system")
+    mem = make_memory()
+    assert mem.llm.injection == "system"
+    mem.sessions.create(user_id="ana", session_id="chat").add_messages(
+        [{"role": "user", "content": "I am allergic to peanuts."}], sync=True
+    )
+    client = mem.llm.register(_client(server))
+
+    def sent() -> list[dict[str, Any]]:
+        with mem.scope(user_id="ana", session_id="chat"):
+            client.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "Snacks with peanuts?"}]
+            )
+        return list(server.chat_requests()[-1]["messages"])
+
+    first = sent()
+    assert [m["role"] for m in first] == ["system", "user"]
+    assert first[1]["content"] == "Snacks with peanuts?"
+    with pytest.raises(ValidationError, match="injection"):
+        mem.llm.injection = "prompt"  # type: ignore[assignment]
+    mem.llm.injection = "user"
+    (turn,) = sent()
+    assert turn["content"].startswith(f"Snacks with peanuts?\n\n{MEMORY_PREAMBLE}")
+
+
+def test_a_user_turn_of_unknown_shape_gets_the_block_in_the_system_slot() -> None:
+    from memstrata.capture import Attribution
+    from memstrata.capture._capture import Recalled
+    from memstrata.capture._openai import inject_chat
+
+    recalled = Recalled(Attribution("ana"), f"{MEMORY_PREAMBLE}\n</memory>")
+    odd = [{"role": "user", "content": 42}]
+    assert inject_chat(odd, recalled) == [
+        {"role": "system", "content": recalled.block},
+        {"role": "user", "content": 42},
+    ]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import functools
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -22,6 +23,13 @@ from memstrata.capture import MEMORY_PREAMBLE
 
 ANSWER = "Try roasted chickpeas instead of peanuts."
 TOOL = {"tool_calls": [{"id": "call_1", "name": "lookup", "arguments": '{"q": "snacks"}'}]}
+
+
+@pytest.fixture
+def make_memory(make_memory: Any) -> Any:
+    # These tests check the system slot (injection="system"); the default placement, in the
+    # last user turn, is tested with every adapter in test_capture_injection.py.
+    return functools.partial(make_memory, capture_injection="system")
 
 
 @pytest.fixture

@@ -4,6 +4,7 @@ into the request that is sent, the exchange captured after, streams, errors, fai
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,6 +23,13 @@ def server() -> Iterator[FakeXAIServer]:
     with FakeXAIServer() as s:
         s.script = lambda request: "Noted, no peanuts."
         yield s
+
+
+@pytest.fixture
+def make_memory(make_memory: Any) -> Any:
+    # These tests check the system slot (injection="system"); the default placement, in the
+    # last user turn, is tested with every adapter in test_capture_injection.py.
+    return functools.partial(make_memory, capture_injection="system")
 
 
 @pytest.fixture

@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from memstrata.recall._format import MEMORY_HEADER, MEMORY_OPEN
+
 
 def run(*args: str, db: str | None = None, check: bool = True, **env: str) -> Any:
     full = [sys.executable, "-m", "memstrata.cli"]
@@ -42,7 +44,7 @@ def test_demo_runs_offline_and_prints_recalled_memory() -> None:
     # The answers come back from memory, with their dates.
     assert "summary: User is vegetarian" in out and "summary: User is allergic to peanuts" in out
     assert "2026-04-03 user: 下个月我想学中文" in out
-    assert "formatted_context for" in out and "Memory about the user (current first, dated):" in out
+    assert "formatted_context for" in out and f"{MEMORY_OPEN}\n{MEMORY_HEADER}\n" in out
 
 
 def test_import_search_stats_and_worker(tmp_path: Path, db_url: str) -> None:

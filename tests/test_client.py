@@ -620,10 +620,10 @@ def test_capture_recalls_from_and_writes_to_the_server(
     with remote.scope(user_id="cap", session_id="cap-1"):
         reply = client.chat.completions.create(model="gpt-test", messages=question)
     assert reply.choices[0].message.content == "Noted!"
-    sent = llm.chat_requests()[-1]["messages"]
-    assert sent[0]["role"] == "system" and sent[0]["content"].startswith(MEMORY_PREAMBLE)
-    assert "allergic to peanuts" in sent[0]["content"]
-    assert sent[1:] == question
+    (sent,) = llm.chat_requests()[-1]["messages"]  # the memory goes into the user's turn
+    asked, block = sent["content"].split("\n\n", 1)
+    assert sent["role"] == "user" and asked == question[0]["content"]
+    assert block.startswith(MEMORY_PREAMBLE) and "allergic to peanuts" in block
 
     assert remote.llm.flush(10)
     stored = [(m.role, m.content) for m in remote.messages.list(session_id="cap-1")]
@@ -678,6 +678,20 @@ def test_a_server_that_hangs_costs_a_captured_call_only_the_recall_wait(
     start = time.monotonic()
     mem.close(timeout=2)  # the writer cannot store; close is still bounded
     assert time.monotonic() - start < 5
+
+
+def test_closing_right_after_captured_calls_stores_every_exchange(
+    server: ServerProcess, client: MemoryClient, llm: FakeOpenAIServer
+) -> None:
+    mem = RemoteMemory(server.url, api_key=server.bootstrap_key(), capture_recall=False)
+    c = mem.llm.register(openai.OpenAI(base_url=llm.base_url, api_key="k", max_retries=0))
+    asked = [f"question {i}" for i in range(5)]
+    with mem.scope(user_id="close", session_id="close-1"):
+        for text in asked:
+            c.chat.completions.create(model="m", messages=[{"role": "user", "content": text}])
+    mem.close()
+    contents = [m.content for m in client.messages.list(session_id="close-1")]
+    assert contents == [turn for text in asked for turn in (text, "Noted!")]
 
 
 def test_a_short_script_loses_no_captured_exchange_at_exit(

@@ -13,6 +13,7 @@ import dbsql
 from fakes.openai_server import FakeOpenAIServer
 from memstrata import Memory
 from memstrata.errors import ValidationError
+from memstrata.recall._format import MEMORY_CLOSE, MEMORY_HEADER, MEMORY_OPEN
 from memstrata.recall._rerank import RERANK_PROMPT
 from memstrata.types import RecallConfig
 
@@ -382,11 +383,11 @@ def test_formatted_context_groups_by_topic_and_is_deterministic(life: Memory) ->
     again = s.get_memory("What do I do and where do I live?", recall_config=cfg)
     assert ctx.formatted_context == again.formatted_context
     lines = ctx.formatted_context.splitlines()
-    assert lines[0] == "Memory about the user (current first, dated):"
+    assert lines[:2] == [MEMORY_OPEN, MEMORY_HEADER] and lines[-1] == MEMORY_CLOSE
     groups = [line[3:] for line in lines if line.startswith("## ")]
     assert groups and len(groups) == len(set(groups))
     assert {t.name for t in ctx.topics} <= set(groups)
-    for line in lines[1:]:
+    for line in lines[2:-1]:
         assert re.match(r'(## |- \[\d{4}-\d{2}-\d{2}\] |  > ")', line), line
     assert ctx.summary and "Berlin" in ctx.summary
     assert ctx.matches and all(h.score > 0 for h in ctx.matches)

@@ -19,7 +19,9 @@ from typing import Any
 import httpx
 import pytest
 
+from hostile import ESCAPED, HOSTILE, assert_one_safe_block
 from memstrata import Memory
+from memstrata.recall._format import MEMORY_CLOSE, MEMORY_HEADER, MEMORY_OPEN
 from server_proc import ServerProcess, client
 
 pytestmark = pytest.mark.slow
@@ -429,6 +431,20 @@ def test_messages_are_stored_then_processed(srv: Srv) -> None:
         )
         assert added["processed"] is True
         assert ok(c.get("/api/sessions/new-thread"))["user_id"] == "m-user"
+
+
+def test_context_formatted_context_is_framed_and_escaped(srv: Srv) -> None:
+    """The REST block comes from the same formatter as the injected one: stored text cannot
+    close it, forge a line, a quote's label or a heading, or carry control tokens."""
+    with srv.api() as c:
+        notes = session(c, "hostile-user")
+        said = [_msg(t) for t in HOSTILE[:4]]
+        ok(c.post(f"/api/sessions/{notes}/messages", json={"messages": said, "sync": True}))
+        sid = session(c, "hostile-user")
+        ctx = ok(c.get(f"/api/sessions/{sid}/context", params={"query": "peanuts"}))
+    text = ctx["formatted_context"]
+    assert text.startswith(f"{MEMORY_OPEN}\n{MEMORY_HEADER}\n") and text.endswith(MEMORY_CLOSE)
+    assert_one_safe_block(text, ESCAPED[:4])
 
 
 def test_context_get_and_post(srv: Srv) -> None:

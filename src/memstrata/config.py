@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -134,7 +134,14 @@ class Settings(BaseSettings):
     capture_recall: bool = Field(
         default=True,
         description="mem.llm: recall memory for the scoped user before each captured call "
-        "and inject it in the provider's system slot.",
+        "and inject it (where: capture_injection).",
+    )
+    capture_injection: Literal["user", "system"] = Field(
+        default="user",
+        description="mem.llm: where the recalled block goes: `user`, into the last user turn "
+        "(after its text; the caller's system prompt, tools and earlier turns stay "
+        "byte-identical, so provider prompt caches keep working), or `system`, into the "
+        "provider's system slot.",
     )
     capture_recall_timeout_ms: int = Field(
         default=50,

@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import threading
+import time
 import weakref
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
@@ -413,6 +414,7 @@ class Memory:
             log.debug("api_key is used only with a remote server URL; ignored")
         self.project_id = _check_id(settings.project_id, "project_id")
         self._closed = False
+        self._closing = False  # close() has begun; public methods work until _closed
         self._root = self
         self._lock = threading.Lock()
         self._warmup: threading.Thread | None = None
@@ -626,15 +628,19 @@ class Memory:
         if self._root is not self:
             return
         with self._lock:
-            if self._closed:
+            if self._closing:
                 return
-            self._closed = True
+            self._closing = True
         timeout = self.settings.close_timeout_seconds if timeout is None else timeout
-        # Exchanges captured from LLM calls become messages first, then their jobs finish.
+        deadline = time.monotonic() + timeout
+        # Exchanges captured from LLM calls become messages first, while the Memory is
+        # still open for the capture writer; then their jobs finish, in what time is left.
         self.llm.close(timeout)
+        with self._lock:
+            self._closed = True
         if self._pool.running and self._my_jobs:
             try:
-                self._pool.wait_jobs(sorted(self._my_jobs), timeout)
+                self._pool.wait_jobs(sorted(self._my_jobs), max(0.0, deadline - time.monotonic()))
             except ProcessingError:
                 log.warning("closing with work still queued; it stays in %s", self._store.url)
             except Exception:

@@ -6,8 +6,9 @@ An Agno model answers an agent run in one call of ``response`` (``aresponse``,
 (``invoke`` and its async and streaming variants) and the tools they ask for. The exchange
 is captured at the ``response`` level — the user's turn, the final answer and the tool calls
 made on the way, once — and memory is injected at the ``invoke`` level, into every
-provider call of that loop: merged into the leading system message (a new ``Message``, the
-agent's stays as it is) or a system message of its own in front. Agno appends the loop's
+provider call of that loop (new ``Message`` objects, the agent's stay as they are): by
+default into the last user message, after its text; with ``injection="system"`` merged into
+the leading system message or a system message of its own in front. Agno appends the loop's
 turns to the list it passed to ``response``; that list is left to Agno, the provider calls
 get new lists.
 """
@@ -29,6 +30,7 @@ from agno.models.response import ModelResponse
 
 from ._capture import Capture, Exchange, Recalled, elapsed_ms
 from ._layers import Wrapper, bind, bound, outer
+from ._shapes import into_user_message
 
 __all__ = ["wrap"]
 
@@ -36,8 +38,9 @@ log = logging.getLogger("memstrata.capture")
 
 _PROVIDER = "agno"
 
-# (id of the model, block): set by a captured response() for the invoke() calls it makes
-_pending: ContextVar[tuple[int, str] | None] = ContextVar("memstrata_agno_block", default=None)
+# (id of the model, block, injection): set by a captured response() for the invoke() calls
+# it makes
+_pending: ContextVar[tuple[int, str, str] | None] = ContextVar("memstrata_agno_block", default=None)
 
 
 def _text(content: Any) -> str:
@@ -62,8 +65,14 @@ def _asked(messages: Sequence[Any]) -> str | None:
     return _text(last.content) or None if getattr(last, "role", None) == "user" else None
 
 
-def _inject(messages: Sequence[Any], block: str) -> list[Any]:
+def _is_user(message: Any) -> bool:
+    return getattr(message, "role", None) == "user"
+
+
+def _inject(messages: Sequence[Any], block: str, injection: str) -> list[Any]:
     out = list(messages)
+    if injection == "user" and into_user_message(out, block, _is_user):
+        return out
     first = out[0] if out else None
     if getattr(first, "role", None) in ("system", "developer") and isinstance(first.content, str):
         out[0] = first.model_copy(update={"content": f"{first.content}\n\n{block}"})
@@ -151,7 +160,7 @@ class _Call:
     def __enter__(self) -> _Call:
         self._stack.enter_context(outer(self.capture))
         if self.recalled.block:
-            token = _pending.set((id(self.model), self.recalled.block))
+            token = _pending.set((id(self.model), self.recalled.block, self.recalled.injection))
             self._stack.callback(_pending.reset, token)
         return self
 
@@ -302,7 +311,7 @@ def _injected(model: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
     if pending is None or pending[0] != id(model) or not isinstance(messages, Sequence):
         return kwargs
     try:
-        return {**kwargs, "messages": _inject(messages, pending[1])}
+        return {**kwargs, "messages": _inject(messages, pending[1], pending[2])}
     except Exception:  # fail open: the provider call goes out as Agno made it
         log.exception("memstrata: could not add memory to an Agno call")
         return kwargs

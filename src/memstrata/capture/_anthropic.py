@@ -1,8 +1,10 @@
 """Anthropic adapter: ``messages.create`` (plain and ``stream=True``) and the
 ``messages.stream(...)`` context manager, sync and async.
 
-Memory goes into ``system``: appended to the caller's system prompt (a string, or a list of
-text blocks that gets one more block), or as the system prompt when there is none.
+Memory goes, by default, into the last user turn, after its text (a string content gets it
+after a blank line, a list of blocks one more text block); with ``injection="system"`` into
+``system``: appended to the caller's system prompt (a string, or a list of text blocks that
+gets one more block), or as the system prompt when there is none.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ._capture import Capture, Exchange, Recalled, elapsed_ms
-from ._shapes import earlier_turns, last_user_text, usage_dict
+from ._shapes import earlier_turns, into_user_turn, last_user_text, usage_dict
 from ._wrap import Endpoint, prepared, restore, wrap_method
 
 __all__ = ["wrap_async", "wrap_sync"]
@@ -40,14 +42,24 @@ def _prepare(capture: Capture, kwargs: dict[str, Any]) -> tuple[Recalled | None,
     if recalled is None:
         return None, kwargs
     sent = dict(kwargs)
-    if recalled.block:
-        sent["system"] = _system(kwargs.get("system"), recalled.block)
-    if recalled.history and isinstance(messages, Sequence):
+    turns = list(messages) if isinstance(messages, Sequence) else None
+    block = recalled.block
+    if (
+        block
+        and recalled.injection == "user"
+        and turns is not None
+        and into_user_turn(turns, block, {"type": "text", "text": block})
+    ):
+        sent["messages"] = turns
+        block = None
+    if block:
+        sent["system"] = _system(kwargs.get("system"), block)
+    if recalled.history and turns is not None:
         earlier = earlier_turns(recalled, messages)
         # The API wants the first turn to be the user's: drop a leading assistant turn.
         while earlier and earlier[0]["role"] != "user":
             earlier.pop(0)
-        sent["messages"] = [*earlier, *messages]
+        sent["messages"] = [*earlier, *turns]
     return recalled, sent
 
 

@@ -2,12 +2,14 @@
 ``mem.llm.register(bedrock=client)``: ``converse``, ``converse_stream``, ``invoke_model`` and
 ``invoke_model_with_response_stream``.
 
-Memory goes into the request's system slot. Converse: one more ``{"text": ...}`` block at
-the end of ``system`` (or ``system`` of its own). ``invoke_model``: the body is the model's
-native JSON; Anthropic's Messages body (``anthropic_version`` and ``messages``) gets it in
-``system`` as the Anthropic adapter does. A body in any other model family's format (or not
-JSON, or a file object) is sent as it is and not captured: there is no system slot memstrata
-knows to fill.
+Memory goes, by default, into the last user turn that has text, as one more text block
+after the user's (``{"text": ...}`` in Converse, ``{"type": "text", ...}`` in an Anthropic
+body); with ``injection="system"`` into the request's system slot. Converse: one more
+``{"text": ...}`` block at the end of ``system`` (or ``system`` of its own).
+``invoke_model``: the body is the model's native JSON; Anthropic's Messages body
+(``anthropic_version`` and ``messages``) gets it in ``system`` as the Anthropic adapter
+does. A body in any other model family's format (or not JSON, or a file object) is sent as
+it is and not captured: there is no place memstrata knows to fill.
 
 What the caller gets back is botocore's, with two stand-ins: the event streams
 (``response["stream"]``, ``response["body"]`` of the streaming invoke) are proxies that pass
@@ -32,6 +34,7 @@ from typing import Any
 
 from ._anthropic import _system as anthropic_system
 from ._capture import Capture, Exchange, Recalled, elapsed_ms
+from ._shapes import into_user_turn
 from ._streams import StreamProxy
 
 __all__ = ["wrap"]
@@ -103,6 +106,15 @@ def _usage(usage: Any) -> dict[str, Any] | None:
     return dict(usage) if isinstance(usage, dict) and usage else None
 
 
+def _placed(recalled: Recalled, messages: Any, part: dict[str, Any]) -> list[Any] | None:
+    """The messages with the block in the last user turn with text (the default
+    placement); None when it goes to the system slot instead."""
+    if not recalled.block or recalled.injection != "user" or not isinstance(messages, Sequence):
+        return None
+    turns = list(messages)
+    return turns if into_user_turn(turns, recalled.block, part, _block_text) else None
+
+
 # -- converse --------------------------------------------------------------------------------
 
 
@@ -114,12 +126,16 @@ def _converse_prepare(
     if recalled is None:
         return None, kwargs
     sent = dict(kwargs)
-    if recalled.block:
+    turns = _placed(recalled, messages, {"text": recalled.block})
+    if turns is not None:
+        sent["messages"] = turns
+    elif recalled.block:
         system = kwargs.get("system")
         given = list(system) if isinstance(system, Sequence) else []
         sent["system"] = [*given, {"text": recalled.block}]
     if recalled.history and isinstance(messages, Sequence):
-        sent["messages"] = [*_earlier(recalled, messages, converse=True), *messages]
+        current = sent.get("messages", messages)
+        sent["messages"] = [*_earlier(recalled, messages, converse=True), *current]
     return recalled, sent
 
 
@@ -247,10 +263,14 @@ def _invoke_prepare(
     if recalled is None or not (recalled.block or recalled.history):
         return recalled, kwargs
     sent_body = dict(body)
-    if recalled.block:
+    turns = _placed(recalled, messages, {"type": "text", "text": recalled.block})
+    if turns is not None:
+        sent_body["messages"] = turns
+    elif recalled.block:
         sent_body["system"] = anthropic_system(body.get("system"), recalled.block)
     if recalled.history:
-        sent_body["messages"] = [*_earlier(recalled, messages, converse=False), *messages]
+        current = sent_body["messages"]
+        sent_body["messages"] = [*_earlier(recalled, messages, converse=False), *current]
     return recalled, {**kwargs, "body": json.dumps(sent_body).encode()}
 
 

@@ -17,10 +17,11 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from .._time import utcnow
-from ..recall._format import HISTORY_HEADER
+from ..errors import ValidationError
+from ..recall._format import MEMORY_HEADER, MEMORY_OPEN, without_history
 from ._layers import inside
 from ._pauses import collector_pauses
 from ._scope import Attribution, check, current
@@ -29,14 +30,15 @@ if TYPE_CHECKING:
     from ..memory import Memory
     from ..types import Message, RecallConfig
 
-__all__ = ["CAPTURE_RECALL", "MEMORY_PREAMBLE", "Capture", "Exchange", "Recalled"]
+__all__ = ["CAPTURE_RECALL", "MEMORY_PREAMBLE", "Capture", "Exchange", "Injection", "Recalled"]
+
+Injection = Literal["user", "system"]
 
 log = logging.getLogger("memstrata.capture")
 
-# Put before the recalled block wherever it is injected, so the model knows what it is.
-MEMORY_PREAMBLE = (
-    "Long-term memory about the user (from earlier conversations; use it when relevant):"
-)
+# How every injected block begins: recall's formatted_context frames itself as data
+# about the user, not instructions, within delimiters stored text cannot close.
+MEMORY_PREAMBLE = f"{MEMORY_OPEN}\n{MEMORY_HEADER}"
 
 
 @dataclass
@@ -61,16 +63,14 @@ class Recalled:
     """What ``before`` found: the block to inject and, if asked, the session's turns."""
 
     attribution: Attribution
-    context: str | None = None
+    block: str | None = None  # recall's formatted_context, framed and escaped
     history: tuple[Message, ...] = ()
-
-    @property
-    def block(self) -> str | None:
-        return f"{MEMORY_PREAMBLE}\n{self.context}" if self.context else None
+    # Where the block goes: "user", into the turn recall searched with (after its text),
+    # or "system", the provider's system slot (the adapters' docstrings say where exactly).
+    injection: Injection = "user"
 
 
 _STOP = object()
-HISTORY_BLOCK = f"\n\n{HISTORY_HEADER}"
 
 # The longest register() waits for the embedding model to load (normally ~0.3-0.5 s).
 MODEL_LOAD_WAIT_SECONDS = 30.0
@@ -106,6 +106,7 @@ class Capture:
         self.recall_timeout = s.capture_recall_timeout_ms / 1000
         self.default_user = s.capture_default_user
         self.inject_history = s.capture_inject_history
+        self._injection: Injection = s.capture_injection
         self._defaults = Attribution()
         self._recall_config: dict[str, Any] = dict(CAPTURE_RECALL)
         self._validated: tuple[dict[str, Any], RecallConfig] | None = None
@@ -115,6 +116,7 @@ class Capture:
         self._writer: threading.Thread | None = None
         self._recall_pool: ThreadPoolExecutor | None = None
         self._sessions: set[tuple[str, str]] = set()
+        self._closed = False
         self.written = 0  # exchanges stored, for tests and stats
 
     # -- public -------------------------------------------------------------------------
@@ -188,6 +190,20 @@ class Capture:
         RecallConfig.model_validate(value)  # unknown keys and bad values fail here
         self._recall_config = dict(value)
 
+    @property
+    def injection(self) -> Injection:
+        """Where the recalled block goes (``capture_injection``): ``"user"``, into the last
+        user turn, or ``"system"``, the provider's system slot; assign to change it."""
+        return self._injection
+
+    @injection.setter
+    def injection(self, value: Injection) -> None:
+        if value not in get_args(Injection):
+            raise ValidationError(
+                "invalid injection", [f"injection: expected 'user' or 'system', got {value!r}"]
+            )
+        self._injection = value
+
     def flush(self, timeout: float = 5.0) -> bool:
         """Wait until every captured exchange is stored; False if ``timeout`` ran out."""
         done = threading.Event()
@@ -196,15 +212,29 @@ class Capture:
         return done.wait(timeout)
 
     def close(self, timeout: float) -> None:
-        """Store what is queued (bounded), stop the writer, unregister every client."""
-        if self._writer is not None:
-            self.flush(timeout)
-            self._queue.put(_STOP)
-            self._writer.join(timeout=1.0)
-        if self._recall_pool is not None:
-            self._recall_pool.shutdown(wait=False, cancel_futures=True)
+        """Unregister every client, store what is queued within ``timeout``, stop the
+        writer. The Memory stays open until this returns: the writer stores through it."""
         for client, _ in list(self._clients.values()):
             self.unregister(client)
+        with self._lock:
+            self._closed = True  # a call still in flight is no longer queued
+        if self._writer is not None:
+            drained = self.flush(timeout)
+            # The store is slow or down: what is still queued is dropped, and said so.
+            dropped = 0 if drained else self._discard_queue()
+            self._queue.put(_STOP)
+            # The write in progress is let finish (bounded by the store's own timeouts, e.g.
+            # SQLite's busy timeout): the store must not be closed under it (closing a
+            # SQLite connection another thread is using crashes the process).
+            self._writer.join(timeout=1.0 if drained else max(timeout, 1.0))
+            if not drained:
+                log.warning(
+                    "memstrata: closing: %d captured exchange(s) not stored within %.1f s; dropped",
+                    dropped,
+                    timeout,
+                )
+        if self._recall_pool is not None:
+            self._recall_pool.shutdown(wait=False, cancel_futures=True)
 
     # -- adapter side --------------------------------------------------------------------
 
@@ -246,6 +276,9 @@ class Capture:
 
     def after(self, exchange: Exchange) -> None:
         """Queue the exchange for storage and return at once. Never raises."""
+        if self._closed:
+            log.warning("memstrata: the Memory is closed; a captured exchange is not stored")
+            return
         try:
             self._queue.put(exchange)
             self._ensure_writer()
@@ -308,9 +341,18 @@ class Capture:
         ctx = self._m.get_memory(sid, query, recall_config=self._config())
         text = ctx.formatted_context if self.recall else None
         if text and ctx.history:
-            # The history goes in as turns; keep only the memories in the block.
-            text = None if text.startswith(HISTORY_HEADER) else text.split(HISTORY_BLOCK)[0]
-        return Recalled(who, text or None, tuple(ctx.history) if self.inject_history else ())
+            text = without_history(text)  # the history goes in as turns
+        history = tuple(ctx.history) if self.inject_history else ()
+        return Recalled(who, text or None, history, self._injection)
+
+    def _discard_queue(self) -> int:
+        dropped = 0
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                return dropped
+            dropped += isinstance(item, Exchange)
 
     def _ensure_writer(self) -> None:
         with self._lock:

@@ -2,10 +2,13 @@
 ``models.generate_content_stream`` on a ``genai.Client``, and the same two on its
 ``client.aio.models``.
 
-Memory goes into ``config.system_instruction``: appended to the caller's own instruction
-(text, ``Content``, ``Part`` or a list of parts), or as the whole instruction when there is
-none. The caller's ``config`` and ``contents`` are never changed: the request gets new
-objects (a new dict, ``model_copy`` of a pydantic config, a new contents list).
+Memory goes, by default, into the last user turn that has text, as one more text part
+after the user's (a bare part joins the parts around it, which the SDK sends as one turn);
+with ``injection="system"`` into ``config.system_instruction``: appended to the caller's own
+instruction (text, ``Content``, ``Part`` or a list of parts), or as the whole instruction
+when there is none. The caller's ``config`` and ``contents`` are never changed: the request
+gets new objects (a new dict, ``model_copy`` of a pydantic config or ``Content``, a new
+contents list).
 
 SDK shapes this follows (checked against google-genai 1.x to 3.x):
 
@@ -128,6 +131,50 @@ def _with_block(instruction: Any, block: str) -> Any:
     return [instruction, block]  # one part (Part, part dict, file, image)
 
 
+def _last_user_turn(items: list[Any]) -> tuple[int, str] | None:
+    """Where the last user turn with text ends in ``items``: the index of its last item and
+    what that item is ("content", "list" of parts, or "parts": a group of bare parts)."""
+    found: tuple[int, str] | None = None
+    group: list[Any] = []
+
+    def close_group(end: int) -> None:
+        nonlocal found
+        if group and not any(_is_call(p) for p in group) and _parts_text(group).strip():
+            found = (end, "parts")
+        group.clear()
+
+    for i, item in enumerate(items):
+        if _is_content(item) or isinstance(item, list):
+            close_group(i - 1)
+            content = _is_content(item)
+            role = _FROM_GEMINI.get(field(item, "role"), "other") if content else "user"
+            if role == "user" and _parts_text(field(item, "parts") if content else item).strip():
+                found = (i, "content" if content else "list")
+        else:
+            group.append(item)
+    close_group(len(items) - 1)
+    return found
+
+
+def _into_user_turn(contents: Any, block: str) -> list[Any] | None:
+    """New contents with ``block`` as one more part of the last user turn with text."""
+    items = list(contents) if isinstance(contents, list) else [contents]
+    where = _last_user_turn(items)
+    if where is None:
+        return None
+    i, kind = where
+    item = items[i]
+    if kind == "parts":
+        items.insert(i + 1, block)  # a bare part next to bare parts: the same turn
+    elif kind == "list":
+        items[i] = [*item, block]
+    elif isinstance(item, types.Content):
+        items[i] = item.model_copy(update={"parts": [*(item.parts or []), types.Part(text=block)]})
+    else:
+        items[i] = {**item, "parts": [*(item.get("parts") or []), {"text": block}]}
+    return items
+
+
 def _with_instruction(config: Any, block: str) -> Any:
     if config is None:
         return {"system_instruction": block}
@@ -151,16 +198,22 @@ def _history(contents: Any, recalled: Recalled) -> list[types.Content]:
 
 
 def inject(kwargs: dict[str, Any], recalled: Recalled) -> dict[str, Any]:
-    """New call kwargs with memory in ``config.system_instruction`` and, if asked, earlier
-    turns of the session that the caller did not send already, in front of ``contents``."""
+    """New call kwargs with memory in the last user turn (or ``config.system_instruction``)
+    and, if asked, earlier turns of the session that the caller did not send already, in
+    front of ``contents``."""
     sent = dict(kwargs)
-    if recalled.history and "contents" in kwargs:
-        contents = kwargs["contents"]
-        earlier = _history(contents, recalled)
-        if earlier:
-            rest = list(contents) if isinstance(contents, list) else [contents]
-            sent["contents"] = [*earlier, *rest]
     block = recalled.block
+    if block and recalled.injection == "user" and "contents" in kwargs:
+        placed = _into_user_turn(kwargs["contents"], block)
+        if placed is not None:
+            sent["contents"] = placed
+            block = None
+    if recalled.history and "contents" in kwargs:
+        earlier = _history(kwargs["contents"], recalled)
+        if earlier:
+            current = sent["contents"]
+            rest = list(current) if isinstance(current, list) else [current]
+            sent["contents"] = [*earlier, *rest]
     if block:
         sent["config"] = _with_instruction(kwargs.get("config"), block)
     return sent

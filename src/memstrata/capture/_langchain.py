@@ -8,8 +8,10 @@ Every public path of a chat model — ``invoke``, ``ainvoke``, ``stream``, ``ast
 messages: ``_generate``, ``_agenerate``, ``_stream``, ``_astream``. Those are wrapped
 (the ones the model's class implements; LangChain's defaults delegate to them), so the
 exchange is captured once per model call whichever path led there, and memory goes in as
-LangChain messages: appended to the leading ``SystemMessage`` (a new message object, the
-caller's is never changed) or a ``SystemMessage`` of its own in front, which every
+LangChain messages (new message objects, the caller's are never changed): by default into
+the last ``HumanMessage``, after its text (a string content gets it after a blank line, a
+list of content blocks one more text block); with ``injection="system"`` appended to the
+leading ``SystemMessage`` or a ``SystemMessage`` of its own in front, which every
 integration maps to its provider's system slot.
 
 The model's own SDK client stands down while the wrapper runs (see ``_layers``), so a
@@ -32,6 +34,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 
 from ._capture import Capture, Exchange, Recalled, elapsed_ms
 from ._layers import Wrapper, bind, bound, outer
+from ._shapes import into_user_message
 
 __all__ = ["wrap"]
 
@@ -78,7 +81,10 @@ def _inject(messages: Sequence[BaseMessage], recalled: Recalled) -> list[BaseMes
             lead += 1
         out[lead:lead] = earlier
     block = recalled.block
-    if block:
+    if block and not (
+        recalled.injection == "user"
+        and into_user_message(out, block, lambda m: isinstance(m, HumanMessage))
+    ):
         first = out[0] if out else None
         if isinstance(first, SystemMessage) and isinstance(first.content, str):
             out[0] = first.model_copy(update={"content": f"{first.content}\n\n{block}"})

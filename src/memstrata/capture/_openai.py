@@ -1,10 +1,12 @@
 """OpenAI adapter: ``chat.completions.create`` (plain and ``stream=True``),
 ``chat.completions.parse`` and ``responses.create`` (plain and streaming), sync and async.
 
-Memory goes into the system slot. Chat: appended to the caller's leading system (or
-developer) message when it is text, else a system message of its own in front. Responses:
-appended to ``instructions``. The caller's lists and dicts are never changed: the request
-gets new ones.
+Memory goes, by default, into the last user turn: after its text (a string gets it after a
+blank line, a list of parts one more text part), so everything before that turn stays
+byte-identical. With ``injection="system"`` (or a user turn of an unknown shape) it goes
+into the system slot. Chat: appended to the caller's leading system (or developer) message
+when it is text, else a system message of its own in front. Responses: appended to
+``instructions``. The caller's lists and dicts are never changed: the request gets new ones.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ._capture import Capture, Exchange, Recalled
-from ._shapes import earlier_turns, field, last_user_text, text_of, usage_dict
+from ._shapes import earlier_turns, field, into_user_turn, last_user_text, text_of, usage_dict
 from ._wrap import Endpoint, restore, wrap_method
 
 __all__ = ["CHAT", "chat_endpoint", "wrap_async", "wrap_sync"]
@@ -38,6 +40,10 @@ def _chat_user(kwargs: dict[str, Any]) -> str | None:
     return _last_user(kwargs.get("messages"))
 
 
+def _part(kind: str, text: str) -> dict[str, Any]:
+    return {"type": kind, "text": text}
+
+
 def inject_chat(messages: Sequence[Any], recalled: Recalled) -> list[Any]:
     out = list(messages)
     lead = 0
@@ -45,7 +51,9 @@ def inject_chat(messages: Sequence[Any], recalled: Recalled) -> list[Any]:
         lead += 1
     out[lead:lead] = earlier_turns(recalled, messages, _TEXT_PARTS)
     block = recalled.block
-    if block:
+    if block and not (
+        recalled.injection == "user" and into_user_turn(out, block, _part("text", block))
+    ):
         first = out[0] if out else None
         if (
             isinstance(first, dict)
@@ -170,7 +178,16 @@ def _responses_prepare(
     if recalled is None:
         return None, kwargs
     sent = dict(kwargs)
+    items = [{"role": "user", "content": given}] if isinstance(given, str) else given
+    if not isinstance(items, Sequence):
+        items = None
     block = recalled.block
+    if block and recalled.injection == "user" and items is not None:
+        placed = list(items)
+        if into_user_turn(placed, block, _part("input_text", block)):
+            # A string input stays a string: it is one user turn.
+            sent["input"] = placed[0]["content"] if isinstance(given, str) else placed
+            block = None
     if block:
         instructions = kwargs.get("instructions")
         sent["instructions"] = (
@@ -178,11 +195,12 @@ def _responses_prepare(
             if isinstance(instructions, str) and instructions
             else block
         )
-    if recalled.history and isinstance(given, (str, Sequence)):
-        items = [{"role": "user", "content": given}] if isinstance(given, str) else list(given)
+    if recalled.history and items is not None:
         earlier = earlier_turns(recalled, items, _TEXT_PARTS)
         if earlier:
-            sent["input"] = [*earlier, *items]
+            current = sent.get("input", given)
+            turns = [{"role": "user", "content": current}] if isinstance(current, str) else current
+            sent["input"] = [*earlier, *turns]
     return recalled, sent
 
 

@@ -4,13 +4,17 @@
 An agent is captured per run: every run — ``run``, ``run_sync``, ``run_stream``,
 ``run_stream_events``, ``iter`` — opens ``Agent.iter``, which is wrapped. Recall runs once,
 for the run's user prompt, and its block is one more entry of the run's ``instructions``
-(the agent's own stay as they are), so every model request of the run carries it. When
+(the agent's own stay as they are), so every model request of the run carries it, whatever
+``injection`` says: a run has no request-only place in the user's turn (its user prompt
+becomes the run's message history, which the application keeps). When
 the run ends, the user prompt, the final output and the tool calls made on the way are
 stored as one exchange: the model requests inside the run (and a registered model or SDK
 client under it) stand down, so a tool loop is not stored step by step.
 
 A model is captured per request (``Model.request`` and ``Model.request_stream``): the block
-goes in as one more dynamic instruction part of the request parameters; the user's text is
+goes in as one more user prompt part of the request's last user prompt (a new list and
+``ModelRequest``, the run's history stays as it is), or with ``injection="system"`` as one
+more dynamic instruction part of the request parameters; the user's text is
 stored only by a request that carries a user prompt (the requests that return tool results
 store the answer and its tool calls).
 """
@@ -241,17 +245,34 @@ def _parameters(messages: Sequence[Any], parameters: Any, block: str) -> Any:
     return dataclasses.replace(parameters, instruction_parts=[*parts, extra])
 
 
+def _into_user_turn(messages: Sequence[Any], block: str) -> list[Any] | None:
+    """New messages whose last request with a user prompt has ``block`` as one more user
+    prompt part; None when there is none."""
+    for i in range(len(messages) - 1, -1, -1):
+        if _user_prompt(messages[i]):
+            placed = dataclasses.replace(
+                messages[i], parts=[*messages[i].parts, UserPromptPart(content=block)]
+            )
+            return [*messages[:i], placed, *messages[i + 1 :]]
+    return None
+
+
 def _prepare(
-    capture: Capture, messages: Sequence[Any], parameters: Any
-) -> tuple[Recalled | None, Any]:
+    capture: Capture, messages: list[Any], parameters: Any
+) -> tuple[Recalled | None, list[Any], Any]:
+    """Recall for the request; the messages and parameters to send."""
     try:
         recalled = capture.before(_query(messages))
         if recalled is None or not recalled.block:
-            return recalled, parameters
-        return recalled, _parameters(messages, parameters, recalled.block)
+            return recalled, messages, parameters
+        if recalled.injection == "user":
+            placed = _into_user_turn(messages, recalled.block)
+            if placed is not None:
+                return recalled, placed, parameters
+        return recalled, messages, _parameters(messages, parameters, recalled.block)
     except Exception:  # fail open: the request goes out as the caller made it
         log.exception("memstrata: could not prepare a PydanticAI model request")
-        return None, parameters
+        return None, messages, parameters
 
 
 def _model_exchange(
@@ -285,13 +306,13 @@ def _request(original: Callable[..., Any]) -> Callable[..., Any]:
         capture = bound(self)
         if capture is None:
             return await original(self, messages, settings, parameters, *args, **kw)
-        recalled, sent = await asyncio.to_thread(_prepare, capture, messages, parameters)
+        recalled, turns, sent = await asyncio.to_thread(_prepare, capture, messages, parameters)
         if recalled is None:
             return await original(self, messages, settings, parameters, *args, **kw)
         start = time.perf_counter()
         try:
             with outer(capture):
-                response = await original(self, messages, settings, sent, *args, **kw)
+                response = await original(self, turns, settings, sent, *args, **kw)
         except Exception as exc:
             failed = _error(exc)
             _after(capture, lambda: _model_exchange(recalled, messages, None, 0, error=failed))
@@ -309,10 +330,10 @@ def _request_stream(original: Callable[..., Any]) -> Callable[..., Any]:
         self: Any, messages: list[Any], settings: Any, parameters: Any, *args: Any, **kw: Any
     ) -> AsyncIterator[Any]:
         capture = bound(self)
-        recalled, sent = (
+        recalled, turns, sent = (
             await asyncio.to_thread(_prepare, capture, messages, parameters)
             if capture is not None
-            else (None, parameters)
+            else (None, messages, parameters)
         )
         if capture is None or recalled is None:
             async with original(self, messages, settings, parameters, *args, **kw) as streamed:
@@ -323,7 +344,7 @@ def _request_stream(original: Callable[..., Any]) -> Callable[..., Any]:
         error: str | None = None
         try:
             with outer(capture):
-                async with original(self, messages, settings, sent, *args, **kw) as streamed:
+                async with original(self, turns, settings, sent, *args, **kw) as streamed:
                     yield streamed
         except BaseException as exc:
             error = _error(exc)

@@ -3,12 +3,21 @@ the provider, read the same way."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ._capture import Recalled
 
-__all__ = ["earlier_turns", "field", "last_user_text", "text_of", "usage_dict"]
+__all__ = [
+    "earlier_turns",
+    "field",
+    "into_user_message",
+    "into_user_turn",
+    "last_user_text",
+    "text_of",
+    "usage_dict",
+    "with_block",
+]
 
 
 def field(obj: Any, name: str) -> Any:
@@ -34,6 +43,54 @@ def last_user_text(items: Any, kinds: Sequence[str] = ("text",)) -> str | None:
         if field(m, "role") == "user":
             return text_of(field(m, "content"), kinds) or None
     return None
+
+
+def with_block(content: Any, block: str, part: dict[str, Any]) -> Any:
+    """A user turn's content with the memory block after the user's own words: a string
+    gets it after a blank line, a list of parts one more part (``part``, the API's text
+    part holding the block); None for a shape memstrata does not know."""
+    if isinstance(content, str):
+        return f"{content}\n\n{block}"
+    if isinstance(content, Sequence):
+        return [*content, part]
+    return None
+
+
+def into_user_turn(
+    items: list[Any],
+    block: str,
+    part: dict[str, Any],
+    text: Callable[[Any], str] | None = None,
+) -> bool:
+    """Put ``block`` into the last user turn of ``items``, the turn whose text recall
+    searched with (``last_user_text``; with ``text``, the last one whose content has text):
+    that dict is replaced by a new one, the caller's stays as it is. False when there is no
+    such turn in a known shape."""
+    for i in range(len(items) - 1, -1, -1):
+        turn = items[i]
+        if field(turn, "role") != "user":
+            continue
+        if text is not None and not text(field(turn, "content")).strip():
+            continue
+        content = with_block(turn.get("content"), block, part) if isinstance(turn, dict) else None
+        if content is None:
+            return False
+        items[i] = {**turn, "content": content}
+        return True
+    return False
+
+
+def into_user_message(messages: list[Any], block: str, is_user: Callable[[Any], bool]) -> bool:
+    """``into_user_turn`` for message objects with a ``content`` (LangChain's and Agno's
+    pydantic messages): the last one ``is_user`` picks is replaced by a ``model_copy``."""
+    for i in range(len(messages) - 1, -1, -1):
+        if is_user(messages[i]):
+            content = with_block(messages[i].content, block, {"type": "text", "text": block})
+            if content is None:
+                return False
+            messages[i] = messages[i].model_copy(update={"content": content})
+            return True
+    return False
 
 
 def earlier_turns(

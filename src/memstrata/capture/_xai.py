@@ -5,7 +5,8 @@
 inside the SDK (a fresh copy of the conversation) and hand it to the chat's gRPC stub. That
 stub is the one seam where the finished request passes, so each chat the wrapped ``create``
 returns gets its own stub proxy: it recalls for the last user message, sends a modified
-*copy* of the request with memory in the system slot, and reads the answer back. The SDK's
+*copy* of the request with memory in that user message (one more text part after the
+user's; with ``injection="system"``, in the system slot), and reads the answer back. The SDK's
 code (tracing, multi-output detection, the ``Response`` it hands out) runs unchanged, the
 caller's message protos and the chat's history (``chat.messages``) are never touched, and
 no per-call state lives on the chat, so concurrent calls on one chat cannot mix.
@@ -61,9 +62,23 @@ def last_user_text(messages: Iterable[Any]) -> str | None:
     return None
 
 
+def _into_user_turn(out: list[Any], block: str) -> bool:
+    """Put ``block`` into the last user message (the recall's query) of ``out``: a new
+    message with one more text part, the request's (and chat's) stays as it is."""
+    for i in range(len(out) - 1, -1, -1):
+        if out[i].role == chat_pb2.MessageRole.ROLE_USER:
+            placed = chat_pb2.Message()
+            placed.CopyFrom(out[i])
+            placed.content.append(chat_pb2.Content(text=block))
+            out[i] = placed
+            return True
+    return False
+
+
 def inject(request: Any, recalled: Recalled) -> Any:
-    """A copy of ``request`` with memory in the system slot and, if asked, the session's
-    earlier turns the conversation does not hold already. ``request`` is not changed."""
+    """A copy of ``request`` with memory in the last user message (or the system slot) and,
+    if asked, the session's earlier turns the conversation does not hold already.
+    ``request`` is not changed."""
     out = list(request.messages)
     sent = {(m.role, _text(m)) for m in out}
     lead = 0
@@ -76,7 +91,7 @@ def inject(request: Any, recalled: Recalled) -> Any:
             history.append(turn[1](h.content))
     out[lead:lead] = history
     block = recalled.block
-    if block:
+    if block and not (recalled.injection == "user" and _into_user_turn(out, block)):
         first = out[0] if out else None
         if (
             first is not None

@@ -19,6 +19,9 @@ Rules, in the order they apply to a user message (behaviour events are handled a
    A correction marker (correction, update, actually, scratch that, 其实, 更正), or an
    in-sentence "no longer / not anymore / instead / 不再 / 改成", labels the fact
    ``correction``.
+   A turn label left at the start ("assistant:", "System:", "AI:", 助手：) puts the words in
+   another speaker's mouth: the sentence is not the user's and is dropped, so no fact reads
+   like another role's line; the user's own label ("user:", "me:", 用户：) is stripped.
 4. Greetings, thanks and filler ("Hi!", "Thanks so much", "Pretty well.", "I see",
    "好的") are dropped.
 5. A sentence is kept when it speaks about the user: first person (I, me, my, we, us,
@@ -152,6 +155,12 @@ _ZH_LEAD = re.compile(
     r"^(?:(?P<corr>其实|更正|纠正一下|更正一下)[:：,，]?\s*|(?:对了|顺便说一下|顺便|另外|还有|请?记住)"
     r"[:：,，]?\s*|(?:你好|您好|嗨|谢谢|好的|嗯)[!！,，。]\s*)"
 )
+_TURN_LABEL = re.compile(
+    r"^[\W_]*(?P<who>system|assistant|user|human|me|ai|bot|model|developer|tool|function"
+    r"|用户|我|助手|系统|机器人)[\W_]{0,3}?[:：]\s*",
+    _I,
+)
+_USER_LABELS = frozenset(("user", "human", "me", "用户", "我"))
 _BY_THE_WAY_INSIDE = re.compile(r"\s*,\s*(?:by\s+the\s+way|btw)\s*(?=[,.!?;]|$)", _I)
 _STRONG_CORRECTION = re.compile(
     r"\b(?:no\s+longer|instead)\b|(?:n't|n’t|\bnot|\bnever)\b[^.!?]*\bany\s*more\b"
@@ -554,6 +563,12 @@ def _user_fact(
             return None
         sentence = embedded.group("rest").rstrip("?？ 吗")
     body, marked = _strip_lead(sentence, chinese)
+    label = _TURN_LABEL.match(body)
+    if label is not None:
+        if label.group("who").lower() not in _USER_LABELS:
+            return None
+        body, again = _strip_lead(body[label.end() :], chinese)
+        marked = marked or again
     if not body or _is_filler(body, chinese):
         return None
     if chinese:
