@@ -54,6 +54,7 @@ from . import (
     SummaryRow,
     TopicRow,
 )
+from ._batches import processing_state
 from ._pg_base import (
     FACT_COLUMNS,
     MESSAGE_COLUMNS,
@@ -1761,6 +1762,7 @@ class PostgresStore(
                 "WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind = 'r'"
             ).fetchone()
             version = self._current_version(c)
+            outages = self._outages(c)
         return {
             "store": "postgres",
             "url": self.url,
@@ -1776,6 +1778,7 @@ class PostgresStore(
             "vectors": vectors,
             "embedder": self.get_meta("embedder"),
             "llm_usage": self.llm_usage(project_id),
+            "processing": processing_state(outages),
         }
 
     # -- recall --------------------------------------------------------------------------
