@@ -191,11 +191,11 @@ def _cmd_stats(args: argparse.Namespace) -> int:
         return 0
     usage = stats.pop("llm_usage", {})
     processing = stats.pop("processing")
-    print(f"{'processing':>20}: {_processing(processing)}")
     for key, value in stats.items():
         if isinstance(value, dict):
             value = ", ".join(f"{k}={v}" for k, v in value.items()) or "-"
         print(f"{key:>20}: {value}")
+    print(f"{'processing':>20}: {_processing(processing)}")
     print(f"{'llm_usage':>20}: {'-' if not usage else ''}")
     for what, u in usage.items():
         print(

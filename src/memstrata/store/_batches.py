@@ -109,20 +109,20 @@ def processing_state(outages: Sequence[OutageRow]) -> dict[str, Any]:
         return {"paused": False}
     return {
         "paused": True,
-        "since": to_iso_epoch(min(o.since for o in outages)),
-        "next_probe": to_iso_epoch(max(o.next_probe for o in outages)),
+        "since": _iso(min(o.since for o in outages)),
+        "next_probe": _iso(max(o.next_probe for o in outages)),
         "outages": [
             {
                 "service": o.service,
-                "since": to_iso_epoch(o.since),
+                "since": _iso(o.since),
                 "failures": o.failures,
                 "last_error": o.last_error,
-                "last_failure": to_iso_epoch(o.last_failure),
+                "last_failure": _iso(o.last_failure),
             }
             for o in sorted(outages, key=lambda o: o.since)
         ],
     }
 
 
-def to_iso_epoch(seconds: float) -> str:
+def _iso(seconds: float) -> str:
     return str(to_iso(datetime.fromtimestamp(seconds, timezone.utc)))
