@@ -7,7 +7,10 @@ can later replace or wrap exactly this part. Semantics are SQLite's (store/sqlit
   earlier job of the same (project, user) is unfinished: each user's messages are
   processed in acceptance order, one batch at a time.
 * A claim takes that head job and the user's following claimable jobs up to
-  ``max_messages``, in one transaction, under a lease.
+  ``max_messages`` (and the smallest ``batch_cap`` among them), in one transaction, under
+  a lease.
+* During an outage (``outages``) nothing is claimed before its next probe; the first
+  claim after it is the probe and holds the gate for one more backoff.
 * Completing or failing a batch first checks, with the job rows locked, that the worker
   still holds every job; a worker whose lease ran out and was reclaimed gets
   ``LeaseLostError`` and its work is discarded.
@@ -22,6 +25,8 @@ How PostgreSQL keeps that with many workers on many machines:
   ``erase_user`` hold the same lock while they write the user's rows, so a claim never
   interleaves with a half-written batch of that user and job ids of one user are
   committed in id order (``add_messages`` allocates them under the lock).
+* Claimers lock the outage rows (``FOR UPDATE``) before they look at the gate, so a due
+  probe is taken by one of them only.
 """
 
 from __future__ import annotations
