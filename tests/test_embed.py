@@ -26,7 +26,7 @@ from memstrata.embed._int8 import has_vnni, signed_products, to_signed_weights
 from memstrata.embed.hashing import HashingEmbedder
 from memstrata.embed.local import MODEL_PATH_ENV, LocalEmbedder
 from memstrata.embed.openai import OpenAIEmbedder
-from memstrata.errors import ConfigError, EmbeddingError
+from memstrata.errors import ConfigError, EmbeddingError, EmbeddingUnavailableError
 
 SRC_DIR = Path(memstrata.embed.__file__).resolve().parents[2]
 
@@ -549,14 +549,25 @@ def test_openai_persistent_server_error_raises(server: FakeOpenAIServer) -> None
         embedder.embed(["alpha"])
     assert isinstance(info.value.__cause__, openai.InternalServerError)
     assert len(server.requests) == 3
+    # An outage: the job queue pauses processing instead of counting attempts.
+    assert isinstance(info.value, EmbeddingUnavailableError)
+    assert info.value.service == "embedder openai:test-embed"
 
 
-def test_openai_client_error_is_not_retried(server: FakeOpenAIServer) -> None:
+@pytest.mark.parametrize(
+    ("status", "outage"), [(401, True), (404, True), (400, False), (422, False)]
+)
+def test_openai_client_error_is_not_retried(
+    server: FakeOpenAIServer, status: int, outage: bool
+) -> None:
     embedder = OpenAIEmbedder("test-embed", base_url=server.base_url, max_retries=2)
-    server.fail_next(1, status=401)
-    with pytest.raises(EmbeddingError, match="HTTP 401"):
+    server.fail_next(1, status=status)
+    with pytest.raises(EmbeddingError, match=f"HTTP {status}") as info:
         embedder.embed(["alpha"])
     assert len(server.requests) == 1
+    # A key or model the endpoint refuses is an outage (every batch would fail alike until
+    # fixed); a request it refuses is the batch's failure.
+    assert isinstance(info.value, EmbeddingUnavailableError) is outage
 
 
 @pytest.mark.parametrize(
@@ -584,8 +595,10 @@ def test_openai_invalid_responses_raise(
 ) -> None:
     embedder = OpenAIEmbedder("test-embed", base_url=server.base_url)
     server.respond_raw_next(body)
-    with pytest.raises(EmbeddingError, match=problem):
+    with pytest.raises(EmbeddingError, match=problem) as info:
         embedder.embed(["alpha", "beta"])
+    # Not an embeddings response at all is an outage; a wrong one is the batch's failure.
+    assert isinstance(info.value, EmbeddingUnavailableError) is (problem == "malformed")
 
 
 def test_openai_dimension_change_raises(server: FakeOpenAIServer) -> None:
@@ -605,6 +618,7 @@ def test_openai_timeout_raises(server: FakeOpenAIServer) -> None:
         embedder.embed(["alpha"])
     assert server.held.is_set()
     assert isinstance(info.value.__cause__, openai.APITimeoutError)
+    assert isinstance(info.value, EmbeddingUnavailableError)
     server.hold.set()
 
 
@@ -615,6 +629,7 @@ def test_openai_unreachable_endpoint_raises() -> None:
     with pytest.raises(EmbeddingError, match="cannot connect") as info:
         embedder.embed(["alpha"])
     assert isinstance(info.value.__cause__, openai.APIConnectionError)
+    assert isinstance(info.value, EmbeddingUnavailableError)
 
 
 def test_openai_needs_a_key_without_base_url(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -108,10 +108,10 @@ def _openai(fake: FakeOpenAIServer) -> OpenAIEmbedder:
     )
 
 
-def test_embedder_failure_is_retried_with_backoff(make_memory: Any, fake: Any) -> None:
+def test_a_refused_embedding_request_is_retried_with_backoff(make_memory: Any, fake: Any) -> None:
     mem = make_memory(embedder=_openai(fake), job_backoff_seconds=0.2, job_max_attempts=5)
     s = mem.sessions.create(user_id="u1")
-    fake.fail_next(2, status=503)
+    fake.fail_next(2, status=400)  # about the request: each failure is an attempt
     started = time.monotonic()
     result = s.add_messages([_msg(1), _msg(2)], sync=True)
     elapsed = time.monotonic() - started
@@ -122,12 +122,19 @@ def test_embedder_failure_is_retried_with_backoff(make_memory: Any, fake: Any) -
     assert elapsed >= 0.45
 
 
-def test_malformed_embedding_response_is_retried(make_memory: Any, fake: Any) -> None:
-    mem = make_memory(embedder=_openai(fake), job_backoff_seconds=0.05)
+@pytest.mark.parametrize("fault", ["down", "malformed"])
+def test_an_embedding_outage_pauses_processing_and_costs_no_attempt(
+    make_memory: Any, fake: Any, fault: str
+) -> None:
+    mem = make_memory(embedder=_openai(fake), outage_backoff_seconds=0.05, job_max_attempts=1)
     s = mem.sessions.create(user_id="u1")
-    fake.respond_raw_next(b"{not json")
+    if fault == "down":
+        fake.fail_next(3, status=503)
+    else:
+        fake.respond_raw_next(b"{not json")  # not an embeddings response at all
     result = s.add_messages([_msg(1)], sync=True)
-    assert mem.messages.get(result.message_ids[0]).attempts == 2
+    m = mem.messages.get(result.message_ids[0])
+    assert m.status == "processed" and m.error is None and m.attempts == 1
 
 
 def test_permanent_failure_marks_messages_failed_and_can_be_retried(
@@ -135,11 +142,11 @@ def test_permanent_failure_marks_messages_failed_and_can_be_retried(
 ) -> None:
     mem = make_memory(embedder=_openai(fake), job_backoff_seconds=0.05, job_max_attempts=3)
     s = mem.sessions.create(user_id="u1")
-    fake.fail_next(3, status=500)
+    fake.fail_next(3, status=422)
     with pytest.raises(ProcessingError, match="failed for good after 3 attempts"):
         s.add_messages([_msg(1), _msg(2)], sync=True)
     failed = s.messages(status="failed")
-    assert len(failed) == 2 and "500" in (failed[0].error or "")
+    assert len(failed) == 2 and "422" in (failed[0].error or "")
     # The content is intact and still searchable by full text.
     assert mem.search("number 2", user_id="u1")[0].text == _msg(2)["content"]
     assert mem.retry_failed() == 1
@@ -151,11 +158,11 @@ def test_a_failed_user_does_not_block_others(make_memory: Any, fake: Any) -> Non
     mem = make_memory(embedder=_openai(fake), job_backoff_seconds=5.0, job_max_attempts=3)
     a = mem.sessions.create(user_id="a")
     b = mem.sessions.create(user_id="b")
-    fake.fail_next(1, status=500)
+    fake.fail_next(1, status=400)
     a.add_messages([_msg(1)])  # fails once, then waits ~5 s for its retry
     time.sleep(0.3)
     b.add_messages([_msg(2)], sync=True)  # processed meanwhile
-    assert a.messages()[0].status == "pending" and "500" in (a.messages()[0].error or "")
+    assert a.messages()[0].status == "pending" and "400" in (a.messages()[0].error or "")
 
 
 def test_per_user_order_with_concurrent_workers(make_memory: Any, db_url: str) -> None:

@@ -108,10 +108,10 @@ def test_a_dead_runs_jobs_are_taken_over_and_its_commit_is_refused(
     _say(s, "I ordered parcel two for my sister.")
     store: Any = mem.store
     dead = store.claim_user_batch("default", "u1", "run-a", 256)
-    assert dead is not None and len(dead.job_ids) == 2 and dead.attempts == 1
+    assert dead is not None and dead.job_attempts == dict.fromkeys(dead.job_ids, 1)
     # The user's next run (procrastinate lets one run per user) takes the jobs over.
     live = store.claim_user_batch("default", "u1", "run-b", 256)
-    assert live is not None and live.job_ids == dead.job_ids and live.attempts == 2
+    assert live is not None and live.job_attempts == dict.fromkeys(dead.job_ids, 2)
     embedder = make_embedder("hash")
     vectors = np.asarray(embedder.embed([m.content for m in dead.messages]))
     with pytest.raises(LeaseLostError):
@@ -204,13 +204,14 @@ def test_backoff_is_a_scheduled_wake_up_and_failed_for_good_can_be_retried(
             pg_url, "SELECT scheduled_at FROM procrastinate_jobs WHERE status = 'todo'"
         ) == [(None,)]
         fake.fail_next(1, status=400)
-        # Both jobs are now due: claimed as one batch, whose last attempt fails for good.
+        # Both jobs are now due, but the one that failed is retried alone: its second
+        # attempt fails for good, and the later job, which did not fail, goes through.
         mem.wait(timeout=30)
         assert rows(pg_url, "SELECT status, attempts FROM messages ORDER BY pk") == [
             ("failed", 2),
-            ("failed", 1),
+            ("processed", 1),
         ]
-        assert mem.retry_failed() == 2
+        assert mem.retry_failed() == 1
         mem.wait(timeout=30)
     assert rows(pg_url, "SELECT status FROM messages ORDER BY pk") == [
         ("processed",),
@@ -234,6 +235,27 @@ def test_waiting_without_workers_processes_here_unless_a_worker_is_alive(
     assert rows(pg_url, "SELECT status FROM messages") == [("processed",)]
     result = s.add_messages([{"role": "user", "content": "I ordered parcel two."}], sync=True)
     assert result.processed
+
+
+def test_during_an_outage_wake_ups_wait_for_its_probe_and_its_end_wakes_everyone(
+    pg_url: str, open_memory: Callable[..., Memory]
+) -> None:
+    mem = open_memory(workers=0)
+    store: Any = mem.store
+    [outage] = store.record_outage("llm m", "HTTP 503", lambda n: 60.0, probe=False)
+    _say(mem.sessions.create(user_id="u1"), "I ordered parcel one for my sister.")
+    # Nothing is claimed before the probe: the user's wake-up is due then, not now.
+    ((scheduled,),) = rows(
+        pg_url, "SELECT extract(epoch FROM scheduled_at) FROM procrastinate_jobs"
+    )
+    assert abs(float(scheduled) - outage.next_probe) < 0.01
+    assert store.claim_user_batch("default", "u1", "run-a", 256) is None
+    # The outage ended (a probe went through elsewhere): the wake-up is due at once.
+    assert [o.service for o in store.end_outage()] == ["llm m"]
+    assert store.wake_all() == 1
+    assert rows(pg_url, "SELECT scheduled_at FROM procrastinate_jobs") == [(None,)]
+    mem.wait(timeout=30)
+    assert rows(pg_url, "SELECT status, attempts FROM messages") == [("processed", 1)]
 
 
 def test_jobs_without_a_wake_up_are_found_and_woken(

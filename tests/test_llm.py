@@ -27,6 +27,7 @@ from memstrata.llm import (
     CallLog,
     LLMError,
     LLMOutputError,
+    LLMUnavailableError,
     complete_json,
     make_chat_model,
     parse_json_object,
@@ -287,7 +288,7 @@ def test_openai_unreachable_endpoint_raises() -> None:
 
 def test_openai_no_choices_raises(oai: FakeOpenAIServer) -> None:
     oai.chat_replies.append({"id": "x", "object": "chat.completion", "model": "m", "choices": []})
-    with pytest.raises(LLMError, match="no choices"):
+    with pytest.raises(LLMUnavailableError, match="no choices"):
         openai_model(oai).complete("s", "u", schema=None, max_tokens=5)
 
 
@@ -348,11 +349,12 @@ def test_openai_key_from_environment(
     [(b"{oops", "application/json"), (HTML_PAGE, "text/html"), (b"[]", "application/json")],
     ids=["broken-json", "html-page", "json-list"],
 )
-def test_openai_malformed_response_is_an_llm_error(
+def test_openai_malformed_response_is_an_outage(
     oai: FakeOpenAIServer, body: bytes, content_type: str
 ) -> None:
+    # Not the model answering badly (that is LLMOutputError): the endpoint misbehaves.
     oai.respond_raw_next(body, content_type=content_type)
-    with pytest.raises(LLMError):
+    with pytest.raises(LLMUnavailableError, match="malformed response"):
         openai_model(oai, max_retries=0).complete("s", "u", schema=None, max_tokens=5)
 
 
@@ -530,12 +532,71 @@ def test_anthropic_key_from_environment(
     ],
     ids=["broken-json", "html-page", "no-content"],
 )
-def test_anthropic_malformed_response_is_an_llm_error(
+def test_anthropic_malformed_response_is_an_outage(
     ant: FakeAnthropicServer, body: bytes, content_type: str
 ) -> None:
+    # Not the model answering badly (that is LLMOutputError): the endpoint misbehaves.
     ant.respond_raw_next(body, content_type=content_type)
-    with pytest.raises(LLMError):
+    with pytest.raises(LLMUnavailableError, match="malformed response"):
         anthropic_model(ant, max_retries=0).complete("s", "u", schema=None, max_tokens=5)
+
+
+# -- what an error means: an outage (processing pauses) or a refused request ------------
+
+
+@contextlib.contextmanager
+def _serving(provider: str) -> Iterator[tuple[Any, Any]]:
+    """A fake server of ``provider``, and the function making our model against it."""
+    if provider == "openai":
+        with FakeOpenAIServer() as oai:
+            yield oai, openai_model
+    else:
+        with FakeAnthropicServer() as ant:
+            yield ant, anthropic_model
+
+
+# Down, overloaded, unreachable, hanging, or refusing the key / permissions / model.
+OUTAGES: list[str | int] = ["hang", "refuse", 500, 502, 503, 429, 408, 401, 403, 404]
+
+
+@pytest.mark.parametrize(
+    ("provider", "fault"),
+    [("openai", f) for f in OUTAGES] + [("anthropic", f) for f in [*OUTAGES, 529]],
+)
+def test_outages_are_unavailable_errors_and_the_model_answers_once_healed(
+    provider: str, fault: str | int
+) -> None:
+    with _serving(provider) as (server, make):
+        model = make(server, timeout=0.3, max_retries=0)
+        server.fault(fault)
+        with pytest.raises(LLMUnavailableError) as info:
+            model.complete("s", "u", schema=SCHEMA, max_tokens=5)
+        assert info.value.service == f"llm {model.id}"
+        assert not isinstance(info.value, LLMOutputError)
+        server.heal()
+        server.chat_script = lambda body: '{"facts": []}'
+        assert model.complete("s", "u", schema=SCHEMA, max_tokens=5).text == '{"facts": []}'
+
+
+@pytest.mark.parametrize("status", [400, 413, 422])
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_a_refused_request_is_not_an_outage(provider: str, status: int) -> None:
+    with _serving(provider) as (server, make):
+        server.fault(status)
+        with pytest.raises(LLMError, match=f"HTTP {status}") as info:
+            make(server, max_retries=0).complete("s", "u", schema=SCHEMA, max_tokens=5)
+        assert not isinstance(info.value, LLMUnavailableError | LLMOutputError)
+
+
+@pytest.mark.parametrize("fault", ["invalid_json", "wrong_schema"])
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+def test_a_model_answering_unusably_is_an_output_error(provider: str, fault: str) -> None:
+    with _serving(provider) as (server, make):
+        server.fault(fault)
+        with pytest.raises(LLMOutputError) as info:
+            complete_json(make(server), "s", "u", schema=SCHEMA, validate=Facts.model_validate)
+        assert not isinstance(info.value, LLMUnavailableError)
+        assert len(server.requests) == 2  # asked, then asked to repair
 
 
 # -- parse_json_object ------------------------------------------------------------------

@@ -87,6 +87,8 @@ def _llm_memory(make_memory: Any, server: Any, local_embedder: Any, **kw: Any) -
         llm_api_key="k",
         llm_max_retries=kw.pop("llm_max_retries", 2),
         job_backoff_seconds=kw.pop("job_backoff_seconds", 0.05),
+        outage_backoff_seconds=kw.pop("outage_backoff_seconds", 0.05),
+        outage_backoff_max_seconds=kw.pop("outage_backoff_max_seconds", 0.2),
         **kw,
     )
 
@@ -220,21 +222,20 @@ def test_unusable_json_twice_fails_the_batch_then_it_is_retried(
 
 
 @pytest.mark.parametrize("status", [429, 500])
-def test_model_errors_retried_by_sdk_then_by_queue(
+def test_model_errors_retried_by_sdk_then_by_the_outage_probe(
     make_memory: Any, openai_server: FakeOpenAIServer, local_embedder: Any, status: int
 ) -> None:
-    mem = _llm_memory(
-        make_memory, openai_server, local_embedder, llm_max_retries=1, job_backoff_seconds=0.05
-    )
+    mem = _llm_memory(make_memory, openai_server, local_embedder, llm_max_retries=1)
     s = mem.sessions.create(user_id="u")
     openai_server.fail_next(1, status=status)  # absorbed by the SDK's own retry
     s.add_messages(_messages(CONVERSATION[2:3]), sync=True)
     assert mem.messages.get("c03").attempts == 1
-    openai_server.fail_next(5, status=status)  # outlasts the SDK: the job queue retries
+    openai_server.fail_next(5, status=status)  # outlasts the SDK: an outage, probed
     s.add_messages(_messages(CONVERSATION[4:5]), sync=True)
     m = mem.messages.get("c05")
-    assert m.status == "processed" and m.attempts >= 2
+    assert m.status == "processed" and m.attempts == 1  # an outage costs no attempt
     assert any(f.message_ids == ["c05"] for f in mem.facts.list(user_id="u"))
+    assert mem.stats()["processing"] == {"paused": False}
 
 
 def test_model_timeout_leaves_messages_stored_and_retried(
@@ -247,17 +248,15 @@ def test_model_timeout_leaves_messages_stored_and_retried(
     openai_server.delay_next(1.5)
     s.add_messages(_messages(CONVERSATION[2:3]), sync=True)
     m = mem.messages.get("c03")
-    assert m.status == "processed" and m.attempts == 2
+    assert m.status == "processed" and m.attempts == 1  # the timeout was an outage
 
 
-def test_model_down_for_good_marks_failed_and_recovers_after_retry(
+def test_unusable_answers_mark_failed_and_recover_after_retry(
     make_memory: Any, openai_server: FakeOpenAIServer, local_embedder: Any
 ) -> None:
-    mem = _llm_memory(
-        make_memory, openai_server, local_embedder, llm_max_retries=0, job_max_attempts=2
-    )
+    mem = _llm_memory(make_memory, openai_server, local_embedder, job_max_attempts=2)
     s = mem.sessions.create(user_id="u")
-    openai_server.fail_next(2, status=503)
+    openai_server.chat_replies.extend(["not json"] * 4)  # two attempts, each with a repair
     with pytest.raises(Exception, match="failed for good"):
         s.add_messages(_messages(CONVERSATION[2:3]), sync=True)
     assert mem.messages.get("c03").status == "failed"

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+import dbsql
 from memstrata.errors import ConflictError, EmbedderMismatchError
 from memstrata.store import (
     ApiKeyRow,
@@ -323,7 +324,8 @@ def test_a_claim_takes_one_users_jobs_in_order_within_the_size_limit(store: Stor
         add(store, [f"a{n}-x", f"a{n}-y"], prefix=f"{n}")
     add(store, ["b0"], user="u2", sid="s2")
     batch = claim(store, most=4)
-    assert batch.user_id == "u1" and batch.project_id == P and batch.attempts == 1
+    assert batch.user_id == "u1" and batch.project_id == P and not batch.probe
+    assert batch.job_attempts == dict.fromkeys(batch.job_ids, 1)
     assert len(batch.job_ids) == 2  # two jobs of two messages fill 4; the third waits
     assert [m.content for m in batch.messages] == ["a0-x", "a0-y", "a1-x", "a1-y"]
     assert all(m.attempts == 1 for m in batch.messages)
@@ -383,7 +385,7 @@ def test_an_expired_lease_is_reclaimed_and_the_old_holder_cannot_commit(store: S
     assert store.extend_lease([], "anyone", 1)
     time.sleep(0.4)
     fast = claim(store, "fast")
-    assert fast.job_ids == slow.job_ids and fast.attempts == 2
+    assert fast.job_ids == slow.job_ids and fast.job_attempts == {fast.job_ids[0]: 2}
     assert fast.messages[0].attempts == 2
     with pytest.raises(LeaseLostError):
         complete(store, slow)
@@ -419,7 +421,85 @@ def test_failures_are_retried_later_or_fail_for_good(store: Store) -> None:
     assert store.retry_failed(P, "u2") == 1
     assert store.get_message(P, "u2-s2-0").status == "pending"  # type: ignore[union-attr]
     again = claim(store, "w3")
-    assert again.user_id == "u2" and again.attempts == 1  # attempts start over
+    assert again.user_id == "u2" and again.job_attempts == {again.job_ids[0]: 1}  # start over
+
+
+def test_each_job_counts_its_own_attempts_and_a_retry_takes_at_most_its_cap(
+    store: Store,
+) -> None:
+    add(store, ["early"], prefix="a")
+    early = claim(store)
+    store.fail_batch(early, "bad answer", time.time())  # counted
+    add(store, ["late"], prefix="b")
+    # Merged into the retry of a job at its second attempt, the late job is at its first.
+    both = claim(store)
+    first, second = both.job_ids
+    assert both.job_attempts == {first: 2, second: 1}
+    # Not counted (jobs and messages back down by one), and retried one job at a time.
+    store.fail_batch(both, "failed together", time.time(), counted=False, retry_cap=1)
+    assert [m.attempts for m in store.list_messages(P)] == [1, 0]
+    alone = claim(store)
+    assert alone.job_attempts == {first: 2}
+    complete(store, alone)
+    rest = claim(store)
+    assert rest.job_attempts == {second: 1}
+    store.fail_batch(rest, "fatal", None)
+    assert store.job_states([second]) == {second: "failed"}
+    # A job failed for good no longer holds back its user, and a retry of it starts afresh
+    # (attempts and cap), merging with what came after it again.
+    add(store, ["later"], prefix="c")
+    after = claim(store)
+    assert [m.content for m in after.messages] == ["later"]
+    complete(store, after)
+    add(store, ["last"], prefix="d")
+    assert store.retry_failed(P) == 1
+    again = claim(store)
+    assert again.job_attempts == {second: 1, again.job_ids[1]: 1}
+
+
+def test_an_outage_holds_every_claim_until_one_probe_is_let_through(
+    store: Store, db_url: str
+) -> None:
+    add(store, ["one"], user="u1", sid="s1")
+    add(store, ["two"], user="u2", sid="s2")
+    before = time.time()
+    [outage] = store.record_outage("llm m", "HTTP 503: down", lambda n: 60.0 * n, probe=False)
+    assert (outage.service, outage.failures, outage.last_error) == ("llm m", 1, "HTTP 503: down")
+    assert outage.next_probe == pytest.approx(before + 60, abs=5)
+    assert store.claim_batch("w", 30, 10) is None
+    assert store.next_job_time() == pytest.approx(outage.next_probe)
+    # A batch that was under way when the outage began updates the error, not the probe.
+    [same] = store.record_outage("llm m", "timed out", lambda n: 1.0, probe=False)
+    assert (same.failures, same.next_probe, same.last_error) == (1, outage.next_probe, "timed out")
+    state = store.stats(P)["processing"]
+    assert state["paused"] is True and state["next_probe"] > state["since"]
+    assert state["outages"] == [
+        {
+            "service": "llm m",
+            "since": state["since"],
+            "failures": 1,
+            "last_error": "timed out",
+            "last_failure": state["outages"][0]["last_failure"],
+        }
+    ]
+    # The probe is due: the first claim takes it, the next one waits another backoff.
+    dbsql.execute(db_url, "UPDATE outages SET next_probe = 0")
+    probe = claim(store, "w1")
+    assert probe.probe and store.claim_batch("w2", 30, 10) is None
+    assert store.next_job_time() == pytest.approx(time.time() + 60, abs=5)
+    # The probe failed the same way: not counted, the outage goes on with a longer backoff.
+    [longer] = store.record_outage("llm m", "HTTP 503: down", lambda n: 60.0 * n, probe=True)
+    assert longer.failures == 2 and longer.next_probe == pytest.approx(time.time() + 120, abs=5)
+    store.fail_batch(probe, "HTTP 503: down", time.time(), counted=False)
+    assert {m.attempts for m in store.list_messages(P)} == {0}
+    dbsql.execute(db_url, "UPDATE outages SET next_probe = 0")
+    probe = claim(store, "w1")
+    complete(store, probe)
+    assert [o.failures for o in store.end_outage()] == [2]
+    assert store.stats(P)["processing"] == {"paused": False}
+    other = claim(store, "w2")
+    assert not other.probe and other.user_id != probe.user_id
+    assert store.end_outage() == []
 
 
 def test_next_job_time_is_the_earliest_due_or_lease_end(store: Store) -> None:
@@ -1391,7 +1471,8 @@ def test_forgetting_a_message_in_flight_voids_its_workers_lease(store: Store) ->
     with pytest.raises(LeaseLostError):
         complete(store, batch)
     again = claim(store, "w2")
-    assert [m.content for m in again.messages] == ["keep me"] and again.attempts == 1
+    assert [m.content for m in again.messages] == ["keep me"]
+    assert again.job_attempts == {again.job_ids[0]: 1}
 
 
 def test_forgetting_every_message_of_a_queued_job_finishes_it(store: Store) -> None:

@@ -520,7 +520,7 @@ def test_a_failed_batch_sends_no_async_delivery(
     make_memory: Any, llm: FakeOpenAIServer, receiver: WebhookReceiver
 ) -> None:
     mem = _llm_memory(make_memory, llm, job_max_attempts=2, workers=0)
-    llm.chat_script = lambda body: (500, {"error": {"message": "down"}})
+    llm.fault("invalid_json")
     mem.webhooks.create(
         resource="fact", event="before_llm", target_url=receiver.url("/n"), mode="async"
     )

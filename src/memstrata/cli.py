@@ -190,10 +190,12 @@ def _cmd_stats(args: argparse.Namespace) -> int:
         _print_json(stats)
         return 0
     usage = stats.pop("llm_usage", {})
+    processing = stats.pop("processing")
     for key, value in stats.items():
         if isinstance(value, dict):
             value = ", ".join(f"{k}={v}" for k, v in value.items()) or "-"
         print(f"{key:>20}: {value}")
+    print(f"{'processing':>20}: {_processing(processing)}")
     print(f"{'llm_usage':>20}: {'-' if not usage else ''}")
     for what, u in usage.items():
         print(
@@ -201,6 +203,17 @@ def _cmd_stats(args: argparse.Namespace) -> int:
             f"{u['prompt_tokens']} prompt + {u['completion_tokens']} completion tokens"
         )
     return 0
+
+
+def _processing(state: dict[str, Any]) -> str:
+    """``stats()["processing"]`` in one line: running, or paused since when and why."""
+    if not state["paused"]:
+        return "running"
+    causes = "; ".join(
+        f"{o['service']} unavailable (failed {o['failures']} times, last: {o['last_error']})"
+        for o in state["outages"]
+    )
+    return f"paused since {state['since']}: {causes}; next probe at {state['next_probe']}"
 
 
 # -- worker / maintenance ----------------------------------------------------------------

@@ -89,6 +89,20 @@ class Settings(BaseSettings):
         default=2.0, ge=0.0, le=3600, description="First retry delay; doubles per attempt."
     )
     job_backoff_max_seconds: float = Field(default=600.0, ge=0.0)
+    outage_backoff_seconds: float = Field(
+        default=2.0,
+        gt=0.0,
+        le=3600,
+        description="During an outage of the LLM or the remote embedder, the wait before "
+        "the first probe; doubles per failed probe (+-20% jitter).",
+    )
+    outage_backoff_max_seconds: float = Field(
+        default=60.0,
+        gt=0.0,
+        le=3600,
+        description="Longest wait between two probes of an outage: processing resumes at "
+        "most this long (+20%) after the service answers again.",
+    )
     batch_max_messages: int = Field(
         default=256, ge=1, le=10_000, description="Messages one worker job covers at most."
     )

@@ -12,10 +12,12 @@ __all__ = [
     "ConflictError",
     "EmbedderMismatchError",
     "EmbeddingError",
+    "EmbeddingUnavailableError",
     "MemstrataError",
     "NotFoundError",
     "ProcessingError",
     "StoreError",
+    "UnavailableError",
     "ValidationError",
 ]
 
@@ -54,8 +56,27 @@ class StoreError(MemstrataError):
     """The database could not be opened, migrated or written."""
 
 
+class UnavailableError(MemstrataError):
+    """A service that processing needs (the LLM, a remote embedder) is down, overloaded or
+    refuses the configured credentials, after the SDK's own retries.
+
+    Not the fault of the messages being processed: the job queue pauses processing and
+    probes the service with backoff instead of counting an attempt (docs/pipeline.md).
+    ``service`` names it, as ``memstrata stats`` shows it.
+    """
+
+    def __init__(self, message: str, *, service: str) -> None:
+        super().__init__(message)
+        self.service = service
+
+
 class EmbeddingError(MemstrataError):
     """The embedder failed (model file corrupt, embedding endpoint down or malformed)."""
+
+
+class EmbeddingUnavailableError(EmbeddingError, UnavailableError):
+    """The embedding endpoint cannot be reached, times out, or answers 408/409/429/5xx or
+    401/403/404."""
 
 
 class EmbedderMismatchError(MemstrataError):

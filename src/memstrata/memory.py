@@ -480,6 +480,8 @@ class Memory:
                 max_attempts=settings.job_max_attempts,
                 backoff_seconds=settings.job_backoff_seconds,
                 backoff_max_seconds=settings.job_backoff_max_seconds,
+                outage_backoff_seconds=settings.outage_backoff_seconds,
+                outage_backoff_max_seconds=settings.outage_backoff_max_seconds,
                 batch_max_messages=settings.batch_max_messages,
                 nice=settings.worker_nice,
             )

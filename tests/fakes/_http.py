@@ -181,11 +181,18 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = False
     block_on_close = True
 
-    def __init__(self, address: tuple[str, int], fake: FakeHTTPServer) -> None:
+    def __init__(
+        self, address: tuple[str, int], fake: FakeHTTPServer, bound: socket.socket | None = None
+    ) -> None:
         self.fake = fake
         self.connections: set[socket.socket] = set()
         self.connections_lock = threading.Lock()
-        super().__init__(address, _RequestHandler)
+        super().__init__(address, _RequestHandler, bind_and_activate=bound is None)
+        if bound is not None:  # listen on a socket already bound to the address
+            self.socket.close()
+            self.socket = bound
+            self.server_address = bound.getsockname()
+            self.server_activate()
 
     def process_request(self, request: Any, client_address: Any) -> None:
         with self.connections_lock:
@@ -291,8 +298,13 @@ class FakeHTTPServer:
 
     1. the ``hold`` gate: while ``hold`` is cleared, POSTs wait (``held`` is set meanwhile);
     2. an injected delay (:meth:`delay_next`);
-    3. a scripted answer (:meth:`fail_next`, :meth:`respond_raw_next`), whatever the path;
-    4. the route registered for the path (:meth:`route`), 404 without one.
+    3. a persistent HTTP error status set by :meth:`fault`, until :meth:`heal`;
+    4. a scripted answer (:meth:`fail_next`, :meth:`respond_raw_next`), whatever the path;
+    5. the route registered for the path (:meth:`route`), 404 without one.
+
+    :meth:`fault` also makes the service hang, refuse connections, or (chat routes) answer
+    what is not JSON or JSON of another shape, until :meth:`heal`: an outage, or a model
+    gone bad, and then its recovery.
 
     A route may answer with an :class:`EventStream`; its frames are then written
     ``chunk_delay`` seconds apart, and :meth:`fail_stream_after` breaks the next ones.
@@ -328,8 +340,11 @@ class FakeHTTPServer:
         self._stream_failures: deque[int] = deque()
         self._closing = threading.Event()
         self._routes: dict[str, Handler] = {}
+        self._fault: str | int | None = None
         self._server = _Server(("127.0.0.1", port), self)
         self._thread: threading.Thread | None = None
+        # While refusing connections: the port, bound but not listening (kept for heal()).
+        self._reserved: socket.socket | None = None
 
     # -- provider-specific --
 
@@ -341,7 +356,7 @@ class FakeHTTPServer:
 
     @property
     def port(self) -> int:
-        return self._server.server_address[1]
+        return int(self._server.server_address[1])
 
     @property
     def origin(self) -> str:
@@ -383,6 +398,42 @@ class FakeHTTPServer:
         with self._lock:
             self._stream_failures.extend([n_chunks] * times)
 
+    def fault(self, mode: str | int) -> None:
+        """Break the service until :meth:`heal`:
+
+        * ``"hang"``: POSTs wait (``hold`` is cleared) and clients time out;
+        * an HTTP status (``500``, ``429``, ``529``, ``401`` ...): every POST answers it
+          with the provider's error body (and ``retry-after-ms``);
+        * ``"refuse"``: nothing listens on the port (connecting fails at once, open
+          connections are closed);
+        * ``"invalid_json"`` / ``"wrong_schema"``: chat answers are prose that is not
+          JSON / a JSON object without the fields asked for.
+        """
+        if mode not in ("hang", "refuse", "invalid_json", "wrong_schema") and not (
+            isinstance(mode, int) and mode >= 400
+        ):
+            raise ValueError(f"unknown fault {mode!r}")
+        self.heal()
+        self._fault = mode
+        if mode == "hang":
+            self.hold.clear()
+        elif mode == "refuse":
+            self._stop_listening()
+            reserved = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            reserved.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            reserved.bind(("127.0.0.1", self.port))  # bound, not listening: refused
+            self._reserved = reserved
+
+    def heal(self) -> None:
+        """End the :meth:`fault`: answer normally again, on the same port."""
+        fault, self._fault = self._fault, None
+        if fault == "hang":
+            self.hold.set()
+        elif fault == "refuse" and self._reserved is not None:
+            self._server = _Server(("127.0.0.1", self.port), self, bound=self._reserved)
+            self._reserved = None
+            self.start()
+
     def bodies(self, path_suffix: str) -> list[Any]:
         """Bodies of the POSTs received so far whose path (sans query) ends with the suffix."""
         return [body for path, body in self.requests if _route_path(path).endswith(path_suffix)]
@@ -404,6 +455,12 @@ class FakeHTTPServer:
         """Stop serving, release held and delayed requests, close connections, join."""
         self._closing.set()
         self.hold.set()
+        self._stop_listening()
+        if self._reserved is not None:
+            self._reserved.close()
+            self._reserved = None
+
+    def _stop_listening(self) -> None:
         if self._thread is not None:
             self._server.shutdown()
             self._thread.join(timeout=5)
@@ -428,7 +485,12 @@ class FakeHTTPServer:
     # -- request handling (runs on the server's request threads) --
 
     def next_chat_reply(self, body: dict[str, Any]) -> ChatReply:
-        """The next queued reply, else what ``chat_script`` says for ``body``."""
+        """The next queued reply, else what ``chat_script`` says for ``body`` (unless a
+        :meth:`fault` says otherwise)."""
+        if self._fault == "invalid_json":
+            return 'Here is what I found: {"facts": ['
+        if self._fault == "wrong_schema":
+            return '{"answer": "the user said several things"}'
         try:
             return self.chat_replies.popleft()
         except IndexError:
@@ -471,6 +533,10 @@ class FakeHTTPServer:
             delay = self._delays.popleft() if self._delays else None
         if delay is not None:
             self._closing.wait(delay)
+        fault = self._fault
+        if isinstance(fault, int):
+            raw = json.dumps(self.error_body(fault, f"injected outage (HTTP {fault})")).encode()
+            return fault, raw, self._headers_for(fault)
         with self._lock:
             scripted = self._scripted.popleft() if self._scripted else None
         if scripted is not None:

@@ -14,6 +14,7 @@ Usage::
         )
         server.chunk_delay = 0.05       # streamed answers: 50 ms between SSE events
         server.fail_stream_after(3)     # the next streamed answer breaks after 3 events
+        server.fault(529)               # overloaded until server.heal() (see fault())
 
 The plumbing (request log, ``hold``/``held`` gate, ``respond_raw_next``, clean shutdown)
 is :class:`fakes._http.FakeHTTPServer`'s.

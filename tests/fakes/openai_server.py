@@ -22,6 +22,10 @@ Usage::
         server.chunk_delay = 0.05       # streamed answers: 50 ms between SSE chunks
         server.fail_stream_after(3)     # the next streamed answer breaks after 3 chunks
 
+        server.fault(503)               # an outage: every POST answers 503 ...
+        server.fault("refuse")          # ... or nothing listens ("hang", "invalid_json",
+        server.heal()                   # "wrong_schema" too), until healed
+
 Endpoints are a registry by path (:meth:`FakeOpenAIServer.route`); ``/v1/embeddings``,
 ``/v1/chat/completions`` and ``/v1/responses`` (each plain or ``"stream": true``) are built
 in. The plumbing lives in :mod:`fakes._http`.

@@ -8,6 +8,7 @@ vectors or NaNs would otherwise corrupt the store silently.
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from collections.abc import Sequence
@@ -16,7 +17,8 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
-from memstrata.errors import ConfigError, EmbeddingError
+from memstrata._unavailable import unavailable_status
+from memstrata.errors import ConfigError, EmbeddingError, EmbeddingUnavailableError
 
 __all__ = ["OpenAIEmbedder"]
 
@@ -94,6 +96,8 @@ class OpenAIEmbedder:
         self._dim: int | None = dimensions
         self._dim_lock = threading.Lock()
         self.name = f"OpenAI-compatible embeddings {self.model!r} at {self._where}"
+        #: What an outage of the endpoint is recorded as (``memstrata stats``).
+        self.service = f"embedder openai:{self.model}"
 
     def close(self) -> None:
         """Close the SDK's HTTP connection pool; the embedder is unusable afterwards."""
@@ -139,23 +143,26 @@ class OpenAIEmbedder:
             kwargs["dimensions"] = self._dimensions
         what = f"embedding request to {self._where} (model {self.model!r}, batch of {len(batch)})"
         attempts = f"{self._max_retries + 1} attempt{'s' if self._max_retries else ''}"
+        # Unreachable, timed out, overloaded, refusing the key or model, or answering what
+        # is not an embeddings response: an outage (processing pauses, see jobs), unlike
+        # a refused request or an invalid answer (_check).
+        down = functools.partial(EmbeddingUnavailableError, service=self.service)
         try:
             response = self._client.embeddings.create(**kwargs)
         except openai.APITimeoutError as exc:
-            raise EmbeddingError(f"{what} timed out after {self._timeout:g}s ({attempts})") from exc
+            raise down(f"{what} timed out after {self._timeout:g}s ({attempts})") from exc
         except openai.APIConnectionError as exc:
-            raise EmbeddingError(f"{what} failed: cannot connect ({exc}; {attempts})") from exc
+            raise down(f"{what} failed: cannot connect ({exc}; {attempts})") from exc
         except openai.APIStatusError as exc:
             # The SDK has already retried the transient statuses (408, 409, 429, 5xx).
             status = exc.status_code
             tries = f" ({attempts})" if status in (408, 409, 429) or status >= 500 else ""
-            raise EmbeddingError(
-                f"{what} failed with HTTP {status}{tries}: {_status_detail(exc)}"
-            ) from exc
+            error = down if unavailable_status(status) else EmbeddingError
+            raise error(f"{what} failed with HTTP {status}{tries}: {_status_detail(exc)}") from exc
         except openai.OpenAIError as exc:
             raise EmbeddingError(f"{what} failed: {exc}") from exc
         except (ValueError, TypeError) as exc:  # the SDK lets a non-JSON body escape as-is
-            raise EmbeddingError(f"{what} returned a malformed response: {exc}") from exc
+            raise down(f"{what} returned a malformed response: {exc}") from exc
         return self._check(response, len(batch), what)
 
     def _check(self, response: Any, expected: int, what: str) -> np.ndarray:

@@ -2,8 +2,10 @@
 
 Jobs live in the store (written in the same transaction as the messages they process),
 so a crash loses nothing: a job is ``queued`` until a worker claims it, ``done`` once its
-results are committed, retried with backoff when processing fails, and taken over by
-another worker when its holder died.
+results are committed, retried with backoff when processing fails (``failed`` after
+``max_attempts`` attempts of its own), and taken over by another worker when its holder
+died. An outage of a service the pipeline needs fails nothing: the store claims no batch
+until the outage's next probe (``run_batch``).
 
 * ``WorkerPool`` (SQLite, embedded): worker threads poll the store and hold jobs under
   leases that a heartbeat extends; a lease that runs out marks a dead holder.

@@ -88,6 +88,7 @@ class DispatchStore(Store, Protocol):
     ) -> ClaimedBatch | None: ...
     def wake_users(self, users: Sequence[tuple[str, str]], delay: float = 0.0) -> int: ...
     def wake_orphans(self) -> int: ...
+    def wake_all(self) -> int: ...
     def queue_workers_alive(self, within_seconds: float) -> int: ...
 
 
@@ -148,6 +149,8 @@ class ProcrastinateQueue:
         max_attempts: int = 8,
         backoff_seconds: float = 2.0,
         backoff_max_seconds: float = 600.0,
+        outage_backoff_seconds: float = 2.0,
+        outage_backoff_max_seconds: float = 60.0,
         batch_max_messages: int = 256,
         poll_seconds: float = 0.5,
         nice: int = 0,
@@ -167,6 +170,8 @@ class ProcrastinateQueue:
         self.max_attempts = max_attempts
         self.backoff_seconds = backoff_seconds
         self.backoff_max_seconds = backoff_max_seconds
+        self.outage_backoff_seconds = outage_backoff_seconds
+        self.outage_backoff_max_seconds = outage_backoff_max_seconds
         self.batch_max_messages = batch_max_messages
         self.poll_seconds = poll_seconds
         self.nice = nice  # the job threads' lower priority (_priority.py)
@@ -448,6 +453,10 @@ class ProcrastinateQueue:
                     max_attempts=self.max_attempts,
                     backoff_seconds=self.backoff_seconds,
                     backoff_max_seconds=self.backoff_max_seconds,
+                    outage_backoff_seconds=self.outage_backoff_seconds,
+                    outage_backoff_max_seconds=self.outage_backoff_max_seconds,
+                    # Every user's wake-up waited for the probe: due now instead.
+                    on_resume=self.store.wake_all,
                 )
                 with self._progress:
                     self._runs += 1

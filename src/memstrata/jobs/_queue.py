@@ -62,6 +62,8 @@ def open_queue(
     max_attempts: int,
     backoff_seconds: float,
     backoff_max_seconds: float,
+    outage_backoff_seconds: float,
+    outage_backoff_max_seconds: float,
     batch_max_messages: int,
     nice: int = 0,
 ) -> JobQueue:
@@ -72,6 +74,8 @@ def open_queue(
         "max_attempts": max_attempts,
         "backoff_seconds": backoff_seconds,
         "backoff_max_seconds": backoff_max_seconds,
+        "outage_backoff_seconds": outage_backoff_seconds,
+        "outage_backoff_max_seconds": outage_backoff_max_seconds,
         "batch_max_messages": batch_max_messages,
         "nice": nice,
     }

@@ -4,6 +4,7 @@ for PostgreSQL."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import random
@@ -15,7 +16,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
 from .._priority import lower_this_thread
-from ..errors import ProcessingError
+from ..errors import ProcessingError, UnavailableError
 from ..store import ClaimedBatch, LeaseLostError, Store
 
 __all__ = [
@@ -87,45 +88,43 @@ def run_batch(
     max_attempts: int,
     backoff_seconds: float,
     backoff_max_seconds: float,
+    outage_backoff_seconds: float,
+    outage_backoff_max_seconds: float,
+    on_resume: Callable[[], None] | None = None,
 ) -> None:
-    """Run ``handler`` over a claimed batch; a failure is recorded on the batch's jobs and
-    retried with backoff (or failed for good after ``max_attempts``), never raised. A
-    batch whose claim was lost meanwhile is discarded: its holder's successor redoes it."""
+    """Run ``handler`` over a claimed batch; a failure is recorded, never raised.
+
+    * A service it needs is unavailable (``UnavailableError``: the LLM or the embedder is
+      down, overloaded, or refuses the configuration): an outage. Processing pauses (the
+      store claims nothing until the outage's next probe, with its own backoff) and the
+      jobs wait for it; the attempt does not count.
+    * Any other failure of a batch of several jobs: which job caused it is not known, so
+      the attempt counts for none of them, and their retry takes half as many jobs (down
+      to one), which narrows the failure down to the job that causes it while the others
+      go through.
+    * A job failing alone: its own attempt counts; it is retried alone with backoff, and
+      fails for good after ``max_attempts`` (a job failed for good no longer holds back
+      its user's later jobs).
+
+    A probe (``batch.probe``) that ends otherwise than by an outage ends the outage, then
+    ``on_resume()`` lets the waiting work go on. A batch whose claim was lost meanwhile
+    is discarded: its holder's successor redoes it."""
     started = time.perf_counter()
     try:
         handler(batch)
     except LeaseLostError:
         log.warning("jobs %s were reclaimed by another worker; result discarded", batch.job_ids)
         return
-    except Exception as exc:  # every failure is recorded and retried, never raised here
-        error = f"{type(exc).__name__}: {exc}"
-        retry_at = None
-        if batch.attempts < max_attempts:
-            retry_at = time.time() + backoff_delay(
-                batch.attempts, backoff_seconds, backoff_max_seconds
-            )
-        try:
-            calls = getattr(exc, "memstrata_calls", ())
-            store.fail_batch(batch, error, retry_at, calls)
-        except LeaseLostError:
-            return
-        if retry_at is None:
-            log.error(
-                "jobs %s failed for good after %d attempts: %s",
-                batch.job_ids,
-                batch.attempts,
-                error,
-            )
-        else:
-            log.warning(
-                "jobs %s failed (attempt %d/%d), retrying in %.1fs: %s",
-                batch.job_ids,
-                batch.attempts,
-                max_attempts,
-                retry_at - time.time(),
-                error,
-            )
+    except UnavailableError as exc:
+        _pause(store, batch, exc, outage_backoff_seconds, outage_backoff_max_seconds)
         return
+    except Exception as exc:  # every failure is recorded and retried, never raised here
+        if batch.probe:  # the services answered: whatever went wrong, the outage is over
+            _resume(store, on_resume)
+        _fail(store, batch, exc, max_attempts, backoff_seconds, backoff_max_seconds)
+        return
+    if batch.probe:
+        _resume(store, on_resume)
     log.debug(
         "processed %d messages of %s/%s in %.1f ms",
         len(batch.messages),
@@ -133,6 +132,106 @@ def run_batch(
         batch.user_id,
         (time.perf_counter() - started) * 1000,
     )
+
+
+def _fail(
+    store: Store,
+    batch: ClaimedBatch,
+    exc: Exception,
+    max_attempts: int,
+    backoff_seconds: float,
+    backoff_max_seconds: float,
+) -> None:
+    error = f"{type(exc).__name__}: {exc}"
+    calls = getattr(exc, "memstrata_calls", ())
+    if len(batch.job_ids) > 1:
+        cap = (len(batch.job_ids) + 1) // 2
+        retry_at = time.time() + backoff_delay(1, backoff_seconds, backoff_max_seconds)
+        with contextlib.suppress(LeaseLostError):
+            store.fail_batch(batch, error, retry_at, calls, counted=False, retry_cap=cap)
+            log.warning(
+                "jobs %s failed together (an attempt of none of them); retrying them in "
+                "batches of at most %d jobs in %.1fs: %s",
+                batch.job_ids,
+                cap,
+                retry_at - time.time(),
+                error,
+            )
+        return
+    attempts = batch.job_attempts[batch.job_ids[0]]
+    retry_at = None
+    if attempts < max_attempts:
+        retry_at = time.time() + backoff_delay(attempts, backoff_seconds, backoff_max_seconds)
+    try:
+        store.fail_batch(batch, error, retry_at, calls, retry_cap=1)
+    except LeaseLostError:
+        return
+    if retry_at is None:
+        log.error("job %s failed for good after %d attempts: %s", batch.job_ids, attempts, error)
+    else:
+        log.warning(
+            "job %s failed (attempt %d/%d), retrying in %.1fs: %s",
+            batch.job_ids,
+            attempts,
+            max_attempts,
+            retry_at - time.time(),
+            error,
+        )
+
+
+def _pause(
+    store: Store, batch: ClaimedBatch, exc: UnavailableError, base: float, cap: float
+) -> None:
+    error = f"{type(exc).__name__}: {exc}"
+    outages = store.record_outage(
+        exc.service, error, lambda n: backoff_delay(n, base, cap), probe=batch.probe
+    )
+    try:
+        # Due at once: the outage holds every claim until its probe, and once the probe
+        # went through, these jobs need not wait for anything.
+        calls = getattr(exc, "memstrata_calls", ())
+        store.fail_batch(batch, error, time.time(), calls, counted=False)
+    except LeaseLostError:
+        return
+    outage = next(o for o in outages if o.service == exc.service)
+    wait = max(o.next_probe for o in outages) - time.time()
+    if outage.failures == 1 and not batch.probe:
+        log.warning(
+            "processing paused: %s is unavailable (%s); attempts are not counted, next "
+            "probe in %.1fs",
+            exc.service,
+            error,
+            wait,
+        )
+    elif batch.probe:
+        log.warning(
+            "processing still paused: %s unavailable for %.0fs (failed %d times): %s; next "
+            "probe in %.1fs",
+            exc.service,
+            time.time() - outage.since,
+            outage.failures,
+            error,
+            wait,
+        )
+    else:
+        log.info("jobs %s wait for the outage of %s to end", batch.job_ids, exc.service)
+
+
+def _resume(store: Store, on_resume: Callable[[], None] | None) -> None:
+    try:
+        ended = store.end_outage()
+    except Exception:  # the next probe ends it
+        log.exception("could not record the end of an outage")
+        return
+    for outage in ended:
+        log.warning(
+            "processing resumed: %s answers again after %.0fs unavailable (failed %d times)",
+            outage.service,
+            time.time() - outage.since,
+            outage.failures,
+        )
+    if ended and on_resume is not None:
+        on_resume()
 
 
 class WorkerPool:
@@ -154,6 +253,8 @@ class WorkerPool:
         max_attempts: int = 8,
         backoff_seconds: float = 2.0,
         backoff_max_seconds: float = 600.0,
+        outage_backoff_seconds: float = 2.0,
+        outage_backoff_max_seconds: float = 60.0,
         batch_max_messages: int = 256,
         poll_seconds: float = 0.5,
         nice: int = 0,
@@ -165,6 +266,8 @@ class WorkerPool:
         self.max_attempts = max_attempts
         self.backoff_seconds = backoff_seconds
         self.backoff_max_seconds = backoff_max_seconds
+        self.outage_backoff_seconds = outage_backoff_seconds
+        self.outage_backoff_max_seconds = outage_backoff_max_seconds
         self.batch_max_messages = batch_max_messages
         self.poll_seconds = poll_seconds
         self.nice = nice  # the worker threads' lower priority (_priority.py)
@@ -247,6 +350,10 @@ class WorkerPool:
             max_attempts=self.max_attempts,
             backoff_seconds=self.backoff_seconds,
             backoff_max_seconds=self.backoff_max_seconds,
+            outage_backoff_seconds=self.outage_backoff_seconds,
+            outage_backoff_max_seconds=self.outage_backoff_max_seconds,
+            # Idle workers wait for the probe; with the outage over, work is due now.
+            on_resume=self._wake.set,
         )
 
     def _loop(self, worker_id: str) -> None:

@@ -16,24 +16,37 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..errors import ConfigError, MemstrataError
+from .._unavailable import unavailable_status
+from ..errors import ConfigError, MemstrataError, UnavailableError
 
 __all__ = [
     "ChatModel",
     "ChatResult",
     "LLMError",
     "LLMOutputError",
+    "LLMUnavailableError",
     "complete_json",
     "describe_error",
     "make_chat_model",
     "parse_json_object",
+    "sdk_error",
+    "unavailable",
 ]
 
 log = logging.getLogger("memstrata.llm")
 
 
 class LLMError(MemstrataError):
-    """The model could not be reached or refused the request (after the SDK's retries)."""
+    """The model call failed (after the SDK's retries). As such (e.g. HTTP 400, 413, 422)
+    the request was refused, which counts against the batch that made it; the subclasses
+    say the model is unavailable, or answered unusably."""
+
+
+class LLMUnavailableError(LLMError, UnavailableError):
+    """The model cannot be used right now: unreachable, timed out, overloaded (408, 409,
+    429, 5xx), answering something that is not a model response, or refusing the
+    configured key, permissions or model (401, 403, 404). Nothing about the request's
+    content: the job queue pauses processing until the model answers again."""
 
 
 class LLMOutputError(LLMError):
@@ -164,6 +177,23 @@ def describe_error(exc: Exception) -> str:
     status = getattr(exc, "status_code", None)
     text = " ".join(str(exc).split())[:300]
     return f"HTTP {status}: {text}" if status else f"{type(exc).__name__}: {text}"
+
+
+def unavailable(model_id: str, what: str) -> LLMUnavailableError:
+    """An outage of the model ``model_id`` (``ChatModel.id``; the service ``llm <id>``):
+    "<id> <what>"."""
+    return LLMUnavailableError(f"{model_id} {what}", service=f"llm {model_id}")
+
+
+def sdk_error(model_id: str, exc: Exception) -> LLMError:
+    """What a provider SDK's error (after its own retries) means: an outage when the
+    model could not be reached or its status says so (:func:`unavailable_status`), else a
+    refusal of this request. Connection errors and timeouts carry no status."""
+    what = f"failed: {describe_error(exc)}"
+    status = getattr(exc, "status_code", None)
+    if not isinstance(status, int) or unavailable_status(status):
+        return unavailable(model_id, what)
+    return LLMError(f"{model_id} {what}")
 
 
 def _short(exc: Exception) -> str:

@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from ..errors import ConfigError
-from . import ChatResult, LLMError
+from . import ChatResult, LLMError, sdk_error, unavailable
 from . import describe_error as _detail
 
 __all__ = ["AnthropicChatModel"]
@@ -74,10 +74,10 @@ class AnthropicChatModel:
                 )
                 self._structured = False
             except self._anthropic.AnthropicError as exc:
-                raise LLMError(f"{self.id} failed: {_detail(exc)}") from exc
+                raise sdk_error(self.id, exc) from exc
             except (ValueError, TypeError, AttributeError, KeyError) as exc:
-                # A 200 whose body is not a Messages response: retryable like a 5xx.
-                raise LLMError(f"{self.id} returned a malformed response: {exc}") from exc
+                # A 200 whose body is not a Messages response: an outage like a 5xx.
+                raise unavailable(self.id, f"returned a malformed response: {exc}") from exc
 
     def _call(
         self,

@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 from ..errors import ConfigError
-from . import ChatResult, LLMError
+from . import ChatResult, LLMError, sdk_error, unavailable
 from . import describe_error as _detail
 
 __all__ = ["OpenAIChatModel"]
@@ -52,7 +52,8 @@ class OpenAIChatModel:
             key = "not-needed"
         self._openai = openai
         # The SDK retries connection errors, 408, 409, 429 and 5xx with exponential backoff
-        # (honouring Retry-After); what still fails comes back to the job queue.
+        # (honouring Retry-After); what still fails is an outage for the job queue, which
+        # pauses processing and probes (sdk_error).
         self._client = openai.OpenAI(
             api_key=key, base_url=base_url, timeout=timeout, max_retries=max_retries
         )
@@ -100,11 +101,11 @@ class OpenAIChatModel:
                         )
                         self._mode = step + 1
             except self._openai.OpenAIError as exc:
-                raise LLMError(f"{self.id} failed: {_detail(exc)}") from exc
+                raise sdk_error(self.id, exc) from exc
             except (ValueError, TypeError, AttributeError, KeyError) as exc:
                 # A 200 whose body is not a chat completion (a proxy's HTML page, broken
-                # JSON): the endpoint is misbehaving, which is retryable like a 5xx.
-                raise LLMError(f"{self.id} returned a malformed response: {exc}") from exc
+                # JSON): not the model answering, so an outage like a 5xx.
+                raise unavailable(self.id, f"returned a malformed response: {exc}") from exc
 
     def _call(
         self, system: str, user: str, schema: dict[str, Any] | None, mode: str, max_tokens: int
@@ -134,7 +135,7 @@ class OpenAIChatModel:
         )
         latency = (time.perf_counter() - started) * 1000
         if not response.choices:
-            raise LLMError(f"{self.id} returned no choices")
+            raise unavailable(self.id, "returned no choices")
         choice = response.choices[0]
         text = choice.message.content or ""
         if choice.finish_reason == "length":

@@ -7,7 +7,7 @@ them into the public pydantic types.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -30,6 +30,7 @@ __all__ = [
     "LeaseLostError",
     "MessageRow",
     "MetadataCondition",
+    "OutageRow",
     "OutboxItem",
     "OutboxWrite",
     "ProjectRow",
@@ -102,7 +103,25 @@ class ClaimedBatch:
     user_id: str
     job_ids: list[int]
     messages: list[MessageRow]
-    attempts: int
+    #: Each job's attempts, this one included: a job merged into a batch late has fewer.
+    job_attempts: dict[int, int]
+    #: The claim let through to try the services again during an outage (``record_outage``).
+    probe: bool = False
+
+
+@dataclass(frozen=True)
+class OutageRow:
+    """A service processing needs that is down: no batch is claimed before ``next_probe``,
+    then one (the probe) is let through every ``retry_every`` seconds until one ends
+    otherwise than by this outage. Times are epoch seconds."""
+
+    service: str
+    since: float
+    failures: int
+    last_error: str
+    last_failure: float
+    retry_every: float
+    next_probe: float
 
 
 @dataclass
@@ -325,7 +344,12 @@ class Store(Protocol):
         lease_seconds: float,
         max_messages: int,
         for_jobs: Sequence[int] = (),
-    ) -> ClaimedBatch | None: ...
+    ) -> ClaimedBatch | None:
+        """The oldest ready jobs of one user (of the users of ``for_jobs``, if given), now
+        held by ``worker_id``. During an outage none before its next probe; then this
+        claim is the probe (``batch.probe``)."""
+        ...
+
     def extend_lease(
         self, job_ids: Sequence[int], worker_id: str, lease_seconds: float
     ) -> bool: ...
@@ -343,7 +367,28 @@ class Store(Protocol):
         error: str,
         retry_at: float | None,
         calls: Sequence[CallWrite] = (),
-    ) -> None: ...
+        *,
+        counted: bool = True,
+        retry_cap: int | None = None,
+    ) -> None:
+        """Record a failed attempt: the jobs fail for good (``retry_at`` None) or are
+        queued again for ``retry_at``. ``counted=False``: the attempt does not count (each
+        job's attempts go back down by one). ``retry_cap``: a later claim that takes any
+        of these jobs takes at most that many jobs in all."""
+        ...
+
+    # outages of the services processing needs (see OutageRow)
+    def record_outage(
+        self, service: str, error: str, delay: Callable[[int], float], *, probe: bool
+    ) -> list[OutageRow]:
+        """``service`` failed a batch by being unavailable. A new outage, or a failed
+        probe, schedules the next probe ``delay(failures)`` seconds from now; another
+        batch failing meanwhile only updates the error. Returns every current outage."""
+        ...
+
+    def end_outage(self) -> list[OutageRow]:
+        """A probe ended otherwise than by an outage: claims go on. Returns what ended."""
+        ...
 
     # derived layers
     def context_messages(

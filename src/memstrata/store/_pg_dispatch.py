@@ -9,7 +9,8 @@ SQL that keeps the two in step, and the claim a wake-up's run makes.
 
 * ``memstrata_wake(projects, users, delay)`` makes sure each user with unfinished jobs has
   a waiting wake-up, due when the user's oldest unfinished job may run (a job in backoff
-  holds back every later one: per-user order). One ``INSERT .. ON CONFLICT`` on
+  holds back every later one: per-user order), and not before the next probe of an outage
+  (``outages``: claims wait for it). One ``INSERT .. ON CONFLICT`` on
   procrastinate's partial unique index of waiting jobs: a user who already has one keeps
   it, brought forward if this one is due earlier. (procrastinate's
   ``procrastinate_defer_jobs_v1`` is that same INSERT without the merge; calling it would
@@ -29,10 +30,11 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from . import ClaimedBatch
-from ._pg_base import MESSAGE_COLUMNS, PgBase, message_row
+from . import ClaimedBatch, OutageRow
+from ._batches import JOB_ROW, admit, take_jobs
+from ._pg_base import PgBase
 
 __all__ = ["DISPATCH_QUEUE", "DISPATCH_TASK", "PostgresDispatch"]
 
@@ -41,7 +43,7 @@ log = logging.getLogger("memstrata.store")
 DISPATCH_TASK = "memstrata.process_user"
 DISPATCH_QUEUE = "memstrata"
 # Version of the SQL below; stored in ``meta`` so that it is replaced when it changes.
-_GLUE_VERSION = "1"
+_GLUE_VERSION = "2"
 
 _GLUE = f"""
 CREATE OR REPLACE FUNCTION memstrata_user_key(p_project text, p_user text) RETURNS text
@@ -65,7 +67,9 @@ BEGIN
         SELECT scope.project_id, scope.user_id,
                greatest(CASE WHEN head.status = 'queued' THEN head.run_after
                              ELSE coalesce(head.lease_until, 0) END,
-                        now_epoch + p_delay) AS at
+                        now_epoch + p_delay,
+                        -- During an outage nothing is claimed before its next probe.
+                        (SELECT max(o.next_probe) FROM outages o)) AS at
           FROM scope
           CROSS JOIN LATERAL (
               SELECT j.status, j.run_after, j.lease_until FROM jobs j
@@ -109,6 +113,20 @@ CREATE TRIGGER memstrata_jobs_updated AFTER UPDATE ON jobs
 
 class PostgresDispatch(PgBase):
     """Mixin: what ``ProcrastinateQueue`` needs from the PostgreSQL store."""
+
+    if TYPE_CHECKING:  # provided by PostgresJobs
+
+        def _take(
+            self,
+            c: Any,
+            worker_id: str,
+            lease_until: float | None,
+            user: tuple[str, str],
+            job_ids: list[int],
+            hold: float | None,
+        ) -> ClaimedBatch: ...
+        @staticmethod
+        def _outages(c: Any, *, lock: bool = False) -> list[OutageRow]: ...
 
     def install_dispatch(self, schema: str, migrations: Sequence[tuple[str, str]]) -> None:
         """Install procrastinate's ``schema`` (or the ``migrations`` newer than the one
@@ -180,52 +198,29 @@ class PostgresDispatch(PgBase):
             # Waits for a write of this user in flight (add_messages holds the lock until it
             # commits), so a job committed while this wake-up was being fetched is seen.
             self._lock_user(c, project_id, user_id)
-            rows = c.execute(
-                "SELECT id, status, run_after, lease_until, size FROM jobs "
-                "WHERE project_id = %s AND user_id = %s AND status IN ('queued', 'running') "
-                "ORDER BY id LIMIT 256 FOR UPDATE",
-                (project_id, user_id),
-            ).fetchall()
-            job_ids: list[int] = []
-            total = 0
-            for jid, status, run_after, lease_until, size in rows:
-                if status == "queued":
-                    ready = run_after <= now
-                else:
-                    # Held without a lease: by a wake-up's run, dead since this one holds
-                    # the user's lock. Under a live store lease (claim_batch): not ours.
-                    ready = lease_until is None or lease_until < now
-                if not ready or (job_ids and total + size > max_messages):
-                    break
-                job_ids.append(jid)
-                total += size
+            admitted, hold = admit(self._outages(c, lock=True), now)
+            if not admitted:
+                return None
+
+            def ready(row: Sequence[Any]) -> bool:
+                if row[1] == "queued":
+                    return bool(row[2] <= now)
+                # Held without a lease: by a wake-up's run, dead since this one holds the
+                # user's lock. Under a live store lease (claim_batch): not ours.
+                return row[3] is None or row[3] < now
+
+            job_ids = take_jobs(
+                c.execute(
+                    f"SELECT {JOB_ROW} FROM jobs WHERE project_id = %s AND user_id = %s "
+                    "AND status IN ('queued', 'running') ORDER BY id LIMIT 256 FOR UPDATE",
+                    (project_id, user_id),
+                ).fetchall(),
+                max_messages,
+                ready,
+            )
             if not job_ids:
                 return None
-            attempts = c.execute(
-                "UPDATE jobs SET status = 'running', locked_by = %s, lease_until = NULL, "
-                "attempts = attempts + 1 WHERE id = ANY(%s::bigint[]) RETURNING attempts",
-                (worker_id, job_ids),
-            ).fetchall()
-            c.execute(
-                "UPDATE messages SET attempts = attempts + 1 WHERE job_id = ANY(%s::bigint[])",
-                (job_ids,),
-            )
-            messages = [
-                message_row(r)
-                for r in c.execute(
-                    f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE job_id = ANY(%s::bigint[]) "
-                    "ORDER BY pk",
-                    (job_ids,),
-                )
-            ]
-        return ClaimedBatch(
-            worker_id=worker_id,
-            project_id=project_id,
-            user_id=user_id,
-            job_ids=job_ids,
-            messages=messages,
-            attempts=max(int(a[0]) for a in attempts),
-        )
+            return self._take(c, worker_id, None, (project_id, user_id), job_ids, hold)
 
     def wake_users(self, users: Sequence[tuple[str, str]], delay: float = 0.0) -> int:
         """Make sure each of ``users`` with unfinished jobs has a waiting wake-up, due no
@@ -250,6 +245,18 @@ class PostgresDispatch(PgBase):
                 "     SELECT 1 FROM procrastinate_jobs p "
                 "      WHERE p.lock = memstrata_user_key(j.project_id, j.user_id) "
                 "        AND p.status IN ('todo', 'doing'))) o "
+                "HAVING count(*) > 0"
+            ).fetchone()
+        return int(row[0] or 0) if row else 0
+
+    def wake_all(self) -> int:
+        """Bring every user's wake-up forward to when its work may run: an outage ended,
+        and wake-ups scheduled for its next probe need not wait for it."""
+        with self._write() as c:
+            row = c.execute(
+                "SELECT memstrata_wake(array_agg(u.project_id), array_agg(u.user_id)) FROM ("
+                "  SELECT DISTINCT project_id, user_id FROM jobs "
+                "   WHERE status IN ('queued', 'running')) u "
                 "HAVING count(*) > 0"
             ).fetchone()
         return int(row[0] or 0) if row else 0

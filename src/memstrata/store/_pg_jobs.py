@@ -7,7 +7,10 @@ can later replace or wrap exactly this part. Semantics are SQLite's (store/sqlit
   earlier job of the same (project, user) is unfinished: each user's messages are
   processed in acceptance order, one batch at a time.
 * A claim takes that head job and the user's following claimable jobs up to
-  ``max_messages``, in one transaction, under a lease.
+  ``max_messages`` (and the smallest ``batch_cap`` among them), in one transaction, under
+  a lease.
+* During an outage (``outages``) nothing is claimed before its next probe; the first
+  claim after it is the probe and holds the gate for one more backoff.
 * Completing or failing a batch first checks, with the job rows locked, that the worker
   still holds every job; a worker whose lease ran out and was reclaimed gets
   ``LeaseLostError`` and its work is discarded.
@@ -22,16 +25,29 @@ How PostgreSQL keeps that with many workers on many machines:
   ``erase_user`` hold the same lock while they write the user's rows, so a claim never
   interleaves with a half-written batch of that user and job ids of one user are
   committed in id order (``add_messages`` allocates them under the lock).
+* Claimers lock the outage rows (``FOR UPDATE``) before they look at the gate, so a due
+  probe is taken by one of them only.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import astuple
 from typing import TYPE_CHECKING, Any
 
 from .._time import now_iso
-from . import CallWrite, ClaimedBatch, LayerWrite, LeaseLostError
+from . import CallWrite, ClaimedBatch, LayerWrite, LeaseLostError, OutageRow
+from ._batches import (
+    JOB_ROW,
+    NEXT_JOB_SQL,
+    OUTAGE_COLUMNS,
+    admit,
+    claimable,
+    next_job_time,
+    outage_after,
+    take_jobs,
+)
 from ._pg_base import MESSAGE_COLUMNS, PgBase, message_row, user_lock_sql
 
 if TYPE_CHECKING:
@@ -88,6 +104,9 @@ class PostgresJobs(PgBase):
         # tries find another user's head in the meantime.
         for _ in range(4):
             with self._write() as c:
+                admitted, hold = admit(self._outages(c, lock=True), now)
+                if not admitted:
+                    return None
                 head = c.execute(
                     "SELECT j.id, j.project_id, j.user_id FROM jobs j "
                     f"WHERE j.status IN ('queued', 'running') AND {_READY} "
@@ -107,38 +126,38 @@ class PostgresJobs(PgBase):
                 if not locked or not locked[0]:
                     skipped.append(f"{project_id}\x1f{user_id}")
                     continue
-                return self._take(c, worker_id, lease_seconds, max_messages, now, head)
+                job_ids = take_jobs(
+                    c.execute(
+                        f"SELECT {JOB_ROW} FROM jobs WHERE project_id = %s AND user_id = %s "
+                        "AND status IN ('queued', 'running') AND id >= %s "
+                        "ORDER BY id LIMIT 256 FOR UPDATE",
+                        (project_id, user_id, head[0]),
+                    ).fetchall(),
+                    max_messages,
+                    claimable(now),
+                )
+                return self._take(
+                    c, worker_id, now + lease_seconds, (project_id, user_id), job_ids, hold
+                )
         return None
 
     def _take(
         self,
         c: psycopg.Connection[Any],
         worker_id: str,
-        lease_seconds: float,
-        max_messages: int,
-        now: float,
-        head: tuple[int, str, str],
+        lease_until: float | None,
+        user: tuple[str, str],
+        job_ids: list[int],
+        hold: float | None,
     ) -> ClaimedBatch:
-        first_id, project_id, user_id = head
-        job_ids: list[int] = []
-        total = 0
-        for jid, status, run_after, lease_until, size in c.execute(
-            "SELECT id, status, run_after, lease_until, size FROM jobs "
-            "WHERE project_id = %s AND user_id = %s AND status IN ('queued', 'running') "
-            "AND id >= %s ORDER BY id LIMIT 256 FOR UPDATE",
-            (project_id, user_id, first_id),
-        ).fetchall():
-            ready = (status == "queued" and run_after <= now) or (
-                status == "running" and (lease_until or 0) < now
-            )
-            if not ready or (job_ids and total + size > max_messages):
-                break
-            job_ids.append(jid)
-            total += size
+        """Hold ``job_ids`` of ``user`` for ``worker_id`` (this attempt counts), and the
+        outages' probe until ``hold`` when this claim is the probe."""
+        if hold is not None:
+            c.execute("UPDATE outages SET next_probe = %s", (hold,))
         attempts = c.execute(
             "UPDATE jobs SET status = 'running', locked_by = %s, lease_until = %s, "
-            "attempts = attempts + 1 WHERE id = ANY(%s::bigint[]) RETURNING attempts",
-            (worker_id, now + lease_seconds, job_ids),
+            "attempts = attempts + 1 WHERE id = ANY(%s::bigint[]) RETURNING id, attempts",
+            (worker_id, lease_until, job_ids),
         ).fetchall()
         c.execute(
             "UPDATE messages SET attempts = attempts + 1 WHERE job_id = ANY(%s::bigint[])",
@@ -154,12 +173,19 @@ class PostgresJobs(PgBase):
         ]
         return ClaimedBatch(
             worker_id=worker_id,
-            project_id=project_id,
-            user_id=user_id,
+            project_id=user[0],
+            user_id=user[1],
             job_ids=job_ids,
             messages=messages,
-            attempts=max(int(a[0]) for a in attempts),
+            job_attempts={int(j): int(a) for j, a in attempts},
+            probe=hold is not None,
         )
+
+    @staticmethod
+    def _outages(c: psycopg.Connection[Any], *, lock: bool = False) -> list[OutageRow]:
+        # Locked by a claim: two claimers never both take a due probe.
+        sql = f"SELECT {OUTAGE_COLUMNS} FROM outages" + (" FOR UPDATE" if lock else "")
+        return [OutageRow(*r) for r in c.execute(sql)]
 
     def _check_lease(self, c: psycopg.Connection[Any], batch: ClaimedBatch) -> None:
         # FOR UPDATE: a reclaim racing this commit waits for it, or this check sees it.
@@ -219,8 +245,12 @@ class PostgresJobs(PgBase):
         error: str,
         retry_at: float | None,
         calls: Sequence[CallWrite] = (),
+        *,
+        counted: bool = True,
+        retry_cap: int | None = None,
     ) -> None:
         error = error[:2000]
+        back = "" if counted else ", attempts = greatest(attempts - 1, 0)"
         with self._write() as c:
             self._check_lease(c, batch)
             # Tokens spent on a failed attempt were still spent: account for them.
@@ -228,24 +258,49 @@ class PostgresJobs(PgBase):
             if retry_at is not None:
                 c.execute(
                     "UPDATE jobs SET status = 'queued', run_after = %s, locked_by = NULL, "
-                    "lease_until = NULL, last_error = %s WHERE id = ANY(%s::bigint[])",
-                    (retry_at, error, batch.job_ids),
+                    "lease_until = NULL, last_error = %s, batch_cap = coalesce(%s, batch_cap)"
+                    f"{back} WHERE id = ANY(%s::bigint[])",
+                    (retry_at, error, retry_cap, batch.job_ids),
                 )
                 c.execute(
-                    "UPDATE messages SET error = %s WHERE job_id = ANY(%s::bigint[])",
+                    f"UPDATE messages SET error = %s{back} WHERE job_id = ANY(%s::bigint[])",
                     (error, batch.job_ids),
                 )
             else:
                 c.execute(
                     "UPDATE jobs SET status = 'failed', finished_at = %s, locked_by = NULL, "
-                    "lease_until = NULL, last_error = %s WHERE id = ANY(%s::bigint[])",
+                    f"lease_until = NULL, last_error = %s{back} WHERE id = ANY(%s::bigint[])",
                     (time.time(), error, batch.job_ids),
                 )
                 c.execute(
-                    "UPDATE messages SET status = 'failed', error = %s "
+                    f"UPDATE messages SET status = 'failed', error = %s{back} "
                     "WHERE job_id = ANY(%s::bigint[])",
                     (error, batch.job_ids),
                 )
+
+    def record_outage(
+        self, service: str, error: str, delay: Callable[[int], float], *, probe: bool
+    ) -> list[OutageRow]:
+        with self._write() as c:
+            # Serialises recorders (the rows may not exist yet to be locked).
+            c.execute("SELECT pg_advisory_xact_lock(hashtext('memstrata.outages'))")
+            known = {o.service: o for o in self._outages(c)}
+            row = outage_after(known.get(service), service, error, delay, time.time(), probe=probe)
+            c.execute(
+                f"INSERT INTO outages ({OUTAGE_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s) "
+                "ON CONFLICT (service) DO UPDATE SET since = excluded.since, "
+                "failures = excluded.failures, last_error = excluded.last_error, "
+                "last_failure = excluded.last_failure, retry_every = excluded.retry_every, "
+                "next_probe = excluded.next_probe",
+                astuple(row),
+            )
+            known[service] = row
+        return list(known.values())
+
+    def end_outage(self) -> list[OutageRow]:
+        with self._write() as c:
+            deleted = c.execute(f"DELETE FROM outages RETURNING {OUTAGE_COLUMNS}")
+            return [OutageRow(*r) for r in deleted]
 
     def retry_failed(self, project_id: str, user_id: str | None = None) -> int:
         """Queue terminally failed jobs again (after the cause was fixed)."""
@@ -256,7 +311,8 @@ class PostgresJobs(PgBase):
                 r[0]
                 for r in c.execute(
                     "UPDATE jobs SET status = 'queued', attempts = 0, run_after = %s, "
-                    f"finished_at = NULL WHERE status = 'failed' AND project_id = %s{sql_user} "
+                    "finished_at = NULL, batch_cap = NULL "
+                    f"WHERE status = 'failed' AND project_id = %s{sql_user} "
                     "RETURNING id",
                     [time.time(), *params],
                 )
@@ -291,8 +347,4 @@ class PostgresJobs(PgBase):
 
     def next_job_time(self) -> float | None:
         with self._read() as c:
-            row = c.execute(
-                "SELECT min(CASE status WHEN 'queued' THEN run_after ELSE lease_until END) "
-                "FROM jobs WHERE status IN ('queued', 'running')"
-            ).fetchone()
-        return None if row is None or row[0] is None else float(row[0])
+            return next_job_time(c.execute(NEXT_JOB_SQL).fetchone())

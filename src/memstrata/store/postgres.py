@@ -54,6 +54,7 @@ from . import (
     SummaryRow,
     TopicRow,
 )
+from ._batches import processing_state
 from ._pg_base import (
     APPLICATION_NAME,
     FACT_COLUMNS,
@@ -1769,6 +1770,7 @@ class PostgresStore(
                 "WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind = 'r'"
             ).fetchone()
             version = self._current_version(c)
+            outages = self._outages(c)
         return {
             "store": "postgres",
             "url": self.url,
@@ -1784,6 +1786,7 @@ class PostgresStore(
             "vectors": vectors,
             "embedder": self.get_meta("embedder"),
             "llm_usage": self.llm_usage(project_id),
+            "processing": processing_state(outages),
         }
 
     # -- recall --------------------------------------------------------------------------

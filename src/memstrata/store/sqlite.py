@@ -12,8 +12,9 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
+from dataclasses import astuple
 from decimal import Decimal
 from importlib import resources
 from typing import Any
@@ -32,10 +33,22 @@ from . import (
     LayerWrite,
     LeaseLostError,
     MessageRow,
+    OutageRow,
     SearchFilters,
     SessionRow,
     SummaryRow,
     TopicRow,
+)
+from ._batches import (
+    JOB_ROW,
+    NEXT_JOB_SQL,
+    OUTAGE_COLUMNS,
+    admit,
+    claimable,
+    next_job_time,
+    outage_after,
+    processing_state,
+    take_jobs,
 )
 from ._filters import MetadataCondition
 from ._sqlite_governance import SQLiteGovernance
@@ -710,19 +723,23 @@ class SQLiteStore(SQLiteGovernance, SQLiteWebhooks):
             if jobs
             else ""
         )
+        conn = self._conn()
         # Idle workers (and waiting callers) poll: look without taking the write lock first.
         if (
-            self._conn()
-            .execute(
+            conn.execute(
                 "SELECT 1 FROM jobs j WHERE ((j.status = 'queued' AND j.run_after <= ?) "
                 f"OR (j.status = 'running' AND j.lease_until < ?)) {scope}LIMIT 1",
                 (now, now, *jobs),
-            )
-            .fetchone()
+            ).fetchone()
             is None
+            or not admit(self._outages(conn), now)[0]
         ):
             return None
         with self._write() as c:
+            # Re-read under the write lock: only one claim takes a due probe.
+            admitted, hold = admit(self._outages(c), now)
+            if not admitted:
+                return None
             # The earliest unfinished job of its user, ready to run: per-user order holds
             # because a later job is never claimable while an earlier one is unfinished.
             head = c.execute(
@@ -739,21 +756,18 @@ class SQLiteStore(SQLiteGovernance, SQLiteWebhooks):
             if head is None:
                 return None
             first_id, project_id, user_id = head
-            job_ids: list[int] = []
-            total = 0
-            for jid, status, run_after, lease_until, size in c.execute(
-                "SELECT id, status, run_after, lease_until, size FROM jobs "
-                "WHERE project_id = ? AND user_id = ? AND status IN ('queued', 'running') "
-                "AND id >= ? ORDER BY id LIMIT 256",
-                (project_id, user_id, first_id),
-            ).fetchall():
-                ready = (status == "queued" and run_after <= now) or (
-                    status == "running" and (lease_until or 0) < now
-                )
-                if not ready or (job_ids and total + size > max_messages):
-                    break
-                job_ids.append(jid)
-                total += size
+            job_ids = take_jobs(
+                c.execute(
+                    f"SELECT {JOB_ROW} FROM jobs "
+                    "WHERE project_id = ? AND user_id = ? AND status IN ('queued', 'running') "
+                    "AND id >= ? ORDER BY id LIMIT 256",
+                    (project_id, user_id, first_id),
+                ).fetchall(),
+                max_messages,
+                claimable(now),
+            )
+            if hold is not None:
+                c.execute("UPDATE outages SET next_probe = ?", (hold,))
             marks = ",".join("?" * len(job_ids))
             c.execute(
                 f"UPDATE jobs SET status = 'running', locked_by = ?, lease_until = ?, "
@@ -764,8 +778,8 @@ class SQLiteStore(SQLiteGovernance, SQLiteWebhooks):
                 f"UPDATE messages SET attempts = attempts + 1 WHERE job_id IN ({marks})", job_ids
             )
             attempts = c.execute(
-                f"SELECT max(attempts) FROM jobs WHERE id IN ({marks})", job_ids
-            ).fetchone()[0]
+                f"SELECT id, attempts FROM jobs WHERE id IN ({marks})", job_ids
+            ).fetchall()
             messages = [
                 _row_to_message(r)
                 for r in c.execute(
@@ -780,7 +794,8 @@ class SQLiteStore(SQLiteGovernance, SQLiteWebhooks):
             user_id=user_id,
             job_ids=job_ids,
             messages=messages,
-            attempts=int(attempts),
+            job_attempts={int(j): int(a) for j, a in attempts},
+            probe=hold is not None,
         )
 
     def _check_lease(self, c: sqlite3.Connection, batch: ClaimedBatch) -> None:
@@ -858,9 +873,13 @@ class SQLiteStore(SQLiteGovernance, SQLiteWebhooks):
         error: str,
         retry_at: float | None,
         calls: Sequence[CallWrite] = (),
+        *,
+        counted: bool = True,
+        retry_cap: int | None = None,
     ) -> None:
         marks = ",".join("?" * len(batch.job_ids))
         error = error[:2000]
+        back = "" if counted else ", attempts = max(attempts - 1, 0)"
         with self._write() as c:
             self._check_lease(c, batch)
             # Tokens spent on a failed attempt were still spent: account for them.
@@ -868,23 +887,48 @@ class SQLiteStore(SQLiteGovernance, SQLiteWebhooks):
             if retry_at is not None:
                 c.execute(
                     f"UPDATE jobs SET status = 'queued', run_after = ?, locked_by = NULL, "
-                    f"lease_until = NULL, last_error = ? WHERE id IN ({marks})",
-                    (retry_at, error, *batch.job_ids),
+                    f"lease_until = NULL, last_error = ?, batch_cap = coalesce(?, batch_cap)"
+                    f"{back} WHERE id IN ({marks})",
+                    (retry_at, error, retry_cap, *batch.job_ids),
                 )
                 c.execute(
-                    f"UPDATE messages SET error = ? WHERE job_id IN ({marks})",
+                    f"UPDATE messages SET error = ?{back} WHERE job_id IN ({marks})",
                     (error, *batch.job_ids),
                 )
             else:
                 c.execute(
                     f"UPDATE jobs SET status = 'failed', finished_at = ?, locked_by = NULL, "
-                    f"lease_until = NULL, last_error = ? WHERE id IN ({marks})",
+                    f"lease_until = NULL, last_error = ?{back} WHERE id IN ({marks})",
                     (time.time(), error, *batch.job_ids),
                 )
                 c.execute(
-                    f"UPDATE messages SET status = 'failed', error = ? WHERE job_id IN ({marks})",
+                    f"UPDATE messages SET status = 'failed', error = ?{back} "
+                    f"WHERE job_id IN ({marks})",
                     (error, *batch.job_ids),
                 )
+
+    @staticmethod
+    def _outages(c: sqlite3.Connection) -> list[OutageRow]:
+        return [OutageRow(*r) for r in c.execute(f"SELECT {OUTAGE_COLUMNS} FROM outages")]
+
+    def record_outage(
+        self, service: str, error: str, delay: Callable[[int], float], *, probe: bool
+    ) -> list[OutageRow]:
+        with self._write() as c:
+            known = {o.service: o for o in self._outages(c)}
+            row = outage_after(known.get(service), service, error, delay, time.time(), probe=probe)
+            c.execute(
+                f"INSERT OR REPLACE INTO outages ({OUTAGE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                astuple(row),
+            )
+            known[service] = row
+        return list(known.values())
+
+    def end_outage(self) -> list[OutageRow]:
+        with self._write() as c:
+            ended = self._outages(c)
+            c.execute("DELETE FROM outages")
+        return ended
 
     def retry_failed(self, project_id: str, user_id: str | None = None) -> int:
         """Queue terminally failed jobs again (after the cause was fixed)."""
@@ -904,7 +948,7 @@ class SQLiteStore(SQLiteGovernance, SQLiteWebhooks):
             marks = ",".join("?" * len(ids))
             c.execute(
                 f"UPDATE jobs SET status = 'queued', attempts = 0, run_after = ?, "
-                f"finished_at = NULL WHERE id IN ({marks})",
+                f"finished_at = NULL, batch_cap = NULL WHERE id IN ({marks})",
                 (now, *ids),
             )
             c.execute(f"UPDATE messages SET status = 'pending' WHERE job_id IN ({marks})", ids)
@@ -932,15 +976,7 @@ class SQLiteStore(SQLiteGovernance, SQLiteWebhooks):
         return int(self._conn().execute(sql, params).fetchone()[0])
 
     def next_job_time(self) -> float | None:
-        row = (
-            self._conn()
-            .execute(
-                "SELECT min(CASE status WHEN 'queued' THEN run_after ELSE lease_until END) "
-                "FROM jobs WHERE status IN ('queued', 'running')"
-            )
-            .fetchone()
-        )
-        return None if row is None or row[0] is None else float(row[0])
+        return next_job_time(self._conn().execute(NEXT_JOB_SQL).fetchone())
 
     # -- search ----------------------------------------------------------------------
 
@@ -1989,6 +2025,7 @@ class SQLiteStore(SQLiteGovernance, SQLiteWebhooks):
             "vectors": vectors,
             "embedder": self.get_meta("embedder"),
             "llm_usage": self.llm_usage(project_id),
+            "processing": processing_state(self._outages(conn)),
         }
 
     def recall_briefs(
