@@ -22,6 +22,7 @@ from fakes.memory_model import MemoryModel
 from fakes.openai_server import FakeOpenAIServer
 from memstrata import Memory
 from memstrata.cli import main
+from memstrata.errors import ProcessingError
 
 SPECS = {"openai": "openai:fake-chat", "anthropic": "anthropic:fake-claude"}
 # What the error of each fault says (the SDK's exception, or the status).
@@ -141,6 +142,29 @@ def test_another_process_sees_the_pause_in_memstrata_stats(
         server.heal()
         mem.wait(timeout=60)
         assert json.loads(stats("--json"))["processing"] == {"paused": False}
+    finally:
+        server.close()
+
+
+def test_waits_during_an_outage_say_so_and_close_does_not_wait(
+    make_memory: Callable[..., Memory],
+) -> None:
+    server = _server("openai")
+    try:
+        mem = _memory(make_memory, server, "openai", sync_timeout_seconds=1.0)
+        server.fault(503)
+        session = mem.sessions.create(user_id="u")
+        # A sync write that times out during an outage says why nothing moved.
+        with pytest.raises(ProcessingError, match="processing is paused: llm openai:fake-chat"):
+            session.add_messages(_say("I ordered a parcel for my sister."), sync=True)
+        session.add_messages(_say("I ordered a parcel for my brother."))
+        _until(lambda: mem.stats()["processing"]["paused"], "the pause")
+        # Nothing is processed before the model answers: close() does not run its clock out
+        # (it waited all of close_timeout_seconds), the jobs stay queued in the store.
+        started = time.monotonic()
+        mem.close(timeout=10)
+        assert time.monotonic() - started < 5
+        assert [s for s, _ in _messages(mem)] == ["pending", "pending"]
     finally:
         server.close()
 

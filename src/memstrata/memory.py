@@ -51,7 +51,7 @@ from .errors import (
 )
 from .hooks import Hooks
 from .hooks._engine import WebhookEngine
-from .jobs import FINISHED, JobQueue, job_states, open_queue
+from .jobs import FINISHED, JobQueue, job_states, open_queue, paused_because
 from .llm import ChatModel, make_chat_model
 from .pipeline import Pipeline, embedding_text
 from .recall import SEARCH_LAYERS, Recaller, parse_ts, search_options
@@ -640,7 +640,16 @@ class Memory:
         self.llm.close(timeout)
         with self._lock:
             self._closed = True
-        if self._pool.running and self._my_jobs:
+        paused = self._pool.running and self._my_jobs and paused_because(self._store)
+        if paused:
+            # Waiting would only run the clock out: nothing is processed before the outage
+            # ends, and the jobs stay queued for the next worker on this store.
+            log.warning(
+                "closing without waiting for queued work (%s); it stays in %s",
+                paused,
+                self._store.url,
+            )
+        elif self._pool.running and self._my_jobs:
             try:
                 self._pool.wait_jobs(sorted(self._my_jobs), max(0.0, deadline - time.monotonic()))
             except ProcessingError:

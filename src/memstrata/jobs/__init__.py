@@ -17,7 +17,15 @@ until the outage's next probe (``run_batch``).
 from __future__ import annotations
 
 from ._queue import JobQueue, open_queue
-from ._worker import FINISHED, BatchHandler, WorkerPool, backoff_delay, job_states, run_batch
+from ._worker import (
+    FINISHED,
+    BatchHandler,
+    WorkerPool,
+    backoff_delay,
+    job_states,
+    paused_because,
+    run_batch,
+)
 
 __all__ = [
     "FINISHED",
@@ -27,5 +35,6 @@ __all__ = [
     "backoff_delay",
     "job_states",
     "open_queue",
+    "paused_because",
     "run_batch",
 ]

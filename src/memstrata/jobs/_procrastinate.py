@@ -55,10 +55,10 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from .._priority import lower_this_thread
-from ..errors import ConfigError, ProcessingError
+from ..errors import ConfigError
 from ..store import ClaimedBatch, Store
 from ..store._pg_dispatch import DISPATCH_QUEUE, DISPATCH_TASK
-from ._worker import BatchHandler, WorkerPool, run_batch, wait_for_jobs
+from ._worker import BatchHandler, WorkerPool, run_batch, wait_for_jobs, wait_timed_out
 
 __all__ = ["DispatchStore", "ProcrastinateQueue"]
 
@@ -578,10 +578,7 @@ class ProcrastinateQueue:
         while not done():
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
-                raise ProcessingError(
-                    f"timed out after {timeout:.1f}s waiting for {what}; the messages are "
-                    "stored and will be processed by a worker"
-                )
+                raise wait_timed_out(self.store, timeout, what)
             step = 0.05 if remaining is None else min(0.05, remaining)
             if own and self.running and self._busy >= self.threads and self._run_own(own):
                 continue

@@ -25,8 +25,10 @@ __all__ = [
     "WorkerPool",
     "backoff_delay",
     "job_states",
+    "paused_because",
     "run_batch",
     "wait_for_jobs",
+    "wait_timed_out",
 ]
 
 log = logging.getLogger("memstrata.jobs")
@@ -78,6 +80,32 @@ def wait_for_jobs(
 
     queue.wait_until(finished, timeout, what=f"jobs {ids}", own=ids)
     return states
+
+
+def paused_because(store: Store) -> str | None:
+    """Why processing is paused (a service's outage), or None when it is not."""
+    try:
+        outages = store.outages()
+    except Exception:  # a store that cannot say is not reported as paused
+        return None
+    if not outages:
+        return None
+    first = min(outages, key=lambda o: o.since)
+    return (
+        f"processing is paused: {first.service} has been unavailable for "
+        f"{time.time() - first.since:.0f} s ({first.last_error[:200]}); it resumes by itself "
+        "once a probe gets an answer"
+    )
+
+
+def wait_timed_out(store: Store, timeout: float | None, what: str) -> ProcessingError:
+    """The error of a wait for ``what`` that ran out of ``timeout`` seconds."""
+    why = paused_because(store)
+    return ProcessingError(
+        f"timed out after {timeout or 0.0:.1f}s waiting for {what}; "
+        + (f"{why}. " if why else "")
+        + "The messages are stored and will be processed by a worker"
+    )
 
 
 def run_batch(
@@ -423,10 +451,7 @@ class WorkerPool:
         while not done():
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
-                raise ProcessingError(
-                    f"timed out after {timeout:.1f}s waiting for {what}; the messages are "
-                    "stored and will be processed by a worker"
-                )
+                raise wait_timed_out(self.store, timeout, what)
             if self.running:
                 if own and self._workers_busy() and self.run_once(for_jobs=own):
                     continue

@@ -390,6 +390,10 @@ class Store(Protocol):
         """A probe ended otherwise than by an outage: claims go on. Returns what ended."""
         ...
 
+    def outages(self) -> list[OutageRow]:
+        """The current outages; none: processing is not paused."""
+        ...
+
     # derived layers
     def context_messages(
         self, project_id: str, user_id: str, before_pk: int, limit: int

@@ -181,6 +181,10 @@ class PostgresJobs(PgBase):
             probe=hold is not None,
         )
 
+    def outages(self) -> list[OutageRow]:
+        with self._read() as c:
+            return self._outages(c)
+
     @staticmethod
     def _outages(c: psycopg.Connection[Any], *, lock: bool = False) -> list[OutageRow]:
         # Locked by a claim: two claimers never both take a due probe.

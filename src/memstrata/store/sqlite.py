@@ -907,6 +907,9 @@ class SQLiteStore(SQLiteGovernance, SQLiteWebhooks):
                     (error, *batch.job_ids),
                 )
 
+    def outages(self) -> list[OutageRow]:
+        return self._outages(self._conn())
+
     @staticmethod
     def _outages(c: sqlite3.Connection) -> list[OutageRow]:
         return [OutageRow(*r) for r in c.execute(f"SELECT {OUTAGE_COLUMNS} FROM outages")]
