@@ -77,9 +77,18 @@ def topic_key(name: str) -> str:
 
 
 def _line(m: MessageRow) -> str:
+    """A message as one line of the extraction prompt. Its text's own line breaks become
+    spaces: a message must not start a line of its own, where it could pass for another
+    message (``[id] (time) assistant: ...``) or for the prompt's own sections."""
     who = m.role if not m.event_type else f"{m.role} event {m.event_type}"
-    page = f" page={m.page}" if m.page else ""
-    return f"[{m.id}] ({m.ts[:16].replace('T', ' ')} UTC) {who}{page}: {m.content}"
+    page = f" page={_one_line(m.page)}" if m.page else ""
+    return f"[{m.id}] ({m.ts[:16].replace('T', ' ')} UTC) {_one_line(who)}{page}: " + _one_line(
+        m.content
+    )
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.splitlines())
 
 
 # -- what the LLM answers, validated ---------------------------------------------------------
