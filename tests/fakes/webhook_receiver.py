@@ -4,15 +4,21 @@ Each path answers with what its script returns for the parsed request; built-in 
 misbehave the ways a real receiver can: ``/hang`` never answers (until the server stops),
 ``/huge`` sends 10 MB, ``/redirect`` answers 302, ``/status/<code>`` answers that status,
 ``/not-json`` answers text, ``/list`` answers a JSON list, ``/data-string`` answers a
-``data`` that is not an object. Every request is recorded with its headers and raw body so
-tests can verify signatures the way a receiver would.
+``data`` that is not an object, ``/trickle-body`` sends its status line and headers at once
+and then its body one byte every ``trickle_interval`` seconds, ``/trickle-head`` sends even
+the status line and headers that way. Every request is recorded with its headers and raw
+body so tests can verify signatures the way a receiver would, and with when it arrived and
+when the exchange ended (the answer was complete, or the client hung up), so that a test
+can time a sender from the receiver's side.
 """
 
 from __future__ import annotations
 
 import json
+import select
 import socket
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -35,6 +41,15 @@ class Received:
     path: str
     headers: dict[str, str]
     body: bytes
+    #: ``time.monotonic()`` when the request had been read, and when the exchange ended:
+    #: the whole answer was sent, or the client was seen hanging up (``None`` until then).
+    arrived: float = 0.0
+    ended: float | None = None
+
+    @property
+    def seconds(self) -> float | None:
+        """How long the client stayed for the answer, as the receiver saw it."""
+        return None if self.ended is None else self.ended - self.arrived
 
     @property
     def json(self) -> dict[str, Any]:
@@ -44,8 +59,12 @@ class Received:
 class WebhookReceiver:
     """``with WebhookReceiver() as r: r.url("/x")``; ``r.script("/x", fn)`` sets answers."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, trickle_interval: float = 0.2, trickle_seconds: float = 200.0) -> None:
         self.requests: list[Received] = []
+        #: ``/trickle-*``: seconds between two bytes, and how long a trickle goes on at most
+        #: before the receiver gives up and closes (the answer is never complete).
+        self.trickle_interval = trickle_interval
+        self.trickle_seconds = trickle_seconds
         self._scripts: dict[str, Script] = {}
         self._lock = threading.Lock()
         self._release = threading.Event()
@@ -63,13 +82,25 @@ class WebhookReceiver:
             def do_POST(self) -> None:
                 length = int(self.headers.get("content-length") or 0)
                 body = self.rfile.read(length)
+                received = Received(
+                    self.path,
+                    {k.lower(): v for k, v in self.headers.items()},
+                    body,
+                    arrived=time.monotonic(),
+                )
                 with receiver._lock:
-                    receiver.requests.append(
-                        Received(self.path, {k.lower(): v for k, v in self.headers.items()}, body)
-                    )
+                    receiver.requests.append(received)
+                try:
+                    self._respond(body)
+                finally:
+                    received.ended = time.monotonic()
+
+            def _respond(self, body: bytes) -> None:
                 status, answer = receiver._answer(self.path, body)
-                if status == -1:  # /hang: hold the connection until the server stops
-                    receiver._release.wait(30)
+                if status == -1:  # /hang: hold the connection until the client goes
+                    while not receiver._release.wait(0.02) and not self._client_gone():
+                        pass
+                    self.close_connection = True
                     return
                 if status == -2:  # /huge
                     self.send_response(200)
@@ -82,6 +113,9 @@ class WebhookReceiver:
                             self.wfile.write(chunk)
                     except OSError:
                         pass  # the client stopped reading at its cap: expected
+                    return
+                if status in (-3, -4):  # /trickle-head, /trickle-body
+                    self._trickle(head_too=status == -3)
                     return
                 if answer is None:
                     data = b""
@@ -98,6 +132,38 @@ class WebhookReceiver:
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
+
+            def _trickle(self, *, head_too: bool) -> None:
+                # An answer that would take far longer than trickle_seconds to complete.
+                size = int(receiver.trickle_seconds / receiver.trickle_interval) + 10
+                head = (
+                    f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                    f"Content-Length: {size}\r\n\r\n"
+                ).encode()
+                stream = head + b" " * size
+                if not head_too:
+                    self.wfile.write(head)
+                    stream = stream[len(head) :]
+                self.close_connection = True
+                give_up = time.monotonic() + receiver.trickle_seconds
+                try:
+                    for i in range(len(stream)):
+                        if self._client_gone() or time.monotonic() > give_up:
+                            return
+                        self.wfile.write(stream[i : i + 1])
+                        if receiver._release.wait(receiver.trickle_interval):
+                            return
+                except OSError:
+                    return  # the client hung up between two bytes
+
+            def _client_gone(self) -> bool:
+                # The request has been read whole: anything readable now is the client's
+                # end of the connection (EOF or a reset).
+                try:
+                    readable, _, _ = select.select([self.connection], [], [], 0)
+                    return bool(readable) and not self.connection.recv(1, socket.MSG_PEEK)
+                except OSError:
+                    return True
 
             def log_message(self, *args: Any) -> None:
                 pass
@@ -128,6 +194,10 @@ class WebhookReceiver:
             return -1, None
         if path == "/huge":
             return -2, None
+        if path == "/trickle-head":
+            return -3, None
+        if path == "/trickle-body":
+            return -4, None
         if path == "/redirect":
             return 302, None
         if path.startswith("/status/"):
