@@ -41,7 +41,7 @@ import shlex
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -106,105 +106,77 @@ class Run:
 class Case:
     name: str
     backend: str
-    run: Callable[[Run], fm.Row]
 
 
-def _cases() -> list[Case]:
-    cases: list[Case] = []
-    for backend in ("sqlite", "postgres"):
-        cases += [
-            Case(
-                "serve-sigkill",
-                backend,
-                lambda r, b=backend: fm.serve_sigkill(r.db(b), r.workdir(), r.sizes.stream),
-            ),
-            Case(
-                "worker-sigkill",
-                backend,
-                lambda r, b=backend: fm.worker_sigkill(r.db(b), r.workdir(), r.sizes.stream),
-            ),
+MATRIX: list[Case] = [
+    *(
+        Case(name, b)
+        for b in ("sqlite", "postgres")
+        for name in ("serve-sigkill", "worker-sigkill")
+    ),
+    Case("postgres-restart-fast", "postgres"),
+    Case("postgres-restart-immediate", "postgres"),
+    *(
+        Case(f"llm-{fault}", backend)
+        for fault, backend in [
+            ("hang", "sqlite"),
+            ("500", "sqlite"),
+            ("500", "postgres"),
+            ("429", "sqlite"),
+            ("unreachable", "sqlite"),
+            ("invalid-json", "sqlite"),
+            ("invalid-json", "postgres"),
+            ("wrong-schema", "sqlite"),
         ]
-    for mode in ("fast", "immediate"):
-        cases.append(
-            Case(
-                f"postgres-restart-{mode}",
-                "postgres",
-                lambda r, m=mode: fm.postgres_restart(
-                    r.cluster(), r.db("postgres"), r.workdir(), m, r.sizes.stream
-                ),
-            )
-        )
-    short = [
-        ("hang", "sqlite"),
-        ("500", "sqlite"),
-        ("500", "postgres"),
-        ("429", "sqlite"),
-        ("unreachable", "sqlite"),
-        ("invalid-json", "sqlite"),
-        ("invalid-json", "postgres"),
-        ("wrong-schema", "sqlite"),
-    ]
-    for fault, backend in short:
-        cases.append(
-            Case(
-                f"llm-{fault}",
-                backend,
-                lambda r, f=fault, b=backend: fm.llm_fault(
-                    f,
-                    r.db(b),
-                    fault_seconds=r.sizes.llm_hang_s if f == "hang" else r.sizes.llm_fault_s,
-                ),
-            )
-        )
-    for backend in ("sqlite", "postgres"):
-        cases.append(Case("llm-outage", backend, lambda r, b=backend: _outage(r, b)))
-    webhooks = [(kind, "sqlite") for kind in fm.RECEIVERS] + [("trickle-body", "postgres")]
-    for kind, backend in webhooks:
-        cases.append(
-            Case(
-                f"webhook-{kind}",
-                backend,
-                lambda r, k=kind, b=backend: fm.webhook_receiver_fault(
-                    k, r.db(b), r.workdir(), trickle_seconds=r.sizes.trickle_s
-                ),
-            )
-        )
-    cases.append(
-        Case(
-            "sqlite-4-processes",
-            "sqlite",
-            lambda r: fm.sqlite_processes(r.workdir(), messages=r.sizes.sqlite_messages),
-        )
-    )
-    for calls in (5, 50):
-        cases += [
-            Case(
-                f"capture-close-{calls}",
-                "sqlite",
-                lambda r, n=calls: fm.capture_close(r.db("sqlite"), calls=n),
-            ),
-            Case(
-                f"capture-exit-{calls}",
-                "sqlite",
-                lambda r, n=calls: fm.capture_exit(r.db("sqlite"), r.workdir(), calls=n),
-            ),
-        ]
-    return cases
+    ),
+    Case("llm-outage", "sqlite"),
+    Case("llm-outage", "postgres"),
+    *(Case(f"webhook-{kind}", "sqlite") for kind in fm.RECEIVERS),
+    Case("webhook-trickle-body", "postgres"),
+    Case("sqlite-4-processes", "sqlite"),
+    *(Case(f"capture-{how}-{n}", "sqlite") for n in (5, 50) for how in ("close", "exit")),
+]
 
 
-def _outage(run: Run, backend: str) -> fm.Row:
-    # The target of the issue: a long outage with the default retry settings (--quick: the
-    # short ones), then the model back. Messages are written during its first half.
-    row = fm.llm_fault(
-        "unreachable",
-        run.db(backend),
-        fault_seconds=run.outage_s,
-        settings=run.outage_settings,
-        posts=6,
-        timeout=run.recover_timeout,
-    )
-    row.case = "llm-outage"
-    return row
+def _run_case(case: Case, run: Run) -> fm.Row:
+    name, backend, sizes = case.name, case.backend, run.sizes
+    if name == "serve-sigkill":
+        return fm.serve_sigkill(run.db(backend), run.workdir(), sizes.stream)
+    if name == "worker-sigkill":
+        return fm.worker_sigkill(run.db(backend), run.workdir(), sizes.stream)
+    if name.startswith("postgres-restart-"):
+        mode = name.removeprefix("postgres-restart-")
+        return fm.postgres_restart(
+            run.cluster(), run.db(backend), run.workdir(), mode, sizes.stream
+        )
+    if name == "llm-outage":
+        # The target of the issue: a long outage with the default retry settings (--quick:
+        # the short ones), then the model back. Messages are written during its first half.
+        row = fm.llm_fault(
+            "unreachable",
+            run.db(backend),
+            fault_seconds=run.outage_s,
+            settings=run.outage_settings,
+            posts=6,
+            timeout=run.recover_timeout,
+        )
+        row.case = name
+        return row
+    if name.startswith("llm-"):
+        fault = name.removeprefix("llm-")
+        seconds = sizes.llm_hang_s if fault == "hang" else sizes.llm_fault_s
+        return fm.llm_fault(fault, run.db(backend), fault_seconds=seconds)
+    if name.startswith("webhook-"):
+        kind = name.removeprefix("webhook-")
+        return fm.webhook_receiver_fault(
+            kind, run.db(backend), run.workdir(), trickle_seconds=sizes.trickle_s
+        )
+    if name == "sqlite-4-processes":
+        return fm.sqlite_processes(run.workdir(), messages=sizes.sqlite_messages)
+    how, calls = name.removeprefix("capture-").split("-")
+    if how == "close":
+        return fm.capture_close(run.db(backend), calls=int(calls))
+    return fm.capture_exit(run.db(backend), run.workdir(), calls=int(calls))
 
 
 def _selected(cases: list[Case], args: argparse.Namespace) -> list[Case]:
@@ -222,7 +194,7 @@ def _selected(cases: list[Case], args: argparse.Namespace) -> list[Case]:
 
 def _run_one(case: Case, run: Run) -> fm.Row:
     try:
-        return case.run(run)
+        return _run_case(case, run)
     except Exception as exc:  # a case that cannot be staged is a FAIL row, not a crash
         return fm.failed_setup(case.name, case.backend, exc)
 
@@ -271,7 +243,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("-v", "--verbose", action="store_true", help="show memstrata's own logs")
     args = p.parse_args(argv)
 
-    cases = _selected(_cases(), args)
+    cases = _selected(MATRIX, args)
     if args.list:
         for case in cases:
             print(f"{case.name:<28} {case.backend}")

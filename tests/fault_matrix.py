@@ -26,6 +26,7 @@ How the counts are made:
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import random
@@ -41,7 +42,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec
 
 import httpx
 
@@ -55,6 +56,8 @@ from fakes.webhook_receiver import WebhookReceiver
 from memstrata import Memory
 from memstrata.config import load_settings
 from server_proc import ServerProcess, free_port
+
+P = ParamSpec("P")
 
 __all__ = [
     "Check",
@@ -158,6 +161,19 @@ def failed_setup(case: str, backend: str, exc: BaseException) -> Row:
     row = Row(case, backend, note=f"did not complete: {type(exc).__name__}: {exc}"[:300])
     row.check("the case ran to the end", False, f"{type(exc).__name__}: {exc}"[:500])
     return row
+
+
+def _timed(case: Callable[P, Row]) -> Callable[P, Row]:
+    """Record in the row how long the case ran."""
+
+    @functools.wraps(case)
+    def run(*args: P.args, **kwargs: P.kwargs) -> Row:
+        started = time.monotonic()
+        row = case(*args, **kwargs)
+        row.seconds = time.monotonic() - started
+        return row
+
+    return run
 
 
 # -- what the clients were told, and what the store holds -----------------------------------
@@ -655,11 +671,25 @@ class _Struck:
     down_s: float = 0.0
 
 
+@contextlib.contextmanager
+def _serving(
+    db_url: str, workdir: Path, *extra: str
+) -> Iterator[tuple[ServerProcess, FakeOpenAIServer]]:
+    """``memstrata serve`` on the store, embedding through a fake service whose gate
+    :func:`mid_batch` holds; yields the server and that fake."""
+    with FakeOpenAIServer(dim=16) as embed:
+        srv = ServerProcess(workdir, db_url=db_url, embedder=EMBEDDER, env=process_env(embed))
+        srv.start(*extra)
+        try:
+            yield srv, embed
+        finally:
+            embed.hold.set()
+            srv.stop()
+
+
 def _write_through(
     row: Row,
-    db_url: str,
-    url: str,
-    key: str,
+    srv: ServerProcess,
     embed: FakeOpenAIServer,
     stream: Stream,
     *,
@@ -670,10 +700,10 @@ def _write_through(
     """Clients write; once ``stream.before`` are accepted and a worker is inside a batch,
     ``begin()`` the fault, ``end()`` it (restart what was killed) and time the recovery of
     what was accepted before it; then count and check the store."""
-    ledger = Ledger()
-    struck = _Struck()
-    _warm_up(url, key, db_url, ledger)
-    load = HttpWriters(url, key, ledger, prefix=prefix, writers=stream.writers).start()
+    db_url, ledger, struck = srv.db_url, Ledger(), _Struck()
+    key = srv.bootstrap_key()
+    _warm_up(srv.url, key, db_url, ledger)
+    load = HttpWriters(srv.url, key, ledger, prefix=prefix, writers=stream.writers).start()
     try:
         load.wait_accepted(len(ledger.accepted) + stream.before)
         with mid_batch(embed, db_url) as struck.running:
@@ -707,98 +737,61 @@ def _write_through(
     return struck
 
 
+@_timed
 def serve_sigkill(db_url: str, workdir: Path, stream: Stream = Stream()) -> Row:
     """SIGKILL of ``memstrata serve`` (API and its worker) while clients write and a batch
     is mid-flight; started again on the same port and store."""
     row = Row("serve-sigkill", _backend(db_url))
-    started = time.monotonic()
-    with FakeOpenAIServer(dim=16) as embed:
-        srv = ServerProcess(workdir, db_url=db_url, embedder=EMBEDDER, env=process_env(embed))
-        srv.start()
-        try:
-            struck = _write_through(
-                row,
-                db_url,
-                srv.url,
-                srv.bootstrap_key(),
-                embed,
-                stream,
-                prefix="sk",
-                begin=srv.kill,
-                end=srv.start,
-            )
-        finally:
-            srv.stop()
+    with _serving(db_url, workdir) as (srv, embed):
+        struck = _write_through(row, srv, embed, stream, prefix="sk", begin=srv.kill, end=srv.start)
     row.check(
         "the kill hit clients mid-request",
         struck.failed_requests > 0,
         f"{struck.failed_requests} attempts failed",
     )
     row.note = f"down {struck.down_s:.1f}s; " + row.note
-    row.seconds = time.monotonic() - started
     return row
 
 
+@_timed
 def worker_sigkill(db_url: str, workdir: Path, stream: Stream = Stream()) -> Row:
     """SIGKILL of a ``memstrata worker`` process mid-batch while ``serve --no-worker``
     accepts writes; the worker is started again."""
     row = Row("worker-sigkill", _backend(db_url))
-    started = time.monotonic()
-    with FakeOpenAIServer(dim=16) as embed:
-        env = process_env(embed)
-        srv = ServerProcess(workdir, db_url=db_url, embedder=EMBEDDER, env=env)
-        srv.start("--no-worker")
-        worker = WorkerProcess(workdir, db_url, env).start()
+    with _serving(db_url, workdir, "--no-worker") as (srv, embed):
+        worker = WorkerProcess(workdir, db_url, srv.env).start()
         try:
             _write_through(
-                row,
-                db_url,
-                srv.url,
-                srv.bootstrap_key(),
-                embed,
-                stream,
-                prefix="wk",
-                begin=worker.kill,
-                end=worker.start,
+                row, srv, embed, stream, prefix="wk", begin=worker.kill, end=worker.start
             )
             exit_code = worker.stop()
         finally:
             worker.kill()
-            srv.stop()
     row.check("the restarted worker stopped cleanly", exit_code == 0, f"exit code {exit_code}")
     row.note = f"lease {LEASE_SECONDS:g}s; " + row.note
-    row.seconds = time.monotonic() - started
     return row
 
 
+@_timed
 def postgres_restart(
     cluster: PrivateCluster, db_url: str, workdir: Path, mode: str, stream: Stream = Stream()
 ) -> Row:
     """``pg_ctl restart -m fast|immediate`` of a private cluster under ``memstrata serve``
     (API and worker on it) while clients write and a batch is mid-flight."""
     row = Row(f"postgres-restart-{mode}", "postgres")
-    started = time.monotonic()
-    with FakeOpenAIServer(dim=16) as embed:
-        srv = ServerProcess(workdir, db_url=db_url, embedder=EMBEDDER, env=process_env(embed))
-        srv.start()
-        try:
-            struck = _write_through(
-                row,
-                db_url,
-                srv.url,
-                srv.bootstrap_key(),
-                embed,
-                stream,
-                prefix="pg",
-                begin=lambda: cluster.restart(mode),
-                end=lambda: None,
-            )
-            alive = srv.proc is not None and srv.proc.poll() is None
-        finally:
-            srv.stop()
+    with _serving(db_url, workdir) as (srv, embed):
+        struck = _write_through(
+            row,
+            srv,
+            embed,
+            stream,
+            prefix="pg",
+            begin=lambda: cluster.restart(mode),
+            end=lambda: None,
+        )
+        alive = srv.proc is not None and srv.proc.poll() is None
     row.check("memstrata serve survived the restart", alive, "running" if alive else "exited")
     row.note = f"pg_ctl restart {struck.down_s:.1f}s; " + row.note
-    row.seconds = time.monotonic() - started
     return row
 
 
@@ -864,6 +857,7 @@ def retry_budget(settings: dict[str, Any], fault: str) -> float:
     return 1.2 * backoffs + (hanging if fault == "hang" else 0.0)
 
 
+@_timed
 def llm_fault(
     fault: str,
     db_url: str,
@@ -878,13 +872,14 @@ def llm_fault(
     500 or 429, or refuses connections, then answers well again (expected: processing
     paused and resumed by itself, 0 failed, no operator action); or it answers invalid JSON
     or JSON of the wrong shape for good (expected: the messages fail after
-    ``job_max_attempts`` attempts each). Messages are written before and during the fault by
-    an embedded ``Memory`` with one worker thread and the OpenAI SDK."""
+    ``job_max_attempts`` attempts each, also those that joined a batch already failing).
+    Messages are written before and during the fault by an embedded ``Memory`` with one
+    worker thread and the OpenAI SDK; ``settings`` are its retry settings (default
+    :data:`SHORT_BACKOFF`)."""
     if fault not in OUTAGES + BAD_OUTPUT:
         raise ValueError(f"unknown LLM fault {fault!r}")
     settings = dict(SHORT_BACKOFF if settings is None else settings)
     row = Row(f"llm-{fault}", _backend(db_url))
-    started = time.monotonic()
     ledger = Ledger()
     model = _Model()
     mem = Memory(
@@ -916,12 +911,15 @@ def llm_fault(
         model.begin(fault)
         fault_began = time.monotonic()
         during: list[str] = []
+        # An outage is written through for its first half; bad output within the retry
+        # budget, so that later messages join batches that are already failing.
+        spread = fault_seconds if fault in OUTAGES else retry_budget(settings, fault)
         for p in range(posts):
             for u, session in enumerate(sessions):
                 mids = [f"llm-u{u}-p{p}-{k}" for k in range(2)]
                 add(session, mids)
                 during.extend(mids)
-            time.sleep(fault_seconds / 2 / posts)
+            time.sleep(spread / 2 / posts)
         if fault in OUTAGES:
             time.sleep(max(0.0, fault_began + fault_seconds - time.monotonic()))
             processed_in_fault = len(set(during) & processed_ids(db_url))
@@ -970,7 +968,6 @@ def llm_fault(
             f"{len(short)} with other counts {dict(list(short.items())[:4])}",
         )
         row.note = f"{model.faulty_answers} {fault} answers, for good"
-    row.seconds = time.monotonic() - started
     return row
 
 
@@ -987,6 +984,7 @@ RECEIVERS: dict[str, tuple[str, str]] = {
 ADMIN_TOKEN = "fault-admin-token"
 
 
+@_timed
 def webhook_receiver_fault(
     kind: str,
     db_url: str,
@@ -1011,7 +1009,6 @@ def webhook_receiver_fault(
     """
     path, reason_re = RECEIVERS[kind]
     row = Row(f"webhook-{kind}", _backend(db_url))
-    started = time.monotonic()
     ledger = Ledger()
     limit = timeout_ms / 1000 + margin_s
     sync_bound = timeout_ms / 1000 + 3.0
@@ -1115,7 +1112,6 @@ def webhook_receiver_fault(
         f"delivery max {_secs(worst)} (bound {limit:g}s); other project: sync write "
         f"{calm_sync_s:.1f}s, delivery {_secs(calm_async_s)}"
     )
-    row.seconds = time.monotonic() - started
     return row
 
 
@@ -1172,11 +1168,11 @@ def _http_add(api: httpx.Client, ledger: Ledger, user: str, mid: str, *, sync: b
 # -- cases: several processes on one SQLite file; capture at close and exit -----------------
 
 
+@_timed
 def sqlite_processes(workdir: Path, *, processes: int = 4, messages: int = 40) -> Row:
     """``processes`` processes, each an embedded ``Memory`` with a worker thread, write to
     one SQLite file at once (their own user and one shared by all) and search it."""
     row = Row(f"sqlite-{processes}-processes", "sqlite")
-    started = time.monotonic()
     db_url = f"sqlite:///{workdir / 'shared.db'}"
     go = workdir / "go"
     children = []
@@ -1215,7 +1211,6 @@ def sqlite_processes(workdir: Path, *, processes: int = 4, messages: int = 40) -
         f"{row.processed}/{row.accepted}",
     )
     row.note = f"{processes} processes x {messages} messages, one user shared by all"
-    row.seconds = time.monotonic() - started
     return row
 
 
@@ -1286,15 +1281,15 @@ def _exchanges_stored(row: Row, calls: int) -> None:
     row.check(
         "every exchange stored (2 messages a call)",
         row.accepted == row.stored == 2 * calls,
-        f"{row.stored} of {2 * calls} stored ({row.accepted} captured calls' messages)",
+        f"{row.stored} of {2 * calls} stored",
     )
 
 
+@_timed
 def capture_close(db_url: str, *, calls: int = 5) -> Row:
     """``mem.llm.register`` on the OpenAI SDK against the fake server, ``calls`` captured
     calls, then ``Memory.close()`` at once: every exchange (2 messages a call) stored."""
     row = Row(f"capture-close-{calls}", _backend(db_url))
-    started = time.monotonic()
     with FakeOpenAIServer() as fake:
         fake.chat_script = _echo
         mem, ledger = _capture_calls(db_url, fake.base_url, calls)
@@ -1302,14 +1297,13 @@ def capture_close(db_url: str, *, calls: int = 5) -> Row:
     count_store(row, db_url, ledger, by="content")
     _exchanges_stored(row, calls)
     row.note = f"{calls} calls, close() right after the last"
-    row.seconds = time.monotonic() - started
     return row
 
 
+@_timed
 def capture_exit(db_url: str, workdir: Path, *, calls: int = 5) -> Row:
     """The same calls in a child process that then exits without ``close()``."""
     row = Row(f"capture-exit-{calls}", _backend(db_url))
-    started = time.monotonic()
     out = workdir / f"capture-exit-{calls}.json"
     with FakeOpenAIServer() as fake:
         fake.chat_script = _echo
@@ -1335,7 +1329,6 @@ def capture_exit(db_url: str, workdir: Path, *, calls: int = 5) -> Row:
     )
     _exchanges_stored(row, calls)
     row.note = f"{calls} calls, exit right after the last, no close()"
-    row.seconds = time.monotonic() - started
     return row
 
 
