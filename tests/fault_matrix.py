@@ -905,7 +905,7 @@ def llm_fault(
             return
         ledger.accept(mids)
 
-    processed_in_fault, settled = 0, None
+    processed_in_fault, settled, left = 0, None, 0
     try:
         add(sessions[0], ["llm-warm-0"], sync=True)  # the model works before the fault
         model.begin(fault)
@@ -926,6 +926,7 @@ def llm_fault(
             model.end(fault)
             back = time.monotonic()
             row.recover_s = wait_processed(db_url, ledger.snapshot(), since=back, timeout=timeout)
+            left = unfinished_jobs(db_url)
         else:
             settled = wait_settled(db_url, timeout)
     finally:
@@ -948,7 +949,10 @@ def llm_fault(
         row.check(
             "all processed, no operator action",
             row.processed == row.accepted,
-            f"{row.processed}/{row.accepted} within {timeout:.0f} s of the model's return",
+            f"{row.processed}/{row.accepted} processed after the model's return, "
+            + (
+                f"{left} jobs still queued after {timeout:.0f} s" if left else "nothing left to run"
+            ),
         )
         row.note = f"{fault_seconds:g}s of {fault}, then the model back"
     else:
