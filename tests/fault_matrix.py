@@ -699,7 +699,7 @@ def _write_through(
 ) -> _Struck:
     """Clients write; once ``stream.before`` are accepted and a worker is inside a batch,
     ``begin()`` the fault, ``end()`` it (restart what was killed) and time the recovery of
-    what was accepted before it; then count and check the store."""
+    what was accepted until then; then count and check the store."""
     db_url, ledger, struck = srv.db_url, Ledger(), _Struck()
     key = srv.bootstrap_key()
     _warm_up(srv.url, key, db_url, ledger)
@@ -714,7 +714,9 @@ def _write_through(
         end()
         back = time.monotonic()
         struck.down_s = back - began
-        row.recover_s = wait_processed(db_url, before, since=back, timeout=stream.timeout)
+        row.recover_s = wait_processed(
+            db_url, ledger.snapshot(), since=back, timeout=stream.timeout
+        )
         load.wait_accepted(len(before) + stream.after)
     finally:
         load.stop()
@@ -1233,7 +1235,7 @@ def _sqlite_writer(db_url: str, index: int, messages: int, out: Path) -> None:
         own = mem.sessions.create(user_id=f"proc-{index}", session_id=f"s-proc-{index}")
         shared = mem.sessions.create(user_id="shared", session_id=f"s-shared-{index}")
         Path(f"{out}.ready").touch()
-        _wait(lambda: (out.parent / "go").exists(), 120, "no go")
+        _wait(lambda: (out.parent / "go").exists(), 120, "the go signal never came")
         seq = post = 0
         while seq < messages:
             n = min(rng.choice((1, 2, 3)), messages - seq)
