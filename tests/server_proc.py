@@ -1,9 +1,10 @@
 """A real `memstrata serve` process on 127.0.0.1 for the server tests (no in-process shortcuts).
 
 The process runs on a SQLite file in its work directory, or on the store URL it is given
-(PostgreSQL too), with a background worker and the hashing embedder so it starts in a
-second or two; its stdout and stderr go to files the tests read
-(the bootstrap key is printed on stdout, access logs are JSON lines on stderr).
+(PostgreSQL too), with a background worker and the hashing embedder (unless told another)
+so it starts in a second or two; its stdout and stderr go to files the tests read
+(the bootstrap key is printed on stdout, access logs are JSON lines on stderr). A process
+may be SIGKILLed and started again on the same port; its files then hold both runs.
 """
 
 from __future__ import annotations
@@ -39,12 +40,14 @@ class ServerProcess:
         env: dict[str, str] | None = None,
         db: str = "m.db",
         db_url: str | None = None,
+        embedder: str = "hash",
     ):
         self.workdir = workdir
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         # A SQLite file in workdir, unless a store URL is given (conftest's module_db_url).
         self.db_url = db_url or f"sqlite:///{workdir / db}"
+        self.embedder = embedder
         self.stdout_path = workdir / f"serve-{self.port}.out"
         self.stderr_path = workdir / f"serve-{self.port}.err"
         # The developer's MEMSTRATA_* variables must not change what the tests exercise.
@@ -58,7 +61,7 @@ class ServerProcess:
             "-m",
             "memstrata",
             "--embedder",
-            "hash",
+            self.embedder,
             "serve",
             "--port",
             str(self.port),
@@ -66,7 +69,8 @@ class ServerProcess:
             self.db_url,
             *extra,
         ]
-        with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
+        # Appended: a process started again (after kill()) keeps the earlier run's output.
+        with open(self.stdout_path, "ab") as out, open(self.stderr_path, "ab") as err:
             self.proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=self.env)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -90,6 +94,12 @@ class ServerProcess:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             return self.proc.wait(timeout=10)
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash or the OOM killer would; ``start()`` may be called again."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(timeout=30)
 
     def stdout(self) -> str:
         return self.stdout_path.read_text(encoding="utf-8", errors="replace")

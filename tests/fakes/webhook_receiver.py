@@ -2,21 +2,26 @@
 
 Each path answers with what its script returns for the parsed request; built-in paths
 misbehave the ways a real receiver can: ``/hang`` never answers (until the server stops),
-``/huge`` sends 10 MB, ``/trickle-head`` sends its status line and headers and
-``/trickle-body`` its body one byte every ``trickle_seconds`` (over ``TRICKLE_BYTES``
-bytes, so a client's per-read timeout never fires), ``/redirect`` answers 302,
-``/status/<code>`` answers that status, ``/not-json`` answers text, ``/list`` answers a
-JSON list, ``/data-string`` answers a ``data`` that is not an object. Every request is
-recorded with its headers and raw body so tests can verify signatures the way a receiver
-would. :func:`silent_port` is a port that takes connections and never says a word.
+``/huge`` sends 10 MB, ``/redirect`` answers 302, ``/status/<code>`` answers that status,
+``/not-json`` answers text, ``/list`` answers a JSON list, ``/data-string`` answers a
+``data`` that is not an object, ``/trickle-body`` sends its status line and headers at once
+and then its body one byte every ``trickle_interval`` seconds, ``/trickle-head`` sends even
+the status line and headers that way (a client's per-read timeout never fires on either;
+the answer would take ``trickle_seconds`` at least). Every request is recorded with its
+headers and raw body so tests can verify signatures the way a receiver would, and with when
+it arrived and when the exchange ended (the answer was complete, or the client hung up), so
+that a test can time a sender from the receiver's side. :func:`silent_port` is a port that
+takes connections and never says a word.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import select
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -25,15 +30,13 @@ from typing import Any
 
 from typing_extensions import Self
 
-__all__ = ["TRICKLE_BYTES", "Received", "WebhookReceiver", "silent_port"]
+__all__ = ["Received", "WebhookReceiver", "silent_port"]
 
 # (status, body): a dict/list is sent as JSON, bytes/str verbatim, None as an empty body.
 Answer = tuple[int, Any]
 Script = Callable[[dict[str, Any]], Answer]
 
 HUGE_BYTES = 10 * 1024 * 1024
-# A trickled answer of this many bytes takes TRICKLE_BYTES * trickle_seconds to arrive.
-TRICKLE_BYTES = 200
 
 
 @dataclass
@@ -41,6 +44,15 @@ class Received:
     path: str
     headers: dict[str, str]
     body: bytes
+    #: ``time.monotonic()`` when the request had been read, and when the exchange ended:
+    #: the whole answer was sent, or the client was seen hanging up (``None`` until then).
+    arrived: float = 0.0
+    ended: float | None = None
+
+    @property
+    def seconds(self) -> float | None:
+        """How long the client stayed for the answer, as the receiver saw it."""
+        return None if self.ended is None else self.ended - self.arrived
 
     @property
     def json(self) -> dict[str, Any]:
@@ -50,9 +62,14 @@ class Received:
 class WebhookReceiver:
     """``with WebhookReceiver() as r: r.url("/x")``; ``r.script("/x", fn)`` sets answers."""
 
-    def __init__(self, trickle_seconds: float = 0.05) -> None:
-        self.trickle_seconds = trickle_seconds
+    def __init__(self, *, trickle_interval: float = 0.05, trickle_seconds: float = 10.0) -> None:
         self.requests: list[Received] = []
+        #: ``/trickle-*``: seconds between two bytes, and how long a trickle goes on at most
+        #: before the receiver gives up and closes (the answer is never complete).
+        self.trickle_interval = trickle_interval
+        self.trickle_seconds = trickle_seconds
+        #: The size of a trickled body: more bytes than ``trickle_seconds`` lets through.
+        self.trickle_bytes = int(trickle_seconds / trickle_interval) + 10
         self._scripts: dict[str, Script] = {}
         self._lock = threading.Lock()
         self._release = threading.Event()
@@ -70,13 +87,25 @@ class WebhookReceiver:
             def do_POST(self) -> None:
                 length = int(self.headers.get("content-length") or 0)
                 body = self.rfile.read(length)
+                received = Received(
+                    self.path,
+                    {k.lower(): v for k, v in self.headers.items()},
+                    body,
+                    arrived=time.monotonic(),
+                )
                 with receiver._lock:
-                    receiver.requests.append(
-                        Received(self.path, {k.lower(): v for k, v in self.headers.items()}, body)
-                    )
+                    receiver.requests.append(received)
+                try:
+                    self._respond(body)
+                finally:
+                    received.ended = time.monotonic()
+
+            def _respond(self, body: bytes) -> None:
                 status, answer = receiver._answer(self.path, body)
-                if status == -1:  # /hang: hold the connection until the server stops
-                    receiver._release.wait(30)
+                if status == -1:  # /hang: hold the connection until the client goes
+                    while not receiver._release.wait(0.02) and not self._client_gone():
+                        pass
+                    self.close_connection = True
                     return
                 if status == -2:  # /huge
                     self.send_response(200)
@@ -90,8 +119,8 @@ class WebhookReceiver:
                     except OSError:
                         pass  # the client stopped reading at its cap: expected
                     return
-                if status == -3:  # /trickle-head, /trickle-body
-                    self._trickle(slow_head=answer == "head")
+                if status in (-3, -4):  # /trickle-head, /trickle-body
+                    self._trickle(head_too=status == -3)
                     return
                 if answer is None:
                     data = b""
@@ -109,19 +138,39 @@ class WebhookReceiver:
                 self.end_headers()
                 self.wfile.write(data)
 
-            def _trickle(self, *, slow_head: bool) -> None:
-                body = b'{"data": {}}'.ljust(TRICKLE_BYTES)
-                pad = "p" * TRICKLE_BYTES if slow_head else "-"
-                head = f"HTTP/1.1 200 OK\r\nX-Pad: {pad}\r\nContent-Length: {len(body)}\r\n\r\n"
-                fast, slow = (b"", head.encode() + body) if slow_head else (head.encode(), body)
+            def _trickle(self, *, head_too: bool) -> None:
+                # An answer (valid JSON, were it ever complete) that would take longer than
+                # trickle_seconds to arrive.
+                size = receiver.trickle_bytes
+                body = b'{"data": {}}'.ljust(size)
+                head = (
+                    f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                    f"Content-Length: {size}\r\n\r\n"
+                ).encode()
+                stream = head + body
+                if not head_too:
+                    self.wfile.write(head)
+                    stream = body
+                self.close_connection = True
+                give_up = time.monotonic() + receiver.trickle_seconds
                 try:
-                    self.wfile.write(fast)
-                    for i in range(len(slow)):
-                        if receiver._release.wait(receiver.trickle_seconds):
+                    for i in range(len(stream)):
+                        if self._client_gone() or time.monotonic() > give_up:
                             return
-                        self.wfile.write(slow[i : i + 1])
+                        self.wfile.write(stream[i : i + 1])
+                        if receiver._release.wait(receiver.trickle_interval):
+                            return
                 except OSError:
-                    pass  # the client gave up: expected
+                    return  # the client hung up between two bytes
+
+            def _client_gone(self) -> bool:
+                # The request has been read whole: anything readable now is the client's
+                # end of the connection (EOF or a reset).
+                try:
+                    readable, _, _ = select.select([self.connection], [], [], 0)
+                    return bool(readable) and not self.connection.recv(1, socket.MSG_PEEK)
+                except OSError:
+                    return True
 
             def log_message(self, *args: Any) -> None:
                 pass
@@ -156,8 +205,10 @@ class WebhookReceiver:
             return -1, None
         if path == "/huge":
             return -2, None
-        if path in ("/trickle-head", "/trickle-body"):
-            return -3, path.rsplit("-", 1)[1]
+        if path == "/trickle-head":
+            return -3, None
+        if path == "/trickle-body":
+            return -4, None
         if path == "/redirect":
             return 302, None
         if path.startswith("/status/"):
