@@ -77,11 +77,13 @@ __all__ = [
 EMBEDDER = "openai:fake-embed"
 # A dead process's batch is taken over this long after its last heartbeat (default 30 s).
 LEASE_SECONDS = 3.0
-# Short retry settings for the LLM cases that must fit in seconds (the full outage case runs
-# with the defaults). The fixed code's pause/probe is expected to honour the backoff cap.
+# Short retry and probe settings for the LLM cases that must fit in seconds (the full outage
+# case runs with the defaults).
 SHORT_BACKOFF: dict[str, Any] = {
     "job_backoff_seconds": 0.2,
     "job_backoff_max_seconds": 1.0,
+    "outage_backoff_seconds": 0.2,
+    "outage_backoff_max_seconds": 1.0,
     "job_max_attempts": 4,
     "llm_max_retries": 0,
     "llm_timeout_seconds": 1.0,
