@@ -42,7 +42,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, ParamSpec
+from typing import Any, ClassVar, ParamSpec
 
 import httpx
 
@@ -807,42 +807,35 @@ BAD_OUTPUT = ("invalid-json", "wrong-schema")
 
 
 class _Model:
-    """The fake OpenAI-compatible model and the fault it is made to show."""
+    """The fake OpenAI-compatible model and the fault it is made to show (the fake server's
+    own fault modes), counting the chat calls that reached it while faulty."""
+
+    _MODES: ClassVar[dict[str, str | int]] = {
+        "hang": "hang",
+        "500": 500,
+        "429": 429,
+        "unreachable": "refuse",
+        "invalid-json": "invalid_json",
+        "wrong-schema": "wrong_schema",
+    }
 
     def __init__(self) -> None:
-        self.brain = MemoryModel()
-        self.fault: str | None = None
-        self.faulty_answers = 0
         self.server = FakeOpenAIServer().start()
-        self.server.chat_script = self._answer
-        self.port = self.server.port
-
-    def _answer(self, body: dict[str, Any]) -> Any:
-        fault = self.fault
-        if fault is None:
-            return self.brain(body)
-        self.faulty_answers += 1
-        if fault in ("500", "429"):
-            status = int(fault)
-            return status, self.server.error_body(status, "injected outage")
-        if fault == "invalid-json":
-            return "Sure! Here are the facts: {facts: [oops"
-        return json.dumps({"facts": "none of your business"})  # wrong-schema
+        self.server.chat_script = MemoryModel()
+        self._calls_before = 0
+        self.faulty_calls = 0
 
     def begin(self, fault: str) -> None:
-        self.fault = None if fault in ("hang", "unreachable") else fault
-        if fault == "hang":
-            self.server.hold.clear()
-        elif fault == "unreachable":
-            self.server.close()  # connections are refused from now on
+        self._calls_before = len(self.server.chat_requests())
+        self.server.fault(self._MODES[fault])
 
     def end(self, fault: str) -> None:
-        if fault == "hang":
-            self.server.hold.set()
-        elif fault == "unreachable":
-            self.server = FakeOpenAIServer(port=self.port).start()
-            self.server.chat_script = self._answer
-        self.fault = None
+        self.faulty_calls = len(self.server.chat_requests()) - self._calls_before
+        self.server.heal()
+
+    def count(self) -> int:
+        """Chat calls since :meth:`begin` (a fault that lasts to the end of the case)."""
+        return len(self.server.chat_requests()) - self._calls_before
 
     def close(self) -> None:
         self.server.close()
@@ -927,6 +920,7 @@ def llm_fault(
         if fault in OUTAGES:
             time.sleep(max(0.0, fault_began + fault_seconds - time.monotonic()))
             processed_in_fault = len(set(during) & processed_ids(db_url))
+            paused = mem.stats()["processing"]
             model.end(fault)
             back = time.monotonic()
             row.recover_s = wait_processed(db_url, ledger.snapshot(), since=back, timeout=timeout)
@@ -949,6 +943,11 @@ def llm_fault(
             processed_in_fault == 0,
             f"{processed_in_fault} of the {len(during)} messages written during it processed",
         )
+        row.check(
+            "stats said processing was paused, and why",
+            bool(paused.get("paused")) and bool(paused.get("outages")),
+            "; ".join(o["last_error"][:80] for o in paused.get("outages", [])) or str(paused),
+        )
         row.check("0 failed after the model is back", row.failed == 0, f"{row.failed} failed")
         row.check(
             "all processed, no operator action",
@@ -958,7 +957,10 @@ def llm_fault(
                 f"{left} jobs still queued after {timeout:.0f} s" if left else "nothing left to run"
             ),
         )
-        row.note = f"{fault_seconds:g}s of {fault}, then the model back"
+        row.note = (
+            f"{fault_seconds:g}s of {fault}, then the model back; "
+            f"{model.faulty_calls} calls reached the faulty model"
+        )
     else:
         max_attempts = load_settings(**settings).job_max_attempts
         failed = [m for m in during if details["status"].get(m) == "failed"]
@@ -975,7 +977,7 @@ def llm_fault(
             not short and bool(failed),
             f"{len(short)} with other counts {dict(list(short.items())[:4])}",
         )
-        row.note = f"{model.faulty_answers} {fault} answers, for good"
+        row.note = f"{model.count()} {fault} answers, for good"
     return row
 
 
