@@ -640,22 +640,24 @@ class Memory:
         self.llm.close(timeout)
         with self._lock:
             self._closed = True
-        paused = self._pool.running and self._my_jobs and paused_because(self._store)
-        if paused:
-            # Waiting would only run the clock out: nothing is processed before the outage
-            # ends, and the jobs stay queued for the next worker on this store.
-            log.warning(
-                "closing without waiting for queued work (%s); it stays in %s",
-                paused,
-                self._store.url,
-            )
-        elif self._pool.running and self._my_jobs:
-            try:
-                self._pool.wait_jobs(sorted(self._my_jobs), max(0.0, deadline - time.monotonic()))
-            except ProcessingError:
-                log.warning("closing with work still queued; it stays in %s", self._store.url)
-            except Exception:
-                log.exception("error while finishing queued work at close")
+        if self._pool.running and self._my_jobs:
+            paused = paused_because(self._store)
+            if paused:
+                # Waiting would only run the clock out: nothing is processed before the
+                # outage ends, and the jobs stay queued for the next worker on this store.
+                log.warning(
+                    "closing without waiting for queued work (%s); it stays in %s",
+                    paused,
+                    self._store.url,
+                )
+            else:
+                try:
+                    left = max(0.0, deadline - time.monotonic())
+                    self._pool.wait_jobs(sorted(self._my_jobs), left)
+                except ProcessingError:
+                    log.warning("closing with work still queued; it stays in %s", self._store.url)
+                except Exception:
+                    log.exception("error while finishing queued work at close")
         self._pool.stop(timeout=max(1.0, timeout))
         self._webhook_engine.close(timeout=max(1.0, timeout))
         self._recaller.close()

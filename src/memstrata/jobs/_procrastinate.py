@@ -227,7 +227,10 @@ class ProcrastinateQueue:
             max_attempts=max_attempts,
             backoff_seconds=backoff_seconds,
             backoff_max_seconds=backoff_max_seconds,
+            outage_backoff_seconds=outage_backoff_seconds,
+            outage_backoff_max_seconds=outage_backoff_max_seconds,
             batch_max_messages=batch_max_messages,
+            on_resume=store.wake_all,
         )
         self._next_orphan_sweep = 0.0
         self._alive_checked = (0.0, False)

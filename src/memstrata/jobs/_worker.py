@@ -286,6 +286,7 @@ class WorkerPool:
         batch_max_messages: int = 256,
         poll_seconds: float = 0.5,
         nice: int = 0,
+        on_resume: Callable[[], None] | None = None,
     ) -> None:
         self.store = store
         self.handler = handler
@@ -299,6 +300,9 @@ class WorkerPool:
         self.batch_max_messages = batch_max_messages
         self.poll_seconds = poll_seconds
         self.nice = nice  # the worker threads' lower priority (_priority.py)
+        # What lets waiting work go on once a probe ended an outage (default: idle workers
+        # wait for the probe; with the outage over, work is due now).
+        self._on_resume = on_resume
         self._prefix = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -380,8 +384,7 @@ class WorkerPool:
             backoff_max_seconds=self.backoff_max_seconds,
             outage_backoff_seconds=self.outage_backoff_seconds,
             outage_backoff_max_seconds=self.outage_backoff_max_seconds,
-            # Idle workers wait for the probe; with the outage over, work is due now.
-            on_resume=self._wake.set,
+            on_resume=self._on_resume or self._wake.set,
         )
 
     def _loop(self, worker_id: str) -> None:
