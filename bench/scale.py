@@ -234,8 +234,8 @@ def _load_postgres(
     import psycopg
     from pgvector.psycopg import register_vector
 
-    from memstrata.store._pg_base import fts_body
     from memstrata.store.postgres import PostgresStore
+    from memstrata.store.postgres._connection import fts_body
 
     Memory(url, embedder=embedder, workers=0).close()  # migrations, as an app would
     owners = _owners(len(texts))

@@ -48,7 +48,7 @@ def test_vector_index_and_local_model_load_in_either_order() -> None:
     # usearch imported before onnxruntime crashed the interpreter (SIGSEGV); the vector
     # index loads the model runtime first so the order of use does not matter.
     code = (
-        "from memstrata.store._vectors import _usearch_index\n"
+        "from memstrata.store.sqlite._vectors import _usearch_index\n"
         "_usearch_index()\n"
         "from memstrata.embed import make_embedder\n"
         "print(make_embedder('local').embed(['hello there']).shape)\n"

@@ -24,8 +24,8 @@ import dbsql
 from conftest import REPO
 from memstrata.errors import StoreError, ValidationError
 from memstrata.store import LayerWrite, SearchFilters, SessionRow, open_store
-from memstrata.store import postgres as pg
-from memstrata.store._pg_base import mask_url
+from memstrata.store.postgres import _store as pg
+from memstrata.store.postgres._connection import mask_url
 from test_store_contract import EMB, NOW, P, add, claim, fact, message, process, summary, unit
 
 

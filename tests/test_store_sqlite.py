@@ -16,8 +16,8 @@ from memstrata import EmbedderMismatchError, Memory, StoreError
 from memstrata._products import similarities
 from memstrata.store import SearchFilters, parse_metadata_filters
 from memstrata.store._text import fts_document, fts_query_terms
-from memstrata.store._vectors import VectorScope
 from memstrata.store.sqlite import SQLiteStore, latest_schema_version, sqlite_path
+from memstrata.store.sqlite._vectors import VectorScope
 
 # About the SQLite store itself (files, FTS5 plans, the in-process vector index);
 # what every store must do is in test_store_contract.py.
@@ -476,7 +476,7 @@ import sys, threading, time
 from pathlib import Path
 import numpy as np
 from memstrata._products import similarities
-from memstrata.store._vectors import VectorScope
+from memstrata.store.sqlite._vectors import VectorScope
 
 def other_threads_cpu():
     main = str(threading.get_native_id())

@@ -57,7 +57,7 @@ from typing import Any, Protocol, TypeVar
 from .._priority import lower_this_thread
 from ..errors import ConfigError
 from ..store import ClaimedBatch, Store
-from ..store._pg_dispatch import DISPATCH_QUEUE, DISPATCH_TASK
+from ..store.postgres._dispatch import DISPATCH_QUEUE, DISPATCH_TASK
 from ._worker import BatchHandler, WorkerPool, run_batch, wait_for_jobs, wait_timed_out
 
 __all__ = ["DispatchStore", "ProcrastinateQueue"]

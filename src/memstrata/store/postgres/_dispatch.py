@@ -32,9 +32,9 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from . import ClaimedBatch, OutageRow
-from ._batches import JOB_ROW, admit, take_jobs
-from ._pg_base import PgBase
+from .. import ClaimedBatch, OutageRow
+from .._batches import JOB_ROW, admit, take_jobs
+from ._connection import PgBase
 
 __all__ = ["DISPATCH_QUEUE", "DISPATCH_TASK", "PostgresDispatch"]
 

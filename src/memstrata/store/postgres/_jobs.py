@@ -36,9 +36,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import astuple
 from typing import TYPE_CHECKING, Any
 
-from .._time import now_iso
-from . import CallWrite, ClaimedBatch, LayerWrite, LeaseLostError, OutageRow
-from ._batches import (
+from ..._time import now_iso
+from .. import CallWrite, ClaimedBatch, LayerWrite, LeaseLostError, OutageRow
+from .._batches import (
     JOB_ROW,
     NEXT_JOB_SQL,
     OUTAGE_COLUMNS,
@@ -48,7 +48,7 @@ from ._batches import (
     outage_after,
     take_jobs,
 )
-from ._pg_base import MESSAGE_COLUMNS, PgBase, message_row, user_lock_sql
+from ._connection import MESSAGE_COLUMNS, PgBase, message_row, user_lock_sql
 
 if TYPE_CHECKING:
     import numpy as np

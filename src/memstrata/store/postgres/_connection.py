@@ -17,11 +17,11 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
-from .._time import to_iso
-from ..errors import StoreError, ValidationError
-from . import FactRow, ItemFilters, MessageRow, SearchFilters, SessionRow, SummaryRow
-from ._filters import MetadataCondition
-from ._text import fts_document, fts_words
+from ..._time import to_iso
+from ...errors import StoreError, ValidationError
+from .. import FactRow, ItemFilters, MessageRow, SearchFilters, SessionRow, SummaryRow
+from .._filters import MetadataCondition
+from .._text import fts_document, fts_words
 
 if TYPE_CHECKING:
     import psycopg

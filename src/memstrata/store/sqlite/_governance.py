@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
-from .._time import now_iso
-from . import ApiKeyRow, AuditRow, ProjectRow, TopicRow
+from ..._time import now_iso
+from .. import ApiKeyRow, AuditRow, ProjectRow, TopicRow
 
 _GONE_TABLES = ("gone_messages", "gone_facts", "gone_summaries", "gone_topics")
 

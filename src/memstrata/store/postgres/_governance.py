@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 from psycopg.types.json import Jsonb
 
-from .._time import now_iso
-from . import ApiKeyRow, AuditRow, ProjectRow, TopicRow
-from ._pg_base import PgBase
+from ..._time import now_iso
+from .. import ApiKeyRow, AuditRow, ProjectRow, TopicRow
+from ._connection import PgBase
 
 if TYPE_CHECKING:
     import psycopg

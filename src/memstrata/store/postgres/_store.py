@@ -38,9 +38,9 @@ from typing import Any
 
 import numpy as np
 
-from .._time import now_iso
-from ..errors import ConfigError, ConflictError, EmbedderMismatchError, StoreError
-from . import (
+from ..._time import now_iso
+from ...errors import ConfigError, ConflictError, EmbedderMismatchError, StoreError
+from .. import (
     CURRENT_SUMMARY,
     AddOutcome,
     CallWrite,
@@ -54,8 +54,9 @@ from . import (
     SummaryRow,
     TopicRow,
 )
-from ._batches import processing_state
-from ._pg_base import (
+from .._batches import processing_state
+from .._text import fts_words
+from ._connection import (
     APPLICATION_NAME,
     FACT_COLUMNS,
     MESSAGE_COLUMNS,
@@ -72,12 +73,11 @@ from ._pg_base import (
     session_row,
     summary_row,
 )
-from ._pg_dispatch import PostgresDispatch
-from ._pg_governance import PostgresGovernance
-from ._pg_jobs import PostgresJobs
-from ._pg_user_indexes import PostgresUserIndexes, fulltext_target, vector_target
-from ._pg_webhooks import PostgresWebhooks
-from ._text import fts_words
+from ._dispatch import PostgresDispatch
+from ._governance import PostgresGovernance
+from ._jobs import PostgresJobs
+from ._user_indexes import PostgresUserIndexes, fulltext_target, vector_target
+from ._webhooks import PostgresWebhooks
 
 __all__ = ["PostgresStore", "latest_schema_version"]
 
@@ -173,7 +173,7 @@ _LARGE_FTS_BRANCH = (
 
 
 def _migrations() -> list[tuple[int, str, str]]:
-    folder = resources.files("memstrata.store.migrations.postgres")
+    folder = resources.files("memstrata.store.postgres.migrations")
     found = []
     for entry in folder.iterdir():
         name = entry.name

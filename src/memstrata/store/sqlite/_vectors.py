@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from .._products import similarities
+from ..._products import similarities
 
 __all__ = ["ScopeKey", "VectorCache", "VectorScope"]
 

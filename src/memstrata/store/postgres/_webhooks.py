@@ -13,9 +13,8 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from .._time import now_iso
-from ._pg_base import PgBase
-from ._webhook_rows import (
+from ..._time import now_iso
+from .._webhook_rows import (
     DELIVERY_COLUMNS,
     HOOK_COLUMNS,
     PRUNE_EVERY,
@@ -28,6 +27,7 @@ from ._webhook_rows import (
     delivery_row,
     hook_row,
 )
+from ._connection import PgBase
 
 if TYPE_CHECKING:
     import psycopg

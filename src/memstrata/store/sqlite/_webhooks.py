@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
-from .._time import now_iso
-from ._webhook_rows import (
+from ..._time import now_iso
+from .._webhook_rows import (
     DELIVERY_COLUMNS,
     HOOK_COLUMNS,
     PRUNE_EVERY,

@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from .._time import now_iso, to_iso
-from ..errors import ConfigError, ConflictError, EmbedderMismatchError, StoreError
-from . import (
+from ..._time import now_iso, to_iso
+from ...errors import ConfigError, ConflictError, EmbedderMismatchError, StoreError
+from .. import (
     CURRENT_SUMMARY,
     AddOutcome,
     CallWrite,
@@ -39,7 +39,7 @@ from . import (
     SummaryRow,
     TopicRow,
 )
-from ._batches import (
+from .._batches import (
     JOB_ROW,
     NEXT_JOB_SQL,
     OUTAGE_COLUMNS,
@@ -50,11 +50,11 @@ from ._batches import (
     processing_state,
     take_jobs,
 )
-from ._filters import MetadataCondition
-from ._sqlite_governance import SQLiteGovernance
-from ._sqlite_webhooks import SQLiteWebhooks
-from ._text import fts_document, scope_token
+from .._filters import MetadataCondition
+from .._text import fts_document, scope_token
+from ._governance import SQLiteGovernance
 from ._vectors import VectorCache
+from ._webhooks import SQLiteWebhooks
 
 __all__ = ["SQLiteStore", "latest_schema_version", "sqlite_path"]
 
@@ -83,7 +83,7 @@ def sqlite_path(url: str) -> str:
 
 
 def _migrations() -> list[tuple[int, str, str]]:
-    folder = resources.files("memstrata.store.migrations.sqlite")
+    folder = resources.files("memstrata.store.sqlite.migrations")
     found = []
     for entry in folder.iterdir():
         name = entry.name

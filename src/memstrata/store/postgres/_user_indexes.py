@@ -49,7 +49,7 @@ import threading
 import time
 from typing import Any
 
-from ._pg_base import APPLICATION_NAME, PgBase, checked
+from ._connection import APPLICATION_NAME, PgBase, checked
 
 __all__ = ["PostgresUserIndexes"]
 
