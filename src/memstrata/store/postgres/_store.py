@@ -32,7 +32,8 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from importlib import resources
 from typing import Any
 
@@ -55,12 +56,13 @@ from .. import (
     TopicRow,
 )
 from .._batches import processing_state
+from .._core.dialect import Tx
+from .._core.store import SQLStore
 from .._text import fts_words
 from ._connection import (
     APPLICATION_NAME,
     FACT_COLUMNS,
     MESSAGE_COLUMNS,
-    SESSION_COLUMNS,
     SUMMARY_COLUMNS,
     checked,
     fact_row,
@@ -70,9 +72,9 @@ from ._connection import (
     message_fts,
     message_row,
     search_filter_sql,
-    session_row,
     summary_row,
 )
+from ._dialect import PostgresDialect
 from ._dispatch import PostgresDispatch
 from ._governance import PostgresGovernance
 from ._jobs import PostgresJobs
@@ -211,9 +213,16 @@ def _lexeme_query(lexemes: Sequence[Sequence[str]]) -> str:
 
 
 class PostgresStore(
-    PostgresJobs, PostgresDispatch, PostgresGovernance, PostgresWebhooks, PostgresUserIndexes
+    PostgresJobs,
+    PostgresDispatch,
+    PostgresGovernance,
+    PostgresWebhooks,
+    PostgresUserIndexes,
+    SQLStore,
 ):
     """The store at scale. Thread-safe; any number of processes may share the database."""
+
+    dialect = PostgresDialect()
 
     # Like SQLiteStore.MATCH_BUDGET: the terms of every layer's full-text search are taken
     # rarest first while the rows they match (collection-wide) add up to at most this many;
@@ -309,6 +318,16 @@ class PostgresStore(
             self._vector_info = TypeInfo.fetch(conn, "vector")
         register_vector_info(conn, self._vector_info)
 
+    @contextmanager
+    def _query(self) -> Iterator[Tx]:
+        with self._read() as conn:
+            yield Tx(conn, self.dialect)
+
+    @contextmanager
+    def _transaction(self) -> Iterator[Tx]:
+        with self._write() as conn:
+            yield Tx(conn, self.dialect)
+
     def close(self) -> None:
         self._close_user_indexes()
         self._close_pool()
@@ -378,67 +397,6 @@ class PostgresStore(
     def schema_version(self) -> int:
         with self._read() as c:
             return self._current_version(c)
-
-    def get_meta(self, key: str) -> str | None:
-        with self._read() as c:
-            row = c.execute("SELECT value FROM meta WHERE key = %s", (key,)).fetchone()
-        return None if row is None else str(row[0])
-
-    def set_meta(self, key: str, value: str) -> None:
-        with self._write() as c:
-            c.execute(
-                "INSERT INTO meta (key, value) VALUES (%s, %s) "
-                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                (key, value),
-            )
-
-    # -- sessions ----------------------------------------------------------------------
-
-    def create_session(self, row: SessionRow) -> tuple[SessionRow, bool]:
-        from psycopg.types.json import Jsonb
-
-        with self._write() as c:
-            created = c.execute(
-                "INSERT INTO sessions (project_id, id, user_id, title, metadata, created_at, "
-                "updated_at) VALUES (%s, %s, %s, %s, %s, %s, %s) "
-                "ON CONFLICT (project_id, id) DO NOTHING RETURNING pk",
-                (
-                    row.project_id,
-                    row.id,
-                    row.user_id,
-                    row.title,
-                    Jsonb(row.metadata),
-                    row.created_at,
-                    row.updated_at,
-                ),
-            ).fetchone()
-            stored = c.execute(
-                f"SELECT {SESSION_COLUMNS} FROM sessions WHERE project_id = %s AND id = %s",
-                (row.project_id, row.id),
-            ).fetchone()
-        assert stored is not None
-        return session_row(stored), created is not None
-
-    def get_session(self, project_id: str, session_id: str) -> SessionRow | None:
-        with self._read() as c:
-            row = c.execute(
-                f"SELECT {SESSION_COLUMNS} FROM sessions WHERE project_id = %s AND id = %s",
-                (project_id, session_id),
-            ).fetchone()
-        return None if row is None else session_row(row)
-
-    def list_sessions(
-        self, project_id: str, user_id: str | None, limit: int, offset: int
-    ) -> list[SessionRow]:
-        sql = f"SELECT {SESSION_COLUMNS} FROM sessions WHERE project_id = %s"
-        params: list[Any] = [project_id]
-        if user_id is not None:
-            sql += " AND user_id = %s"
-            params.append(user_id)
-        sql += " ORDER BY pk LIMIT %s OFFSET %s"
-        params += [limit, offset]
-        with self._read() as c:
-            return [session_row(r) for r in c.execute(sql, params).fetchall()]
 
     # -- messages ----------------------------------------------------------------------
 

@@ -50,8 +50,11 @@ from .._batches import (
     processing_state,
     take_jobs,
 )
+from .._core.dialect import Tx
+from .._core.store import SQLStore
 from .._filters import MetadataCondition
 from .._text import fts_document, scope_token
+from ._dialect import SQLiteDialect
 from ._governance import SQLiteGovernance
 from ._vectors import VectorCache
 from ._webhooks import SQLiteWebhooks
@@ -383,8 +386,10 @@ def _row_to_fact(r: tuple[Any, ...]) -> FactRow:
     )
 
 
-class SQLiteStore(SQLiteGovernance, SQLiteWebhooks):
+class SQLiteStore(SQLiteGovernance, SQLiteWebhooks, SQLStore):
     """The embedded store. Thread-safe; several processes may share one file."""
+
+    dialect = SQLiteDialect()
 
     def __init__(
         self,
@@ -458,6 +463,15 @@ class SQLiteStore(SQLiteGovernance, SQLiteWebhooks):
         else:
             conn.execute("COMMIT")
 
+    @contextmanager
+    def _query(self) -> Iterator[Tx]:
+        yield Tx(self._conn(), self.dialect)
+
+    @contextmanager
+    def _transaction(self) -> Iterator[Tx]:
+        with self._write() as conn:
+            yield Tx(conn, self.dialect)
+
     def close(self) -> None:
         """Close the connections of this thread and of threads that have ended. Another
         live thread's connection may be mid-statement (a worker past close's timeout, a
@@ -510,65 +524,6 @@ class SQLiteStore(SQLiteGovernance, SQLiteWebhooks):
 
     def schema_version(self) -> int:
         return int(self._conn().execute("PRAGMA user_version").fetchone()[0])
-
-    def get_meta(self, key: str) -> str | None:
-        row = self._conn().execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
-        return None if row is None else row[0]
-
-    def set_meta(self, key: str, value: str) -> None:
-        with self._write() as c:
-            c.execute(
-                "INSERT INTO meta (key, value) VALUES (?, ?) "
-                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                (key, value),
-            )
-
-    # -- sessions ----------------------------------------------------------------------
-
-    def create_session(self, row: SessionRow) -> tuple[SessionRow, bool]:
-        with self._write() as c:
-            cur = c.execute(
-                "INSERT INTO sessions (project_id, id, user_id, title, metadata, created_at, "
-                "updated_at) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (project_id, id) DO NOTHING",
-                (
-                    row.project_id,
-                    row.id,
-                    row.user_id,
-                    row.title,
-                    json.dumps(row.metadata),
-                    row.created_at,
-                    row.updated_at,
-                ),
-            )
-            created = cur.rowcount == 1
-            stored = c.execute(
-                f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE project_id = ? AND id = ?",
-                (row.project_id, row.id),
-            ).fetchone()
-        return _row_to_session(stored), created
-
-    def get_session(self, project_id: str, session_id: str) -> SessionRow | None:
-        row = (
-            self._conn()
-            .execute(
-                f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE project_id = ? AND id = ?",
-                (project_id, session_id),
-            )
-            .fetchone()
-        )
-        return None if row is None else _row_to_session(row)
-
-    def list_sessions(
-        self, project_id: str, user_id: str | None, limit: int, offset: int
-    ) -> list[SessionRow]:
-        sql = f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE project_id = ?"
-        params: list[Any] = [project_id]
-        if user_id is not None:
-            sql += " AND user_id = ?"
-            params.append(user_id)
-        sql += " ORDER BY pk LIMIT ? OFFSET ?"
-        params += [limit, offset]
-        return [_row_to_session(r) for r in self._conn().execute(sql, params)]
 
     # -- messages ----------------------------------------------------------------------
 

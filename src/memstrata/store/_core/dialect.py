@@ -1,0 +1,103 @@
+"""The small SQL dialect the store core is written against, and the transaction it runs in.
+
+The core writes its SQL once, in the subset both backends speak (``RETURNING``,
+``ON CONFLICT ... DO NOTHING / DO UPDATE``, ``coalesce``), with ``?`` placeholders. What
+the two spell differently is a method here: placeholders, how a list or a JSON object is
+bound and read back, "column is one of these values", "this array holds that value",
+``greatest``, row locks and the per-user lock. A backend is one ``Dialect`` subclass
+(``store/sqlite/_dialect.py``, ``store/postgres/_dialect.py``).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+__all__ = ["Dialect", "Tx"]
+
+
+class Dialect(ABC):
+    """How one backend spells what the core's SQL needs."""
+
+    #: The backend's name, as ``Store.kind`` reports it.
+    name: str
+    #: Appended to a ``SELECT`` that reads rows the transaction will change (PostgreSQL's
+    #: ``FOR UPDATE``; SQLite's write transaction already excludes other writers).
+    for_update: str
+
+    @abstractmethod
+    def execute(self, raw: Any, sql: str, params: Sequence[Any]) -> Any:
+        """Run ``sql`` (``?`` placeholders) on the backend's connection; a cursor."""
+
+    @abstractmethod
+    def executemany(self, raw: Any, sql: str, rows: Iterable[Sequence[Any]]) -> None: ...
+
+    @abstractmethod
+    def array(self, values: Iterable[Any]) -> Any:
+        """A list of strings bound to an array column (``message_ids``, ``labels``...)."""
+
+    @abstractmethod
+    def load_array(self, value: Any) -> list[Any]:
+        """An array column as read back: a list."""
+
+    @abstractmethod
+    def json(self, value: Any) -> Any:
+        """A JSON document bound to a JSON column (``metadata``, ``details``...)."""
+
+    @abstractmethod
+    def load_json(self, value: Any) -> Any:
+        """A JSON column as read back: the Python value."""
+
+    @abstractmethod
+    def in_(self, column: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
+        """``column`` is one of ``values`` (any number of them): SQL and its parameters."""
+
+    @abstractmethod
+    def has(self, array_column: str, value_sql: str) -> str:
+        """SQL true when the array ``array_column`` holds the value of ``value_sql``."""
+
+    @abstractmethod
+    def greatest(self, *exprs: str) -> str:
+        """The largest of the SQL expressions (NULLs as each backend treats them: use
+        ``coalesce`` where that matters)."""
+
+    @abstractmethod
+    def lock_user(self, raw: Any, project_id: str, user_id: str) -> None:
+        """Serialise the writes of one user until the transaction ends."""
+
+
+class Tx:
+    """A connection of one backend as the core uses it: the dialect's SQL, plain results.
+
+    Inside ``SQLStore._transaction()`` it is one transaction; from ``_query()`` each
+    statement commits on its own. ``raw`` is the backend's own connection, for backend
+    code only.
+    """
+
+    __slots__ = ("dialect", "raw")
+
+    def __init__(self, raw: Any, dialect: Dialect) -> None:
+        self.raw = raw
+        self.dialect = dialect
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        return self.dialect.execute(self.raw, sql, params)
+
+    def many(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        self.dialect.executemany(self.raw, sql, rows)
+
+    def one(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        """The first row, or None."""
+        return self.execute(sql, params).fetchone()
+
+    def all(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        return list(self.execute(sql, params).fetchall())
+
+    def scalar(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        """The first column of the first row, or None without a row."""
+        row = self.execute(sql, params).fetchone()
+        return None if row is None else row[0]
+
+    def lock_user(self, project_id: str, user_id: str) -> None:
+        self.dialect.lock_user(self.raw, project_id, user_id)
