@@ -101,3 +101,22 @@ class SQLStore(ABC):
         params += [limit, offset]
         with self._query() as tx:
             return [session_row(r, self.dialect) for r in tx.all(sql, params)]
+
+    # -- messages and jobs (see ingest.py, jobs.py) -----------------------------------------
+    # Accepting messages with their job, reading them, a batch's completion and failure,
+    # outages, retries and job states.
+
+    # -- the derived layers: writes (see layers.py) -----------------------------------------
+    # What a completed batch adds, strengthens, supersedes and files under topics.
+
+    # -- the derived layers: reads (see reads.py) -------------------------------------------
+    # Facts, summaries, topics and their histories, by id, by pk and listed.
+
+    # -- recall (see recall.py) -------------------------------------------------------------
+    # What candidates are ranked on, one query per layer, as named briefs.
+
+    # -- governance (see governance.py) -----------------------------------------------------
+    # Projects, keys, audit, status changes, and removal from provenance upward.
+
+    # -- webhooks (see webhooks.py) ---------------------------------------------------------
+    # Webhook records, the delivery log and the async outbox.
