@@ -4,7 +4,8 @@ The core writes its SQL once, in the subset both backends speak (``RETURNING``,
 ``ON CONFLICT ... DO NOTHING / DO UPDATE``, ``coalesce``), with ``?`` placeholders. What
 the two spell differently is a method here: placeholders, how a list or a JSON object is
 bound and read back, "column is one of these values", "this array holds that value",
-``greatest``, row locks and the per-user lock. A backend is one ``Dialect`` subclass
+"this array shares a value with that subquery", ``greatest``, row locks, the per-user lock
+and temporary tables of row keys. A backend is one ``Dialect`` subclass
 (``store/sqlite/_dialect.py``, ``store/postgres/_dialect.py``).
 """
 
@@ -58,6 +59,11 @@ class Dialect(ABC):
         """SQL true when the array ``array_column`` holds the value of ``value_sql``."""
 
     @abstractmethod
+    def overlaps(self, array_column: str, subquery: str) -> str:
+        """SQL true when the array ``array_column`` holds any value the one-column
+        ``subquery`` returns (the subquery uncorrelated: it is evaluated once)."""
+
+    @abstractmethod
     def greatest(self, *exprs: str) -> str:
         """The largest of the SQL expressions (NULLs as each backend treats them: use
         ``coalesce`` where that matters)."""
@@ -65,6 +71,12 @@ class Dialect(ABC):
     @abstractmethod
     def lock_user(self, raw: Any, project_id: str, user_id: str) -> None:
         """Serialise the writes of one user until the transaction ends."""
+
+    @abstractmethod
+    def temp_keys(self, raw: Any, table: str) -> None:
+        """Make ``table`` an empty temporary table of row keys, one integer column ``pk``
+        (the primary key), private to this connection. Its rows are not kept past the
+        transaction: make it again at the start of each use."""
 
 
 class Tx:

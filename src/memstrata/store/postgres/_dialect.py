@@ -62,8 +62,15 @@ class PostgresDialect(Dialect):
     def has(self, array_column: str, value_sql: str) -> str:
         return f"{value_sql} = ANY({array_column})"
 
+    def overlaps(self, array_column: str, subquery: str) -> str:
+        # && over text[] is what the GIN index on facts.message_ids serves.
+        return f"{array_column} && ARRAY({subquery})"
+
     def greatest(self, *exprs: str) -> str:
         return f"greatest({', '.join(exprs)})"
 
     def lock_user(self, raw: Any, project_id: str, user_id: str) -> None:
         raw.execute(f"SELECT pg_advisory_xact_lock({user_lock_sql})", (project_id, user_id))
+
+    def temp_keys(self, raw: Any, table: str) -> None:
+        raw.execute(f"CREATE TEMP TABLE {table} (pk bigint PRIMARY KEY) ON COMMIT DROP")

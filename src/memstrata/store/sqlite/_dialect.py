@@ -47,8 +47,19 @@ class SQLiteDialect(Dialect):
     def has(self, array_column: str, value_sql: str) -> str:
         return f"EXISTS (SELECT 1 FROM json_each({array_column}) WHERE value = {value_sql})"
 
+    def overlaps(self, array_column: str, subquery: str) -> str:
+        return (
+            f"EXISTS (SELECT 1 FROM json_each({array_column}) AS overlap "
+            f"WHERE overlap.value IN ({subquery}))"
+        )
+
     def greatest(self, *exprs: str) -> str:
         return f"max({', '.join(exprs)})"
 
     def lock_user(self, raw: Any, project_id: str, user_id: str) -> None:
         pass
+
+    def temp_keys(self, raw: Any, table: str) -> None:
+        # Kept by the connection (in memory: temp_store) and emptied for each use.
+        raw.execute(f"CREATE TEMP TABLE IF NOT EXISTS {table} (pk INTEGER PRIMARY KEY)")
+        raw.execute(f"DELETE FROM temp.{table}")
