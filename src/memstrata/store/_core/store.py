@@ -11,10 +11,12 @@ are the transactional scripts of this package, called from here.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
-from .. import SessionRow
+from .. import ApiKeyRow, AuditRow, ProjectRow, SessionRow, TopicRow
+from . import governance, removal
 from .dialect import Dialect, Tx
 from .rows import SESSION_COLUMNS, session_row
 
@@ -117,6 +119,98 @@ class SQLStore(ABC):
 
     # -- governance (see governance.py) -----------------------------------------------------
     # Projects, keys, audit, status changes, and removal from provenance upward.
+
+    def create_project(self, project_id: str, name: str) -> tuple[ProjectRow, bool]:
+        with self._transaction() as tx:
+            return governance.create_project(tx, project_id, name)
+
+    def get_project(self, project_id: str) -> ProjectRow | None:
+        with self._query() as tx:
+            return governance.get_project(tx, project_id)
+
+    def list_projects(self) -> list[ProjectRow]:
+        with self._query() as tx:
+            return governance.list_projects(tx)
+
+    def create_api_key(self, row: ApiKeyRow, key_hash: str) -> None:
+        with self._transaction() as tx:
+            governance.create_api_key(tx, row, key_hash)
+
+    def find_api_key(self, key_hash: str) -> ApiKeyRow | None:
+        with self._query() as tx:
+            return governance.find_api_key(tx, key_hash)
+
+    def list_api_keys(self, project_id: str | None) -> list[ApiKeyRow]:
+        with self._query() as tx:
+            return governance.list_api_keys(tx, project_id)
+
+    def revoke_api_key(self, key_id: str) -> ApiKeyRow | None:
+        with self._transaction() as tx:
+            return governance.revoke_api_key(tx, key_id)
+
+    def touch_api_key(self, key_id: str, when: str) -> None:
+        with self._transaction() as tx:
+            governance.touch_api_key(tx, key_id, when)
+
+    def list_audit(
+        self, project_id: str, user_id: str | None, limit: int, offset: int
+    ) -> list[AuditRow]:
+        with self._query() as tx:
+            return governance.list_audit(tx, project_id, user_id, limit, offset)
+
+    def set_summary_status(
+        self, project_id: str, summary_id: str, status: str, reason: str, actor: str
+    ) -> bool:
+        with self._transaction() as tx:
+            return governance.set_summary_status(tx, project_id, summary_id, status, reason, actor)
+
+    def forget(
+        self,
+        project_id: str,
+        user_id: str,
+        *,
+        message_ids: Sequence[str] = (),
+        session_id: str | None = None,
+        topic_id: str | None = None,
+        actor: str,
+        reason: str | None,
+    ) -> dict[str, int] | None:
+        with self._transaction() as tx:
+            scope = (message_ids, session_id, topic_id)
+            return removal.forget(self, tx, project_id, user_id, scope, actor, reason)
+
+    def erase_user(
+        self, project_id: str, user_id: str, *, actor: str, reason: str | None
+    ) -> dict[str, int]:
+        with self._transaction() as tx:
+            counts = removal.erase_user(self, tx, project_id, user_id, actor=actor, reason=reason)
+        self._user_erased(project_id, user_id)
+        return counts
+
+    def session_status(self, project_id: str, session_id: str) -> list[tuple[str, str, str | None]]:
+        with self._query() as tx:
+            return governance.session_status(tx, project_id, session_id)
+
+    def get_topic(self, project_id: str, topic_id: str) -> TopicRow | None:
+        with self._query() as tx:
+            return governance.get_topic(tx, project_id, topic_id)
+
+    @abstractmethod
+    def _unindex_gone(self, tx: Tx, table: str, gone: str) -> None:
+        """In a removal, before the rows of ``table`` (messages, facts or summaries) whose
+        pk is in the temporary table ``gone`` are deleted: remove their full-text index
+        entries where those are not part of the row."""
+
+    @abstractmethod
+    def _vectors_removed(self, tx: Tx, project_id: str, user_id: str) -> None:
+        """In a removal, once vectors of the user's messages, facts or summaries are
+        deleted: make whatever holds them outside the table (in this process or another)
+        read them again."""
+
+    @abstractmethod
+    def _user_erased(self, project_id: str, user_id: str) -> None:
+        """After ``erase_user`` committed (even for an unknown user): drop what the backend
+        keeps for the user outside the tables."""
 
     # -- webhooks (see webhooks.py) ---------------------------------------------------------
     # Webhook records, the delivery log and the async outbox.

@@ -76,7 +76,6 @@ from ._connection import (
 )
 from ._dialect import PostgresDialect
 from ._dispatch import PostgresDispatch
-from ._governance import PostgresGovernance
 from ._jobs import PostgresJobs
 from ._user_indexes import PostgresUserIndexes, fulltext_target, vector_target
 from ._webhooks import PostgresWebhooks
@@ -215,7 +214,6 @@ def _lexeme_query(lexemes: Sequence[Sequence[str]]) -> str:
 class PostgresStore(
     PostgresJobs,
     PostgresDispatch,
-    PostgresGovernance,
     PostgresWebhooks,
     PostgresUserIndexes,
     SQLStore,
@@ -1171,14 +1169,6 @@ class PostgresStore(
         self._drop_user_indexes(vectors_only=True)
         return cur.rowcount
 
-    def erase_user(
-        self, project_id: str, user_id: str, *, actor: str, reason: str | None
-    ) -> dict[str, int]:
-        counts = super().erase_user(project_id, user_id, actor=actor, reason=reason)
-        # After the erasure's commit: DROP INDEX CONCURRENTLY cannot run in a transaction.
-        self._drop_user_indexes(project_id, user_id, vectors_only=False)
-        return counts
-
     def messages_missing_vectors(
         self, embedder: str, after_pk: int, limit: int
     ) -> list[MessageRow]:
@@ -1700,6 +1690,18 @@ class PostgresStore(
             }
             for stage, model, n, p, k, f in rows
         }
+
+    # -- governance: what removal does here (see _core/removal.py) ------------------------
+
+    def _unindex_gone(self, tx: Tx, table: str, gone: str) -> None:
+        pass  # the full-text vector is a column of the row: it goes with it
+
+    def _vectors_removed(self, tx: Tx, project_id: str, user_id: str) -> None:
+        pass  # searches read the vectors table itself; nothing caches its rows
+
+    def _user_erased(self, project_id: str, user_id: str) -> None:
+        # After the erasure's commit: DROP INDEX CONCURRENTLY cannot run in a transaction.
+        self._drop_user_indexes(project_id, user_id, vectors_only=False)
 
     # -- stats -------------------------------------------------------------------------
 

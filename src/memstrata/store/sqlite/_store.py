@@ -55,7 +55,6 @@ from .._core.store import SQLStore
 from .._filters import MetadataCondition
 from .._text import fts_document, scope_token
 from ._dialect import SQLiteDialect
-from ._governance import SQLiteGovernance
 from ._vectors import VectorCache
 from ._webhooks import SQLiteWebhooks
 
@@ -386,7 +385,7 @@ def _row_to_fact(r: tuple[Any, ...]) -> FactRow:
     )
 
 
-class SQLiteStore(SQLiteGovernance, SQLiteWebhooks, SQLStore):
+class SQLiteStore(SQLiteWebhooks, SQLStore):
     """The embedded store. Thread-safe; several processes may share one file."""
 
     dialect = SQLiteDialect()
@@ -1933,6 +1932,25 @@ class SQLiteStore(SQLiteGovernance, SQLiteWebhooks, SQLStore):
             }
             for stage, model, n, p, k, f in rows
         }
+
+    # -- governance: what removal does here (see _core/removal.py) ------------------------
+
+    def _unindex_gone(self, tx: Tx, table: str, gone: str) -> None:
+        # The FTS5 tables hold one row per item, under the item's pk.
+        tx.execute(f"DELETE FROM {table}_fts WHERE rowid IN (SELECT pk FROM {gone})")
+
+    def _vectors_removed(self, tx: Tx, project_id: str, user_id: str) -> None:
+        # Loaded vector scopes (in this process and any other) reload from the table.
+        tx.execute(
+            "INSERT INTO vector_generations (project_id, user_id, kind, generation) "
+            "SELECT ?, ?, k.kind, 1 FROM (SELECT 'message' AS kind UNION ALL SELECT 'fact' "
+            "UNION ALL SELECT 'summary') k WHERE 1 ON CONFLICT (project_id, user_id, kind) "
+            "DO UPDATE SET generation = generation + 1",
+            (project_id, user_id),
+        )
+
+    def _user_erased(self, project_id: str, user_id: str) -> None:
+        pass  # nothing kept per user outside the tables (the vector cache: by generation)
 
     # -- stats -------------------------------------------------------------------------
 
