@@ -1506,6 +1506,149 @@ def test_erase_user_leaves_only_the_audit(store: Store) -> None:
     assert len(store.list_audit(P, None, 10, 0)) == 1
 
 
+def test_projects_and_keys_of_the_same_time_are_listed_by_id(store: Store, db_url: str) -> None:
+    store.create_project("zeta", "Z")
+    store.create_project("alpha", "A")
+    dbsql.execute(db_url, "UPDATE projects SET created_at = ?", NOW)
+    assert [p.id for p in store.list_projects()] == ["alpha", "zeta"]
+    for key_id in ("k2", "k1"):
+        store.create_api_key(ApiKeyRow(key_id, "alpha", None, "ms_x", NOW), f"hash-{key_id}")
+    store.create_api_key(ApiKeyRow("k0", "zeta", None, "ms_x", "2026-03-02T00:00:00.000000Z"), "h")
+    assert [k.id for k in store.list_api_keys(None)] == ["k1", "k2", "k0"]
+    assert [k.id for k in store.list_api_keys("alpha")] == ["k1", "k2"]
+
+
+def test_every_status_change_is_a_version_and_an_audit_record(store: Store) -> None:
+    layered(store)
+    for status, reason in (("deprioritized", "stale"), ("archived", "old"), ("active", "back")):
+        assert store.set_summary_status(P, "s-food", status, reason, "ops")
+    [food] = store.get_summaries(P, ["s-food"])
+    assert (food.status, food.version, food.fact_ids) == ("active", 4, ["f-ramen"])
+    history = store.summary_history(P, "s-food")
+    assert [
+        (h["version"], h["status"], h["reason"], h["actor"], h["fact_ids"]) for h in history
+    ] == [
+        (1, "active", "test", "test", ["f-ramen"]),
+        (2, "deprioritized", "stale", "ops", ["f-ramen"]),
+        (3, "archived", "old", "ops", ["f-ramen"]),
+        (4, "active", "back", "ops", ["f-ramen"]),
+    ]
+    records = store.list_audit(P, None, 10, 0)
+    assert [(r.user_id, r.target, r.reason, r.details) for r in records] == [
+        ("u1", "s-food", "stale", {"from": "active", "to": "deprioritized", "version": 2}),
+        ("u1", "s-food", "old", {"from": "deprioritized", "to": "archived", "version": 3}),
+        ("u1", "s-food", "back", {"from": "archived", "to": "active", "version": 4}),
+    ]
+    assert records[0].pk < records[1].pk < records[2].pk and records[0].at <= records[2].at
+    assert store.list_audit(P, "u1", 1, 1) == [records[1]]
+
+
+def test_forget_by_topic_takes_the_messages_its_facts_cite(store: Store) -> None:
+    rows = add(store, ["I moved to Berlin", "I like ramen"])
+    m0, m1 = (r.id for r in rows)
+    process(
+        store,
+        LayerWrite(
+            facts=[
+                fact("f-berlin", "User moved to Berlin", [m0], unit(1, 0)),
+                fact("f-ramen", "User likes ramen", [m1], unit(0, 1)),
+            ],
+            summaries=[
+                summary("s-home", "User lives in Berlin", fact_ids=["f-berlin"], vec=unit(1, 0)),
+                summary("s-food", "User likes ramen", message_ids=[m1], vec=unit(0, 1)),
+            ],
+            topics=[
+                TopicWrite("t-home", "home", "where", ["s-home"], True),
+                TopicWrite("t-food", "food", "what", ["s-food"], True),
+            ],
+        ),
+    )
+    counts = store.forget(P, "u1", topic_id="t-home", actor="dpo", reason="asked")
+    assert counts == {"messages": 1, "facts": 1, "summaries": 1, "topics": 1}
+    assert store.get_message(P, m0) is None and store.get_message(P, m1) is not None
+    assert store.get_topic(P, "t-home") is None and store.get_topic(P, "t-food") is not None
+    [record] = store.list_audit(P, "u1", 10, 0)
+    assert (record.action, record.target, record.actor, record.reason, record.details) == (
+        "forget",
+        "topic:t-home",
+        "dpo",
+        "asked",
+        counts,
+    )
+    # A topic forgotten is no longer the user's to forget.
+    assert store.forget(P, "u1", topic_id="t-home", actor="dpo", reason=None) is None
+    assert store.forget(P, "u2", topic_id="t-food", actor="dpo", reason=None) is None
+
+
+def test_forget_reaches_context_citations_and_older_versions(store: Store, db_url: str) -> None:
+    ids = layered(store)
+    later = add(store, ["Yes, that one"], prefix="2")
+    process(
+        store,
+        LayerWrite(
+            # Cited as context: m0 is not of this batch, so only the id list names it.
+            facts=[fact("f-ctx", "User confirmed Berlin", [ids["m0"]], unit(1, 1))],
+            summaries=[summary("s-ctx", "Berlin, confirmed", message_ids=[later[0].id])],
+        ),
+    )
+    # s-food's current version cites nothing; its first version, kept in the history,
+    # cites f-ramen.
+    empty = "'{}'" if dbsql.is_postgres(db_url) else "'[]'"
+    dbsql.execute(
+        db_url,
+        f"UPDATE summaries SET fact_ids = {empty}, message_ids = {empty} WHERE id = ?",
+        "s-food",
+    )
+    counts = store.forget(P, "u1", message_ids=[ids["m0"], ids["m1"]], actor="a", reason=None)
+    assert counts == {"messages": 2, "facts": 3, "summaries": 2, "topics": 1}
+    assert store.get_facts(P, ["f-berlin", "f-ramen", "f-ctx"]) == []
+    assert [s.id for s in store.list_summaries(P, "u1")] == ["s-ctx"]
+
+
+def test_forget_takes_any_number_of_message_ids_counted_once(store: Store) -> None:
+    ids = layered(store)
+    many = [ids["m0"], ids["m0"], *(f"unknown-{i}" for i in range(600)), ids["m1"]]
+    counts = store.forget(P, "u1", message_ids=many, actor="a", reason=None)
+    assert counts == {"messages": 2, "facts": 2, "summaries": 2, "topics": 1}
+    [record] = store.list_audit(P, "u1", 10, 0)
+    assert record.target == "messages:602"
+
+
+def test_forgotten_items_leave_searches_already_loaded(store: Store) -> None:
+    ids = layered(store)
+    [food] = store.get_summaries(P, ["s-food"])
+    assert len(store.vector_facts(P, "u1", unit(1, 0), EMB, 10)) == 2
+    assert len(store.vector_summaries(P, "u1", unit(1, 0), EMB, 10)) == 2
+    assert len(store.vector_messages(P, "u1", unit(seed=1), EMB, 10, SearchFilters())) == 2
+    store.forget(P, "u1", message_ids=[ids["m0"]], actor="a", reason=None)
+    [(fact_pk, _)] = store.vector_facts(P, "u1", unit(1, 0), EMB, 10)
+    assert fact_pk == store.get_facts(P, ["f-ramen"])[0].pk
+    assert [pk for pk, _ in store.vector_summaries(P, "u1", unit(1, 0), EMB, 10)] == [food.pk]
+    [(message_pk, _)] = store.vector_messages(P, "u1", unit(seed=1), EMB, 10, SearchFilters())
+    assert message_pk == ids["messages"][1].pk
+
+
+def test_forget_by_session_and_erasure_are_audited_with_their_counts(store: Store) -> None:
+    layered(store)
+    add(store, ["other session"], sid="s9")
+    process(store)
+    by_session = store.forget(P, "u1", session_id="s9", actor="a", reason="r")
+    erased = store.erase_user(P, "u1", actor="dpo", reason="GDPR")
+    assert erased == {
+        "messages": 2,
+        "facts": 2,
+        "summaries": 2,
+        "topics": 1,
+        "sessions": 1,
+        "jobs": 2,  # the forgotten session's, finished, goes too
+    }
+    records = store.list_audit(P, "u1", 10, 0)
+    assert [(r.action, r.target, r.user_id, r.details) for r in records] == [
+        ("forget", "session:s9", "u1", by_session),
+        ("erase_user", "u1", "u1", erased),
+    ]
+
+
 def test_stats_count_what_is_stored(store: Store) -> None:
     layered(store)
     add(store, ["pending one"], user="u2", sid="s2")
