@@ -11,77 +11,25 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import _ports, _rows
 from ._filters import MetadataCondition, SearchFilters, parse_metadata_filters
-from ._ports import (
-    GovernanceStore,
-    JobStore,
-    LayerStore,
-    LeaseLostError,
-    MetaStore,
-    SearchStore,
-    SessionStore,
-    Store,
-    WebhookStore,
-)
-from ._rows import (
-    CURRENT_SUMMARY,
-    AddOutcome,
-    ApiKeyRow,
-    AuditRow,
-    CallWrite,
-    ClaimedBatch,
-    FactRow,
-    FactWrite,
-    ItemFilters,
-    LayerWrite,
-    MessageRow,
-    OutageRow,
-    ProjectRow,
-    SessionRow,
-    SummaryRow,
-    SummaryWrite,
-    TopicRow,
-    TopicWrite,
-)
+from ._ports import *  # noqa: F403  (the role protocols, Store, LeaseLostError)
+from ._ports import Store
+from ._rows import *  # noqa: F403  (the row dataclasses)
 from ._webhook_rows import OutboxItem, OutboxWrite, WebhookDeliveryRow, WebhookRow
 
 __all__ = [
-    "CURRENT_SUMMARY",
-    "AddOutcome",
-    "ApiKeyRow",
-    "AuditRow",
-    "CallWrite",
-    "ClaimedBatch",
-    "FactRow",
-    "FactWrite",
-    "GovernanceStore",
-    "ItemFilters",
-    "JobStore",
-    "LayerStore",
-    "LayerWrite",
-    "LeaseLostError",
-    "MessageRow",
-    "MetaStore",
     "MetadataCondition",
-    "OutageRow",
     "OutboxItem",
     "OutboxWrite",
-    "ProjectRow",
     "SearchFilters",
-    "SearchStore",
-    "SessionRow",
-    "SessionStore",
-    "Store",
-    "SummaryRow",
-    "SummaryWrite",
-    "TopicRow",
-    "TopicWrite",
     "WebhookDeliveryRow",
     "WebhookRow",
-    "WebhookStore",
     "open_store",
     "parse_metadata_filters",
 ]
+__all__ += _ports.__all__
+__all__ += _rows.__all__
 
 
 # Options each adapter understands; the facade passes all of them, whatever the URL.

@@ -230,23 +230,6 @@ class SearchStore(Protocol):
     """What recall ranks on: full-text and vector candidates per layer (pk, score), their
     briefs, their rows by pk, the topics of summaries and the speakers a query may name."""
 
-    def fulltext_messages(
-        self,
-        project_id: str,
-        user_id: str,
-        terms: Sequence[str],
-        limit: int,
-        filters: SearchFilters,
-    ) -> list[tuple[int, float]]: ...
-    def vector_messages(
-        self,
-        project_id: str,
-        user_id: str,
-        query: np.ndarray,
-        embedder: str,
-        limit: int,
-        filters: SearchFilters,
-    ) -> list[tuple[int, float]]: ...
     def fulltext_summaries(
         self,
         project_id: str,
@@ -264,6 +247,7 @@ class SearchStore(Protocol):
         limit: int,
         statuses: Sequence[str] = CURRENT_SUMMARY,
     ) -> list[tuple[int, float]]: ...
+    def summaries_by_pk(self, pks: Sequence[int]) -> dict[int, SummaryRow]: ...
     def fulltext_facts(
         self,
         project_id: str,
@@ -281,11 +265,27 @@ class SearchStore(Protocol):
         limit: int,
         statuses: Sequence[str] = ("active",),
     ) -> list[tuple[int, float]]: ...
-    def messages_by_pk(self, pks: Sequence[int]) -> dict[int, MessageRow]: ...
     def facts_by_pk(self, pks: Sequence[int]) -> dict[int, FactRow]: ...
-    def summaries_by_pk(self, pks: Sequence[int]) -> dict[int, SummaryRow]: ...
     def topics_of_summaries(self, pks: Sequence[int]) -> dict[int, list[TopicRow]]: ...
     def speaker_names(self, project_id: str, user_id: str) -> list[str]: ...
+    def messages_by_pk(self, pks: Sequence[int]) -> dict[int, MessageRow]: ...
+    def fulltext_messages(
+        self,
+        project_id: str,
+        user_id: str,
+        terms: Sequence[str],
+        limit: int,
+        filters: SearchFilters,
+    ) -> list[tuple[int, float]]: ...
+    def vector_messages(
+        self,
+        project_id: str,
+        user_id: str,
+        query: np.ndarray,
+        embedder: str,
+        limit: int,
+        filters: SearchFilters,
+    ) -> list[tuple[int, float]]: ...
 
     # recall: what candidates are ranked on, in one query per layer (see SQLiteStore)
     def recall_briefs(
@@ -391,12 +391,4 @@ class Store(
 
 
 #: The role protocols ``Store`` is the union of.
-ROLES: tuple[type, ...] = (
-    MetaStore,
-    SessionStore,
-    JobStore,
-    LayerStore,
-    SearchStore,
-    GovernanceStore,
-    WebhookStore,
-)
+ROLES: tuple[type, ...] = tuple(base for base in Store.__bases__ if base is not Protocol)
