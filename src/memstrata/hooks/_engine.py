@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .._time import now_iso
-from ..store import OutboxWrite, Store, WebhookDeliveryRow, WebhookRow
+from ..store import OutboxWrite, WebhookDeliveryRow, WebhookRow, WebhookStore
 from ._http import HttpResult, WebhookHttp, excerpt, http_failure
 from ._outbox import OutboxSender
 from ._signing import signature_headers
@@ -79,7 +79,9 @@ def reason_of(exc: BaseException) -> str:
 class WebhookEngine:
     """The project's stored webhooks as :class:`Hooks` sees them."""
 
-    def __init__(self, store: Store, settings: Settings, *, resolver: Resolver | None = None):
+    def __init__(
+        self, store: WebhookStore, settings: Settings, *, resolver: Resolver | None = None
+    ):
         self.store = store
         self.settings = settings
         self.http = WebhookHttp(

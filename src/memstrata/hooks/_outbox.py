@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 from .._time import now_iso
 from ..errors import ProcessingError
 from ..jobs import backoff_delay
-from ..store import OutboxItem, Store, WebhookDeliveryRow
+from ..store import OutboxItem, WebhookDeliveryRow, WebhookStore
 from ._http import WebhookHttp, excerpt, http_failure
 from ._signing import signature_headers
 
@@ -54,7 +54,7 @@ def project_share(concurrency: int) -> int:
 class OutboxSender:
     """Sends this store's async webhook deliveries from background threads."""
 
-    def __init__(self, store: Store, http: WebhookHttp, settings: Settings) -> None:
+    def __init__(self, store: WebhookStore, http: WebhookHttp, settings: Settings) -> None:
         self.store = store
         self.http = http
         self.settings = settings

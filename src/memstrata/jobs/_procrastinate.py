@@ -56,7 +56,7 @@ from typing import Any, Protocol, TypeVar
 
 from .._priority import lower_this_thread
 from ..errors import ConfigError
-from ..store import ClaimedBatch, Store
+from ..store import ClaimedBatch, JobStore
 from ..store.postgres._dispatch import DISPATCH_QUEUE, DISPATCH_TASK
 from ._worker import BatchHandler, WorkerPool, run_batch, wait_for_jobs, wait_timed_out
 
@@ -79,8 +79,8 @@ ORPHAN_CRON = "*/5 * * * *"
 CLOSE_STEP_SECONDS = 5.0
 
 
-class DispatchStore(Store, Protocol):
-    """The store operations this queue needs beyond the ``Store`` port (PostgreSQL)."""
+class DispatchStore(JobStore, Protocol):
+    """The store operations this queue needs beyond the jobs role (PostgreSQL)."""
 
     def install_dispatch(self, schema: str, migrations: Sequence[tuple[str, str]]) -> None: ...
     def claim_user_batch(

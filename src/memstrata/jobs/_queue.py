@@ -12,10 +12,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Protocol, cast
 
-from ..store import Store
+from ..store import JobStore, MetaStore
 from ._worker import BatchHandler, WorkerPool
 
-__all__ = ["JobQueue", "open_queue"]
+__all__ = ["JobQueue", "QueueStore", "open_queue"]
+
+
+class QueueStore(JobStore, MetaStore, Protocol):
+    """What ``open_queue`` needs of the store: its jobs, and its ``kind`` to choose by."""
 
 
 class JobQueue(Protocol):
@@ -53,7 +57,7 @@ class JobQueue(Protocol):
 
 
 def open_queue(
-    store: Store,
+    store: QueueStore,
     handler: BatchHandler,
     *,
     database_url: str,
@@ -79,7 +83,7 @@ def open_queue(
         "batch_max_messages": batch_max_messages,
         "nice": nice,
     }
-    if hasattr(store, "claim_user_batch"):
+    if store.kind == "postgresql":
         # Imported here: procrastinate is needed only with PostgreSQL (postgres extra).
         from ._procrastinate import DispatchStore, ProcrastinateQueue
 

@@ -17,7 +17,7 @@ from typing import Protocol
 
 from .._priority import lower_this_thread
 from ..errors import ProcessingError, UnavailableError
-from ..store import ClaimedBatch, LeaseLostError, Store
+from ..store import ClaimedBatch, JobStore, LeaseLostError
 
 __all__ = [
     "FINISHED",
@@ -60,7 +60,7 @@ def backoff_delay(attempt: int, base: float, cap: float) -> float:
     return delay * random.uniform(0.8, 1.2)
 
 
-def job_states(store: Store, job_ids: Sequence[int]) -> dict[int, str]:
+def job_states(store: JobStore, job_ids: Sequence[int]) -> dict[int, str]:
     """The jobs' states; a job that no longer exists is ``deleted`` (its user was erased or
     its messages forgotten meanwhile), which is as finished as ``done``."""
     states = store.job_states(job_ids)
@@ -68,7 +68,7 @@ def job_states(store: Store, job_ids: Sequence[int]) -> dict[int, str]:
 
 
 def wait_for_jobs(
-    queue: _Waiting, store: Store, job_ids: Iterable[int], timeout: float | None
+    queue: _Waiting, store: JobStore, job_ids: Iterable[int], timeout: float | None
 ) -> dict[int, str]:
     """``queue.wait_jobs``: wait until every job is finished; their states."""
     ids = list(job_ids)
@@ -82,7 +82,7 @@ def wait_for_jobs(
     return states
 
 
-def paused_because(store: Store) -> str | None:
+def paused_because(store: JobStore) -> str | None:
     """Why processing is paused (a service's outage), or None when it is not."""
     try:
         outages = store.outages()
@@ -98,7 +98,7 @@ def paused_because(store: Store) -> str | None:
     )
 
 
-def wait_timed_out(store: Store, timeout: float | None, what: str) -> ProcessingError:
+def wait_timed_out(store: JobStore, timeout: float | None, what: str) -> ProcessingError:
     """The error of a wait for ``what`` that ran out of ``timeout`` seconds."""
     why = paused_because(store)
     return ProcessingError(
@@ -109,7 +109,7 @@ def wait_timed_out(store: Store, timeout: float | None, what: str) -> Processing
 
 
 def run_batch(
-    store: Store,
+    store: JobStore,
     handler: BatchHandler,
     batch: ClaimedBatch,
     *,
@@ -163,7 +163,7 @@ def run_batch(
 
 
 def _fail(
-    store: Store,
+    store: JobStore,
     batch: ClaimedBatch,
     exc: Exception,
     max_attempts: int,
@@ -208,7 +208,7 @@ def _fail(
 
 
 def _pause(
-    store: Store, batch: ClaimedBatch, exc: UnavailableError, base: float, cap: float
+    store: JobStore, batch: ClaimedBatch, exc: UnavailableError, base: float, cap: float
 ) -> None:
     error = f"{type(exc).__name__}: {exc}"
     outages = store.record_outage(
@@ -245,7 +245,7 @@ def _pause(
         log.info("jobs %s wait for the outage of %s to end", batch.job_ids, exc.service)
 
 
-def _resume(store: Store, on_resume: Callable[[], None] | None) -> None:
+def _resume(store: JobStore, on_resume: Callable[[], None] | None) -> None:
     try:
         ended = store.end_outage()
     except Exception:  # the next probe ends it
@@ -273,7 +273,7 @@ class WorkerPool:
 
     def __init__(
         self,
-        store: Store,
+        store: JobStore,
         handler: BatchHandler,
         *,
         threads: int = 1,

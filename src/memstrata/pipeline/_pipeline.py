@@ -13,7 +13,7 @@ import logging
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 from pydantic import ConfigDict, Field
@@ -31,9 +31,10 @@ from ..store import (
     CallWrite,
     ClaimedBatch,
     FactWrite,
+    JobStore,
+    LayerStore,
     LayerWrite,
     MessageRow,
-    Store,
     SummaryRow,
     SummaryWrite,
     TopicWrite,
@@ -42,7 +43,7 @@ from . import _heuristics as heuristics
 from ._drafts import FactDraft
 from .prompts import CONSOLIDATE, EXTRACT, HEURISTIC_VERSION, TOPICS
 
-__all__ = ["Pipeline", "embedding_text"]
+__all__ = ["Pipeline", "PipelineStore", "embedding_text"]
 
 log = logging.getLogger("memstrata.pipeline")
 
@@ -145,12 +146,17 @@ def _draft_problems(drafts: Sequence[FactDraft], batch_ids: set[str]) -> list[st
     return [f"facts[{i}]: {p}" for i, d in enumerate(drafts) for p in d.problems(batch_ids)]
 
 
+class PipelineStore(JobStore, LayerStore, Protocol):
+    """What the pipeline needs of the store: a batch's context and the summaries and
+    topics it builds on (layers), and the batch's completion with what it derived (jobs)."""
+
+
 class Pipeline:
     """Processes one claimed batch; raises (so the queue retries) when it cannot finish."""
 
     def __init__(
         self,
-        store: Store,
+        store: PipelineStore,
         embedder: Embedder,
         llm: ChatModel | None = None,
         hooks: Hooks | None = None,

@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -29,10 +29,12 @@ from ..llm import ChatModel
 from ..store import (
     CURRENT_SUMMARY,
     FactRow,
+    LayerStore,
     MessageRow,
     SearchFilters,
+    SearchStore,
     SessionRow,
-    Store,
+    SessionStore,
     SummaryRow,
 )
 from ..store._text import fts_query_terms
@@ -47,6 +49,7 @@ from ._tokens import estimate_tokens
 
 __all__ = [
     "SEARCH_LAYERS",
+    "RecallStore",
     "Recaller",
     "SearchOptions",
     "estimate_tokens",
@@ -237,10 +240,15 @@ def _statuses(opts: SearchOptions) -> tuple[tuple[str, ...], tuple[str, ...]]:
 _STATUS_WEIGHT = {"deprioritized": 0.5, "superseded": 0.5}
 
 
+class RecallStore(SearchStore, SessionStore, LayerStore, Protocol):
+    """What recall reads: its candidates (search), a session's history and the messages
+    items quote (sessions), and a user's latest facts (layers)."""
+
+
 class Recaller:
     def __init__(
         self,
-        store: Store,
+        store: RecallStore,
         embedder: Embedder,
         *,
         chat: ChatModel | None = None,

@@ -1,0 +1,284 @@
+"""The rows that cross the ``Store`` port: small dataclasses, one per thing read or written.
+
+Adapters build them from their own rows (``_core/rows.py``); the facade turns them into the
+public pydantic types. Re-exported from ``memstrata.store``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ._filters import MetadataCondition
+from ._webhook_rows import OutboxWrite
+
+__all__ = [
+    "CURRENT_SUMMARY",
+    "AddOutcome",
+    "ApiKeyRow",
+    "AuditRow",
+    "CallWrite",
+    "ClaimedBatch",
+    "FactRow",
+    "FactWrite",
+    "ItemFilters",
+    "LayerWrite",
+    "MessageRow",
+    "OutageRow",
+    "ProjectRow",
+    "SessionRow",
+    "SummaryRow",
+    "SummaryWrite",
+    "TopicRow",
+    "TopicWrite",
+]
+
+
+# Summary statuses recall presents as current memory (deprioritized ones down-weighted).
+CURRENT_SUMMARY = ("active", "deprioritized")
+
+
+@dataclass(frozen=True)
+class SessionRow:
+    project_id: str
+    id: str
+    user_id: str
+    title: str | None
+    metadata: dict[str, Any]
+    created_at: str
+    updated_at: str
+
+
+@dataclass
+class MessageRow:
+    project_id: str
+    id: str
+    user_id: str
+    session_id: str
+    role: str
+    content: str
+    content_hash: str
+    ts: str
+    created_at: str
+    process_id: str | None = None
+    event_type: str | None = None
+    page: str | None = None
+    name: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    status: str = "pending"
+    error: str | None = None
+    attempts: int = 0
+    job_id: int | None = None
+    processed_at: str | None = None
+    pk: int | None = None
+
+
+@dataclass
+class AddOutcome:
+    message_ids: list[str]
+    duplicates: list[str]
+    job_id: int | None
+
+
+@dataclass
+class ClaimedBatch:
+    """Jobs one worker holds under a lease, and their messages in acceptance order."""
+
+    worker_id: str
+    project_id: str
+    user_id: str
+    job_ids: list[int]
+    messages: list[MessageRow]
+    #: Each job's attempts, this one included: a job merged into a batch late has fewer.
+    job_attempts: dict[int, int]
+    #: The claim let through to try the services again during an outage (``record_outage``).
+    probe: bool = False
+
+
+@dataclass(frozen=True)
+class OutageRow:
+    """A service processing needs that is down: no batch is claimed before ``next_probe``,
+    then one (the probe) is let through every ``retry_every`` seconds until one ends
+    otherwise than by this outage. Times are epoch seconds."""
+
+    service: str
+    since: float
+    failures: int
+    last_error: str
+    last_failure: float
+    retry_every: float
+    next_probe: float
+
+
+@dataclass
+class FactWrite:
+    id: str
+    text: str
+    kind: str
+    message_ids: list[str]
+    confidence: float
+    model: str
+    prompt_version: str
+    vector: np.ndarray
+    occurred_at: str | None = None
+    observed_at: str | None = None
+    valid_from: str | None = None
+    valid_to: str | None = None
+    labels: list[str] = field(default_factory=list)
+
+
+@dataclass
+class SummaryWrite:
+    """A change to the summary layer: ``add`` a summary, ``strengthen`` one with new
+    evidence (optionally rewording it), or ``supersede`` one with a new summary."""
+
+    action: str
+    id: str
+    text: str
+    confidence: float
+    fact_ids: list[str]
+    message_ids: list[str]
+    model: str
+    prompt_version: str
+    reason: str
+    vector: np.ndarray | None = None
+    supersedes: str | None = None
+    observed_at: str | None = None
+    valid_from: str | None = None
+    valid_to: str | None = None
+    labels: list[str] = field(default_factory=list)
+
+
+@dataclass
+class TopicWrite:
+    id: str
+    name: str
+    description: str
+    summary_ids: list[str]
+    is_new: bool
+
+
+@dataclass
+class CallWrite:
+    stage: str
+    model: str
+    prompt_version: str
+    prompt_tokens: int
+    completion_tokens: int
+    latency_ms: float
+    ok: bool
+
+
+@dataclass
+class LayerWrite:
+    """Everything one batch derived, committed atomically with the batch's completion."""
+
+    facts: list[FactWrite] = field(default_factory=list)
+    summaries: list[SummaryWrite] = field(default_factory=list)
+    topics: list[TopicWrite] = field(default_factory=list)
+    calls: list[CallWrite] = field(default_factory=list)
+    # Async webhook deliveries the batch triggered: queued only if the batch commits.
+    outbox: list[OutboxWrite] = field(default_factory=list)
+
+
+@dataclass
+class SummaryRow:
+    pk: int
+    project_id: str
+    id: str
+    user_id: str
+    text: str
+    status: str
+    confidence: float
+    version: int
+    fact_ids: list[str]
+    message_ids: list[str]
+    labels: list[str]
+    valid_from: str | None
+    valid_to: str | None
+    superseded_by: str | None
+    model: str
+    prompt_version: str
+    created_at: str
+    updated_at: str
+    observed_at: str | None = None
+
+
+@dataclass
+class FactRow:
+    pk: int
+    project_id: str
+    id: str
+    user_id: str
+    text: str
+    kind: str
+    confidence: float
+    status: str
+    message_ids: list[str]
+    labels: list[str]
+    occurred_at: str | None
+    valid_from: str | None
+    valid_to: str | None
+    superseded_by: str | None
+    model: str
+    prompt_version: str
+    created_at: str
+    observed_at: str | None = None
+
+
+@dataclass
+class TopicRow:
+    pk: int
+    project_id: str
+    id: str
+    user_id: str
+    name: str
+    description: str
+    status: str
+    summary_ids: list[str]
+    created_at: str
+    updated_at: str
+
+
+@dataclass(frozen=True)
+class ProjectRow:
+    id: str
+    name: str
+    created_at: str
+
+
+@dataclass(frozen=True)
+class ApiKeyRow:
+    id: str
+    project_id: str
+    name: str | None
+    prefix: str
+    created_at: str
+    revoked_at: str | None = None
+    last_used_at: str | None = None
+
+
+@dataclass(frozen=True)
+class AuditRow:
+    pk: int
+    project_id: str
+    user_id: str | None
+    action: str
+    target: str | None
+    actor: str
+    reason: str | None
+    details: dict[str, Any]
+    at: str
+
+
+@dataclass(frozen=True)
+class ItemFilters:
+    """Filters for listing facts and summaries. The time window applies to when an item
+    happened or was observed; metadata conditions apply to the messages it came from."""
+
+    status: tuple[str, ...] = ()
+    since: str | None = None
+    until: str | None = None
+    metadata: tuple[MetadataCondition, ...] = ()
