@@ -4,16 +4,20 @@ The core writes its SQL once, in the subset both backends speak (``RETURNING``,
 ``ON CONFLICT ... DO NOTHING / DO UPDATE``, ``coalesce``), with ``?`` placeholders. What
 the two spell differently is a method here: placeholders, how a list or a JSON object is
 bound and read back, "column is one of these values", "this array holds that value",
-"this array shares a value with that subquery", ``greatest``, row locks, the per-user lock
-and temporary tables of row keys. A backend is one ``Dialect`` subclass
-(``store/sqlite/_dialect.py``, ``store/postgres/_dialect.py``).
+"this array shares a value with that subquery", ``greatest``, one metadata filter condition
+on a JSON document, row locks, the per-user lock and temporary tables of row keys. A
+backend is one ``Dialect`` subclass (``store/sqlite/_dialect.py``,
+``store/postgres/_dialect.py``).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .._filters import MetadataCondition
 
 __all__ = ["Dialect", "Tx"]
 
@@ -67,6 +71,14 @@ class Dialect(ABC):
     def greatest(self, *exprs: str) -> str:
         """The largest of the SQL expressions (NULLs as each backend treats them: use
         ``coalesce`` where that matters)."""
+
+    @abstractmethod
+    def metadata_sql(self, cond: MetadataCondition, column: str) -> tuple[str, list[Any]]:
+        """One condition of the filter vocabulary (``store/_filters.py``) on the JSON
+        document ``column``: SQL and its parameters. Values compare as JSON: a number
+        matches only a number, by exact decimal value (5 equals 5.0, 2**63 + 1 is above
+        2**63), a string only a string (byte order for ranges), true only true, null only a
+        present null; the negations ($ne, $nin) match a missing value too."""
 
     @abstractmethod
     def lock_user(self, raw: Any, project_id: str, user_id: str) -> None:

@@ -15,8 +15,17 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
-from .. import ApiKeyRow, AuditRow, ProjectRow, SessionRow, TopicRow
-from . import governance, removal
+from .. import (
+    ApiKeyRow,
+    AuditRow,
+    FactRow,
+    ItemFilters,
+    ProjectRow,
+    SessionRow,
+    SummaryRow,
+    TopicRow,
+)
+from . import governance, reads, removal
 from .dialect import Dialect, Tx
 from .rows import SESSION_COLUMNS, session_row
 
@@ -113,6 +122,66 @@ class SQLStore(ABC):
 
     # -- the derived layers: reads (see reads.py) -------------------------------------------
     # Facts, summaries, topics and their histories, by id, by pk and listed.
+
+    def get_summaries(self, project_id: str, ids: Sequence[str]) -> list[SummaryRow]:
+        with self._query() as tx:
+            return reads.get_summaries(tx, project_id, ids)
+
+    def list_summaries(
+        self,
+        project_id: str,
+        user_id: str | None,
+        *,
+        status: Sequence[str] = (),
+        limit: int = 100,
+        offset: int = 0,
+        filters: ItemFilters | None = None,
+    ) -> list[SummaryRow]:
+        with self._query() as tx:
+            return reads.list_summaries(tx, project_id, user_id, status, limit, offset, filters)
+
+    def summary_history(self, project_id: str, summary_id: str) -> list[dict[str, Any]]:
+        with self._query() as tx:
+            return reads.summary_history(tx, project_id, summary_id)
+
+    def summaries_by_pk(self, pks: Sequence[int]) -> dict[int, SummaryRow]:
+        with self._query() as tx:
+            return reads.summaries_by_pk(tx, pks)
+
+    def list_facts(
+        self,
+        project_id: str,
+        user_id: str | None,
+        *,
+        limit: int = 100,
+        offset: int = 0,
+        newest_first: bool = False,
+        filters: ItemFilters | None = None,
+    ) -> list[FactRow]:
+        with self._query() as tx:
+            return reads.list_facts(tx, project_id, user_id, limit, offset, newest_first, filters)
+
+    def get_facts(self, project_id: str, ids: Sequence[str]) -> list[FactRow]:
+        with self._query() as tx:
+            return reads.get_facts(tx, project_id, ids)
+
+    def facts_by_pk(self, pks: Sequence[int]) -> dict[int, FactRow]:
+        with self._query() as tx:
+            return reads.facts_by_pk(tx, pks)
+
+    def list_topics(self, project_id: str, user_id: str) -> list[TopicRow]:
+        with self._query() as tx:
+            return reads.list_topics(tx, project_id, user_id)
+
+    def topics_of_summaries(self, pks: Sequence[int]) -> dict[int, list[TopicRow]]:
+        """The active topics each summary is filed under (summary pk → topics)."""
+        with self._query() as tx:
+            return reads.topics_of_summaries(tx, pks)
+
+    def speaker_names(self, project_id: str, user_id: str) -> list[str]:
+        """Names of the speakers of a user's messages (messages sent with a ``name``)."""
+        with self._query() as tx:
+            return reads.speaker_names(tx, project_id, user_id)
 
     # -- recall (see recall.py) -------------------------------------------------------------
     # What candidates are ranked on, one query per layer, as named briefs.

@@ -7,7 +7,6 @@ the helpers without importing the store class, and the store class can import th
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import re
 import threading
@@ -17,10 +16,8 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
-from ..._time import to_iso
 from ...errors import StoreError, ValidationError
-from .. import FactRow, ItemFilters, MessageRow, SearchFilters, SessionRow, SummaryRow
-from .._filters import MetadataCondition
+from .. import MessageRow, SessionRow, SummaryRow
 from .._text import fts_document, fts_words
 
 if TYPE_CHECKING:
@@ -29,17 +26,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "APPLICATION_NAME",
-    "FACT_COLUMNS",
     "MESSAGE_COLUMNS",
     "SESSION_COLUMNS",
     "SUMMARY_COLUMNS",
     "PgBase",
-    "fact_row",
     "fts_body",
-    "item_filter_sql",
     "mask_url",
     "message_row",
-    "search_filter_sql",
     "session_row",
     "summary_row",
     "user_lock_sql",
@@ -64,11 +57,6 @@ SESSION_COLUMNS = "project_id, id, user_id, title, metadata, created_at, updated
 SUMMARY_COLUMNS = (
     "pk, project_id, id, user_id, text, status, confidence, version, fact_ids, message_ids, "
     "labels, valid_from, valid_to, superseded_by, model, prompt_version, created_at, updated_at, "
-    "observed_at"
-)
-FACT_COLUMNS = (
-    "pk, project_id, id, user_id, text, kind, confidence, status, message_ids, labels, "
-    "occurred_at, valid_from, valid_to, superseded_by, model, prompt_version, created_at, "
     "observed_at"
 )
 
@@ -164,113 +152,6 @@ def summary_row(r: Sequence[Any]) -> SummaryRow:
         updated_at=r[17],
         observed_at=r[18],
     )
-
-
-def fact_row(r: Sequence[Any]) -> FactRow:
-    return FactRow(
-        pk=r[0],
-        project_id=r[1],
-        id=r[2],
-        user_id=r[3],
-        text=r[4],
-        kind=r[5],
-        confidence=r[6],
-        status=r[7],
-        message_ids=list(r[8]),
-        labels=list(r[9]),
-        occurred_at=r[10],
-        valid_from=r[11],
-        valid_to=r[12],
-        superseded_by=r[13],
-        model=r[14],
-        prompt_version=r[15],
-        created_at=r[16],
-        observed_at=r[17],
-    )
-
-
-# -- metadata filters on JSONB ----------------------------------------------------------
-
-
-def _metadata_sql(cond: MetadataCondition, column: str) -> tuple[str, list[Any]]:
-    """One condition of the filter vocabulary (store/_filters.py) as SQL on a JSONB column.
-
-    Values compare as JSON, as in the SQLite store: a number matches only a number, by
-    exact decimal value (5 and 5.0 are equal, as jsonb's numeric has it), a string only a
-    string (byte order for ranges), true only true, null only a present null. Negations
-    ($ne, $nin) match a missing value too.
-    """
-    path = list(cond.path)
-    value = f"({column} #> %s::text[])"
-    op, arg = cond.op, cond.value
-    if op == "$exists":
-        return f"{value} IS {'NOT ' if arg else ''}NULL", [path]
-    if op in ("$eq", "$ne", "$in", "$nin"):
-        values = [json.dumps(v) for v in (arg if op in ("$in", "$nin") else [arg])]
-        sql = f"{value} = ANY(%s::jsonb[])"
-        if op in ("$ne", "$nin"):
-            sql = f"NOT coalesce({sql}, false)"
-        return sql, [path, values]
-    sql_op = {"$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}[op]
-    if isinstance(arg, str):
-        return (
-            f"(jsonb_typeof({value}) = 'string' AND "
-            f'({column} #>> %s::text[]) COLLATE "C" {sql_op} %s)',
-            [path, path, arg],
-        )
-    # The bound as numeric too (from its JSON text): against a float parameter PostgreSQL
-    # would compare in double precision, rounding 2**63 + 1 and failing on 10**400. CASE,
-    # because AND does not keep PostgreSQL from casting a stored string first (an error).
-    return (
-        f"(CASE WHEN jsonb_typeof({value}) = 'number' "
-        f"THEN ({value})::numeric {sql_op} %s::numeric END)",
-        [path, path, json.dumps(arg)],
-    )
-
-
-def search_filter_sql(filters: SearchFilters, alias: str = "m") -> tuple[str, list[Any]]:
-    """``filters`` as `` AND ...`` conditions on messages aliased ``alias`` (may be empty)."""
-    sql = ""
-    params: list[Any] = []
-    if filters.session_id:
-        sql += f" AND {alias}.session_id = %s"
-        params.append(filters.session_id)
-    if filters.roles:
-        sql += f" AND {alias}.role = ANY(%s::text[])"
-        params.append(list(filters.roles))
-    if filters.event_types:
-        sql += f" AND {alias}.event_type = ANY(%s::text[])"
-        params.append(list(filters.event_types))
-    if filters.since:
-        sql += f" AND {alias}.ts >= %s"
-        params.append(to_iso(filters.since))
-    if filters.until:
-        sql += f" AND {alias}.ts < %s"
-        params.append(to_iso(filters.until))
-    for cond in filters.metadata:
-        clause, args = _metadata_sql(cond, f"{alias}.metadata")
-        sql += f" AND {clause}"
-        params.extend(args)
-    return sql, params
-
-
-def item_filter_sql(filters: ItemFilters, alias: str, when: str) -> tuple[str, list[Any]]:
-    """Time window and source-message metadata conditions of a fact or summary listing."""
-    sql, params = "", []
-    if filters.since:
-        sql += f" AND {when} >= %s"
-        params.append(filters.since)
-    if filters.until:
-        sql += f" AND {when} < %s"
-        params.append(filters.until)
-    if filters.metadata:
-        where, args = search_filter_sql(SearchFilters(metadata=filters.metadata))
-        sql += (
-            f" AND EXISTS (SELECT 1 FROM messages m WHERE m.project_id = {alias}.project_id "
-            f"AND m.id = ANY({alias}.message_ids){where})"
-        )
-        params += args
-    return sql, params
 
 
 _IDENT = re.compile(r"^[a-z_]+$")

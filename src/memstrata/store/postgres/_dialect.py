@@ -1,14 +1,16 @@
 """PostgreSQL's spelling of the core's dialect: ``%s`` placeholders, ``text[]`` arrays,
-``jsonb`` documents, ``= ANY(array)``, ``FOR UPDATE`` row locks and a transaction-scoped
-advisory lock per user."""
+``jsonb`` documents (metadata conditions through ``#>``), ``= ANY(array)``, ``FOR UPDATE``
+row locks and a transaction-scoped advisory lock per user."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from functools import lru_cache
 from typing import Any
 
 from .._core.dialect import Dialect
+from .._filters import MetadataCondition
 
 __all__ = ["PostgresDialect", "user_lock_sql"]
 
@@ -68,6 +70,35 @@ class PostgresDialect(Dialect):
 
     def greatest(self, *exprs: str) -> str:
         return f"greatest({', '.join(exprs)})"
+
+    def metadata_sql(self, cond: MetadataCondition, column: str) -> tuple[str, list[Any]]:
+        # 5 and 5.0 are equal as jsonb's numeric has it; strings in byte order (COLLATE "C").
+        path = list(cond.path)
+        value = f"({column} #> ?::text[])"
+        op, arg = cond.op, cond.value
+        if op == "$exists":
+            return f"{value} IS {'NOT ' if arg else ''}NULL", [path]
+        if op in ("$eq", "$ne", "$in", "$nin"):
+            values = [json.dumps(v) for v in (arg if op in ("$in", "$nin") else [arg])]
+            sql = f"{value} = ANY(?::jsonb[])"
+            if op in ("$ne", "$nin"):
+                sql = f"NOT coalesce({sql}, false)"
+            return sql, [path, values]
+        sql_op = {"$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}[op]
+        if isinstance(arg, str):
+            return (
+                f"(jsonb_typeof({value}) = 'string' AND "
+                f'({column} #>> ?::text[]) COLLATE "C" {sql_op} ?)',
+                [path, path, arg],
+            )
+        # The bound as numeric too (from its JSON text): against a float parameter PostgreSQL
+        # would compare in double precision, rounding 2**63 + 1 and failing on 10**400. CASE,
+        # because AND does not keep PostgreSQL from casting a stored string first (an error).
+        return (
+            f"(CASE WHEN jsonb_typeof({value}) = 'number' "
+            f"THEN ({value})::numeric {sql_op} ?::numeric END)",
+            [path, path, json.dumps(arg)],
+        )
 
     def lock_user(self, raw: Any, project_id: str, user_id: str) -> None:
         raw.execute(f"SELECT pg_advisory_xact_lock({user_lock_sql})", (project_id, user_id))

@@ -46,32 +46,26 @@ from .. import (
     AddOutcome,
     CallWrite,
     ClaimedBatch,
-    FactRow,
-    ItemFilters,
     LayerWrite,
     MessageRow,
     SearchFilters,
     SessionRow,
     SummaryRow,
-    TopicRow,
 )
 from .._batches import processing_state
 from .._core.dialect import Tx
+from .._core.filters import search_filter_sql
 from .._core.store import SQLStore
 from .._text import fts_words
 from ._connection import (
     APPLICATION_NAME,
-    FACT_COLUMNS,
     MESSAGE_COLUMNS,
     SUMMARY_COLUMNS,
     checked,
-    fact_row,
     fts_body,
-    item_filter_sql,
     mask_url,
     message_fts,
     message_row,
-    search_filter_sql,
     summary_row,
 )
 from ._dialect import PostgresDialect
@@ -816,10 +810,10 @@ class PostgresStore(
     ) -> list[tuple[int, float]]:
         if not terms or limit <= 0:
             return []
-        where, params = search_filter_sql(filters, "t")
+        where, params = search_filter_sql(self.dialect, filters, "t")
         # The statements use named placeholders: the filter's become %(p0)s, %(p1)s, ...
         for i in range(len(params)):
-            where = where.replace("%s", f"%(p{i})s", 1)
+            where = where.replace("?", f"%(p{i})s", 1)
         return self._fulltext(
             "messages", project_id, user_id, terms, limit, self.MATCH_BUDGET, where, params
         )
@@ -994,7 +988,7 @@ class PostgresStore(
     ) -> list[tuple[int, float]]:
         if filters.empty:
             return self._vector_search("message", project_id, user_id, query, embedder, limit)
-        where, params = search_filter_sql(filters, "m")
+        where, params = search_filter_sql(self.dialect, filters, "m")
         return self._vector_search(
             "message",
             project_id,
@@ -1002,7 +996,8 @@ class PostgresStore(
             query,
             embedder,
             limit,
-            f"JOIN messages m ON m.pk = v.item_pk{where}",
+            # The filter's SQL holds no "%" and no "?" but its placeholders.
+            f"JOIN messages m ON m.pk = v.item_pk{where.replace('?', '%s')}",
             params,
             narrow=True,
         )
@@ -1474,145 +1469,6 @@ class PostgresStore(
         ).fetchone()
         return None if row is None else summary_row(row)
 
-    def get_summaries(self, project_id: str, ids: Sequence[str]) -> list[SummaryRow]:
-        if not ids:
-            return []
-        with self._read() as c:
-            rows = c.execute(
-                f"SELECT {SUMMARY_COLUMNS} FROM summaries WHERE project_id = %s "
-                "AND id = ANY(%s::text[])",
-                (project_id, list(ids)),
-            ).fetchall()
-        by_id = {r[2]: summary_row(r) for r in rows}
-        return [by_id[i] for i in ids if i in by_id]
-
-    def list_summaries(
-        self,
-        project_id: str,
-        user_id: str | None,
-        *,
-        status: Sequence[str] = (),
-        limit: int = 100,
-        offset: int = 0,
-        filters: ItemFilters | None = None,
-    ) -> list[SummaryRow]:
-        sql = f"SELECT {SUMMARY_COLUMNS} FROM summaries s WHERE project_id = %s"
-        params: list[Any] = [project_id]
-        if user_id is not None:
-            sql += " AND user_id = %s"
-            params.append(user_id)
-        if status:
-            sql += " AND status = ANY(%s::text[])"
-            params.append(list(status))
-        if filters is not None:
-            where, args = item_filter_sql(filters, "s", "COALESCE(s.valid_from, s.observed_at)")
-            sql += where
-            params += args
-        sql += " ORDER BY pk LIMIT %s OFFSET %s"
-        params += [limit, offset]
-        with self._read() as c:
-            return [summary_row(r) for r in c.execute(sql, params).fetchall()]
-
-    def summary_history(self, project_id: str, summary_id: str) -> list[dict[str, Any]]:
-        with self._read() as c:
-            rows = c.execute(
-                "SELECT h.version, h.text, h.status, h.confidence, h.fact_ids, h.reason, "
-                "h.actor, h.changed_at FROM summary_history h "
-                "JOIN summaries s ON s.pk = h.summary_pk "
-                "WHERE s.project_id = %s AND s.id = %s ORDER BY h.version, h.pk",
-                (project_id, summary_id),
-            ).fetchall()
-        keys = (
-            "version",
-            "text",
-            "status",
-            "confidence",
-            "fact_ids",
-            "reason",
-            "actor",
-            "changed_at",
-        )
-        out = []
-        for r in rows:
-            item = dict(zip(keys, r, strict=True))
-            item["fact_ids"] = list(item["fact_ids"])
-            out.append(item)
-        return out
-
-    def list_facts(
-        self,
-        project_id: str,
-        user_id: str | None,
-        *,
-        limit: int = 100,
-        offset: int = 0,
-        newest_first: bool = False,
-        filters: ItemFilters | None = None,
-    ) -> list[FactRow]:
-        sql = f"SELECT {FACT_COLUMNS} FROM facts f WHERE project_id = %s"
-        params: list[Any] = [project_id]
-        if user_id is not None:
-            sql += " AND user_id = %s"
-            params.append(user_id)
-        if newest_first:
-            sql += " AND status = 'active'"
-        if filters is not None:
-            if filters.status:
-                sql += " AND status = ANY(%s::text[])"
-                params.append(list(filters.status))
-            where, args = item_filter_sql(filters, "f", "COALESCE(f.occurred_at, f.observed_at)")
-            sql += where
-            params += args
-        sql += f" ORDER BY pk {'DESC' if newest_first else ''} LIMIT %s OFFSET %s"
-        params += [limit, offset]
-        with self._read() as c:
-            return [fact_row(r) for r in c.execute(sql, params).fetchall()]
-
-    def get_facts(self, project_id: str, ids: Sequence[str]) -> list[FactRow]:
-        if not ids:
-            return []
-        with self._read() as c:
-            rows = c.execute(
-                f"SELECT {FACT_COLUMNS} FROM facts WHERE project_id = %s AND id = ANY(%s::text[])",
-                (project_id, list(ids)),
-            ).fetchall()
-        by_id = {r[2]: fact_row(r) for r in rows}
-        return [by_id[i] for i in ids if i in by_id]
-
-    def facts_by_pk(self, pks: Sequence[int]) -> dict[int, FactRow]:
-        if not pks:
-            return {}
-        with self._read() as c:
-            rows = c.execute(
-                f"SELECT {FACT_COLUMNS} FROM facts WHERE pk = ANY(%s::bigint[])", (list(pks),)
-            ).fetchall()
-        return {r[0]: fact_row(r) for r in rows}
-
-    def summaries_by_pk(self, pks: Sequence[int]) -> dict[int, SummaryRow]:
-        if not pks:
-            return {}
-        with self._read() as c:
-            rows = c.execute(
-                f"SELECT {SUMMARY_COLUMNS} FROM summaries WHERE pk = ANY(%s::bigint[])",
-                (list(pks),),
-            ).fetchall()
-        return {r[0]: summary_row(r) for r in rows}
-
-    def list_topics(self, project_id: str, user_id: str) -> list[TopicRow]:
-        with self._read() as c:
-            rows = c.execute(
-                "SELECT t.pk, t.project_id, t.id, t.user_id, t.name, t.description, t.status, "
-                "t.created_at, t.updated_at, ARRAY(SELECT s.id FROM topic_summaries ts "
-                "JOIN summaries s ON s.pk = ts.summary_pk WHERE ts.topic_pk = t.pk "
-                "ORDER BY s.pk) FROM topics t WHERE t.project_id = %s AND t.user_id = %s "
-                "AND t.status = 'active' ORDER BY t.pk",
-                (project_id, user_id),
-            ).fetchall()
-        return [
-            TopicRow(pk, proj, tid, uid, name, desc, status, list(ids), created, updated)
-            for pk, proj, tid, uid, name, desc, status, created, updated, ids in rows
-        ]
-
     def merge_topics(self, project_id: str, user_id: str, source_id: str, target_id: str) -> int:
         """File every summary of ``source_id`` under ``target_id`` and retire the source.
 
@@ -1643,34 +1499,6 @@ class PostgresStore(
             )
             c.execute("UPDATE topics SET updated_at = %s WHERE pk = %s", (now, rows[target_id]))
         return int(moved)
-
-    def speaker_names(self, project_id: str, user_id: str) -> list[str]:
-        """Names of the speakers of a user's messages (messages sent with a ``name``)."""
-        with self._read() as c:
-            rows = c.execute(
-                "SELECT name FROM speakers WHERE project_id = %s AND user_id = %s ORDER BY name",
-                (project_id, user_id),
-            ).fetchall()
-        return [r[0] for r in rows]
-
-    def topics_of_summaries(self, pks: Sequence[int]) -> dict[int, list[TopicRow]]:
-        """The active topics each summary is filed under (summary pk → topics)."""
-        if not pks:
-            return {}
-        with self._read() as c:
-            rows = c.execute(
-                "SELECT ts.summary_pk, t.pk, t.project_id, t.id, t.user_id, t.name, "
-                "t.description, t.status, t.created_at, t.updated_at FROM topic_summaries ts "
-                "JOIN topics t ON t.pk = ts.topic_pk "
-                "WHERE ts.summary_pk = ANY(%s::bigint[]) AND t.status = 'active' ORDER BY t.pk",
-                (list(pks),),
-            ).fetchall()
-        out: dict[int, list[TopicRow]] = {}
-        for spk, pk, proj, tid, uid, name, desc, status, created, updated in rows:
-            out.setdefault(spk, []).append(
-                TopicRow(pk, proj, tid, uid, name, desc, status, [], created, updated)
-            )
-        return out
 
     def llm_usage(self, project_id: str | None = None) -> dict[str, Any]:
         where, params = ("WHERE project_id = %s", (project_id,)) if project_id else ("", ())

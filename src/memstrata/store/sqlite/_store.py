@@ -15,21 +15,18 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import astuple
-from decimal import Decimal
 from importlib import resources
 from typing import Any
 
 import numpy as np
 
-from ..._time import now_iso, to_iso
+from ..._time import now_iso
 from ...errors import ConfigError, ConflictError, EmbedderMismatchError, StoreError
 from .. import (
     CURRENT_SUMMARY,
     AddOutcome,
     CallWrite,
     ClaimedBatch,
-    FactRow,
-    ItemFilters,
     LayerWrite,
     LeaseLostError,
     MessageRow,
@@ -37,7 +34,6 @@ from .. import (
     SearchFilters,
     SessionRow,
     SummaryRow,
-    TopicRow,
 )
 from .._batches import (
     JOB_ROW,
@@ -51,10 +47,10 @@ from .._batches import (
     take_jobs,
 )
 from .._core.dialect import Tx
+from .._core.filters import search_filter_sql
 from .._core.store import SQLStore
-from .._filters import MetadataCondition
 from .._text import fts_document, scope_token
-from ._dialect import SQLiteDialect
+from ._dialect import NUMBER_CMP, SQLiteDialect, number_cmp
 from ._vectors import VectorCache
 from ._webhooks import SQLiteWebhooks
 
@@ -127,144 +123,6 @@ def _any_of(terms: Sequence[str]) -> str:
     return " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
 
 
-def _json_path(path: tuple[str, ...]) -> str:
-    return "$" + "".join(f'."{p}"' for p in path)
-
-
-# SQLite compares JSON numbers as 64-bit integers or doubles: exactly as their decimal
-# value (the filter semantics, see _filters.py) only while a filter number stays below 2**53
-# in magnitude (a stored integer beyond 2**63 becomes a rounded double, a float filter of
-# 2.0**60 equals the integer 2**60 although their JSON differ). Larger filter numbers are
-# compared by _number_cmp, in Python, on the stored JSON text itself.
-_NATIVE_LIMIT = 2**53
-_NUMBER_CMP = "memstrata_number_cmp"
-
-
-def _number_cmp(document: str | None, dotted: str, number: str) -> int | None:
-    """-1, 0 or 1 as the JSON number at ``dotted`` in ``document`` is below, equal to or
-    above the JSON number ``number``, compared by exact decimal value (as PostgreSQL's
-    numeric does); NULL when the value is missing or not a number."""
-    if document is None:
-        return None
-    value = json.loads(document, parse_int=Decimal, parse_float=Decimal)
-    for key in dotted.split("."):
-        if not isinstance(value, dict) or key not in value:
-            return None
-        value = value[key]
-    if not isinstance(value, Decimal):
-        return None
-    target = Decimal(number)
-    return (value > target) - (value < target)
-
-
-def _native(value: int | float) -> bool:
-    return abs(value) < _NATIVE_LIMIT
-
-
-def _equals_sql(column: str, path: tuple[str, ...], values: Sequence[Any]) -> tuple[str, list[Any]]:
-    """The value at ``path`` equals one of ``values``, compared as JSON: a number matches
-    only a number, a string only a string, true only true, null only a present null (as in
-    the PostgreSQL store; bare json_extract would make true equal 1 and "5" greater than 3)."""
-    where = _json_path(path)
-    kind = f"json_type({column}, ?)"
-    value = f"json_extract({column}, ?)"
-    parts: list[str] = []
-    params: list[Any] = []
-    numbers = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
-    native = [v for v in numbers if _native(v)]
-    strings = [v for v in values if isinstance(v, str)]
-    for group, types in ((native, "('integer', 'real')"), (strings, "('text')")):
-        if group:
-            parts.append(f"({kind} IN {types} AND {value} IN ({','.join('?' * len(group))}))")
-            params += [where, where, *group]
-    for big in (v for v in numbers if not _native(v)):
-        parts.append(f"({kind} IN ('integer', 'real') AND {_NUMBER_CMP}({column}, ?, ?) = 0)")
-        params += [where, ".".join(path), json.dumps(big)]
-    literals = sorted(
-        {
-            "null" if v is None else str(v).lower()
-            for v in values
-            if v is None or isinstance(v, bool)
-        }
-    )
-    if literals:
-        parts.append(f"{kind} IN ({','.join('?' * len(literals))})")
-        params += [where, *literals]
-    return "(" + " OR ".join(parts) + ")", params
-
-
-def _metadata_sql(cond: MetadataCondition, column: str) -> tuple[str, list[Any]]:
-    path = _json_path(cond.path)
-    op, arg = cond.op, cond.value
-    if op == "$exists":
-        return f"json_type({column}, ?) IS {'NOT ' if arg else ''}NULL", [path]
-    if op in ("$eq", "$ne", "$in", "$nin"):
-        sql, params = _equals_sql(column, cond.path, arg if op in ("$in", "$nin") else [arg])
-        # Negations match a missing value too.
-        return (f"NOT IFNULL({sql}, 0)" if op in ("$ne", "$nin") else sql), params
-    sql_op = {"$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}[op]
-    if isinstance(arg, str):
-        return (
-            f"(json_type({column}, ?) = 'text' AND json_extract({column}, ?) {sql_op} ?)",
-            [path, path, arg],
-        )
-    if _native(arg):
-        return (
-            f"(json_type({column}, ?) IN ('integer', 'real') AND "
-            f"json_extract({column}, ?) {sql_op} ?)",
-            [path, path, arg],
-        )
-    return (
-        f"(json_type({column}, ?) IN ('integer', 'real') AND "
-        f"{_NUMBER_CMP}({column}, ?, ?) {sql_op} 0)",
-        [path, ".".join(cond.path), json.dumps(arg)],
-    )
-
-
-def _filter_sql(filters: SearchFilters, alias: str = "m") -> tuple[str, list[Any]]:
-    clauses: list[str] = []
-    params: list[Any] = []
-    if filters.session_id:
-        clauses.append(f"{alias}.session_id = ?")
-        params.append(filters.session_id)
-    if filters.roles:
-        clauses.append(f"{alias}.role IN ({','.join('?' * len(filters.roles))})")
-        params.extend(filters.roles)
-    if filters.event_types:
-        clauses.append(f"{alias}.event_type IN ({','.join('?' * len(filters.event_types))})")
-        params.extend(filters.event_types)
-    if filters.since:
-        clauses.append(f"{alias}.ts >= ?")
-        params.append(to_iso(filters.since))
-    if filters.until:
-        clauses.append(f"{alias}.ts < ?")
-        params.append(to_iso(filters.until))
-    for cond in filters.metadata:
-        sql, args = _metadata_sql(cond, f"{alias}.metadata")
-        clauses.append(sql)
-        params.extend(args)
-    return " AND ".join(clauses), params
-
-
-def _item_filter_sql(filters: ItemFilters, alias: str, when: str) -> tuple[str, list[Any]]:
-    """Time window and source-message metadata conditions of a fact or summary listing."""
-    sql, params = "", []
-    if filters.since:
-        sql += f" AND {when} >= ?"
-        params.append(filters.since)
-    if filters.until:
-        sql += f" AND {when} < ?"
-        params.append(filters.until)
-    if filters.metadata:
-        where, args = _filter_sql(SearchFilters(metadata=filters.metadata))
-        sql += (
-            f" AND EXISTS (SELECT 1 FROM json_each({alias}.message_ids) j JOIN messages m "
-            f"ON m.project_id = {alias}.project_id AND m.id = j.value WHERE {where})"
-        )
-        params += args
-    return sql, params
-
-
 def _row_to_message(row: sqlite3.Row | tuple[Any, ...]) -> MessageRow:
     (
         pk,
@@ -331,11 +189,6 @@ _SUMMARY_COLUMNS = (
     "labels, valid_from, valid_to, superseded_by, model, prompt_version, created_at, updated_at, "
     "observed_at"
 )
-_FACT_COLUMNS = (
-    "pk, project_id, id, user_id, text, kind, confidence, status, message_ids, labels, "
-    "occurred_at, valid_from, valid_to, superseded_by, model, prompt_version, created_at, "
-    "observed_at"
-)
 
 
 def _row_to_summary(r: tuple[Any, ...]) -> SummaryRow:
@@ -359,29 +212,6 @@ def _row_to_summary(r: tuple[Any, ...]) -> SummaryRow:
         created_at=r[16],
         updated_at=r[17],
         observed_at=r[18],
-    )
-
-
-def _row_to_fact(r: tuple[Any, ...]) -> FactRow:
-    return FactRow(
-        pk=r[0],
-        project_id=r[1],
-        id=r[2],
-        user_id=r[3],
-        text=r[4],
-        kind=r[5],
-        confidence=r[6],
-        status=r[7],
-        message_ids=json.loads(r[8]),
-        labels=json.loads(r[9]),
-        occurred_at=r[10],
-        valid_from=r[11],
-        valid_to=r[12],
-        superseded_by=r[13],
-        model=r[14],
-        prompt_version=r[15],
-        created_at=r[16],
-        observed_at=r[17],
     )
 
 
@@ -442,7 +272,7 @@ class SQLiteStore(SQLiteWebhooks, SQLStore):
             conn.execute(f"PRAGMA synchronous = {self._synchronous}")
             conn.execute("PRAGMA foreign_keys = ON")
             conn.execute("PRAGMA temp_store = MEMORY")
-            conn.create_function(_NUMBER_CMP, 3, _number_cmp, deterministic=True)
+            conn.create_function(NUMBER_CMP, 3, number_cmp, deterministic=True)
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open SQLite database {self.path!r}: {exc}") from exc
         self._local.conn = conn
@@ -1110,7 +940,7 @@ class SQLiteStore(SQLiteWebhooks, SQLStore):
         if not terms or limit <= 0:
             return []
         kept, scoping, matched = self._plan_fulltext("messages", project_id, user_id, terms)
-        where, params = _filter_sql(filters)
+        where, params = search_filter_sql(self.dialect, filters)
         owner = ""
         if scoping == "owner":
             # Answered from the (project_id, user_id, pk) index alone: reading each matched
@@ -1130,7 +960,7 @@ class SQLiteStore(SQLiteWebhooks, SQLStore):
             matched,
             token,
             join,
-            (f" AND {where}" if where else "") + owner,
+            where + owner,
             [*params, *owner_args],
             limit,
         )
@@ -1162,13 +992,13 @@ class SQLiteStore(SQLiteWebhooks, SQLStore):
         scope = self._vector_scope(project_id, user_id, "message", embedder, int(query.shape[0]))
         allowed = None
         if not filters.empty:
-            where, params = _filter_sql(filters)
+            where, params = search_filter_sql(self.dialect, filters)
             allowed = np.fromiter(
                 (
                     r[0]
                     for r in conn.execute(
-                        f"SELECT m.pk FROM messages m WHERE m.project_id = ? AND m.user_id = ? "
-                        f"AND {where}",
+                        f"SELECT m.pk FROM messages m WHERE m.project_id = ? AND m.user_id = ?"
+                        f"{where}",
                         (project_id, user_id, *params),
                     )
                 ),
@@ -1564,151 +1394,6 @@ class SQLiteStore(SQLiteWebhooks, SQLStore):
         rows = self.summaries_by_pk([pk for pk, _ in found])
         return [(rows[pk], sim) for pk, sim in found if pk in rows]
 
-    def _rows_by_pk(self, table: str, columns: str, pks: Sequence[int]) -> dict[int, Any]:
-        if not pks:
-            return {}
-        marks = ",".join("?" * len(pks))
-        return {
-            r[0]: r
-            for r in self._conn().execute(
-                f"SELECT {columns} FROM {table} WHERE pk IN ({marks})", list(pks)
-            )
-        }
-
-    def get_summaries(self, project_id: str, ids: Sequence[str]) -> list[SummaryRow]:
-        if not ids:
-            return []
-        marks = ",".join("?" * len(ids))
-        rows = (
-            self._conn()
-            .execute(
-                f"SELECT {_SUMMARY_COLUMNS} FROM summaries "
-                f"WHERE project_id = ? AND id IN ({marks})",
-                (project_id, *ids),
-            )
-            .fetchall()
-        )
-        by_id = {r[2]: _row_to_summary(r) for r in rows}
-        return [by_id[i] for i in ids if i in by_id]
-
-    def list_summaries(
-        self,
-        project_id: str,
-        user_id: str | None,
-        *,
-        status: Sequence[str] = (),
-        limit: int = 100,
-        offset: int = 0,
-        filters: ItemFilters | None = None,
-    ) -> list[SummaryRow]:
-        sql = f"SELECT {_SUMMARY_COLUMNS} FROM summaries s WHERE project_id = ?"
-        params: list[Any] = [project_id]
-        if user_id is not None:
-            sql += " AND user_id = ?"
-            params.append(user_id)
-        if status:
-            sql += f" AND status IN ({','.join('?' * len(status))})"
-            params.extend(status)
-        if filters is not None:
-            where, args = _item_filter_sql(filters, "s", "COALESCE(s.valid_from, s.observed_at)")
-            sql += where
-            params += args
-        sql += " ORDER BY pk LIMIT ? OFFSET ?"
-        params += [limit, offset]
-        return [_row_to_summary(r) for r in self._conn().execute(sql, params)]
-
-    def summary_history(self, project_id: str, summary_id: str) -> list[dict[str, Any]]:
-        rows = (
-            self._conn()
-            .execute(
-                "SELECT h.version, h.text, h.status, h.confidence, h.fact_ids, h.reason, h.actor, "
-                "h.changed_at FROM summary_history h JOIN summaries s ON s.pk = h.summary_pk "
-                "WHERE s.project_id = ? AND s.id = ? ORDER BY h.version, h.pk",
-                (project_id, summary_id),
-            )
-            .fetchall()
-        )
-        keys = (
-            "version",
-            "text",
-            "status",
-            "confidence",
-            "fact_ids",
-            "reason",
-            "actor",
-            "changed_at",
-        )
-        out = []
-        for r in rows:
-            item = dict(zip(keys, r, strict=True))
-            item["fact_ids"] = json.loads(item["fact_ids"])
-            out.append(item)
-        return out
-
-    def list_facts(
-        self,
-        project_id: str,
-        user_id: str | None,
-        *,
-        limit: int = 100,
-        offset: int = 0,
-        newest_first: bool = False,
-        filters: ItemFilters | None = None,
-    ) -> list[FactRow]:
-        sql = f"SELECT {_FACT_COLUMNS} FROM facts f WHERE project_id = ?"
-        params: list[Any] = [project_id]
-        if user_id is not None:
-            sql += " AND user_id = ?"
-            params.append(user_id)
-        if newest_first:
-            sql += " AND status = 'active'"
-        if filters is not None:
-            if filters.status:
-                sql += f" AND status IN ({','.join('?' * len(filters.status))})"
-                params.extend(filters.status)
-            where, args = _item_filter_sql(filters, "f", "COALESCE(f.occurred_at, f.observed_at)")
-            sql += where
-            params += args
-        sql += f" ORDER BY pk {'DESC' if newest_first else ''} LIMIT ? OFFSET ?"
-        params += [limit, offset]
-        return [_row_to_fact(r) for r in self._conn().execute(sql, params)]
-
-    def get_facts(self, project_id: str, ids: Sequence[str]) -> list[FactRow]:
-        if not ids:
-            return []
-        marks = ",".join("?" * len(ids))
-        rows = (
-            self._conn()
-            .execute(
-                f"SELECT {_FACT_COLUMNS} FROM facts WHERE project_id = ? AND id IN ({marks})",
-                (project_id, *ids),
-            )
-            .fetchall()
-        )
-        by_id = {r[2]: _row_to_fact(r) for r in rows}
-        return [by_id[i] for i in ids if i in by_id]
-
-    def list_topics(self, project_id: str, user_id: str) -> list[TopicRow]:
-        conn = self._conn()
-        rows = conn.execute(
-            "SELECT pk, project_id, id, user_id, name, description, status, created_at, "
-            "updated_at FROM topics WHERE project_id = ? AND user_id = ? AND status = 'active' "
-            "ORDER BY pk",
-            (project_id, user_id),
-        ).fetchall()
-        out = []
-        for pk, proj, tid, uid, name, desc, status, created, updated in rows:
-            ids = [
-                r[0]
-                for r in conn.execute(
-                    "SELECT s.id FROM topic_summaries ts JOIN summaries s ON s.pk = ts.summary_pk "
-                    "WHERE ts.topic_pk = ? ORDER BY s.pk",
-                    (pk,),
-                )
-            ]
-            out.append(TopicRow(pk, proj, tid, uid, name, desc, status, ids, created, updated))
-        return out
-
     def _fulltext_layer(
         self,
         table: str,
@@ -1830,10 +1515,6 @@ class SQLiteStore(SQLiteWebhooks, SQLStore):
             "facts", "fact", project_id, user_id, query, embedder, limit, statuses
         )
 
-    def facts_by_pk(self, pks: Sequence[int]) -> dict[int, FactRow]:
-        rows = self._rows_by_pk("facts", _FACT_COLUMNS, list(pks))
-        return {pk: _row_to_fact(r) for pk, r in rows.items()}
-
     @staticmethod
     def _retire_facts(
         c: sqlite3.Connection, project: str, user: str, fact_ids: Sequence[str], successor: str
@@ -1849,39 +1530,6 @@ class SQLiteStore(SQLiteWebhooks, SQLStore):
                 "('active', 'deprioritized') AND j.value = ?)",
                 (successor, project, user, fid, project, user, fid),
             )
-
-    def speaker_names(self, project_id: str, user_id: str) -> list[str]:
-        """Names of the speakers of a user's messages (messages sent with a ``name``)."""
-        return [
-            r[0]
-            for r in self._conn().execute(
-                "SELECT name FROM speakers WHERE project_id = ? AND user_id = ? ORDER BY name",
-                (project_id, user_id),
-            )
-        ]
-
-    def topics_of_summaries(self, pks: Sequence[int]) -> dict[int, list[TopicRow]]:
-        """The active topics each summary is filed under (summary pk → topics)."""
-        if not pks:
-            return {}
-        marks = ",".join("?" * len(pks))
-        rows = self._conn().execute(
-            "SELECT ts.summary_pk, t.pk, t.project_id, t.id, t.user_id, t.name, t.description, "
-            "t.status, t.created_at, t.updated_at FROM topic_summaries ts "
-            "JOIN topics t ON t.pk = ts.topic_pk "
-            f"WHERE ts.summary_pk IN ({marks}) AND t.status = 'active' ORDER BY t.pk",
-            list(pks),
-        )
-        out: dict[int, list[TopicRow]] = {}
-        for spk, pk, proj, tid, uid, name, desc, status, created, updated in rows:
-            out.setdefault(spk, []).append(
-                TopicRow(pk, proj, tid, uid, name, desc, status, [], created, updated)
-            )
-        return out
-
-    def summaries_by_pk(self, pks: Sequence[int]) -> dict[int, SummaryRow]:
-        rows = self._rows_by_pk("summaries", _SUMMARY_COLUMNS, list(pks))
-        return {pk: _row_to_summary(r) for pk, r in rows.items()}
 
     def merge_topics(self, project_id: str, user_id: str, source_id: str, target_id: str) -> int:
         """File every summary of ``source_id`` under ``target_id`` and retire the source.
