@@ -796,6 +796,119 @@ def test_listing_filters_by_time_and_source_metadata(store: Store) -> None:
     assert store.list_facts(P, "u1", filters=active) == []
 
 
+def test_reads_of_many_items_keep_the_order_asked_and_leave_out_the_unknown(
+    store: Store,
+) -> None:
+    """More ids and pks than a statement binds one by one (SQLite goes through json_each
+    past 500) read like a few."""
+    [row] = add(store, ["x"])
+    n = 600
+    process(
+        store,
+        LayerWrite(
+            facts=[fact(f"f{i:04d}", f"fact {i}", [row.id], unit(seed=i)) for i in range(n)],
+            summaries=[
+                summary(f"s{i:04d}", f"summary {i}", message_ids=[row.id]) for i in range(n)
+            ],
+            topics=[TopicWrite("t", "all", "", [f"s{i:04d}" for i in range(n)], True)],
+        ),
+    )
+    fact_ids = [f"f{i:04d}" for i in reversed(range(n))]
+    facts = store.get_facts(P, ["nope", *fact_ids])
+    assert [f.id for f in facts] == fact_ids
+    assert store.get_facts("other", fact_ids) == []
+    pks = [f.pk for f in facts]
+    assert sorted(store.facts_by_pk([*pks, 10**12])) == sorted(pks)
+    summary_ids = [f"s{i:04d}" for i in reversed(range(n))]
+    summaries = store.get_summaries(P, [*summary_ids, "nope"])
+    assert [s.id for s in summaries] == summary_ids
+    spks = [s.pk for s in summaries]
+    by_pk = store.summaries_by_pk([*spks, 10**12])
+    assert sorted(by_pk) == sorted(spks) and by_pk[spks[0]].id == summary_ids[0]
+    filed = store.topics_of_summaries([*spks, 10**12])
+    assert sorted(filed) == sorted(spks) and {t.id for ts in filed.values() for t in ts} == {"t"}
+    [topic] = store.list_topics(P, "u1")
+    assert topic.summary_ids == sorted(summary_ids)
+    assert store.get_facts(P, []) == [] and store.facts_by_pk([]) == {}
+    assert store.summaries_by_pk([]) == {} and store.topics_of_summaries([]) == {}
+
+
+def test_topics_are_listed_with_their_summaries_or_none(store: Store) -> None:
+    """A user's active topics in creation order, each with its summaries in theirs; a
+    topic left without summaries is listed too; a summary filed nowhere has no topics."""
+    ids = layered(store)
+    add(store, ["I paint"], prefix="2")
+    process(
+        store,
+        LayerWrite(
+            summaries=[summary("s-art", "User paints", message_ids=[ids["m0"]])],
+            topics=[
+                TopicWrite("t-empty", "empty", "nothing yet", [], True),
+                TopicWrite("t-art", "art", "painting", ["s-art"], True),
+            ],
+        ),
+    )
+    topics = store.list_topics(P, "u1")
+    assert [(t.id, t.summary_ids) for t in topics] == [
+        ("t-life", ["s-home", "s-food"]),
+        ("t-empty", []),
+        ("t-art", ["s-art"]),
+    ]
+    assert topics[1].description == "nothing yet" and topics[1].status == "active"
+    assert store.list_topics(P, "u2") == [] and store.list_topics("other", "u1") == []
+    [home, art] = store.get_summaries(P, ["s-home", "s-art"])
+    store.merge_topics(P, "u1", "t-art", "t-life")
+    filed = store.topics_of_summaries([home.pk, art.pk])
+    assert {pk: [t.id for t in ts] for pk, ts in filed.items()} == {
+        home.pk: ["t-life"],
+        art.pk: ["t-life"],
+    }
+    assert filed[home.pk][0].summary_ids == []  # topics_of_summaries leaves them out
+    assert store.summary_history(P, "nope") == []
+
+
+def test_listings_of_a_project_page_in_creation_order(store: Store) -> None:
+    """Without a user a listing covers the project's users (not another project's);
+    limit and offset page through it; newest_first lists active facts only."""
+    layered(store)
+    [other] = add(store, ["I am u2"], user="u2", sid="s2")
+    process(
+        store,
+        LayerWrite(
+            facts=[fact("f-u2", "u2 exists", [other.id], unit(1, 1))],
+            summaries=[summary("s-u2", "u2 exists", message_ids=[other.id])],
+        ),
+    )
+    [elsewhere] = add(store, ["elsewhere"], project="other")
+    batch = claim(store)
+    complete(
+        store,
+        batch,
+        LayerWrite(
+            facts=[fact("f-other", "other", [elsewhere.id], unit(1))],
+            summaries=[summary("s-other", "other", message_ids=[elsewhere.id])],
+        ),
+    )
+    assert [f.id for f in store.list_facts(P, None)] == ["f-berlin", "f-ramen", "f-u2"]
+    assert [f.id for f in store.list_facts(P, None, limit=1, offset=1)] == ["f-ramen"]
+    assert [f.id for f in store.list_facts(P, "u2")] == ["f-u2"]
+    assert [s.id for s in store.list_summaries(P, None)] == ["s-home", "s-food", "s-u2"]
+    assert [s.id for s in store.list_summaries(P, None, limit=2, offset=1)] == ["s-food", "s-u2"]
+    assert [s.id for s in store.list_summaries("other", None)] == ["s-other"]
+    store.set_summary_status(P, "s-food", "archived", "old", "tester")
+    assert [s.id for s in store.list_summaries(P, None, status=["active"])] == ["s-home", "s-u2"]
+    assert [s.id for s in store.list_summaries(P, "u1", status=["active", "archived"])] == [
+        "s-home",
+        "s-food",
+    ]
+    newest = store.list_facts(P, None, newest_first=True, filters=ItemFilters(status=("active",)))
+    assert [f.id for f in newest] == ["f-u2", "f-ramen", "f-berlin"]
+    assert (
+        store.list_facts(P, None, newest_first=True, filters=ItemFilters(status=("superseded",)))
+        == []
+    )
+
+
 # -- full text -------------------------------------------------------------------------
 
 
@@ -984,7 +1097,7 @@ def test_fulltext_of_layers_respects_statuses(store: Store) -> None:
 # -- filters ---------------------------------------------------------------------------
 
 
-def _filter_corpus(store: Store) -> dict[str, int]:
+def _filter_corpus(store: Store, layers: LayerWrite | None = None) -> dict[str, int]:
     s1 = session(store, "u1", "s1")
     s2 = session(store, "u1", "s2")
     a = message(
@@ -1009,7 +1122,7 @@ def _filter_corpus(store: Store) -> dict[str, int]:
     )
     store.add_messages(P, s1, [a, b])
     store.add_messages(P, s2, [c])
-    assert len(process(store).job_ids) == 2
+    assert len(process(store, layers).job_ids) == 2
     return {"a": a.pk or 0, "b": b.pk or 0, "c": c.pk or 0}
 
 
@@ -1040,6 +1153,21 @@ FILTER_CASES = [
     ({"roles": ("assistant",)}, {"b"}),
     ({"event_types": ("reorder",)}, {"c"}),
     ({"session_id": "s2"}, {"c"}),
+    ({"metadata": {"channel": "web", "stars": {"$gt": 1}}}, {"a"}),  # every condition
+    ({"metadata": {"addr.city": {"$ne": "Berlin"}}}, {"b", "c"}),  # a missing nested key
+    ({"metadata": {"addr.city": {"$exists": True}}}, {"a"}),
+    ({"metadata": {"addr": {"$exists": True}}}, {"a"}),
+    ({"metadata": {"stars": {"$in": [5, "3"]}}}, {"a"}),  # numbers and strings apart
+    ({"metadata": {"vip": {"$in": [True, 1]}}}, {"a"}),
+    ({"metadata": {"vip": False}}, set()),
+    ({"metadata": {"coupon": {"$nin": [None]}}}, {"a", "b"}),
+    ({"metadata": {"code": {"$lt": "b"}}}, {"c"}),  # byte order: "B7" < "b"
+    ({"metadata": {"channel": {"$gt": "ios"}}}, {"a", "c"}),
+    ({"since": "2026-02-10T12:00:00.000000Z"}, {"b", "c"}),  # since is inclusive
+    ({"until": "2026-02-10T12:00:00.000000Z"}, {"a"}),  # until is not
+    ({"roles": ("user", "assistant")}, {"a", "b", "c"}),
+    ({"event_types": ("reorder", "other")}, {"c"}),
+    ({"session_id": "s1", "roles": ("user",), "metadata": {"channel": "web"}}, {"a"}),
 ]
 
 
@@ -1066,6 +1194,83 @@ def test_filters_narrow_both_full_text_and_vectors(
     assert {names[pk] for pk, _ in text} == expected
     near = store.vector_messages(P, "u1", unit(seed=1), EMB, 10, filters)
     assert {names[pk] for pk, _ in near} == expected
+
+
+def test_listing_filters_match_source_messages_as_search_filters_do(store: Store) -> None:
+    """The metadata conditions of a fact or summary listing keep the items whose source
+    message passes them, with the search filters' semantics, on every store."""
+    _filter_corpus(
+        store,
+        LayerWrite(
+            facts=[fact(f"f-{m}", m, [m], unit(seed=i)) for i, m in enumerate("abc")],
+            summaries=[summary(f"s-{m}", m, message_ids=[m]) for m in "abc"],
+        ),
+    )
+    wrong = []
+    for spec, expected in FILTER_CASES:
+        if set(spec) != {"metadata"}:
+            continue
+        filters = ItemFilters(metadata=parse_metadata_filters(spec["metadata"]))
+        facts = {f.message_ids[0] for f in store.list_facts(P, "u1", filters=filters)}
+        summaries = {s.message_ids[0] for s in store.list_summaries(P, "u1", filters=filters)}
+        for how, got in (("list_facts", facts), ("list_summaries", summaries)):
+            if got != expected:
+                wrong.append((spec["metadata"], how, sorted(got ^ expected)))
+    assert not wrong, "\n".join(map(str, wrong))
+
+
+def test_an_item_passes_metadata_conditions_through_one_source_message_of_its_project(
+    store: Store,
+) -> None:
+    """Every condition must hold for the same source message; a message of another
+    project with the same id is no source, and an item without sources passes no
+    metadata condition at all (not even a negation)."""
+    other = session(store, project="other")
+    store.add_messages(
+        "other", other, [message("z", "z", project_id="other", metadata={"channel": "web"})]
+    )
+    process(store)
+    s = session(store)
+    store.add_messages(
+        P,
+        s,
+        [
+            message("x", "x", metadata={"channel": "web", "stars": 1}),
+            message("y", "y", metadata={"channel": "ios", "stars": 5}),
+        ],
+    )
+    process(
+        store,
+        LayerWrite(
+            facts=[
+                fact("f-xy", "xy", ["x", "y"], unit(1)),
+                fact("f-z", "z", ["z"], unit(0, 1)),
+                fact("f-none", "none", [], unit(0, 0, 1)),
+            ],
+            summaries=[
+                summary("s-xy", "xy", message_ids=["x", "y"]),
+                summary("s-z", "z", message_ids=["z"]),
+                summary("s-none", "none"),
+            ],
+        ),
+    )
+    cases = [
+        ({"channel": "web", "stars": 5}, []),
+        ({"channel": "ios"}, ["xy"]),
+        ({"channel": "web"}, ["xy"]),
+        ({"stars": {"$gte": 1}}, ["xy"]),
+        ({"channel": {"$ne": "mail"}}, ["xy"]),
+        ({"coupon": {"$exists": False}}, ["xy"]),
+    ]
+    for metadata, expected in cases:
+        filters = ItemFilters(metadata=parse_metadata_filters(metadata))
+        assert [f.id for f in store.list_facts(P, "u1", filters=filters)] == [
+            f"f-{e}" for e in expected
+        ], metadata
+        assert [s.id for s in store.list_summaries(P, "u1", filters=filters)] == [
+            f"s-{e}" for e in expected
+        ], metadata
+    assert len(store.list_facts(P, "u1", filters=ItemFilters())) == 3
 
 
 # Stored numbers and filter bounds at and beyond the edges of 64-bit integers and doubles.
