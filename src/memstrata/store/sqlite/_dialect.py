@@ -20,6 +20,8 @@ _BOUND_VALUES = 500
 class SQLiteDialect(Dialect):
     name = "sqlite"
     for_update = ""
+    for_key_share = ""
+    skip_locked = ""
 
     def execute(self, raw: Any, sql: str, params: Sequence[Any]) -> Any:
         return raw.execute(sql, params)

@@ -56,7 +56,6 @@ from .._filters import MetadataCondition
 from .._text import fts_document, scope_token
 from ._dialect import SQLiteDialect
 from ._vectors import VectorCache
-from ._webhooks import SQLiteWebhooks
 
 __all__ = ["SQLiteStore", "latest_schema_version", "sqlite_path"]
 
@@ -385,7 +384,7 @@ def _row_to_fact(r: tuple[Any, ...]) -> FactRow:
     )
 
 
-class SQLiteStore(SQLiteWebhooks, SQLStore):
+class SQLiteStore(SQLStore):
     """The embedded store. Thread-safe; several processes may share one file."""
 
     dialect = SQLiteDialect()
