@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import fields
 from typing import Any
 
 from ..._time import now_iso
@@ -27,6 +28,7 @@ __all__ = [
     "VERSION_KEY",
     "add_delivery",
     "any_due",
+    "bump_version",
     "check_changes",
     "claim_delivery",
     "create_hook",
@@ -46,15 +48,13 @@ __all__ = [
     "version",
 ]
 
-HOOK_COLUMNS = (
-    "pk, id, project_id, name, resource, event, mode, target_url, secret, enabled, "
-    "timeout_ms, created_at, updated_at, previous_secret, previous_secret_until"
-)
-DELIVERY_COLUMNS = (
-    "d.id, d.hook_pk, d.project_id, d.user_id, d.message_ids, d.resource, d.event, d.mode, "
-    "d.attempt, d.status, d.http_status, d.latency_ms, d.reason, d.request, d.response, d.at, "
-    "w.id, d.pk"
-)
+# The columns are the rows' fields, in their order: the converters below cannot drift
+# from the lists the queries select.
+_HOOK_FIELDS = tuple(f.name for f in fields(WebhookRow))
+_DELIVERY_FIELDS = tuple(f.name for f in fields(WebhookDeliveryRow))
+HOOK_COLUMNS = ", ".join(_HOOK_FIELDS)
+# A delivery's own columns (d) but for its hook's id, read from the joined hook (w).
+DELIVERY_COLUMNS = ", ".join("w.id" if f == "hook_id" else f"d.{f}" for f in _DELIVERY_FIELDS)
 _OUTBOX_COLUMNS = (
     "o.pk, o.delivery_id, o.project_id, o.user_id, o.message_ids, o.payload, o.attempts, o.hook_pk"
 )
@@ -84,47 +84,16 @@ _OUTCOMES = ("done", "retry", "failed")
 
 def hook_row(r: Sequence[Any]) -> WebhookRow:
     """A ``WebhookRow`` from ``HOOK_COLUMNS``."""
-    return WebhookRow(
-        pk=r[0],
-        id=r[1],
-        project_id=r[2],
-        name=r[3],
-        resource=r[4],
-        event=r[5],
-        mode=r[6],
-        target_url=r[7],
-        secret=r[8],
-        enabled=bool(r[9]),
-        timeout_ms=r[10],
-        created_at=r[11],
-        updated_at=r[12],
-        previous_secret=r[13],
-        previous_secret_until=r[14],
-    )
+    values = dict(zip(_HOOK_FIELDS, r, strict=True))
+    values["enabled"] = bool(values["enabled"])
+    return WebhookRow(**values)
 
 
 def delivery_row(r: Sequence[Any], d: Dialect) -> WebhookDeliveryRow:
     """A ``WebhookDeliveryRow`` from ``DELIVERY_COLUMNS``."""
-    return WebhookDeliveryRow(
-        id=r[0],
-        hook_pk=r[1],
-        project_id=r[2],
-        user_id=r[3],
-        message_ids=d.load_array(r[4]),
-        resource=r[5],
-        event=r[6],
-        mode=r[7],
-        attempt=r[8],
-        status=r[9],
-        http_status=r[10],
-        latency_ms=r[11],
-        reason=r[12],
-        request=r[13],
-        response=r[14],
-        at=r[15],
-        hook_id=r[16],
-        pk=r[17],
-    )
+    values = dict(zip(_DELIVERY_FIELDS, r, strict=True))
+    values["message_ids"] = d.load_array(values["message_ids"])
+    return WebhookDeliveryRow(**values)
 
 
 # -- hooks ---------------------------------------------------------------------------------
