@@ -298,11 +298,8 @@ class SQLStore(ABC):
         with self._query() as tx:
             return webhooks.outbox_counts(tx, project_id)
 
-    # The backends' own transactions (a batch's completion, forget and erase) call these
-    # with their raw connection, until those move to the core.
-
     def _enqueue_webhooks(self, c: Any, items: Sequence[OutboxWrite]) -> None:
+        """The outbox write of a batch's completion, on the backend's raw connection inside
+        its transaction (until the completion moves to the core: then
+        ``webhooks.enqueue_webhooks(tx, items)``)."""
         webhooks.enqueue_webhooks(Tx(c, self.dialect), items)
-
-    def _forget_webhook_traces(self, c: Any, project_id: str, user_id: str) -> None:
-        webhooks.forget_webhook_traces(Tx(c, self.dialect), project_id, user_id)
