@@ -7,6 +7,7 @@ knows which backend it talks to: what passes here on both is what the engine may
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -2035,3 +2036,101 @@ def test_deleting_a_hook_drops_its_queue_and_forgetting_drops_traces(store: Stor
     store.forget(P, "u1", message_ids=["o3u1-s1-0"], actor="a", reason=None)
     assert store.webhook_outbox_counts()["queued"] == 0
     assert [d.id for d in store.list_webhook_deliveries(P, "wh_b", 10, 0)] == ["d2"]
+
+
+def test_a_hook_change_is_seen_by_another_store_and_only_changes_bump_the_version(
+    store: Store, db_url: str
+) -> None:
+    other = open_store(db_url)  # another process on the same database
+    try:
+        v0 = other.webhooks_version()
+        store.create_webhook(hook("wh_a"))
+        store.create_webhook(hook("wh_b"))
+        assert other.webhooks_version() == v0 + 2
+        assert [h.id for h in other.list_webhooks(P, offset=1)] == ["wh_b"]  # no limit
+        assert store.update_webhook(P, "nope", {"name": "x"}) is None
+        with pytest.raises(ValueError, match="not updatable"):
+            store.update_webhook(P, "wh_a", {"name": "x", "secret_hash": "y"})
+        assert not store.delete_webhook(P, "nope")
+        assert other.webhooks_version() == v0 + 2 and store.get_webhook(P, "wh_a").name == "wh_a"  # type: ignore[union-attr]
+        store.update_webhook(P, "wh_a", {"enabled": False})
+        assert other.webhooks_version() == v0 + 3
+        assert [h.id for h in other.list_webhooks(P, enabled_only=True)] == ["wh_b"]
+    finally:
+        other.close()
+
+
+def test_the_delivery_log_keeps_the_newest_of_each_hook(store: Store) -> None:
+    busy = store.create_webhook(hook("wh_a"))
+    quiet = store.create_webhook(hook("wh_b"))
+    for n in range(5):
+        store.add_webhook_delivery(delivery(quiet, 1000 + n), keep=3)
+    for n in range(200):
+        store.add_webhook_delivery(delivery(busy, n), keep=10)
+    kept = [d.id for d in store.list_webhook_deliveries(P, "wh_a", 1000, 0)]
+    # Pruned now and then (every 64th row logged), to the newest `keep`; never below that.
+    assert 10 <= len(kept) < 10 + 64
+    assert kept == [f"d{n}" for n in range(199, 199 - len(kept), -1)]
+    # One hook's pruning leaves the others' logs alone.
+    assert len(store.list_webhook_deliveries(P, "wh_b", 1000, 0)) == 5
+
+
+def test_a_delivery_claim_takes_the_earliest_due_and_never_a_settled_one(store: Store) -> None:
+    h = store.create_webhook(hook("wh_a"))
+    _outbox_batch(store, h, 3)
+    first = store.claim_webhook_delivery("s", 30)
+    assert first is not None and first.delivery_id == "dl3-0"
+    # Due again before the others were: it comes first.
+    assert store.finish_webhook_delivery(first, "retry", retry_at=time.time() - 60, error="503")
+    again = store.claim_webhook_delivery("s", 30)
+    assert again is not None and (again.delivery_id, again.attempts) == ("dl3-0", 2)
+    assert store.finish_webhook_delivery(again, "failed", error="gone")  # never again
+    later = store.claim_webhook_delivery("s", 30)
+    assert later is not None and later.delivery_id == "dl3-1"
+    retry_at = time.time() + 60
+    assert store.finish_webhook_delivery(later, "retry", retry_at=retry_at, error="503")
+    last = store.claim_webhook_delivery("s", 30)
+    assert last is not None and last.delivery_id == "dl3-2"
+    assert store.finish_webhook_delivery(last, "done")
+    assert store.claim_webhook_delivery("s", 30) is None  # dl3-1 is not due yet
+    assert store.webhook_outbox_counts() == {"queued": 1, "running": 0, "failed": 1}
+    assert store.next_webhook_time() == pytest.approx(retry_at)
+    # However many projects a sender skips.
+    many = [f"p{i}" for i in range(600)]
+    assert store.claim_webhook_delivery("s", 30, skip_projects=[*many, P]) is None
+    assert store.next_webhook_time() == pytest.approx(retry_at)
+
+
+def test_settling_a_delivery_refuses_an_unknown_outcome_even_after_its_lease_is_lost(
+    store: Store,
+) -> None:
+    h = store.create_webhook(hook("wh_a"))
+    _outbox_batch(store, h, 1)
+    item = store.claim_webhook_delivery("s", 30)
+    assert item is not None
+    for held_by in (item, dataclasses.replace(item, lease_owner="someone else")):
+        with pytest.raises(ValueError, match="unknown outcome"):
+            store.finish_webhook_delivery(held_by, "delivered", log=delivery(h, 1))
+    assert store.webhook_outbox_counts() == {"queued": 0, "running": 1, "failed": 0}
+    assert store.list_webhook_deliveries(P, "wh_a", 10, 0) == []
+    assert store.finish_webhook_delivery(item, "done")
+
+
+def test_concurrent_senders_never_take_the_same_delivery(store: Store) -> None:
+    h = store.create_webhook(hook("wh_a"))
+    _outbox_batch(store, h, 12)
+    taken: list[str] = []
+    lock = threading.Lock()
+
+    def sender(name: str) -> None:
+        while (item := store.claim_webhook_delivery(name, 30)) is not None:
+            with lock:
+                taken.append(item.delivery_id)
+
+    threads = [threading.Thread(target=sender, args=(f"s{i}",)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert sorted(taken) == sorted(f"dl12-{i}" for i in range(12))
+    assert store.webhook_outbox_counts() == {"queued": 0, "running": 12, "failed": 0}

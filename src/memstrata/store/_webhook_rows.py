@@ -1,53 +1,13 @@
-"""Rows of the webhook half of the ``Store`` port (hooks, delivery log, async outbox)."""
+"""Rows of the webhook half of the ``Store`` port (hooks, delivery log, async outbox).
+
+The columns the store reads them from and the converters are the core's
+(``store/_core/webhooks.py``)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
-__all__ = [
-    "DELIVERY_COLUMNS",
-    "HOOK_COLUMNS",
-    "PRUNE_EVERY",
-    "UPDATABLE",
-    "VERSION_KEY",
-    "OutboxItem",
-    "OutboxWrite",
-    "WebhookDeliveryRow",
-    "WebhookRow",
-    "delivery_row",
-    "hook_row",
-]
-
-# Both stores select these columns in this order; the converters below read them.
-HOOK_COLUMNS = (
-    "pk, id, project_id, name, resource, event, mode, target_url, secret, enabled, "
-    "timeout_ms, created_at, updated_at, previous_secret, previous_secret_until"
-)
-DELIVERY_COLUMNS = (
-    "d.id, d.hook_pk, d.project_id, d.user_id, d.message_ids, d.resource, d.event, d.mode, "
-    "d.attempt, d.status, d.http_status, d.latency_ms, d.reason, d.request, d.response, d.at, "
-    "w.id, d.pk"
-)
-# Columns an update may change; anything else in a change set is a programming error.
-UPDATABLE = frozenset(
-    {
-        "name",
-        "resource",
-        "event",
-        "mode",
-        "target_url",
-        "secret",
-        "enabled",
-        "timeout_ms",
-        "previous_secret",
-        "previous_secret_until",
-    }
-)
-VERSION_KEY = "webhooks_version"
-# The delivery log keeps this many attempts per hook; older ones are pruned now and then.
-PRUNE_EVERY = 64
+__all__ = ["OutboxItem", "OutboxWrite", "WebhookDeliveryRow", "WebhookRow"]
 
 
 @dataclass(frozen=True)
@@ -127,49 +87,3 @@ class OutboxItem:
     attempts: int
     lease_owner: str
     hook: WebhookRow
-
-
-def hook_row(r: Sequence[Any]) -> WebhookRow:
-    """A ``WebhookRow`` from ``HOOK_COLUMNS``."""
-    return WebhookRow(
-        pk=r[0],
-        id=r[1],
-        project_id=r[2],
-        name=r[3],
-        resource=r[4],
-        event=r[5],
-        mode=r[6],
-        target_url=r[7],
-        secret=r[8],
-        enabled=bool(r[9]),
-        timeout_ms=r[10],
-        created_at=r[11],
-        updated_at=r[12],
-        previous_secret=r[13],
-        previous_secret_until=r[14],
-    )
-
-
-def delivery_row(r: Sequence[Any], message_ids: list[str]) -> WebhookDeliveryRow:
-    """A ``WebhookDeliveryRow`` from ``DELIVERY_COLUMNS``; ``message_ids`` decoded by the
-    store (a JSON text in SQLite, an array in PostgreSQL)."""
-    return WebhookDeliveryRow(
-        id=r[0],
-        hook_pk=r[1],
-        project_id=r[2],
-        user_id=r[3],
-        message_ids=message_ids,
-        resource=r[5],
-        event=r[6],
-        mode=r[7],
-        attempt=r[8],
-        status=r[9],
-        http_status=r[10],
-        latency_ms=r[11],
-        reason=r[12],
-        request=r[13],
-        response=r[14],
-        at=r[15],
-        hook_id=r[16],
-        pk=r[17],
-    )

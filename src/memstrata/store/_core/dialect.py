@@ -30,6 +30,14 @@ class Dialect(ABC):
     #: Appended to a ``SELECT`` that reads rows the transaction will change (PostgreSQL's
     #: ``FOR UPDATE``; SQLite's write transaction already excludes other writers).
     for_update: str
+    #: Appended to a ``SELECT`` of a row that must still exist when the transaction commits,
+    #: shared with other readers (PostgreSQL's ``FOR KEY SHARE``: a concurrent delete of it
+    #: waits; SQLite's write transaction already excludes one).
+    for_key_share: str
+    #: Appended to a ``SELECT ... LIMIT`` that takes rows off a queue: rows other
+    #: transactions are taking are passed over (PostgreSQL's ``FOR UPDATE SKIP LOCKED``;
+    #: in SQLite one writer at a time takes anything).
+    skip_locked: str
 
     @abstractmethod
     def execute(self, raw: Any, sql: str, params: Sequence[Any]) -> Any:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from .dialect import Tx
 from .governance import audit
+from .webhooks import forget_webhook_traces
 
 if TYPE_CHECKING:
     from .store import SQLStore
@@ -177,8 +178,7 @@ def _remove_upward(store: SQLStore, tx: Tx, project_id: str, user_id: str) -> di
     """Delete the messages in ``gone_messages`` and, upward from them, every fact, summary
     and topic built on them (plus whatever is already in the other gone tables)."""
     scope = (project_id, user_id)
-    # Moving to the core with the webhooks; for now the backend's own, on its connection.
-    store._forget_webhook_traces(tx.raw, project_id, user_id)  # type: ignore[attr-defined]
+    forget_webhook_traces(tx, project_id, user_id)
     _gone_upward(tx, scope)
     _void_leases(tx)
     counts = _delete_gone(store, tx)

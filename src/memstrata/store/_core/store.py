@@ -10,6 +10,7 @@ are the transactional scripts of this package, called from here.
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
@@ -25,7 +26,8 @@ from .. import (
     SummaryRow,
     TopicRow,
 )
-from . import governance, reads, removal
+from .._webhook_rows import OutboxItem, OutboxWrite, WebhookDeliveryRow, WebhookRow
+from . import governance, reads, removal, webhooks
 from .dialect import Dialect, Tx
 from .rows import SESSION_COLUMNS, session_row
 
@@ -283,3 +285,90 @@ class SQLStore(ABC):
 
     # -- webhooks (see webhooks.py) ---------------------------------------------------------
     # Webhook records, the delivery log and the async outbox.
+
+    def webhooks_version(self) -> int:
+        with self._query() as tx:
+            return webhooks.version(tx)
+
+    def create_webhook(self, row: WebhookRow) -> WebhookRow:
+        with self._transaction() as tx:
+            return webhooks.create_hook(tx, row)
+
+    def get_webhook(self, project_id: str, hook_id: str) -> WebhookRow | None:
+        with self._query() as tx:
+            return webhooks.get_hook(tx, project_id, hook_id)
+
+    def list_webhooks(
+        self, project_id: str, *, enabled_only: bool = False, limit: int = -1, offset: int = 0
+    ) -> list[WebhookRow]:
+        """A project's hooks in creation order (the order hooks on one point run in)."""
+        with self._query() as tx:
+            return webhooks.list_hooks(tx, project_id, enabled_only, limit, offset)
+
+    def update_webhook(
+        self, project_id: str, hook_id: str, changes: dict[str, Any]
+    ) -> WebhookRow | None:
+        webhooks.check_changes(changes)
+        with self._transaction() as tx:
+            return webhooks.update_hook(tx, project_id, hook_id, changes)
+
+    def delete_webhook(self, project_id: str, hook_id: str) -> bool:
+        """Delete a hook with its delivery log and queued deliveries."""
+        with self._transaction() as tx:
+            return webhooks.delete_hook(tx, project_id, hook_id)
+
+    def add_webhook_delivery(self, delivery: WebhookDeliveryRow, keep: int = 1000) -> None:
+        """Log one delivery attempt; the log keeps about the last ``keep`` per hook."""
+        with self._transaction() as tx:
+            webhooks.add_delivery(tx, delivery, keep)
+
+    def list_webhook_deliveries(
+        self, project_id: str, hook_id: str, limit: int, offset: int
+    ) -> list[WebhookDeliveryRow]:
+        """A hook's delivery attempts, newest first."""
+        with self._query() as tx:
+            return webhooks.list_deliveries(tx, project_id, hook_id, limit, offset)
+
+    def claim_webhook_delivery(
+        self, owner: str, lease_seconds: float, skip_projects: Sequence[str] = ()
+    ) -> OutboxItem | None:
+        """Take the next due async delivery under a lease (``None`` when nothing is due),
+        oldest due first, of any project but ``skip_projects``."""
+        now = time.time()
+        # Idle senders poll: look before opening a write transaction (SQLite's takes the
+        # database's write lock).
+        with self._query() as tx:
+            if not webhooks.any_due(tx, now, skip_projects):
+                return None
+        with self._transaction() as tx:
+            return webhooks.claim_delivery(tx, owner, lease_seconds, skip_projects, now)
+
+    def finish_webhook_delivery(
+        self,
+        item: OutboxItem,
+        outcome: str,
+        *,
+        retry_at: float | None = None,
+        error: str | None = None,
+        log: WebhookDeliveryRow | None = None,
+        keep: int = 1000,
+    ) -> bool:
+        """Settle a claimed delivery: ``done`` (removed), ``retry`` at ``retry_at``, or
+        ``failed`` for good; logs the attempt. False if the lease was lost meanwhile."""
+        with self._transaction() as tx:
+            return webhooks.finish_delivery(tx, item, outcome, retry_at, error, log, keep)
+
+    def next_webhook_time(self) -> float | None:
+        with self._query() as tx:
+            return webhooks.next_time(tx)
+
+    def webhook_outbox_counts(self, project_id: str | None = None) -> dict[str, int]:
+        """Async deliveries by state: ``queued``, ``running``, ``failed`` (for good)."""
+        with self._query() as tx:
+            return webhooks.outbox_counts(tx, project_id)
+
+    def _enqueue_webhooks(self, c: Any, items: Sequence[OutboxWrite]) -> None:
+        """The outbox write of a batch's completion, on the backend's raw connection inside
+        its transaction (until the completion moves to the core: then
+        ``webhooks.enqueue_webhooks(tx, items)``)."""
+        webhooks.enqueue_webhooks(Tx(c, self.dialect), items)

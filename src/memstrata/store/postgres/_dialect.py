@@ -31,6 +31,8 @@ def _placeholders(sql: str) -> str:
 class PostgresDialect(Dialect):
     name = "postgresql"
     for_update = " FOR UPDATE"
+    for_key_share = " FOR KEY SHARE"
+    skip_locked = " FOR UPDATE SKIP LOCKED"
 
     def execute(self, raw: Any, sql: str, params: Sequence[Any]) -> Any:
         # Without parameters psycopg leaves the text alone ("LIKE 'a%'" stays as written).

@@ -72,7 +72,6 @@ from ._dialect import PostgresDialect
 from ._dispatch import PostgresDispatch
 from ._jobs import PostgresJobs
 from ._user_indexes import PostgresUserIndexes, fulltext_target, vector_target
-from ._webhooks import PostgresWebhooks
 
 __all__ = ["PostgresStore", "latest_schema_version"]
 
@@ -208,7 +207,6 @@ def _lexeme_query(lexemes: Sequence[Sequence[str]]) -> str:
 class PostgresStore(
     PostgresJobs,
     PostgresDispatch,
-    PostgresWebhooks,
     PostgresUserIndexes,
     SQLStore,
 ):

@@ -90,6 +90,8 @@ def _equals_sql(column: str, path: tuple[str, ...], values: Sequence[Any]) -> tu
 class SQLiteDialect(Dialect):
     name = "sqlite"
     for_update = ""
+    for_key_share = ""
+    skip_locked = ""
 
     def execute(self, raw: Any, sql: str, params: Sequence[Any]) -> Any:
         return raw.execute(sql, params)

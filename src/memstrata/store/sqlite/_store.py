@@ -52,7 +52,6 @@ from .._core.store import SQLStore
 from .._text import fts_document, scope_token
 from ._dialect import NUMBER_CMP, SQLiteDialect, number_cmp
 from ._vectors import VectorCache
-from ._webhooks import SQLiteWebhooks
 
 __all__ = ["SQLiteStore", "latest_schema_version", "sqlite_path"]
 
@@ -215,7 +214,7 @@ def _row_to_summary(r: tuple[Any, ...]) -> SummaryRow:
     )
 
 
-class SQLiteStore(SQLiteWebhooks, SQLStore):
+class SQLiteStore(SQLStore):
     """The embedded store. Thread-safe; several processes may share one file."""
 
     dialect = SQLiteDialect()
