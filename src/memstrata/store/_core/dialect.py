@@ -34,6 +34,11 @@ class Dialect(ABC):
     def executemany(self, raw: Any, sql: str, rows: Iterable[Sequence[Any]]) -> None: ...
 
     @abstractmethod
+    def executemany_returning(self, raw: Any, sql: str, rows: Iterable[Sequence[Any]]) -> list[Any]:
+        """Run ``sql``, a statement ``RETURNING`` one column of one row, once for each of
+        ``rows`` (in one round trip where the driver can): the returned values, in order."""
+
+    @abstractmethod
     def array(self, values: Iterable[Any]) -> Any:
         """A list of strings bound to an array column (``message_ids``, ``labels``...)."""
 
@@ -66,6 +71,11 @@ class Dialect(ABC):
     def lock_user(self, raw: Any, project_id: str, user_id: str) -> None:
         """Serialise the writes of one user until the transaction ends."""
 
+    @abstractmethod
+    def lock(self, raw: Any, name: str) -> None:
+        """Serialise the transactions that take the lock ``name`` until each ends (for
+        writes to rows that may not exist yet, so cannot be locked themselves)."""
+
 
 class Tx:
     """A connection of one backend as the core uses it: the dialect's SQL, plain results.
@@ -87,6 +97,10 @@ class Tx:
     def many(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
         self.dialect.executemany(self.raw, sql, rows)
 
+    def many_returning(self, sql: str, rows: Iterable[Sequence[Any]]) -> list[Any]:
+        """``sql`` (``... RETURNING`` one column) run for each of ``rows``: what each returned."""
+        return self.dialect.executemany_returning(self.raw, sql, rows)
+
     def one(self, sql: str, params: Sequence[Any] = ()) -> Any:
         """The first row, or None."""
         return self.execute(sql, params).fetchone()
@@ -101,3 +115,6 @@ class Tx:
 
     def lock_user(self, project_id: str, user_id: str) -> None:
         self.dialect.lock_user(self.raw, project_id, user_id)
+
+    def lock(self, name: str) -> None:
+        self.dialect.lock(self.raw, name)

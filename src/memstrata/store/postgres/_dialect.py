@@ -42,6 +42,22 @@ class PostgresDialect(Dialect):
             with raw.cursor() as cur:
                 cur.executemany(_placeholders(sql), rows)
 
+    def executemany_returning(self, raw: Any, sql: str, rows: Iterable[Sequence[Any]]) -> list[Any]:
+        rows = list(rows)
+        out: list[Any] = []
+        if not rows:
+            return out
+        # One pipelined round trip; each statement's RETURNING is one result set.
+        with raw.cursor() as cur:
+            cur.executemany(_placeholders(sql), rows, returning=True)
+            while True:
+                got = cur.fetchone()
+                assert got is not None
+                out.append(got[0])
+                if not cur.nextset():
+                    break
+        return out
+
     def array(self, values: Iterable[Any]) -> list[Any]:
         return list(values)
 
@@ -67,3 +83,6 @@ class PostgresDialect(Dialect):
 
     def lock_user(self, raw: Any, project_id: str, user_id: str) -> None:
         raw.execute(f"SELECT pg_advisory_xact_lock({user_lock_sql})", (project_id, user_id))
+
+    def lock(self, raw: Any, name: str) -> None:
+        raw.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (name,))

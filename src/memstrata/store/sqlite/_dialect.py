@@ -27,6 +27,10 @@ class SQLiteDialect(Dialect):
     def executemany(self, raw: Any, sql: str, rows: Iterable[Sequence[Any]]) -> None:
         raw.executemany(sql, rows)
 
+    def executemany_returning(self, raw: Any, sql: str, rows: Iterable[Sequence[Any]]) -> list[Any]:
+        # sqlite3's executemany returns no rows: one statement each (in-process, no trip).
+        return [raw.execute(sql, row).fetchone()[0] for row in rows]
+
     def array(self, values: Iterable[Any]) -> str:
         return json.dumps(list(values), ensure_ascii=False)
 
@@ -51,4 +55,7 @@ class SQLiteDialect(Dialect):
         return f"max({', '.join(exprs)})"
 
     def lock_user(self, raw: Any, project_id: str, user_id: str) -> None:
+        pass
+
+    def lock(self, raw: Any, name: str) -> None:
         pass
