@@ -34,9 +34,9 @@ class Dialect(ABC):
     def executemany(self, raw: Any, sql: str, rows: Iterable[Sequence[Any]]) -> None: ...
 
     @abstractmethod
-    def executemany_returning(self, raw: Any, sql: str, rows: Iterable[Sequence[Any]]) -> list[Any]:
-        """Run ``sql``, a statement ``RETURNING`` one column of one row, once for each of
-        ``rows`` (in one round trip where the driver can): the returned values, in order."""
+    def insert_keys(self, raw: Any, sql: str, rows: Sequence[Sequence[Any]], key: str) -> list[int]:
+        """Run ``sql``, an ``INSERT`` of one row, for each of ``rows``: the generated
+        integer primary key ``key`` of each new row, in order."""
 
     @abstractmethod
     def array(self, values: Iterable[Any]) -> Any:
@@ -97,9 +97,13 @@ class Tx:
     def many(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
         self.dialect.executemany(self.raw, sql, rows)
 
-    def many_returning(self, sql: str, rows: Iterable[Sequence[Any]]) -> list[Any]:
-        """``sql`` (``... RETURNING`` one column) run for each of ``rows``: what each returned."""
-        return self.dialect.executemany_returning(self.raw, sql, rows)
+    def insert(self, sql: str, params: Sequence[Any], key: str) -> int:
+        """Insert one row (``sql`` without ``RETURNING``): its primary key ``key``."""
+        return self.dialect.insert_keys(self.raw, sql, [params], key)[0]
+
+    def insert_many(self, sql: str, rows: Sequence[Sequence[Any]], key: str) -> list[int]:
+        """Insert each of ``rows``: their primary keys ``key``, in order."""
+        return self.dialect.insert_keys(self.raw, sql, rows, key)
 
     def one(self, sql: str, params: Sequence[Any] = ()) -> Any:
         """The first row, or None."""

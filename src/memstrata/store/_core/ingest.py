@@ -77,12 +77,13 @@ def add_messages(
         for r, pk in zip(new, pks, strict=True):
             r.pk, r.job_id = pk, job_id
         index(tx, project_id, user_id, new)
-        # Each new name once, in one order.
-        tx.many(
-            "INSERT INTO speakers (project_id, user_id, name) VALUES (?, ?, ?) "
-            "ON CONFLICT DO NOTHING",
-            [(project_id, user_id, name) for name in sorted({r.name for r in new if r.name})],
-        )
+        names = sorted({r.name for r in new if r.name})
+        if names:
+            tx.many(
+                "INSERT INTO speakers (project_id, user_id, name) VALUES (?, ?, ?) "
+                "ON CONFLICT DO NOTHING",
+                [(project_id, user_id, name) for name in names],
+            )
         tx.execute(
             "UPDATE sessions SET updated_at = ? WHERE project_id = ? AND id = ?",
             (now_iso(), project_id, session.id),
@@ -106,12 +107,11 @@ def _stored_hashes(tx: Tx, project_id: str, ids: Sequence[str]) -> dict[str, str
 
 def _insert_job(tx: Tx, project_id: str, user_id: str, size: int) -> int:
     now = time.time()
-    return int(
-        tx.scalar(
-            "INSERT INTO jobs (project_id, user_id, kind, status, run_after, created_at, size) "
-            "VALUES (?, ?, 'process_messages', 'queued', ?, ?, ?) RETURNING id",
-            (project_id, user_id, now, now, size),
-        )
+    return tx.insert(
+        "INSERT INTO jobs (project_id, user_id, kind, status, run_after, created_at, size) "
+        "VALUES (?, ?, 'process_messages', 'queued', ?, ?, ?)",
+        (project_id, user_id, now, now, size),
+        "id",
     )
 
 
@@ -127,10 +127,7 @@ def _insert_rows(
     """Insert the message rows of ``job_id`` (in order): their pks."""
     columns = "".join(f", {name}" for name, _ in fts_columns)
     values = "".join(f", {sql}" for _, sql in fts_columns)
-    sql = (
-        f"INSERT INTO messages ({_MESSAGE_INSERT}{columns}) "
-        f"VALUES ({_MESSAGE_VALUES}{values}) RETURNING pk"
-    )
+    sql = f"INSERT INTO messages ({_MESSAGE_INSERT}{columns}) VALUES ({_MESSAGE_VALUES}{values})"
     json = tx.dialect.json
     params = [
         (
@@ -153,7 +150,7 @@ def _insert_rows(
         )
         for r in rows
     ]
-    return [int(pk) for pk in tx.many_returning(sql, params)]
+    return tx.insert_many(sql, params, "pk")
 
 
 # -- reads -------------------------------------------------------------------------------

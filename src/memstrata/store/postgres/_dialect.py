@@ -42,18 +42,18 @@ class PostgresDialect(Dialect):
             with raw.cursor() as cur:
                 cur.executemany(_placeholders(sql), rows)
 
-    def executemany_returning(self, raw: Any, sql: str, rows: Iterable[Sequence[Any]]) -> list[Any]:
-        rows = list(rows)
-        out: list[Any] = []
-        if not rows:
-            return out
+    def insert_keys(self, raw: Any, sql: str, rows: Sequence[Sequence[Any]], key: str) -> list[int]:
+        sql = _placeholders(f"{sql} RETURNING {key}")
+        if len(rows) == 1:
+            return [int(raw.execute(sql, rows[0]).fetchone()[0])]
+        out: list[int] = []
         # One pipelined round trip; each statement's RETURNING is one result set.
         with raw.cursor() as cur:
-            cur.executemany(_placeholders(sql), rows, returning=True)
+            cur.executemany(sql, rows, returning=True)
             while True:
                 got = cur.fetchone()
                 assert got is not None
-                out.append(got[0])
+                out.append(int(got[0]))
                 if not cur.nextset():
                     break
         return out

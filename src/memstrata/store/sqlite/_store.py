@@ -59,6 +59,12 @@ _MESSAGE_COLUMNS = (
 )
 
 
+# Claimable: queued and due, or running under an expired lease (parameters: now, now).
+_READY = (
+    "((j.status = 'queued' AND j.run_after <= ?) OR (j.status = 'running' AND j.lease_until < ?))"
+)
+
+
 def sqlite_path(url: str) -> str:
     """File path of a ``sqlite:///relative`` / ``sqlite:////absolute`` URL or a bare path."""
     path = url
@@ -523,10 +529,11 @@ class SQLiteStore(SQLiteGovernance, SQLiteWebhooks, SQLStore):
         self, tx: Tx, project_id: str, user_id: str, rows: Sequence[MessageRow]
     ) -> None:
         scope = scope_token(project_id, user_id)
-        tx.many(
-            "INSERT INTO messages_fts (rowid, body, scope) VALUES (?, ?, ?)",
-            [(r.pk, _fts_body(r.content, r.event_type, r.page), scope) for r in rows],
-        )
+        for r in rows:  # one statement each: cheaper than executemany for a few rows
+            tx.execute(
+                "INSERT INTO messages_fts (rowid, body, scope) VALUES (?, ?, ?)",
+                (r.pk, _fts_body(r.content, r.event_type, r.page), scope),
+            )
 
     def _prepare_batch(self, vectors: np.ndarray, layers: LayerWrite | None) -> None:
         pass  # nothing to make before a batch's writes
@@ -551,11 +558,7 @@ class SQLiteStore(SQLiteGovernance, SQLiteWebhooks, SQLStore):
         with self._query() as tx:
             # Idle workers (and waiting callers) poll: look without taking the write lock.
             if (
-                tx.one(
-                    "SELECT 1 FROM jobs j WHERE ((j.status = 'queued' AND j.run_after <= ?) "
-                    f"OR (j.status = 'running' AND j.lease_until < ?)) {scope}LIMIT 1",
-                    (now, now, *jobs),
-                )
+                tx.one(f"SELECT 1 FROM jobs j WHERE {_READY} {scope}LIMIT 1", (now, now, *jobs))
                 is None
                 or not admit(core_jobs.outages(tx), now)[0]
             ):
@@ -569,9 +572,7 @@ class SQLiteStore(SQLiteGovernance, SQLiteWebhooks, SQLStore):
             # because a later job is never claimable while an earlier one is unfinished.
             head = tx.one(
                 "SELECT j.id, j.project_id, j.user_id FROM jobs j "
-                "WHERE j.status IN ('queued', 'running') "
-                "AND ((j.status = 'queued' AND j.run_after <= ?) "
-                "     OR (j.status = 'running' AND j.lease_until < ?)) "
+                f"WHERE j.status IN ('queued', 'running') AND {_READY} "
                 "AND NOT EXISTS (SELECT 1 FROM jobs e WHERE e.project_id = j.project_id "
                 "     AND e.user_id = j.user_id AND e.status IN ('queued', 'running') "
                 f"     AND e.id < j.id) {scope}"
