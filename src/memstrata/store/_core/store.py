@@ -138,7 +138,7 @@ class SQLStore(ABC):
 
     #: The message row's own full-text columns, each with the SQL of its value (``?``
     #: placeholders), filled by ``_message_fts_values``: PostgreSQL's ``fts`` and
-    #: ``fts_len``. None where the full text is a table apart (``_index_messages``).
+    #: ``fts_len``. Empty where the full text is a table apart (``_index_messages``).
     _message_fts_columns: tuple[tuple[str, str], ...] = ()
 
     def _message_fts_values(self, row: MessageRow) -> tuple[Any, ...]:
