@@ -1,4 +1,4 @@
-"""The job queue on PostgreSQL (jobs/_procrastinate.py, store/_pg_dispatch.py): wake-ups
+"""The job queue on PostgreSQL (jobs/_procrastinate.py, store/postgres/_jobs.py): wake-ups
 committed with their messages, one run per user, takeover of dead runs, fencing, backoff,
 waiting without workers, self-healing. Real PostgreSQL, real procrastinate."""
 

@@ -312,6 +312,33 @@ def test_message_reads(store: Store) -> None:
     assert store.session_status(P, "s1") == [(i, "pending", None) for i in ids]
 
 
+def test_many_messages_at_once_are_stored_resent_indexed_and_read(store: Store) -> None:
+    # More ids than a statement binds one by one: every read and check takes them all.
+    s = session(store)
+    rows = [
+        message(f"m{i:04}", f"note {i} about kayaks", name=f"Speaker {i % 3}") for i in range(700)
+    ]
+    out = store.add_messages(P, s, rows)
+    assert out.duplicates == [] and store.job_states([out.job_id or 0]) == {out.job_id: "queued"}
+    pks = [r.pk or 0 for r in rows]
+    assert pks == sorted(pks) and len(set(pks)) == 700
+    again = store.add_messages(P, s, [*rows, message("last", "the last one")])
+    assert again.duplicates == [r.id for r in rows] and again.job_id != out.job_id
+    with pytest.raises(ConflictError, match="m0699"):
+        store.add_messages(P, s, [*rows[:-1], message("m0699", "changed")])
+    assert set(store.get_messages(P, [r.id for r in rows])) == {r.id for r in rows}
+    assert sorted(store.messages_by_pk(pks)) == pks
+    everything = list(range(1, 800))  # job ids, most of them no job
+    assert store.job_states(everything) == {out.job_id: "queued", again.job_id: "queued"}
+    assert store.speaker_names(P, "u1") == ["Speaker 0", "Speaker 1", "Speaker 2"]
+    # Full text is indexed as the messages are accepted, before any processing.
+    hits = store.fulltext_messages(P, "u1", ["kayaks"], 1000, SearchFilters())
+    assert sorted(pk for pk, _ in hits) == pks
+    batch = claim(store, most=1000)
+    assert [m.id for m in batch.messages] == [r.id for r in rows] + ["last"]
+    assert store.extend_lease(batch.job_ids, "w", 30)
+
+
 # -- jobs ------------------------------------------------------------------------------
 
 
@@ -501,6 +528,55 @@ def test_an_outage_holds_every_claim_until_one_probe_is_let_through(
     other = claim(store, "w2")
     assert not other.probe and other.user_id != probe.user_id
     assert store.end_outage() == []
+
+
+def test_outages_of_several_services_hold_claims_until_the_last_probe(
+    store: Store, db_url: str
+) -> None:
+    add(store, ["one"])
+    store.record_outage("llm m", "down", lambda n: 60.0, probe=False)
+    both = store.record_outage("embedder e", "down too", lambda n: 600.0, probe=False)
+    assert sorted(o.service for o in both) == ["embedder e", "llm m"]
+    assert sorted(o.service for o in store.outages()) == ["embedder e", "llm m"]
+    assert store.next_job_time() == pytest.approx(max(o.next_probe for o in both))
+    dbsql.execute(db_url, "UPDATE outages SET next_probe = 0 WHERE service = 'llm m'")
+    assert store.claim_batch("w", 30, 10) is None  # the embedder's probe is not due
+    dbsql.execute(db_url, "UPDATE outages SET next_probe = 0")
+    probe = claim(store)
+    assert probe.probe
+    ended = store.end_outage()
+    assert sorted((o.service, o.last_error) for o in ended) == [
+        ("embedder e", "down too"),
+        ("llm m", "down"),
+    ]
+    assert store.outages() == []
+
+
+def test_a_lease_is_extended_only_while_every_job_of_it_is_held(store: Store) -> None:
+    add(store, ["a"], prefix="0")
+    add(store, ["b"], user="u2", sid="s2")
+    mine = claim(store, "mine")
+    theirs = claim(store, "theirs")
+    assert store.extend_lease(mine.job_ids, "mine", 30)
+    assert not store.extend_lease(mine.job_ids, "theirs", 30)
+    assert not store.extend_lease([*mine.job_ids, *theirs.job_ids], "mine", 30)
+    assert not store.extend_lease([*mine.job_ids, 10**9], "mine", 30)
+    store.fail_batch(mine, "boom", time.time() + 60)
+    assert not store.extend_lease(mine.job_ids, "mine", 30)  # queued again, held by no one
+    complete(store, theirs)
+    assert not store.extend_lease(theirs.job_ids, "theirs", 30)  # done
+
+
+def test_retrying_failed_jobs_keeps_to_the_project_and_user(store: Store) -> None:
+    for project, user in ((P, "u1"), (P, "u2"), ("q", "u1")):
+        add(store, [f"{project} {user}"], user=user, sid=f"s-{user}", project=project)
+        store.fail_batch(claim(store), "fatal", None)
+    assert store.unfinished_jobs() == 0
+    assert store.retry_failed(P, "u1") == 1
+    assert store.retry_failed(P) == 1  # u2's: u1's is queued already
+    assert store.unfinished_jobs(P) == 2 and store.unfinished_jobs("q") == 0
+    assert {m.status for m in store.list_messages(P)} == {"pending"}
+    assert [m.status for m in store.list_messages("q")] == ["failed"]
 
 
 def test_next_job_time_is_the_earliest_due_or_lease_end(store: Store) -> None:
@@ -1865,6 +1941,46 @@ def test_stats_count_what_is_stored(store: Store) -> None:
     assert stats["embedder"] == EMB and stats["schema_version"] == store.schema_version()
     assert store.stats("q")["messages"] == {"pending": 0, "processed": 0, "failed": 0}
     assert store.stats()["users"] == 2
+
+
+def test_stats_have_one_shape_on_every_store(store: Store) -> None:
+    layered(store)  # two facts, two summaries, one topic, one extract call of u1
+    add(store, ["elsewhere"], project="q")
+    doomed = claim(store)
+    store.fail_batch(doomed, "fatal", None, [CallWrite("extract", "m2", "t1", 3, 0, 1.0, False)])
+    stats = store.stats(P)
+    keys = list(stats)
+    assert keys[0] == "store" and keys[1] in ("path", "url")
+    assert stats["store"] == {"sqlite": "sqlite", "postgresql": "postgres"}[store.kind]
+    assert keys[2:] == [
+        "schema_version",
+        "size_bytes",
+        "users",
+        "sessions",
+        "messages",
+        "jobs",
+        "facts",
+        "summaries",
+        "topics",
+        "vectors",
+        "embedder",
+        "llm_usage",
+        "processing",
+    ]
+    assert stats["size_bytes"] > 0 and stats["facts"] == 2 and stats["topics"] == 1
+    assert stats["summaries"] == {"active": 2} and stats["vectors"] == {EMB: 6}
+    assert stats["processing"] == {"paused": False}
+    assert stats["llm_usage"] == {
+        "extract test": {"calls": 1, "prompt_tokens": 10, "completion_tokens": 5, "failed": 0}
+    }
+    assert store.llm_usage("q") == {
+        "extract m2": {"calls": 1, "prompt_tokens": 3, "completion_tokens": 0, "failed": 1}
+    }
+    assert list(store.llm_usage()) == ["extract m2", "extract test"]
+    whole = store.stats()
+    assert whole["messages"] == {"pending": 0, "processed": 2, "failed": 1}
+    assert whole["jobs"] == {"queued": 0, "running": 0, "done": 1, "failed": 1}
+    assert store.stats("nobody")["vectors"] == {} and store.stats("nobody")["users"] == 0
 
 
 # -- webhooks ----------------------------------------------------------------------------

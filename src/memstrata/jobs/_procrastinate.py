@@ -10,7 +10,7 @@ what lets workers on many machines share it:
 
 * a *wake-up* per user with work: a procrastinate job of task ``memstrata.process_user``
   whose ``lock`` and ``queueing_lock`` are both the user's key. A trigger on ``jobs``
-  creates it in the very transaction that queues a job (store/_pg_dispatch.py), so a job
+  creates it in the very transaction that queues a job (store/postgres/_jobs.py), so a job
   never lacks one; while one waits, later jobs of the user merge into it; at most one runs
   per user (one user's memory is consolidated by one worker at a time, in order);
 * workers that LISTEN for wake-ups, fetch them with ``SKIP LOCKED``, run ``threads`` at a
@@ -57,7 +57,7 @@ from typing import Any, Protocol, TypeVar
 from .._priority import lower_this_thread
 from ..errors import ConfigError
 from ..store import ClaimedBatch, JobStore
-from ..store.postgres._dispatch import DISPATCH_QUEUE, DISPATCH_TASK
+from ..store.postgres._jobs import DISPATCH_QUEUE, DISPATCH_TASK
 from ._worker import BatchHandler, WorkerPool, run_batch, wait_for_jobs, wait_timed_out
 
 __all__ = ["DispatchStore", "ProcrastinateQueue"]

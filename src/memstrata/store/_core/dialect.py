@@ -47,6 +47,11 @@ class Dialect(ABC):
     def executemany(self, raw: Any, sql: str, rows: Iterable[Sequence[Any]]) -> None: ...
 
     @abstractmethod
+    def insert_keys(self, raw: Any, sql: str, rows: Sequence[Sequence[Any]], key: str) -> list[int]:
+        """Run ``sql``, an ``INSERT`` of one row, for each of ``rows``: the generated
+        integer primary key ``key`` of each new row, in order."""
+
+    @abstractmethod
     def array(self, values: Iterable[Any]) -> Any:
         """A list of strings bound to an array column (``message_ids``, ``labels``...)."""
 
@@ -98,6 +103,11 @@ class Dialect(ABC):
         (the primary key), private to this connection. Its rows are not kept past the
         transaction: make it again at the start of each use."""
 
+    @abstractmethod
+    def lock(self, raw: Any, name: str) -> None:
+        """Serialise the transactions that take the lock ``name`` until each ends (for
+        writes to rows that may not exist yet, so cannot be locked themselves)."""
+
 
 class Tx:
     """A connection of one backend as the core uses it: the dialect's SQL, plain results.
@@ -119,6 +129,14 @@ class Tx:
     def many(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
         self.dialect.executemany(self.raw, sql, rows)
 
+    def insert(self, sql: str, params: Sequence[Any], key: str) -> int:
+        """Insert one row (``sql`` without ``RETURNING``): its primary key ``key``."""
+        return self.dialect.insert_keys(self.raw, sql, [params], key)[0]
+
+    def insert_many(self, sql: str, rows: Sequence[Sequence[Any]], key: str) -> list[int]:
+        """Insert each of ``rows``: their primary keys ``key``, in order."""
+        return self.dialect.insert_keys(self.raw, sql, rows, key)
+
     def one(self, sql: str, params: Sequence[Any] = ()) -> Any:
         """The first row, or None."""
         return self.execute(sql, params).fetchone()
@@ -133,3 +151,6 @@ class Tx:
 
     def lock_user(self, project_id: str, user_id: str) -> None:
         self.dialect.lock_user(self.raw, project_id, user_id)
+
+    def lock(self, name: str) -> None:
+        self.dialect.lock(self.raw, name)

@@ -12,24 +12,34 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import (
+    AddOutcome,
     ApiKeyRow,
     AuditRow,
+    CallWrite,
+    ClaimedBatch,
     FactRow,
     ItemFilters,
+    LayerWrite,
+    MessageRow,
+    OutageRow,
     ProjectRow,
     SessionRow,
     SummaryRow,
     TopicRow,
 )
-from .._webhook_rows import OutboxItem, OutboxWrite, WebhookDeliveryRow, WebhookRow
-from . import governance, reads, removal, webhooks
+from .._batches import processing_state
+from .._webhook_rows import OutboxItem, WebhookDeliveryRow, WebhookRow
+from . import governance, ingest, jobs, reads, removal, webhooks
 from .dialect import Dialect, Tx
 from .rows import SESSION_COLUMNS, session_row
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["SQLStore"]
 
@@ -118,6 +128,199 @@ class SQLStore(ABC):
     # -- messages and jobs (see ingest.py, jobs.py) -----------------------------------------
     # Accepting messages with their job, reading them, a batch's completion and failure,
     # outages, retries and job states.
+
+    def add_messages(
+        self, project_id: str, session: SessionRow, rows: Sequence[MessageRow]
+    ) -> AddOutcome:
+        with self._transaction() as tx:
+            return ingest.add_messages(
+                tx,
+                project_id,
+                session,
+                rows,
+                fts_columns=self._message_fts_columns,
+                fts_values=self._message_fts_values,
+                index=self._index_messages,
+            )
+
+    #: The message row's own full-text columns, each with the SQL of its value (``?``
+    #: placeholders), filled by ``_message_fts_values``: PostgreSQL's ``fts`` and
+    #: ``fts_len``. Empty where the full text is a table apart (``_index_messages``).
+    _message_fts_columns: tuple[tuple[str, str], ...] = ()
+
+    def _message_fts_values(self, row: MessageRow) -> tuple[Any, ...]:
+        """The values of ``_message_fts_columns`` for a new message row (from its content,
+        event type and page), in their order."""
+        return ()
+
+    @abstractmethod
+    def _index_messages(
+        self, tx: Tx, project_id: str, user_id: str, rows: Sequence[MessageRow]
+    ) -> None:
+        """Index new message rows of the user (inserted, ``pk`` set) for full text, in
+        ``add_messages``' transaction, where the index is a table apart (SQLite's
+        ``messages_fts``); nothing where the row's own columns hold it."""
+
+    def get_message(self, project_id: str, message_id: str) -> MessageRow | None:
+        with self._query() as tx:
+            return ingest.get_message(tx, project_id, message_id)
+
+    def get_messages(self, project_id: str, message_ids: Sequence[str]) -> dict[str, MessageRow]:
+        """The messages of ``message_ids`` that exist, by id (one query)."""
+        with self._query() as tx:
+            return ingest.get_messages(tx, project_id, message_ids)
+
+    def list_messages(
+        self,
+        project_id: str,
+        *,
+        user_id: str | None = None,
+        session_id: str | None = None,
+        status: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+        newest_first: bool = False,
+    ) -> list[MessageRow]:
+        with self._query() as tx:
+            return ingest.list_messages(
+                tx,
+                project_id,
+                user_id=user_id,
+                session_id=session_id,
+                status=status,
+                limit=limit,
+                offset=offset,
+                newest_first=newest_first,
+            )
+
+    def messages_by_pk(self, pks: Sequence[int]) -> dict[int, MessageRow]:
+        with self._query() as tx:
+            return ingest.messages_by_pk(tx, pks)
+
+    def context_messages(
+        self, project_id: str, user_id: str, before_pk: int, limit: int
+    ) -> list[MessageRow]:
+        with self._query() as tx:
+            return ingest.context_messages(tx, project_id, user_id, before_pk, limit)
+
+    def extend_lease(self, job_ids: Sequence[int], worker_id: str, lease_seconds: float) -> bool:
+        if not job_ids:
+            return True
+        with self._transaction() as tx:
+            return jobs.extend_lease(tx, job_ids, worker_id, lease_seconds)
+
+    def complete_batch(
+        self,
+        batch: ClaimedBatch,
+        *,
+        embedder: str,
+        vectors: np.ndarray,
+        layers: LayerWrite | None = None,
+    ) -> None:
+        """The batch's vectors and layers written, its jobs done: one transaction, under
+        the user's lock, if the worker still holds the batch (else ``LeaseLostError``)."""
+        now = time.time()
+        self._prepare_batch(vectors, layers)
+        with self._transaction() as tx:
+            tx.lock_user(batch.project_id, batch.user_id)
+            jobs.check_lease(tx, batch)
+            self._put_vectors(tx.raw, embedder, batch.messages, vectors)
+            if layers is not None:
+                self._write_layers(tx.raw, batch, embedder, layers)
+                self._record_calls(tx.raw, batch, layers.calls)
+                webhooks.enqueue_webhooks(tx, layers.outbox)
+            jobs.finish_batch(tx, batch, now)
+
+    def fail_batch(
+        self,
+        batch: ClaimedBatch,
+        error: str,
+        retry_at: float | None,
+        calls: Sequence[CallWrite] = (),
+        *,
+        counted: bool = True,
+        retry_cap: int | None = None,
+    ) -> None:
+        with self._transaction() as tx:
+            jobs.check_lease(tx, batch)
+            # Tokens spent on a failed attempt were still spent: account for them.
+            self._record_calls(tx.raw, batch, calls)
+            jobs.fail_batch(tx, batch, error, retry_at, counted=counted, retry_cap=retry_cap)
+
+    @abstractmethod
+    def _prepare_batch(self, vectors: np.ndarray, layers: LayerWrite | None) -> None:
+        """Before ``complete_batch``'s transaction, in transactions of its own: what the
+        batch's writes need made first (PostgreSQL: the vector index of each new kind and
+        dimension, whose creation inside the batch could deadlock with other writers)."""
+
+    # What complete_batch and fail_batch write through the backend's own connection
+    # (``tx.raw``): the backends' today.
+
+    @abstractmethod
+    def _put_vectors(
+        self, c: Any, embedder: str, rows: Sequence[MessageRow], vectors: np.ndarray
+    ) -> None:
+        """One vector per message of ``rows``, made by ``embedder``."""
+
+    @abstractmethod
+    def _write_layers(self, c: Any, batch: ClaimedBatch, embedder: str, layers: LayerWrite) -> None:
+        """The facts, summaries and topics a batch adds, strengthens and supersedes."""
+
+    @abstractmethod
+    def _record_calls(self, c: Any, batch: ClaimedBatch, calls: Sequence[CallWrite]) -> None:
+        """The model calls a batch made (``llm_usage``)."""
+
+    def outages(self) -> list[OutageRow]:
+        with self._query() as tx:
+            return jobs.outages(tx)
+
+    def record_outage(
+        self, service: str, error: str, delay: Callable[[int], float], *, probe: bool
+    ) -> list[OutageRow]:
+        with self._transaction() as tx:
+            return jobs.record_outage(tx, service, error, delay, probe=probe)
+
+    def end_outage(self) -> list[OutageRow]:
+        with self._transaction() as tx:
+            return jobs.end_outage(tx)
+
+    def retry_failed(self, project_id: str, user_id: str | None = None) -> int:
+        """Queue terminally failed jobs again (after the cause was fixed)."""
+        with self._transaction() as tx:
+            return jobs.retry_failed(tx, project_id, user_id)
+
+    def job_states(self, job_ids: Sequence[int]) -> dict[int, str]:
+        with self._query() as tx:
+            return jobs.job_states(tx, job_ids)
+
+    def unfinished_jobs(self, project_id: str | None = None) -> int:
+        with self._query() as tx:
+            return jobs.unfinished_jobs(tx, project_id)
+
+    def next_job_time(self) -> float | None:
+        with self._query() as tx:
+            return jobs.next_job_time(tx)
+
+    def llm_usage(self, project_id: str | None = None) -> dict[str, Any]:
+        with self._query() as tx:
+            return jobs.llm_usage(tx, project_id)
+
+    def stats(self, project_id: str | None = None) -> dict[str, Any]:
+        with self._query() as tx:
+            counts = jobs.store_counts(tx, project_id)
+            outages = jobs.outages(tx)
+        return {
+            **self._store_facts(),
+            **counts,
+            "embedder": self.get_meta("embedder"),
+            "llm_usage": self.llm_usage(project_id),
+            "processing": processing_state(outages),
+        }
+
+    @abstractmethod
+    def _store_facts(self) -> dict[str, Any]:
+        """The first entries of ``stats()``, the backend's own: ``store`` (its name), where
+        the data is (``path`` or ``url``), ``schema_version`` and ``size_bytes``."""
 
     # -- the derived layers: writes (see layers.py) -----------------------------------------
     # What a completed batch adds, strengthens, supersedes and files under topics.
@@ -366,9 +569,3 @@ class SQLStore(ABC):
         """Async deliveries by state: ``queued``, ``running``, ``failed`` (for good)."""
         with self._query() as tx:
             return webhooks.outbox_counts(tx, project_id)
-
-    def _enqueue_webhooks(self, c: Any, items: Sequence[OutboxWrite]) -> None:
-        """The outbox write of a batch's completion, on the backend's raw connection inside
-        its transaction (until the completion moves to the core: then
-        ``webhooks.enqueue_webhooks(tx, items)``)."""
-        webhooks.enqueue_webhooks(Tx(c, self.dialect), items)

@@ -46,6 +46,22 @@ class PostgresDialect(Dialect):
             with raw.cursor() as cur:
                 cur.executemany(_placeholders(sql), rows)
 
+    def insert_keys(self, raw: Any, sql: str, rows: Sequence[Sequence[Any]], key: str) -> list[int]:
+        sql = _placeholders(f"{sql} RETURNING {key}")
+        if len(rows) == 1:
+            return [int(raw.execute(sql, rows[0]).fetchone()[0])]
+        out: list[int] = []
+        # One pipelined round trip; each statement's RETURNING is one result set.
+        with raw.cursor() as cur:
+            cur.executemany(sql, rows, returning=True)
+            while True:
+                got = cur.fetchone()
+                assert got is not None
+                out.append(int(got[0]))
+                if not cur.nextset():
+                    break
+        return out
+
     def array(self, values: Iterable[Any]) -> list[Any]:
         return list(values)
 
@@ -107,3 +123,6 @@ class PostgresDialect(Dialect):
 
     def temp_keys(self, raw: Any, table: str) -> None:
         raw.execute(f"CREATE TEMP TABLE {table} (pk bigint PRIMARY KEY) ON COMMIT DROP")
+
+    def lock(self, raw: Any, name: str) -> None:
+        raw.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (name,))

@@ -1,7 +1,8 @@
-"""The durable job queue of the PostgreSQL store: claim, lease, complete, fail, retry.
+"""The PostgreSQL store's job claims and its side of the procrastinate job queue.
 
-A mixin of ``PostgresStore``, kept in one module so that a job library (procrastinate)
-can later replace or wrap exactly this part. Semantics are SQLite's (store/sqlite.py):
+What both stores share (leases, finishing and failing a batch, outages, retries, job
+states) is the core's (``_core/jobs.py``); the claims are PostgreSQL's own. Semantics are
+SQLite's (``store/sqlite/_store.py``):
 
 * A job is claimable when it is queued and due, or running with an expired lease, and no
   earlier job of the same (project, user) is unfinished: each user's messages are
@@ -11,9 +12,6 @@ can later replace or wrap exactly this part. Semantics are SQLite's (store/sqlit
   a lease.
 * During an outage (``outages``) nothing is claimed before its next probe; the first
   claim after it is the probe and holds the gate for one more backoff.
-* Completing or failing a batch first checks, with the job rows locked, that the worker
-  still holds every job; a worker whose lease ran out and was reclaimed gets
-  ``LeaseLostError`` and its work is discarded.
 
 How PostgreSQL keeps that with many workers on many machines:
 
@@ -27,34 +25,48 @@ How PostgreSQL keeps that with many workers on many machines:
   committed in id order (``add_messages`` allocates them under the lock).
 * Claimers lock the outage rows (``FOR UPDATE``) before they look at the gate, so a due
   probe is taken by one of them only.
+
+Dispatch (``jobs/_procrastinate.py``): memstrata's ``jobs`` table stays the record of
+work, as on SQLite; procrastinate's tables hold *wake-ups*: one procrastinate job per user
+with work to do (task ``memstrata.process_user``), whose ``lock`` and ``queueing_lock`` are
+both the user's key, so at most one runs per user at a time and at most one waits per user
+(later work merges into the waiting one). This class installs procrastinate's schema next
+to memstrata's, the SQL that keeps the two in step, and the claim a wake-up's run makes.
+
+* ``memstrata_wake(projects, users, delay)`` makes sure each user with unfinished jobs has
+  a waiting wake-up, due when the user's oldest unfinished job may run (a job in backoff
+  holds back every later one: per-user order), and not before the next probe of an outage
+  (``outages``: claims wait for it). One ``INSERT .. ON CONFLICT`` on
+  procrastinate's partial unique index of waiting jobs: a user who already has one keeps
+  it, brought forward if this one is due earlier. (procrastinate's
+  ``procrastinate_defer_jobs_v1`` is that same INSERT without the merge; calling it would
+  need a subtransaction per user to survive the unique violation.)
+* Statement triggers on ``jobs`` call it for every statement that queues jobs
+  (``add_messages``, a retry after backoff, ``retry_failed``), in that statement's
+  transaction: a queued job without a wake-up can never be committed.
+* ``claim_user_batch`` is ``claim_batch`` for one user, made by the user's running
+  wake-up. Because procrastinate lets one wake-up per user be ``doing``, a job still
+  ``running`` under another token belongs to a run that died (or was declared dead): it is
+  taken over, and the old run's commit then fails the token check of ``complete_batch`` /
+  ``fail_batch`` (``LeaseLostError``), so every batch is applied once.
 """
 
 from __future__ import annotations
 
+import logging
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import astuple
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import Any
 
-from ..._time import now_iso
-from .. import CallWrite, ClaimedBatch, LayerWrite, LeaseLostError, OutageRow
-from .._batches import (
-    JOB_ROW,
-    NEXT_JOB_SQL,
-    OUTAGE_COLUMNS,
-    admit,
-    claimable,
-    next_job_time,
-    outage_after,
-    take_jobs,
-)
-from ._connection import MESSAGE_COLUMNS, PgBase, message_row, user_lock_sql
+from .. import ClaimedBatch
+from .._batches import JOB_ROW, admit, claimable, take_jobs
+from .._core import jobs as core_jobs
+from .._core.dialect import Dialect, Tx
+from ._connection import PgBase, user_lock_sql
 
-if TYPE_CHECKING:
-    import numpy as np
-    import psycopg
+__all__ = ["DISPATCH_QUEUE", "DISPATCH_TASK", "PostgresJobs"]
 
-__all__ = ["PostgresJobs"]
+log = logging.getLogger("memstrata.store")
 
 # Claimable: queued and due, or running under an expired lease.
 _READY = (
@@ -62,25 +74,82 @@ _READY = (
     "OR (j.status = 'running' AND j.lease_until < %(now)s))"
 )
 
+DISPATCH_TASK = "memstrata.process_user"
+DISPATCH_QUEUE = "memstrata"
+# Version of the SQL below; stored in ``meta`` so that it is replaced when it changes.
+_GLUE_VERSION = "2"
+
+_GLUE = f"""
+CREATE OR REPLACE FUNCTION memstrata_user_key(p_project text, p_user text) RETURNS text
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$ SELECT 'memstrata:' || length(p_project) || ':' || p_project || ':' || p_user $$;
+
+CREATE OR REPLACE FUNCTION memstrata_wake(
+    p_projects text[], p_users text[], p_delay double precision DEFAULT 0
+) RETURNS integer LANGUAGE plpgsql AS $$
+DECLARE
+    now_epoch double precision := extract(epoch FROM clock_timestamp());
+    woken integer;
+BEGIN
+    WITH scope AS (
+        SELECT DISTINCT s.project_id, s.user_id
+          FROM unnest(p_projects, p_users) AS s(project_id, user_id)
+    ), due AS (
+        -- The oldest unfinished job decides: queued -> when it may run; running -> now
+        -- (its run is waited for by the lock, or taken over if dead), or when a store
+        -- lease on it ends.
+        SELECT scope.project_id, scope.user_id,
+               greatest(CASE WHEN head.status = 'queued' THEN head.run_after
+                             ELSE coalesce(head.lease_until, 0) END,
+                        now_epoch + p_delay,
+                        -- During an outage nothing is claimed before its next probe.
+                        (SELECT max(o.next_probe) FROM outages o)) AS at
+          FROM scope
+          CROSS JOIN LATERAL (
+              SELECT j.status, j.run_after, j.lease_until FROM jobs j
+               WHERE j.project_id = scope.project_id AND j.user_id = scope.user_id
+                 AND j.status IN ('queued', 'running')
+               ORDER BY j.id LIMIT 1
+          ) AS head
+    )
+    INSERT INTO procrastinate_jobs AS p
+           (queue_name, task_name, priority, lock, queueing_lock, args, scheduled_at)
+    SELECT '{DISPATCH_QUEUE}', '{DISPATCH_TASK}', 0, k.key, k.key,
+           jsonb_build_object('project_id', due.project_id, 'user_id', due.user_id),
+           CASE WHEN due.at > now_epoch THEN to_timestamp(due.at) END
+      FROM due CROSS JOIN LATERAL memstrata_user_key(due.project_id, due.user_id) AS k(key)
+     ORDER BY k.key
+        ON CONFLICT (queueing_lock) WHERE status = 'todo'
+        DO UPDATE SET scheduled_at = excluded.scheduled_at
+        WHERE p.scheduled_at IS NOT NULL
+          AND (excluded.scheduled_at IS NULL OR excluded.scheduled_at < p.scheduled_at);
+    GET DIAGNOSTICS woken = ROW_COUNT;
+    RETURN woken;
+END $$;
+
+CREATE OR REPLACE FUNCTION memstrata_jobs_queued() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM memstrata_wake(array_agg(project_id), array_agg(user_id))
+       FROM queued_jobs WHERE status = 'queued' HAVING count(*) > 0;
+    RETURN NULL;
+END $$;
+
+DROP TRIGGER IF EXISTS memstrata_jobs_inserted ON jobs;
+CREATE TRIGGER memstrata_jobs_inserted AFTER INSERT ON jobs
+    REFERENCING NEW TABLE AS queued_jobs
+    FOR EACH STATEMENT EXECUTE FUNCTION memstrata_jobs_queued();
+DROP TRIGGER IF EXISTS memstrata_jobs_updated ON jobs;
+CREATE TRIGGER memstrata_jobs_updated AFTER UPDATE ON jobs
+    REFERENCING NEW TABLE AS queued_jobs
+    FOR EACH STATEMENT EXECUTE FUNCTION memstrata_jobs_queued();
+"""
+
 
 class PostgresJobs(PgBase):
-    """Mixin: the job half of the ``Store`` port for PostgreSQL."""
+    """Mixin of ``PostgresStore``: job claims, and what ``ProcrastinateQueue`` needs."""
 
-    if TYPE_CHECKING:  # provided by PostgresStore and PostgresWebhooks
-
-        def _prepare_vectors(self, dims: dict[str, int]) -> None: ...
-        def _put_vectors(
-            self, c: Any, embedder: str, rows: Sequence[Any], vectors: np.ndarray
-        ) -> None: ...
-        def _write_layers(
-            self, c: Any, batch: ClaimedBatch, embedder: str, layers: LayerWrite
-        ) -> None: ...
-        def _record_calls(
-            self, c: Any, batch: ClaimedBatch, calls: Sequence[CallWrite]
-        ) -> None: ...
-        def _enqueue_webhooks(self, c: Any, items: Sequence[Any]) -> None: ...
-        @staticmethod
-        def _layer_dims(vectors: np.ndarray, layers: LayerWrite | None) -> dict[str, int]: ...
+    #: The store's dialect (``PostgresStore.dialect``), for the core's bookkeeping.
+    dialect: Dialect
 
     # -- claiming ------------------------------------------------------------------------
 
@@ -104,7 +173,8 @@ class PostgresJobs(PgBase):
         # tries find another user's head in the meantime.
         for _ in range(4):
             with self._write() as c:
-                admitted, hold = admit(self._outages(c, lock=True), now)
+                tx = Tx(c, self.dialect)
+                admitted, hold = admit(core_jobs.outages(tx, lock=True), now)
                 if not admitted:
                     return None
                 head = c.execute(
@@ -136,219 +206,152 @@ class PostgresJobs(PgBase):
                     max_messages,
                     claimable(now),
                 )
-                return self._take(
-                    c, worker_id, now + lease_seconds, (project_id, user_id), job_ids, hold
-                )
+                user = (project_id, user_id)
+                return core_jobs.take(tx, worker_id, now + lease_seconds, user, job_ids, hold)
         return None
 
-    def _take(
-        self,
-        c: psycopg.Connection[Any],
-        worker_id: str,
-        lease_until: float | None,
-        user: tuple[str, str],
-        job_ids: list[int],
-        hold: float | None,
-    ) -> ClaimedBatch:
-        """Hold ``job_ids`` of ``user`` for ``worker_id`` (this attempt counts), and the
-        outages' probe until ``hold`` when this claim is the probe."""
-        if hold is not None:
-            c.execute("UPDATE outages SET next_probe = %s", (hold,))
-        attempts = c.execute(
-            "UPDATE jobs SET status = 'running', locked_by = %s, lease_until = %s, "
-            "attempts = attempts + 1 WHERE id = ANY(%s::bigint[]) RETURNING id, attempts",
-            (worker_id, lease_until, job_ids),
-        ).fetchall()
-        c.execute(
-            "UPDATE messages SET attempts = attempts + 1 WHERE job_id = ANY(%s::bigint[])",
-            (job_ids,),
-        )
-        messages = [
-            message_row(r)
-            for r in c.execute(
-                f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE job_id = ANY(%s::bigint[]) "
-                "ORDER BY pk",
-                (job_ids,),
-            )
-        ]
-        return ClaimedBatch(
-            worker_id=worker_id,
-            project_id=user[0],
-            user_id=user[1],
-            job_ids=job_ids,
-            messages=messages,
-            job_attempts={int(j): int(a) for j, a in attempts},
-            probe=hold is not None,
-        )
+    def claim_user_batch(
+        self, project_id: str, user_id: str, worker_id: str, max_messages: int
+    ) -> ClaimedBatch | None:
+        """The user's ready jobs from the oldest unfinished one on (queued and due, or
+        running under a dead run), up to ``max_messages``, now held by ``worker_id``.
 
-    def outages(self) -> list[OutageRow]:
-        with self._read() as c:
-            return self._outages(c)
-
-    @staticmethod
-    def _outages(c: psycopg.Connection[Any], *, lock: bool = False) -> list[OutageRow]:
-        # Locked by a claim: two claimers never both take a due probe.
-        sql = f"SELECT {OUTAGE_COLUMNS} FROM outages" + (" FOR UPDATE" if lock else "")
-        return [OutageRow(*r) for r in c.execute(sql)]
-
-    def _check_lease(self, c: psycopg.Connection[Any], batch: ClaimedBatch) -> None:
-        # FOR UPDATE: a reclaim racing this commit waits for it, or this check sees it.
-        held = c.execute(
-            "SELECT id FROM jobs WHERE id = ANY(%s::bigint[]) AND status = 'running' "
-            "AND locked_by = %s FOR UPDATE",
-            (batch.job_ids, batch.worker_id),
-        ).fetchall()
-        if len(held) != len(batch.job_ids):
-            raise LeaseLostError(f"worker {batch.worker_id} no longer holds jobs {batch.job_ids}")
-
-    def extend_lease(self, job_ids: Sequence[int], worker_id: str, lease_seconds: float) -> bool:
-        if not job_ids:
-            return True
-        with self._write() as c:
-            cur = c.execute(
-                "UPDATE jobs SET lease_until = %s WHERE id = ANY(%s::bigint[]) "
-                "AND status = 'running' AND locked_by = %s",
-                (time.time() + lease_seconds, list(job_ids), worker_id),
-            )
-            return cur.rowcount == len(job_ids)
-
-    # -- finishing -----------------------------------------------------------------------
-
-    def complete_batch(
-        self,
-        batch: ClaimedBatch,
-        *,
-        embedder: str,
-        vectors: np.ndarray,
-        layers: LayerWrite | None = None,
-    ) -> None:
+        Only the user's running wake-up may call this: it holds procrastinate's lock of
+        the user, which is what makes a ``running`` job of another token a dead run's.
+        """
         now = time.time()
-        self._prepare_vectors(self._layer_dims(vectors, layers))
         with self._write() as c:
-            self._lock_user(c, batch.project_id, batch.user_id)
-            self._check_lease(c, batch)
-            self._put_vectors(c, embedder, batch.messages, vectors)
-            if layers is not None:
-                self._write_layers(c, batch, embedder, layers)
-                self._record_calls(c, batch, layers.calls)
-                self._enqueue_webhooks(c, layers.outbox)
-            c.execute(
-                "UPDATE messages SET status = 'processed', error = NULL, processed_at = %s "
-                "WHERE job_id = ANY(%s::bigint[])",
-                (now_iso(), batch.job_ids),
-            )
-            c.execute(
-                "UPDATE jobs SET status = 'done', finished_at = %s, locked_by = NULL, "
-                "lease_until = NULL, last_error = NULL WHERE id = ANY(%s::bigint[])",
-                (now, batch.job_ids),
-            )
+            tx = Tx(c, self.dialect)
+            # Waits for a write of this user in flight (add_messages holds the lock until it
+            # commits), so a job committed while this wake-up was being fetched is seen.
+            tx.lock_user(project_id, user_id)
+            admitted, hold = admit(core_jobs.outages(tx, lock=True), now)
+            if not admitted:
+                return None
 
-    def fail_batch(
-        self,
-        batch: ClaimedBatch,
-        error: str,
-        retry_at: float | None,
-        calls: Sequence[CallWrite] = (),
-        *,
-        counted: bool = True,
-        retry_cap: int | None = None,
-    ) -> None:
-        error = error[:2000]
-        back = "" if counted else ", attempts = greatest(attempts - 1, 0)"
+            def ready(row: Sequence[Any]) -> bool:
+                if row[1] == "queued":
+                    return bool(row[2] <= now)
+                # Held without a lease: by a wake-up's run, dead since this one holds the
+                # user's lock. Under a live store lease (claim_batch): not ours.
+                return row[3] is None or row[3] < now
+
+            job_ids = take_jobs(
+                c.execute(
+                    f"SELECT {JOB_ROW} FROM jobs WHERE project_id = %s AND user_id = %s "
+                    "AND status IN ('queued', 'running') ORDER BY id LIMIT 256 FOR UPDATE",
+                    (project_id, user_id),
+                ).fetchall(),
+                max_messages,
+                ready,
+            )
+            if not job_ids:
+                return None
+            return core_jobs.take(tx, worker_id, None, (project_id, user_id), job_ids, hold)
+
+    # -- dispatch ------------------------------------------------------------------------
+
+    def install_dispatch(self, schema: str, migrations: Sequence[tuple[str, str]]) -> None:
+        """Install procrastinate's ``schema`` (or the ``migrations`` newer than the one
+        recorded) in this store's schema, then the glue above; a no-op when current.
+
+        ``migrations`` are procrastinate's (file name, SQL) pairs in name order, the last
+        one being what ``schema`` amounts to. Runs under the store's migration lock, so
+        processes starting together install it once.
+        """
+        latest = migrations[-1][0] if migrations else ""
+        with self._read() as c:
+            if self._dispatch_meta(c) == (latest, _GLUE_VERSION):
+                return
         with self._write() as c:
-            self._check_lease(c, batch)
-            # Tokens spent on a failed attempt were still spent: account for them.
-            self._record_calls(c, batch, calls)
-            if retry_at is not None:
-                c.execute(
-                    "UPDATE jobs SET status = 'queued', run_after = %s, locked_by = NULL, "
-                    "lease_until = NULL, last_error = %s, batch_cap = coalesce(%s, batch_cap)"
-                    f"{back} WHERE id = ANY(%s::bigint[])",
-                    (retry_at, error, retry_cap, batch.job_ids),
-                )
-                c.execute(
-                    f"UPDATE messages SET error = %s{back} WHERE job_id = ANY(%s::bigint[])",
-                    (error, batch.job_ids),
+            c.execute("SELECT pg_advisory_xact_lock(hashtext('memstrata.migrate'))")
+            recorded, glue = self._dispatch_meta(c)
+            present = c.execute(
+                "SELECT to_regclass(format('%I.procrastinate_jobs', current_schema())) IS NOT NULL"
+            ).fetchone()
+            if not (present and present[0]):
+                c.execute(schema)
+                recorded = latest
+            elif recorded is None:
+                # Installed by hand (`procrastinate schema --apply`): taken to be current.
+                log.warning("procrastinate's tables were already there; assuming %s", latest)
+                recorded = latest
+            elif recorded > latest:
+                log.warning(
+                    "the database has procrastinate schema %s, newer than the installed "
+                    "procrastinate's %s: upgrade procrastinate on this machine",
+                    recorded,
+                    latest,
                 )
             else:
-                c.execute(
-                    "UPDATE jobs SET status = 'failed', finished_at = %s, locked_by = NULL, "
-                    f"lease_until = NULL, last_error = %s{back} WHERE id = ANY(%s::bigint[])",
-                    (time.time(), error, batch.job_ids),
-                )
-                c.execute(
-                    f"UPDATE messages SET status = 'failed', error = %s{back} "
-                    "WHERE job_id = ANY(%s::bigint[])",
-                    (error, batch.job_ids),
-                )
-
-    def record_outage(
-        self, service: str, error: str, delay: Callable[[int], float], *, probe: bool
-    ) -> list[OutageRow]:
-        with self._write() as c:
-            # Serialises recorders (the rows may not exist yet to be locked).
-            c.execute("SELECT pg_advisory_xact_lock(hashtext('memstrata.outages'))")
-            known = {o.service: o for o in self._outages(c)}
-            row = outage_after(known.get(service), service, error, delay, time.time(), probe=probe)
+                for name, sql in migrations:
+                    if name > recorded:
+                        log.info("applying procrastinate migration %s", name)
+                        c.execute(sql)
+                recorded = latest
+            if glue != _GLUE_VERSION:
+                c.execute(_GLUE)
             c.execute(
-                f"INSERT INTO outages ({OUTAGE_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s) "
-                "ON CONFLICT (service) DO UPDATE SET since = excluded.since, "
-                "failures = excluded.failures, last_error = excluded.last_error, "
-                "last_failure = excluded.last_failure, retry_every = excluded.retry_every, "
-                "next_probe = excluded.next_probe",
-                astuple(row),
+                "INSERT INTO meta (key, value) VALUES ('procrastinate_schema', %s), "
+                "('dispatch_version', %s) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                (recorded, _GLUE_VERSION),
             )
-            known[service] = row
-        return list(known.values())
 
-    def end_outage(self) -> list[OutageRow]:
-        with self._write() as c:
-            deleted = c.execute(f"DELETE FROM outages RETURNING {OUTAGE_COLUMNS}")
-            return [OutageRow(*r) for r in deleted]
-
-    def retry_failed(self, project_id: str, user_id: str | None = None) -> int:
-        """Queue terminally failed jobs again (after the cause was fixed)."""
-        sql_user = " AND user_id = %s" if user_id is not None else ""
-        params: list[Any] = [project_id] + ([user_id] if user_id is not None else [])
-        with self._write() as c:
-            ids = [
-                r[0]
-                for r in c.execute(
-                    "UPDATE jobs SET status = 'queued', attempts = 0, run_after = %s, "
-                    "finished_at = NULL, batch_cap = NULL "
-                    f"WHERE status = 'failed' AND project_id = %s{sql_user} "
-                    "RETURNING id",
-                    [time.time(), *params],
-                )
-            ]
-            if ids:
-                c.execute(
-                    "UPDATE messages SET status = 'pending' WHERE job_id = ANY(%s::bigint[])",
-                    (ids,),
-                )
-        return len(ids)
-
-    # -- state -------------------------------------------------------------------------
-
-    def job_states(self, job_ids: Sequence[int]) -> dict[int, str]:
-        if not job_ids:
-            return {}
-        with self._read() as c:
-            rows = c.execute(
-                "SELECT id, status FROM jobs WHERE id = ANY(%s::bigint[])", (list(job_ids),)
+    @staticmethod
+    def _dispatch_meta(c: Any) -> tuple[str | None, str | None]:
+        values = dict(
+            c.execute(
+                "SELECT key, value FROM meta "
+                "WHERE key IN ('procrastinate_schema', 'dispatch_version')"
             ).fetchall()
-        return {int(i): s for i, s in rows}
+        )
+        return values.get("procrastinate_schema"), values.get("dispatch_version")
 
-    def unfinished_jobs(self, project_id: str | None = None) -> int:
-        sql = "SELECT count(*) FROM jobs WHERE status IN ('queued', 'running')"
-        params: tuple[Any, ...] = ()
-        if project_id is not None:
-            sql += " AND project_id = %s"
-            params = (project_id,)
+    def wake_users(self, users: Sequence[tuple[str, str]], delay: float = 0.0) -> int:
+        """Make sure each of ``users`` with unfinished jobs has a waiting wake-up, due no
+        sooner than ``delay`` seconds from now; how many were queued or brought forward."""
+        if not users:
+            return 0
+        with self._write() as c:
+            row = c.execute(
+                "SELECT memstrata_wake(%s::text[], %s::text[], %s)",
+                ([p for p, _ in users], [u for _, u in users], delay),
+            ).fetchone()
+        return int(row[0] or 0) if row else 0
+
+    def wake_orphans(self) -> int:
+        """Wake every user with unfinished jobs and neither a waiting nor a running wake-up
+        (jobs queued before the queue was installed, a wake-up deleted by hand)."""
+        with self._write() as c:
+            row = c.execute(
+                "SELECT memstrata_wake(array_agg(o.project_id), array_agg(o.user_id)) FROM ("
+                "  SELECT DISTINCT j.project_id, j.user_id FROM jobs j "
+                "   WHERE j.status IN ('queued', 'running') AND NOT EXISTS ("
+                "     SELECT 1 FROM procrastinate_jobs p "
+                "      WHERE p.lock = memstrata_user_key(j.project_id, j.user_id) "
+                "        AND p.status IN ('todo', 'doing'))) o "
+                "HAVING count(*) > 0"
+            ).fetchone()
+        return int(row[0] or 0) if row else 0
+
+    def wake_all(self) -> int:
+        """Bring every user's wake-up forward to when its work may run: an outage ended,
+        and wake-ups scheduled for its next probe need not wait for it."""
+        with self._write() as c:
+            row = c.execute(
+                "SELECT memstrata_wake(array_agg(u.project_id), array_agg(u.user_id)) FROM ("
+                "  SELECT DISTINCT project_id, user_id FROM jobs "
+                "   WHERE status IN ('queued', 'running')) u "
+                "HAVING count(*) > 0"
+            ).fetchone()
+        return int(row[0] or 0) if row else 0
+
+    def queue_workers_alive(self, within_seconds: float) -> int:
+        """procrastinate workers (any machine) whose heartbeat is at most this old."""
         with self._read() as c:
-            row = c.execute(sql, params).fetchone()
+            row = c.execute(
+                "SELECT count(*) FROM procrastinate_workers "
+                "WHERE last_heartbeat > now() - make_interval(secs => %s)",
+                (within_seconds,),
+            ).fetchone()
         return int(row[0]) if row else 0
-
-    def next_job_time(self) -> float | None:
-        with self._read() as c:
-            return next_job_time(c.execute(NEXT_JOB_SQL).fetchone())

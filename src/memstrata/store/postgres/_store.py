@@ -20,9 +20,9 @@ Same semantics as the SQLite store, row for row; what differs is how:
   FTS5's BM25 formula (k1 = 1.2, b = 0.75, collection-wide IDF and average length), so
   full-text scores mean the same on both stores. Rows are scoped by their
   (project_id, user_id) columns.
-* **Jobs** are claimed with ``FOR UPDATE SKIP LOCKED`` and per-user advisory locks
-  (see ``_pg_jobs.py``); workers of a ``Memory`` are dispatched by procrastinate, one run
-  per user at a time (see ``_pg_dispatch.py`` and ``jobs/_procrastinate.py``).
+* **Jobs** are claimed with ``FOR UPDATE SKIP LOCKED`` and per-user advisory locks;
+  workers of a ``Memory`` are dispatched by procrastinate, one run per user at a time
+  (see ``_jobs.py`` and ``jobs/_procrastinate.py``).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from ..._time import now_iso
-from ...errors import ConfigError, ConflictError, EmbedderMismatchError, StoreError
+from ...errors import ConfigError, EmbedderMismatchError, StoreError
 from .. import (
     CURRENT_SUMMARY,
     AddOutcome,
@@ -52,7 +52,6 @@ from .. import (
     SessionRow,
     SummaryRow,
 )
-from .._batches import processing_state
 from .._core.dialect import Tx
 from .._core.filters import search_filter_sql
 from .._core.store import SQLStore
@@ -69,7 +68,6 @@ from ._connection import (
     summary_row,
 )
 from ._dialect import PostgresDialect
-from ._dispatch import PostgresDispatch
 from ._jobs import PostgresJobs
 from ._user_indexes import PostgresUserIndexes, fulltext_target, vector_target
 
@@ -206,7 +204,6 @@ def _lexeme_query(lexemes: Sequence[Sequence[str]]) -> str:
 
 class PostgresStore(
     PostgresJobs,
-    PostgresDispatch,
     PostgresUserIndexes,
     SQLStore,
 ):
@@ -388,7 +385,7 @@ class PostgresStore(
         with self._read() as c:
             return self._current_version(c)
 
-    # -- messages ----------------------------------------------------------------------
+    # -- messages (the rest is the core's: _core/ingest.py) ------------------------------
 
     def add_messages(
         self, project_id: str, session: SessionRow, rows: Sequence[MessageRow]
@@ -400,165 +397,23 @@ class PostgresStore(
         # now seeing the winner's row as it would have in SQLite.
         for attempt in range(3):
             try:
-                return self._add_messages(project_id, session, rows)
+                return super().add_messages(project_id, session, rows)
             except psycopg.errors.UniqueViolation:
                 if attempt == 2:
                     raise
         raise AssertionError("unreachable")
 
-    def _add_messages(
-        self, project_id: str, session: SessionRow, rows: Sequence[MessageRow]
-    ) -> AddOutcome:
-        from psycopg.types.json import Jsonb
+    # A message's full text is in its row: a tsvector of the words SQLite would index, and
+    # their number (see the module docstring).
+    _message_fts_columns = (("fts", "to_tsvector('memstrata_fts', ?)"), ("fts_len", "?"))
 
-        ids = [r.id for r in rows]
-        now = time.time()
-        with self._write() as c:
-            self._lock_user(c, project_id, session.user_id)
-            existing: dict[str, str] = dict(
-                c.execute(
-                    "SELECT id, content_hash FROM messages WHERE project_id = %s "
-                    "AND id = ANY(%s::text[])",
-                    (project_id, ids),
-                ).fetchall()
-            )
-            conflicts = [
-                r.id for r in rows if r.id in existing and existing[r.id] != r.content_hash
-            ]
-            if conflicts:
-                raise ConflictError(
-                    f"message id(s) already stored with different content: {conflicts[:10]}; "
-                    "an id may be resent only with the same session, role and content"
-                )
-            new = [r for r in rows if r.id not in existing]
-            job_id = None
-            if new:
-                job = c.execute(
-                    "INSERT INTO jobs (project_id, user_id, kind, status, run_after, created_at, "
-                    "size) VALUES (%s, %s, 'process_messages', 'queued', %s, %s, %s) RETURNING id",
-                    (project_id, session.user_id, now, now, len(new)),
-                ).fetchone()
-                assert job is not None
-                job_id = int(job[0])
-                params = []
-                for r in new:
-                    doc, length = message_fts(r.content, r.event_type, r.page)
-                    params.append(
-                        (
-                            project_id,
-                            r.id,
-                            session.user_id,
-                            session.id,
-                            r.process_id,
-                            r.role,
-                            r.content,
-                            r.content_hash,
-                            r.ts,
-                            r.event_type,
-                            r.page,
-                            Jsonb(r.metadata),
-                            job_id,
-                            r.created_at,
-                            r.name,
-                            doc,
-                            length,
-                        )
-                    )
-                with c.cursor() as cur:
-                    cur.executemany(
-                        "INSERT INTO messages (project_id, id, user_id, session_id, process_id, "
-                        "role, content, content_hash, ts, event_type, page, metadata, status, "
-                        "job_id, created_at, name, fts, fts_len) VALUES (%s, %s, %s, %s, %s, "
-                        "%s, %s, %s, %s, %s, %s, %s, 'pending', %s, %s, %s, "
-                        "to_tsvector('memstrata_fts', %s), %s) RETURNING pk",
-                        params,
-                        returning=True,
-                    )
-                    pks = []
-                    while True:
-                        got = cur.fetchone()
-                        assert got is not None
-                        pks.append(int(got[0]))
-                        if not cur.nextset():
-                            break
-                for r, pk in zip(new, pks, strict=True):
-                    r.pk, r.job_id = pk, job_id
-                names = sorted({r.name for r in new if r.name})
-                if names:
-                    c.execute(
-                        "INSERT INTO speakers (project_id, user_id, name) "
-                        "SELECT %s, %s, unnest(%s::text[]) ON CONFLICT DO NOTHING",
-                        (project_id, session.user_id, names),
-                    )
-                c.execute(
-                    "UPDATE sessions SET updated_at = %s WHERE project_id = %s AND id = %s",
-                    (now_iso(), project_id, session.id),
-                )
-        dupes = [r.id for r in rows if r.id in existing]
-        return AddOutcome(message_ids=ids, duplicates=dupes, job_id=job_id)
+    def _message_fts_values(self, row: MessageRow) -> tuple[Any, ...]:
+        return message_fts(row.content, row.event_type, row.page)
 
-    def get_message(self, project_id: str, message_id: str) -> MessageRow | None:
-        with self._read() as c:
-            row = c.execute(
-                f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE project_id = %s AND id = %s",
-                (project_id, message_id),
-            ).fetchone()
-        return None if row is None else message_row(row)
-
-    def get_messages(self, project_id: str, message_ids: Sequence[str]) -> dict[str, MessageRow]:
-        """The messages of ``message_ids`` that exist, by id (one query)."""
-        if not message_ids:
-            return {}
-        with self._read() as c:
-            rows = c.execute(
-                f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE project_id = %s "
-                "AND id = ANY(%s::text[])",
-                (project_id, list(message_ids)),
-            ).fetchall()
-        return {m.id: m for m in map(message_row, rows)}
-
-    def list_messages(
-        self,
-        project_id: str,
-        *,
-        user_id: str | None = None,
-        session_id: str | None = None,
-        status: str | None = None,
-        limit: int = 100,
-        offset: int = 0,
-        newest_first: bool = False,
-    ) -> list[MessageRow]:
-        sql = f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE project_id = %s"
-        params: list[Any] = [project_id]
-        for column, value in (("user_id", user_id), ("session_id", session_id), ("status", status)):
-            if value is not None:
-                sql += f" AND {column} = %s"
-                params.append(value)
-        sql += f" ORDER BY pk {'DESC' if newest_first else 'ASC'} LIMIT %s OFFSET %s"
-        params += [limit, offset]
-        with self._read() as c:
-            return [message_row(r) for r in c.execute(sql, params).fetchall()]
-
-    def messages_by_pk(self, pks: Sequence[int]) -> dict[int, MessageRow]:
-        if not pks:
-            return {}
-        with self._read() as c:
-            rows = c.execute(
-                f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE pk = ANY(%s::bigint[])",
-                (list(pks),),
-            ).fetchall()
-        return {r[0]: message_row(r) for r in rows}
-
-    def context_messages(
-        self, project_id: str, user_id: str, before_pk: int, limit: int
-    ) -> list[MessageRow]:
-        with self._read() as c:
-            rows = c.execute(
-                f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE project_id = %s "
-                "AND user_id = %s AND pk < %s ORDER BY pk DESC LIMIT %s",
-                (project_id, user_id, before_pk, limit),
-            ).fetchall()
-        return [message_row(r) for r in reversed(rows)]
+    def _index_messages(
+        self, tx: Tx, project_id: str, user_id: str, rows: Sequence[MessageRow]
+    ) -> None:
+        pass  # indexed by the row's own columns (_message_fts_columns)
 
     # -- full text -----------------------------------------------------------------------
     #
@@ -1081,6 +936,9 @@ class PostgresStore(
             with self._lock:
                 self._indexed.add((kind, dim))
 
+    def _prepare_batch(self, vectors: np.ndarray, layers: LayerWrite | None) -> None:
+        self._prepare_vectors(self._layer_dims(vectors, layers))
+
     @staticmethod
     def _layer_dims(vectors: np.ndarray, layers: LayerWrite | None) -> dict[str, int]:
         dims: dict[str, int] = {}
@@ -1498,25 +1356,6 @@ class PostgresStore(
             c.execute("UPDATE topics SET updated_at = %s WHERE pk = %s", (now, rows[target_id]))
         return int(moved)
 
-    def llm_usage(self, project_id: str | None = None) -> dict[str, Any]:
-        where, params = ("WHERE project_id = %s", (project_id,)) if project_id else ("", ())
-        with self._read() as c:
-            rows = c.execute(
-                f"SELECT stage, model, count(*), sum(prompt_tokens), sum(completion_tokens), "
-                f"count(*) FILTER (WHERE NOT ok) FROM llm_calls {where} "
-                "GROUP BY stage, model ORDER BY stage, model",
-                params,
-            ).fetchall()
-        return {
-            f"{stage} {model}": {
-                "calls": int(n),
-                "prompt_tokens": int(p or 0),
-                "completion_tokens": int(k or 0),
-                "failed": int(f or 0),
-            }
-            for stage, model, n, p, k, f in rows
-        }
-
     # -- governance: what removal does here (see _core/removal.py) ------------------------
 
     def _unindex_gone(self, tx: Tx, table: str, gone: str) -> None:
@@ -1531,48 +1370,18 @@ class PostgresStore(
 
     # -- stats -------------------------------------------------------------------------
 
-    def stats(self, project_id: str | None = None) -> dict[str, Any]:
-        where, params = ("WHERE project_id = %s", (project_id,)) if project_id else ("", ())
+    def _store_facts(self) -> dict[str, Any]:
         with self._read() as c:
-
-            def grouped(sql: str) -> dict[str, int]:
-                return {str(k): int(v) for k, v in c.execute(sql, params).fetchall()}
-
-            def one(sql: str) -> int:
-                row = c.execute(sql, params).fetchone()
-                return int(row[0]) if row else 0
-
-            messages = grouped(f"SELECT status, count(*) FROM messages {where} GROUP BY status")
-            jobs = grouped(f"SELECT status, count(*) FROM jobs {where} GROUP BY status")
-            users = one(f"SELECT count(DISTINCT user_id) FROM sessions {where}")
-            sessions = one(f"SELECT count(*) FROM sessions {where}")
-            vectors = grouped(f"SELECT embedder, count(*) FROM vectors {where} GROUP BY embedder")
-            facts = one(f"SELECT count(*) FROM facts {where}")
-            summaries = grouped(f"SELECT status, count(*) FROM summaries {where} GROUP BY status")
-            topic_where = f"{where} {'AND' if where else 'WHERE'} status = 'active'"
-            topics = one(f"SELECT count(*) FROM topics {topic_where}")
             size = c.execute(
                 "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
                 "WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind = 'r'"
             ).fetchone()
             version = self._current_version(c)
-            outages = self._outages(c)
         return {
             "store": "postgres",
             "url": self.url,
             "schema_version": version,
             "size_bytes": int(size[0]) if size else 0,
-            "users": users,
-            "sessions": sessions,
-            "messages": {k: messages.get(k, 0) for k in ("pending", "processed", "failed")},
-            "jobs": {k: jobs.get(k, 0) for k in ("queued", "running", "done", "failed")},
-            "facts": facts,
-            "summaries": summaries,
-            "topics": topics,
-            "vectors": vectors,
-            "embedder": self.get_meta("embedder"),
-            "llm_usage": self.llm_usage(project_id),
-            "processing": processing_state(outages),
         }
 
     # -- recall --------------------------------------------------------------------------

@@ -99,6 +99,11 @@ class SQLiteDialect(Dialect):
     def executemany(self, raw: Any, sql: str, rows: Iterable[Sequence[Any]]) -> None:
         raw.executemany(sql, rows)
 
+    def insert_keys(self, raw: Any, sql: str, rows: Sequence[Sequence[Any]], key: str) -> list[int]:
+        # ``key`` is an INTEGER PRIMARY KEY, the rowid: lastrowid is it, and costs less
+        # than RETURNING (sqlite3's executemany gives neither).
+        return [raw.execute(sql, row).lastrowid for row in rows]
+
     def array(self, values: Iterable[Any]) -> str:
         return json.dumps(list(values), ensure_ascii=False)
 
@@ -165,3 +170,6 @@ class SQLiteDialect(Dialect):
         # Kept by the connection (in memory: temp_store) and emptied for each use.
         raw.execute(f"CREATE TEMP TABLE IF NOT EXISTS {table} (pk INTEGER PRIMARY KEY)")
         raw.execute(f"DELETE FROM temp.{table}")
+
+    def lock(self, raw: Any, name: str) -> None:
+        pass

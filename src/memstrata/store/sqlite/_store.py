@@ -12,40 +12,32 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
-from dataclasses import astuple
 from importlib import resources
 from typing import Any
 
 import numpy as np
 
 from ..._time import now_iso
-from ...errors import ConfigError, ConflictError, EmbedderMismatchError, StoreError
+from ...errors import ConfigError, EmbedderMismatchError, StoreError
 from .. import (
     CURRENT_SUMMARY,
-    AddOutcome,
     CallWrite,
     ClaimedBatch,
     LayerWrite,
-    LeaseLostError,
     MessageRow,
-    OutageRow,
     SearchFilters,
     SessionRow,
     SummaryRow,
 )
 from .._batches import (
     JOB_ROW,
-    NEXT_JOB_SQL,
-    OUTAGE_COLUMNS,
     admit,
     claimable,
-    next_job_time,
-    outage_after,
-    processing_state,
     take_jobs,
 )
+from .._core import jobs as core_jobs
 from .._core.dialect import Tx
 from .._core.filters import search_filter_sql
 from .._core.store import SQLStore
@@ -58,6 +50,12 @@ __all__ = ["SQLiteStore", "latest_schema_version", "sqlite_path"]
 _MESSAGE_COLUMNS = (
     "pk, project_id, id, user_id, session_id, process_id, role, content, content_hash, ts, "
     "event_type, page, metadata, status, error, attempts, job_id, created_at, processed_at, name"
+)
+
+
+# Claimable: queued and due, or running under an expired lease (parameters: now, now).
+_READY = (
+    "((j.status = 'queued' AND j.run_after <= ?) OR (j.status = 'running' AND j.lease_until < ?))"
 )
 
 
@@ -353,141 +351,20 @@ class SQLiteStore(SQLStore):
     def schema_version(self) -> int:
         return int(self._conn().execute("PRAGMA user_version").fetchone()[0])
 
-    # -- messages ----------------------------------------------------------------------
+    # -- messages and jobs (the rest is the core's: _core/ingest.py, _core/jobs.py) ------
 
-    def add_messages(
-        self, project_id: str, session: SessionRow, rows: Sequence[MessageRow]
-    ) -> AddOutcome:
-        ids = [r.id for r in rows]
-        now = time.time()
-        scope = scope_token(project_id, session.user_id)
-        with self._write() as c:
-            existing: dict[str, str] = {}
-            for i in range(0, len(ids), 500):
-                chunk = ids[i : i + 500]
-                marks = ",".join("?" * len(chunk))
-                existing.update(
-                    c.execute(
-                        f"SELECT id, content_hash FROM messages WHERE project_id = ? "
-                        f"AND id IN ({marks})",
-                        (project_id, *chunk),
-                    ).fetchall()
-                )
-            conflicts = [
-                r.id for r in rows if r.id in existing and existing[r.id] != r.content_hash
-            ]
-            if conflicts:
-                raise ConflictError(
-                    f"message id(s) already stored with different content: {conflicts[:10]}; "
-                    "an id may be resent only with the same session, role and content"
-                )
-            new = [r for r in rows if r.id not in existing]
-            job_id = None
-            if new:
-                job_id = c.execute(
-                    "INSERT INTO jobs (project_id, user_id, kind, status, run_after, created_at, "
-                    "size) VALUES (?, ?, 'process_messages', 'queued', ?, ?, ?)",
-                    (project_id, session.user_id, now, now, len(new)),
-                ).lastrowid
-                for r in new:
-                    pk = c.execute(
-                        "INSERT INTO messages (project_id, id, user_id, session_id, process_id, "
-                        "role, content, content_hash, ts, event_type, page, metadata, status, "
-                        "job_id, created_at, name) "
-                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?)",
-                        (
-                            project_id,
-                            r.id,
-                            session.user_id,
-                            session.id,
-                            r.process_id,
-                            r.role,
-                            r.content,
-                            r.content_hash,
-                            r.ts,
-                            r.event_type,
-                            r.page,
-                            json.dumps(r.metadata, ensure_ascii=False),
-                            job_id,
-                            r.created_at,
-                            r.name,
-                        ),
-                    ).lastrowid
-                    r.pk, r.job_id = pk, job_id
-                    c.execute(
-                        "INSERT INTO messages_fts (rowid, body, scope) VALUES (?, ?, ?)",
-                        (pk, _fts_body(r.content, r.event_type, r.page), scope),
-                    )
-                    if r.name:
-                        c.execute(
-                            "INSERT OR IGNORE INTO speakers (project_id, user_id, name) "
-                            "VALUES (?, ?, ?)",
-                            (project_id, session.user_id, r.name),
-                        )
-                c.execute(
-                    "UPDATE sessions SET updated_at = ? WHERE project_id = ? AND id = ?",
-                    (now_iso(), project_id, session.id),
-                )
-        dupes = [r.id for r in rows if r.id in existing]
-        return AddOutcome(message_ids=ids, duplicates=dupes, job_id=job_id)
-
-    def get_message(self, project_id: str, message_id: str) -> MessageRow | None:
-        row = (
-            self._conn()
-            .execute(
-                f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE project_id = ? AND id = ?",
-                (project_id, message_id),
+    def _index_messages(
+        self, tx: Tx, project_id: str, user_id: str, rows: Sequence[MessageRow]
+    ) -> None:
+        scope = scope_token(project_id, user_id)
+        for r in rows:  # one statement each: cheaper than executemany for a few rows
+            tx.execute(
+                "INSERT INTO messages_fts (rowid, body, scope) VALUES (?, ?, ?)",
+                (r.pk, _fts_body(r.content, r.event_type, r.page), scope),
             )
-            .fetchone()
-        )
-        return None if row is None else _row_to_message(row)
 
-    def get_messages(self, project_id: str, message_ids: Sequence[str]) -> dict[str, MessageRow]:
-        """The messages of ``message_ids`` that exist, by id (one query)."""
-        if not message_ids:
-            return {}
-        marks = ",".join("?" * len(message_ids))
-        rows = self._conn().execute(
-            f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE project_id = ? AND id IN ({marks})",
-            (project_id, *message_ids),
-        )
-        return {m.id: m for m in map(_row_to_message, rows)}
-
-    def list_messages(
-        self,
-        project_id: str,
-        *,
-        user_id: str | None = None,
-        session_id: str | None = None,
-        status: str | None = None,
-        limit: int = 100,
-        offset: int = 0,
-        newest_first: bool = False,
-    ) -> list[MessageRow]:
-        sql = f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE project_id = ?"
-        params: list[Any] = [project_id]
-        for column, value in (("user_id", user_id), ("session_id", session_id), ("status", status)):
-            if value is not None:
-                sql += f" AND {column} = ?"
-                params.append(value)
-        sql += f" ORDER BY pk {'DESC' if newest_first else 'ASC'} LIMIT ? OFFSET ?"
-        params += [limit, offset]
-        return [_row_to_message(r) for r in self._conn().execute(sql, params)]
-
-    def messages_by_pk(self, pks: Sequence[int]) -> dict[int, MessageRow]:
-        out: dict[int, MessageRow] = {}
-        conn = self._conn()
-        pks = list(pks)
-        for i in range(0, len(pks), 500):
-            chunk = pks[i : i + 500]
-            marks = ",".join("?" * len(chunk))
-            for row in conn.execute(
-                f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE pk IN ({marks})", chunk
-            ):
-                out[row[0]] = _row_to_message(row)
-        return out
-
-    # -- jobs ----------------------------------------------------------------------
+    def _prepare_batch(self, vectors: np.ndarray, layers: LayerWrite | None) -> None:
+        pass  # nothing to make before a batch's writes
 
     def claim_batch(
         self,
@@ -506,102 +383,45 @@ class SQLiteStore(SQLStore):
             if jobs
             else ""
         )
-        conn = self._conn()
-        # Idle workers (and waiting callers) poll: look without taking the write lock first.
-        if (
-            conn.execute(
-                "SELECT 1 FROM jobs j WHERE ((j.status = 'queued' AND j.run_after <= ?) "
-                f"OR (j.status = 'running' AND j.lease_until < ?)) {scope}LIMIT 1",
-                (now, now, *jobs),
-            ).fetchone()
-            is None
-            or not admit(self._outages(conn), now)[0]
-        ):
-            return None
-        with self._write() as c:
+        with self._query() as tx:
+            # Idle workers (and waiting callers) poll: look without taking the write lock.
+            if (
+                tx.one(f"SELECT 1 FROM jobs j WHERE {_READY} {scope}LIMIT 1", (now, now, *jobs))
+                is None
+                or not admit(core_jobs.outages(tx), now)[0]
+            ):
+                return None
+        with self._transaction() as tx:
             # Re-read under the write lock: only one claim takes a due probe.
-            admitted, hold = admit(self._outages(c), now)
+            admitted, hold = admit(core_jobs.outages(tx), now)
             if not admitted:
                 return None
             # The earliest unfinished job of its user, ready to run: per-user order holds
             # because a later job is never claimable while an earlier one is unfinished.
-            head = c.execute(
+            head = tx.one(
                 "SELECT j.id, j.project_id, j.user_id FROM jobs j "
-                "WHERE j.status IN ('queued', 'running') "
-                "AND ((j.status = 'queued' AND j.run_after <= ?) "
-                "     OR (j.status = 'running' AND j.lease_until < ?)) "
+                f"WHERE j.status IN ('queued', 'running') AND {_READY} "
                 "AND NOT EXISTS (SELECT 1 FROM jobs e WHERE e.project_id = j.project_id "
                 "     AND e.user_id = j.user_id AND e.status IN ('queued', 'running') "
                 f"     AND e.id < j.id) {scope}"
                 "ORDER BY j.id LIMIT 1",
                 (now, now, *jobs),
-            ).fetchone()
+            )
             if head is None:
                 return None
             first_id, project_id, user_id = head
             job_ids = take_jobs(
-                c.execute(
+                tx.all(
                     f"SELECT {JOB_ROW} FROM jobs "
                     "WHERE project_id = ? AND user_id = ? AND status IN ('queued', 'running') "
                     "AND id >= ? ORDER BY id LIMIT 256",
                     (project_id, user_id, first_id),
-                ).fetchall(),
+                ),
                 max_messages,
                 claimable(now),
             )
-            if hold is not None:
-                c.execute("UPDATE outages SET next_probe = ?", (hold,))
-            marks = ",".join("?" * len(job_ids))
-            c.execute(
-                f"UPDATE jobs SET status = 'running', locked_by = ?, lease_until = ?, "
-                f"attempts = attempts + 1 WHERE id IN ({marks})",
-                (worker_id, now + lease_seconds, *job_ids),
-            )
-            c.execute(
-                f"UPDATE messages SET attempts = attempts + 1 WHERE job_id IN ({marks})", job_ids
-            )
-            attempts = c.execute(
-                f"SELECT id, attempts FROM jobs WHERE id IN ({marks})", job_ids
-            ).fetchall()
-            messages = [
-                _row_to_message(r)
-                for r in c.execute(
-                    f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE job_id IN ({marks}) "
-                    "ORDER BY pk",
-                    job_ids,
-                )
-            ]
-        return ClaimedBatch(
-            worker_id=worker_id,
-            project_id=project_id,
-            user_id=user_id,
-            job_ids=job_ids,
-            messages=messages,
-            job_attempts={int(j): int(a) for j, a in attempts},
-            probe=hold is not None,
-        )
-
-    def _check_lease(self, c: sqlite3.Connection, batch: ClaimedBatch) -> None:
-        marks = ",".join("?" * len(batch.job_ids))
-        held = c.execute(
-            f"SELECT count(*) FROM jobs WHERE id IN ({marks}) AND status = 'running' "
-            "AND locked_by = ?",
-            (*batch.job_ids, batch.worker_id),
-        ).fetchone()[0]
-        if held != len(batch.job_ids):
-            raise LeaseLostError(f"worker {batch.worker_id} no longer holds jobs {batch.job_ids}")
-
-    def extend_lease(self, job_ids: Sequence[int], worker_id: str, lease_seconds: float) -> bool:
-        if not job_ids:
-            return True
-        marks = ",".join("?" * len(job_ids))
-        with self._write() as c:
-            cur = c.execute(
-                f"UPDATE jobs SET lease_until = ? WHERE id IN ({marks}) AND status = 'running' "
-                "AND locked_by = ?",
-                (time.time() + lease_seconds, *job_ids, worker_id),
-            )
-            return cur.rowcount == len(job_ids)
+            user = (project_id, user_id)
+            return core_jobs.take(tx, worker_id, now + lease_seconds, user, job_ids, hold)
 
     def _claim_embedder(self, c: sqlite3.Connection, embedder: str) -> None:
         c.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('embedder', ?)", (embedder,))
@@ -621,148 +441,6 @@ class SQLiteStore(SQLStore):
             by_user.setdefault((r.project_id, r.user_id), []).append((r.pk or 0, v))
         for (project_id, user_id), items in by_user.items():
             self._insert_vectors(c, embedder, "message", project_id, user_id, items)
-
-    def complete_batch(
-        self,
-        batch: ClaimedBatch,
-        *,
-        embedder: str,
-        vectors: np.ndarray,
-        layers: LayerWrite | None = None,
-    ) -> None:
-        now = time.time()
-        marks = ",".join("?" * len(batch.job_ids))
-        with self._write() as c:
-            self._check_lease(c, batch)
-            self._put_vectors(c, embedder, batch.messages, vectors)
-            if layers is not None:
-                self._write_layers(c, batch, embedder, layers)
-                self._record_calls(c, batch, layers.calls)
-                self._enqueue_webhooks(c, layers.outbox)
-            c.execute(
-                f"UPDATE messages SET status = 'processed', error = NULL, processed_at = ? "
-                f"WHERE job_id IN ({marks})",
-                (now_iso(), *batch.job_ids),
-            )
-            c.execute(
-                f"UPDATE jobs SET status = 'done', finished_at = ?, locked_by = NULL, "
-                f"lease_until = NULL, last_error = NULL WHERE id IN ({marks})",
-                (now, *batch.job_ids),
-            )
-
-    def fail_batch(
-        self,
-        batch: ClaimedBatch,
-        error: str,
-        retry_at: float | None,
-        calls: Sequence[CallWrite] = (),
-        *,
-        counted: bool = True,
-        retry_cap: int | None = None,
-    ) -> None:
-        marks = ",".join("?" * len(batch.job_ids))
-        error = error[:2000]
-        back = "" if counted else ", attempts = max(attempts - 1, 0)"
-        with self._write() as c:
-            self._check_lease(c, batch)
-            # Tokens spent on a failed attempt were still spent: account for them.
-            self._record_calls(c, batch, calls)
-            if retry_at is not None:
-                c.execute(
-                    f"UPDATE jobs SET status = 'queued', run_after = ?, locked_by = NULL, "
-                    f"lease_until = NULL, last_error = ?, batch_cap = coalesce(?, batch_cap)"
-                    f"{back} WHERE id IN ({marks})",
-                    (retry_at, error, retry_cap, *batch.job_ids),
-                )
-                c.execute(
-                    f"UPDATE messages SET error = ?{back} WHERE job_id IN ({marks})",
-                    (error, *batch.job_ids),
-                )
-            else:
-                c.execute(
-                    f"UPDATE jobs SET status = 'failed', finished_at = ?, locked_by = NULL, "
-                    f"lease_until = NULL, last_error = ?{back} WHERE id IN ({marks})",
-                    (time.time(), error, *batch.job_ids),
-                )
-                c.execute(
-                    f"UPDATE messages SET status = 'failed', error = ?{back} "
-                    f"WHERE job_id IN ({marks})",
-                    (error, *batch.job_ids),
-                )
-
-    def outages(self) -> list[OutageRow]:
-        return self._outages(self._conn())
-
-    @staticmethod
-    def _outages(c: sqlite3.Connection) -> list[OutageRow]:
-        return [OutageRow(*r) for r in c.execute(f"SELECT {OUTAGE_COLUMNS} FROM outages")]
-
-    def record_outage(
-        self, service: str, error: str, delay: Callable[[int], float], *, probe: bool
-    ) -> list[OutageRow]:
-        with self._write() as c:
-            known = {o.service: o for o in self._outages(c)}
-            row = outage_after(known.get(service), service, error, delay, time.time(), probe=probe)
-            c.execute(
-                f"INSERT OR REPLACE INTO outages ({OUTAGE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                astuple(row),
-            )
-            known[service] = row
-        return list(known.values())
-
-    def end_outage(self) -> list[OutageRow]:
-        with self._write() as c:
-            ended = self._outages(c)
-            c.execute("DELETE FROM outages")
-        return ended
-
-    def retry_failed(self, project_id: str, user_id: str | None = None) -> int:
-        """Queue terminally failed jobs again (after the cause was fixed)."""
-        now = time.time()
-        sql_user = " AND user_id = ?" if user_id is not None else ""
-        params: list[Any] = [project_id] + ([user_id] if user_id is not None else [])
-        with self._write() as c:
-            ids = [
-                r[0]
-                for r in c.execute(
-                    f"SELECT id FROM jobs WHERE status = 'failed' AND project_id = ?{sql_user}",
-                    params,
-                )
-            ]
-            if not ids:
-                return 0
-            marks = ",".join("?" * len(ids))
-            c.execute(
-                f"UPDATE jobs SET status = 'queued', attempts = 0, run_after = ?, "
-                f"finished_at = NULL, batch_cap = NULL WHERE id IN ({marks})",
-                (now, *ids),
-            )
-            c.execute(f"UPDATE messages SET status = 'pending' WHERE job_id IN ({marks})", ids)
-        return len(ids)
-
-    def job_states(self, job_ids: Sequence[int]) -> dict[int, str]:
-        out: dict[int, str] = {}
-        ids = list(job_ids)
-        for i in range(0, len(ids), 500):  # SQLite caps the number of bound parameters
-            chunk = ids[i : i + 500]
-            marks = ",".join("?" * len(chunk))
-            out.update(
-                self._conn()
-                .execute(f"SELECT id, status FROM jobs WHERE id IN ({marks})", chunk)
-                .fetchall()
-            )
-        return out
-
-    def unfinished_jobs(self, project_id: str | None = None) -> int:
-        sql = "SELECT count(*) FROM jobs WHERE status IN ('queued', 'running')"
-        params: tuple[Any, ...] = ()
-        if project_id is not None:
-            sql += " AND project_id = ?"
-            params = (project_id,)
-        return int(self._conn().execute(sql, params).fetchone()[0])
-
-    def next_job_time(self) -> float | None:
-        return next_job_time(self._conn().execute(NEXT_JOB_SQL).fetchone())
 
     # -- search ----------------------------------------------------------------------
 
@@ -1352,20 +1030,6 @@ class SQLiteStore(SQLStore):
         ).fetchone()
         return None if row is None else _row_to_summary(row)
 
-    def context_messages(
-        self, project_id: str, user_id: str, before_pk: int, limit: int
-    ) -> list[MessageRow]:
-        rows = (
-            self._conn()
-            .execute(
-                f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE project_id = ? AND user_id = ? "
-                "AND pk < ? ORDER BY pk DESC LIMIT ?",
-                (project_id, user_id, before_pk, limit),
-            )
-            .fetchall()
-        )
-        return [_row_to_message(r) for r in reversed(rows)]
-
     def _vector_scope(
         self, project_id: str, user_id: str, kind: str, embedder: str, dim: int
     ) -> Any:
@@ -1559,27 +1223,6 @@ class SQLiteStore(SQLStore):
             c.execute("UPDATE topics SET updated_at = ? WHERE pk = ?", (now, rows[target_id]))
         return moved
 
-    def llm_usage(self, project_id: str | None = None) -> dict[str, Any]:
-        where, params = ("WHERE project_id = ?", (project_id,)) if project_id else ("", ())
-        rows = (
-            self._conn()
-            .execute(
-                f"SELECT stage, model, count(*), sum(prompt_tokens), sum(completion_tokens), "
-                f"sum(1 - ok) FROM llm_calls {where} GROUP BY stage, model ORDER BY stage, model",
-                params,
-            )
-            .fetchall()
-        )
-        return {
-            f"{stage} {model}": {
-                "calls": n,
-                "prompt_tokens": p or 0,
-                "completion_tokens": k or 0,
-                "failed": f or 0,
-            }
-            for stage, model, n, p, k, f in rows
-        }
-
     # -- governance: what removal does here (see _core/removal.py) ------------------------
 
     def _unindex_gone(self, tx: Tx, table: str, gone: str) -> None:
@@ -1601,54 +1244,13 @@ class SQLiteStore(SQLStore):
 
     # -- stats -------------------------------------------------------------------------
 
-    def stats(self, project_id: str | None = None) -> dict[str, Any]:
-        conn = self._conn()
-        where, params = ("WHERE project_id = ?", (project_id,)) if project_id else ("", ())
-        messages = dict(
-            conn.execute(
-                f"SELECT status, count(*) FROM messages {where} GROUP BY status", params
-            ).fetchall()
-        )
-        jobs = dict(
-            conn.execute(
-                f"SELECT status, count(*) FROM jobs {where} GROUP BY status", params
-            ).fetchall()
-        )
-        users = conn.execute(
-            f"SELECT count(DISTINCT user_id) FROM sessions {where}", params
-        ).fetchone()[0]
-        sessions = conn.execute(f"SELECT count(*) FROM sessions {where}", params).fetchone()[0]
-        vectors = dict(
-            conn.execute(
-                f"SELECT embedder, count(*) FROM vectors {where} GROUP BY embedder", params
-            ).fetchall()
-        )
-        facts = conn.execute(f"SELECT count(*) FROM facts {where}", params).fetchone()[0]
-        summaries = dict(
-            conn.execute(
-                f"SELECT status, count(*) FROM summaries {where} GROUP BY status", params
-            ).fetchall()
-        )
-        topic_where = f"{where} {'AND' if where else 'WHERE'} status = 'active'"
-        topics = conn.execute(f"SELECT count(*) FROM topics {topic_where}", params).fetchone()[0]
+    def _store_facts(self) -> dict[str, Any]:
         files = (self.path, self.path + "-wal")
-        size = sum(os.path.getsize(p) for p in files if os.path.exists(p))
         return {
             "store": "sqlite",
             "path": os.path.abspath(self.path),
             "schema_version": self.schema_version(),
-            "size_bytes": size,
-            "users": users,
-            "sessions": sessions,
-            "messages": {k: messages.get(k, 0) for k in ("pending", "processed", "failed")},
-            "jobs": {k: jobs.get(k, 0) for k in ("queued", "running", "done", "failed")},
-            "facts": facts,
-            "summaries": summaries,
-            "topics": topics,
-            "vectors": vectors,
-            "embedder": self.get_meta("embedder"),
-            "llm_usage": self.llm_usage(project_id),
-            "processing": processing_state(self._outages(conn)),
+            "size_bytes": sum(os.path.getsize(p) for p in files if os.path.exists(p)),
         }
 
     def recall_briefs(
