@@ -4,7 +4,8 @@ The core writes its SQL once, in the subset both backends speak (``RETURNING``,
 ``ON CONFLICT ... DO NOTHING / DO UPDATE``, ``coalesce``), with ``?`` placeholders. What
 the two spell differently is a method here: placeholders, how a list or a JSON object is
 bound and read back, "column is one of these values", "this array holds that value",
-``greatest``, row locks and the per-user lock. A backend is one ``Dialect`` subclass
+``greatest``, the pk of a row just inserted, row locks and the per-user lock. A backend
+is one ``Dialect`` subclass
 (``store/sqlite/_dialect.py``, ``store/postgres/_dialect.py``).
 """
 
@@ -32,6 +33,11 @@ class Dialect(ABC):
 
     @abstractmethod
     def executemany(self, raw: Any, sql: str, rows: Iterable[Sequence[Any]]) -> None: ...
+
+    @abstractmethod
+    def insert(self, raw: Any, sql: str, params: Sequence[Any]) -> int:
+        """Run ``sql``, an INSERT of one row into a table with a ``pk`` column (without a
+        ``RETURNING`` clause): the row's pk."""
 
     @abstractmethod
     def array(self, values: Iterable[Any]) -> Any:
@@ -86,6 +92,10 @@ class Tx:
 
     def many(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
         self.dialect.executemany(self.raw, sql, rows)
+
+    def insert(self, sql: str, params: Sequence[Any] = ()) -> int:
+        """Insert one row (``sql`` without ``RETURNING``): its pk."""
+        return self.dialect.insert(self.raw, sql, params)
 
     def one(self, sql: str, params: Sequence[Any] = ()) -> Any:
         """The first row, or None."""

@@ -42,6 +42,9 @@ class PostgresDialect(Dialect):
             with raw.cursor() as cur:
                 cur.executemany(_placeholders(sql), rows)
 
+    def insert(self, raw: Any, sql: str, params: Sequence[Any]) -> int:
+        return int(raw.execute(_placeholders(f"{sql} RETURNING pk"), params).fetchone()[0])
+
     def array(self, values: Iterable[Any]) -> list[Any]:
         return list(values)
 

@@ -15,6 +15,9 @@ __all__ = ["SQLiteDialect"]
 # Up to this many values are bound one by one (the planner sees a literal list); more go
 # as one JSON array (SQLite binds at most 32,766 parameters, and a long list is slower).
 _BOUND_VALUES = 500
+# json.dumps builds an encoder per call when given options: one, made once, is ~a third
+# faster (arrays are bound for every fact and summary a batch writes).
+_encode = json.JSONEncoder(ensure_ascii=False).encode
 
 
 class SQLiteDialect(Dialect):
@@ -27,14 +30,18 @@ class SQLiteDialect(Dialect):
     def executemany(self, raw: Any, sql: str, rows: Iterable[Sequence[Any]]) -> None:
         raw.executemany(sql, rows)
 
+    def insert(self, raw: Any, sql: str, params: Sequence[Any]) -> int:
+        # The rowid (every pk is an INTEGER PRIMARY KEY): cheaper than RETURNING here.
+        return int(raw.execute(sql, params).lastrowid)
+
     def array(self, values: Iterable[Any]) -> str:
-        return json.dumps(list(values), ensure_ascii=False)
+        return _encode(list(values))
 
     def load_array(self, value: Any) -> list[Any]:
         return json.loads(value) if value else []
 
     def json(self, value: Any) -> str:
-        return json.dumps(value, ensure_ascii=False)
+        return _encode(value)
 
     def load_json(self, value: Any) -> Any:
         return None if value is None else json.loads(value)
