@@ -12,6 +12,7 @@ import hashlib
 import json
 import math
 import operator
+import re
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -835,6 +836,138 @@ def test_merge_topics_moves_summaries_and_retires_the_source(store: Store) -> No
         store.merge_topics(P, "u1", "t-food", "t-life")  # no longer active
     with pytest.raises(KeyError):
         store.merge_topics(P, "u1", "t-life", "t-life")
+
+
+def _strengthen_home(store: Store, prefix: str, **kw: Any) -> None:
+    """One more message and a strengthening of s-home (of ``layered``) with ``kw``."""
+    [row] = add(store, ["Still in Berlin"], prefix=prefix)
+    write = summary(
+        "s-home", "User lives in Berlin", action="strengthen", message_ids=[row.id], **kw
+    )
+    process(store, LayerWrite(summaries=[write]))
+
+
+def test_strengthening_keeps_the_latest_observation_and_the_first_validity(store: Store) -> None:
+    layered(store)  # s-home observed at NOW, no validity; s-food observed never
+    later, earlier = "2026-05-01T00:00:00.000000Z", "2026-01-01T00:00:00.000000Z"
+    _strengthen_home(store, "2", observed_at=earlier, valid_to=later)
+    [home] = store.get_summaries(P, ["s-home"])
+    assert (home.observed_at, home.valid_from, home.valid_to) == (NOW, None, later)
+    _strengthen_home(store, "3", observed_at=later, valid_from=earlier, valid_to=None)
+    [home] = store.get_summaries(P, ["s-home"])
+    assert (home.observed_at, home.valid_from, home.valid_to) == (later, earlier, later)
+    # A validity once known stays (valid_from) or is replaced only by a newer one (valid_to).
+    _strengthen_home(store, "4", valid_from=NOW, valid_to=NOW)
+    [home] = store.get_summaries(P, ["s-home"])
+    assert (home.observed_at, home.valid_from, home.valid_to, home.version) == (
+        later,
+        earlier,
+        NOW,
+        4,
+    )
+    # Never observed, strengthened without an observation: still none (not an empty time).
+    [row] = add(store, ["ramen again"], prefix="5")
+    food = summary("s-food", "User likes ramen", action="strengthen", message_ids=[row.id])
+    process(store, LayerWrite(summaries=[food]))
+    [got] = store.get_summaries(P, ["s-food"])
+    assert got.observed_at is None and got.version == 2
+
+
+def test_strengthening_without_rewording_keeps_the_vector(store: Store) -> None:
+    layered(store)
+    _strengthen_home(store, "2", vec=unit(0, 0, 1))  # same text: not re-embedded
+    [home] = store.get_summaries(P, ["s-home"])
+    [(pk, _)] = store.vector_summaries(P, "u1", unit(1, 0.1), EMB, 1, statuses=("active",))
+    assert pk == home.pk and home.version == 2
+    assert [pk for pk, _ in store.fulltext_summaries(P, "u1", ["berlin"], 10)] == [home.pk]
+
+
+def test_superseding_retires_only_the_facts_no_current_summary_holds(store: Store) -> None:
+    ids = layered(store)
+    rows = add(store, ["I live in Berlin, by the way"], prefix="2")
+    process(
+        store,
+        LayerWrite(
+            summaries=[
+                # s-both holds f-berlin too: superseding s-home must leave f-berlin active.
+                summary(
+                    "s-both",
+                    "User lives in Berlin and likes ramen",
+                    fact_ids=["f-berlin", "f-ramen"],
+                    message_ids=[ids["m0"]],
+                ),
+                summary(
+                    "s-home2",
+                    "User lives in Berlin (confirmed)",
+                    action="supersede",
+                    supersedes="s-home",
+                    fact_ids=[],
+                    message_ids=[rows[0].id],
+                ),
+            ]
+        ),
+    )
+    [berlin, ramen] = store.get_facts(P, ["f-berlin", "f-ramen"])
+    assert (berlin.status, berlin.superseded_by) == ("active", None)
+    assert ramen.status == "active"
+    [old] = store.get_summaries(P, ["s-home"])
+    assert (old.status, old.superseded_by) == ("superseded", "s-home2")
+
+
+@pytest.mark.parametrize(
+    ("write", "message"),
+    [
+        (
+            LayerWrite(summaries=[summary("s-x", "x", action="supersede", supersedes="s-nope")]),
+            "cannot supersede unknown summary 's-nope'",
+        ),
+        (
+            LayerWrite(summaries=[summary("s-other", "x", action="strengthen")]),
+            "cannot strengthen unknown summary 's-other'",
+        ),
+        (
+            LayerWrite(summaries=[summary("s-x", "x", action="rewrite")]),
+            "unknown summary action 'rewrite'",
+        ),
+        (
+            LayerWrite(topics=[TopicWrite("t-nope", "nope", "", [], False)]),
+            "unknown topic 't-nope'",
+        ),
+        (
+            LayerWrite(topics=[TopicWrite("t-new", "new", "", ["s-other"], True)]),
+            "topic 'new' names unknown summary 's-other'",
+        ),
+    ],
+)
+def test_layer_writes_naming_what_the_user_has_not_are_refused(
+    store: Store, write: LayerWrite, message: str
+) -> None:
+    # s-other exists, but is u2's: u1's writes cannot touch it.
+    add(store, ["theirs"], user="u2", sid="s2")
+    process(store, LayerWrite(summaries=[summary("s-other", "Theirs", message_ids=[])]))
+    [row] = add(store, ["x"])
+    batch = claim(store)
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        complete(store, batch, write)
+    assert store.get_message(P, row.id).status == "pending"  # type: ignore[union-attr]
+    [other] = store.get_summaries(P, ["s-other"])
+    assert (other.user_id, other.status, other.version) == ("u2", "active", 1)
+
+
+def test_a_facts_sources_are_the_batch_messages_it_names(store: Store, db_url: str) -> None:
+    rows = add(store, ["I moved to Berlin", "It was in May"])
+    m0, m1 = (r.id for r in rows)
+    write = fact("f1", "User moved to Berlin in May", [m1, m0, m1, "not-in-batch"], unit(1))
+    process(store, LayerWrite(facts=[write]))
+    sources = dbsql.rows(
+        db_url,
+        "SELECT m.id FROM fact_sources fs JOIN facts f ON f.pk = fs.fact_pk "
+        "JOIN messages m ON m.pk = fs.message_pk WHERE f.id = ? ORDER BY m.pk",
+        "f1",
+    )
+    assert sources == [(m0,), (m1,)]
+    [f1] = store.get_facts(P, ["f1"])
+    assert f1.message_ids == [m1, m0, m1, "not-in-batch"]  # as written
 
 
 def test_listing_filters_by_time_and_source_metadata(store: Store) -> None:

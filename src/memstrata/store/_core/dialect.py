@@ -5,9 +5,9 @@ The core writes its SQL once, in the subset both backends speak (``RETURNING``,
 the two spell differently is a method here: placeholders, how a list or a JSON object is
 bound and read back, "column is one of these values", "this array holds that value",
 "this array shares a value with that subquery", ``greatest``, one metadata filter condition
-on a JSON document, row locks, the per-user lock and temporary tables of row keys. A
-backend is one ``Dialect`` subclass (``store/sqlite/_dialect.py``,
-``store/postgres/_dialect.py``).
+on a JSON document, the keys of rows just inserted, row locks, the per-user lock and
+temporary tables of row keys. A backend is one ``Dialect`` subclass
+(``store/sqlite/_dialect.py``, ``store/postgres/_dialect.py``).
 """
 
 from __future__ import annotations
@@ -129,11 +129,11 @@ class Tx:
     def many(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
         self.dialect.executemany(self.raw, sql, rows)
 
-    def insert(self, sql: str, params: Sequence[Any], key: str) -> int:
+    def insert(self, sql: str, params: Sequence[Any], key: str = "pk") -> int:
         """Insert one row (``sql`` without ``RETURNING``): its primary key ``key``."""
         return self.dialect.insert_keys(self.raw, sql, [params], key)[0]
 
-    def insert_many(self, sql: str, rows: Sequence[Sequence[Any]], key: str) -> list[int]:
+    def insert_many(self, sql: str, rows: Sequence[Sequence[Any]], key: str = "pk") -> list[int]:
         """Insert each of ``rows``: their primary keys ``key``, in order."""
         return self.dialect.insert_keys(self.raw, sql, rows, key)
 

@@ -14,7 +14,9 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import numpy as np
 
 from .. import (
     AddOutcome,
@@ -35,11 +37,10 @@ from .. import (
 from .._batches import processing_state
 from .._webhook_rows import OutboxItem, WebhookDeliveryRow, WebhookRow
 from . import governance, ingest, jobs, reads, removal, webhooks
+from . import layers as _layers
 from .dialect import Dialect, Tx
+from .layers import FulltextColumns, LayerItem, VectorRow
 from .rows import SESSION_COLUMNS, session_row
-
-if TYPE_CHECKING:
-    import numpy as np
 
 __all__ = ["SQLStore"]
 
@@ -220,14 +221,16 @@ class SQLStore(ABC):
         """The batch's vectors and layers written, its jobs done: one transaction, under
         the user's lock, if the worker still holds the batch (else ``LeaseLostError``)."""
         now = time.time()
-        self._prepare_batch(vectors, layers)
+        # Outside the batch's transaction: making an index inside it could deadlock with
+        # other writers (PostgreSQL's vector index of a new kind and dimension).
+        self._prepare_vectors(_layers.layer_dims(vectors, layers))
         with self._transaction() as tx:
             tx.lock_user(batch.project_id, batch.user_id)
             jobs.check_lease(tx, batch)
-            self._put_vectors(tx.raw, embedder, batch.messages, vectors)
+            _layers.put_vectors(tx, self, embedder, batch.messages, vectors)
             if layers is not None:
-                self._write_layers(tx.raw, batch, embedder, layers)
-                self._record_calls(tx.raw, batch, layers.calls)
+                _layers.write_layers(tx, self, batch, embedder, layers)
+                _layers.record_calls(tx, batch, layers.calls)
                 webhooks.enqueue_webhooks(tx, layers.outbox)
             jobs.finish_batch(tx, batch, now)
 
@@ -244,31 +247,8 @@ class SQLStore(ABC):
         with self._transaction() as tx:
             jobs.check_lease(tx, batch)
             # Tokens spent on a failed attempt were still spent: account for them.
-            self._record_calls(tx.raw, batch, calls)
+            _layers.record_calls(tx, batch, calls)
             jobs.fail_batch(tx, batch, error, retry_at, counted=counted, retry_cap=retry_cap)
-
-    @abstractmethod
-    def _prepare_batch(self, vectors: np.ndarray, layers: LayerWrite | None) -> None:
-        """Before ``complete_batch``'s transaction, in transactions of its own: what the
-        batch's writes need made first (PostgreSQL: the vector index of each new kind and
-        dimension, whose creation inside the batch could deadlock with other writers)."""
-
-    # What complete_batch and fail_batch write through the backend's own connection
-    # (``tx.raw``): the backends' today.
-
-    @abstractmethod
-    def _put_vectors(
-        self, c: Any, embedder: str, rows: Sequence[MessageRow], vectors: np.ndarray
-    ) -> None:
-        """One vector per message of ``rows``, made by ``embedder``."""
-
-    @abstractmethod
-    def _write_layers(self, c: Any, batch: ClaimedBatch, embedder: str, layers: LayerWrite) -> None:
-        """The facts, summaries and topics a batch adds, strengthens and supersedes."""
-
-    @abstractmethod
-    def _record_calls(self, c: Any, batch: ClaimedBatch, calls: Sequence[CallWrite]) -> None:
-        """The model calls a batch made (``llm_usage``)."""
 
     def outages(self) -> list[OutageRow]:
         with self._query() as tx:
@@ -324,6 +304,88 @@ class SQLStore(ABC):
 
     # -- the derived layers: writes (see layers.py) -----------------------------------------
     # What a completed batch adds, strengthens, supersedes and files under topics.
+
+    def merge_topics(self, project_id: str, user_id: str, source_id: str, target_id: str) -> int:
+        """File every summary of ``source_id`` under ``target_id`` and retire the source.
+
+        Returns how many summaries moved. The source keeps a ``merged_into`` link."""
+        with self._transaction() as tx:
+            return _layers.merge_topics(tx, project_id, user_id, source_id, target_id)
+
+    def drop_vectors_except(self, embedder: str) -> int:
+        with self._transaction() as tx:
+            dropped = _layers.drop_vectors(tx, embedder)
+            self._invalidate_vectors(tx)
+        self._clear_vector_caches()
+        return dropped
+
+    def messages_missing_vectors(
+        self, embedder: str, after_pk: int, limit: int
+    ) -> list[MessageRow]:
+        with self._query() as tx:
+            return _layers.messages_missing_vectors(tx, embedder, after_pk, limit)
+
+    def layer_items_missing_vectors(
+        self, embedder: str, kind: str, after_pk: int, limit: int
+    ) -> list[LayerItem]:
+        """(pk, project_id, user_id, text) of facts or summaries without a vector of
+        ``embedder``, in pk order, for re-embedding."""
+        with self._query() as tx:
+            return _layers.layer_items_missing_vectors(tx, embedder, kind, after_pk, limit)
+
+    def put_layer_vectors(
+        self, embedder: str, kind: str, items: Sequence[LayerItem], vectors: np.ndarray
+    ) -> None:
+        if len(items):
+            self._prepare_vectors({kind: int(np.asarray(vectors).shape[1])})
+        with self._transaction() as tx:
+            for (pk, project_id, user_id, _), v in zip(items, vectors, strict=True):
+                _layers.insert_vectors(tx, self, embedder, kind, project_id, user_id, [(pk, v)])
+
+    def put_message_vectors(
+        self, embedder: str, rows: Sequence[MessageRow], vectors: np.ndarray
+    ) -> None:
+        if len(rows):
+            self._prepare_vectors({"message": int(np.asarray(vectors).shape[1])})
+        with self._transaction() as tx:
+            _layers.put_vectors(tx, self, embedder, rows, vectors)
+
+    # What the layer writes ask of the backend.
+
+    @abstractmethod
+    def _fulltext_columns(self, text: str) -> FulltextColumns:
+        """Columns of a facts or summaries row that index its ``text`` for full-text search,
+        set by the same INSERT or UPDATE as the text (every write of it, so no statement
+        of their own): (column, SQL value holding one ``?``, that parameter) each. Empty
+        for a backend that indexes in a table of its own (``_index_fulltext``)."""
+
+    @abstractmethod
+    def _index_fulltext(
+        self, tx: Tx, table: str, pk: int, text: str, project_id: str, user_id: str, *, new: bool
+    ) -> None:
+        """Index ``text``, the text of row ``pk`` of ``table`` (``facts``, ``summaries``) of
+        that user, in the transaction that wrote it: just inserted (``new``) or changed. A
+        no-op for a backend whose index is in the row (``_fulltext_columns``)."""
+
+    @abstractmethod
+    def _insert_vector_rows(self, tx: Tx, rows: Sequence[VectorRow]) -> None:
+        """Store ``rows`` of ``vectors`` (their embedder already claimed), each replacing
+        the vector of that item and embedder the table may hold."""
+
+    @abstractmethod
+    def _prepare_vectors(self, dims: dict[str, int]) -> None:
+        """Before a write of vectors (kind -> dimension), outside its transaction: make
+        what searching them needs (an index per kind and dimension), if missing."""
+
+    @abstractmethod
+    def _invalidate_vectors(self, tx: Tx) -> None:
+        """In the transaction that dropped other embedders' vectors: tell readers of this
+        database (other processes included) that what they hold of them is void."""
+
+    @abstractmethod
+    def _clear_vector_caches(self) -> None:
+        """After other embedders' vectors were dropped (committed): forget what this
+        process knows of them (caches, per-user indexes of their dimension)."""
 
     # -- the derived layers: reads (see reads.py) -------------------------------------------
     # Facts, summaries, topics and their histories, by id, by pk and listed.

@@ -40,13 +40,10 @@ from typing import Any
 import numpy as np
 
 from ..._time import now_iso
-from ...errors import ConfigError, EmbedderMismatchError, StoreError
+from ...errors import ConfigError, StoreError
 from .. import (
     CURRENT_SUMMARY,
     AddOutcome,
-    CallWrite,
-    ClaimedBatch,
-    LayerWrite,
     MessageRow,
     SearchFilters,
     SessionRow,
@@ -54,18 +51,15 @@ from .. import (
 )
 from .._core.dialect import Tx
 from .._core.filters import search_filter_sql
+from .._core.layers import FulltextColumns, VectorRow
 from .._core.store import SQLStore
 from .._text import fts_words
 from ._connection import (
     APPLICATION_NAME,
-    MESSAGE_COLUMNS,
-    SUMMARY_COLUMNS,
     checked,
     fts_body,
     mask_url,
     message_fts,
-    message_row,
-    summary_row,
 )
 from ._dialect import PostgresDialect
 from ._jobs import PostgresJobs
@@ -936,425 +930,37 @@ class PostgresStore(
             with self._lock:
                 self._indexed.add((kind, dim))
 
-    def _prepare_batch(self, vectors: np.ndarray, layers: LayerWrite | None) -> None:
-        self._prepare_vectors(self._layer_dims(vectors, layers))
+    def _invalidate_vectors(self, tx: Tx) -> None:
+        pass  # nothing of them is cached outside this process
 
-    @staticmethod
-    def _layer_dims(vectors: np.ndarray, layers: LayerWrite | None) -> dict[str, int]:
-        dims: dict[str, int] = {}
-        if len(vectors):
-            dims["message"] = int(np.asarray(vectors).shape[1])
-        if layers is not None:
-            for f in layers.facts:
-                dims["fact"] = int(f.vector.shape[0])
-            for s in layers.summaries:
-                if s.vector is not None:
-                    dims["summary"] = int(s.vector.shape[0])
-        return dims
-
-    @staticmethod
-    def _claim_embedder(c: Any, embedder: str) -> None:
-        c.execute(
-            "INSERT INTO meta (key, value) VALUES ('embedder', %s) ON CONFLICT DO NOTHING",
-            (embedder,),
-        )
-        stored = c.execute("SELECT value FROM meta WHERE key = 'embedder'").fetchone()[0]
-        if stored != embedder:
-            raise EmbedderMismatchError(
-                f"this store's vectors were made by {stored!r}, not {embedder!r}"
-            )
-
-    def _insert_vectors(
-        self,
-        c: Any,
-        embedder: str,
-        kind: str,
-        project_id: str,
-        user_id: str,
-        items: Sequence[tuple[int, np.ndarray]],
-    ) -> None:
-        if not items:
-            return
-        self._claim_embedder(c, embedder)
-        with c.cursor() as cur:
-            cur.executemany(
-                "INSERT INTO vectors (project_id, user_id, kind, item_pk, embedder, dim, vec) "
-                "VALUES (%s, %s, %s, %s, %s, %s, %b) ON CONFLICT (kind, item_pk, embedder) "
-                "DO UPDATE SET vec = excluded.vec, dim = excluded.dim",
-                [
-                    (
-                        project_id,
-                        user_id,
-                        kind,
-                        pk,
-                        embedder,
-                        int(v.shape[0]),
-                        np.ascontiguousarray(v, dtype=np.float32),
-                    )
-                    for pk, v in items
-                ],
-            )
-
-    def _put_vectors(
-        self, c: Any, embedder: str, rows: Sequence[MessageRow], vectors: np.ndarray
-    ) -> None:
-        if len(rows) != len(vectors):
-            raise ValueError("one vector per message is required")
-        by_user: dict[tuple[str, str], list[tuple[int, np.ndarray]]] = {}
-        for r, v in zip(rows, vectors, strict=True):
-            by_user.setdefault((r.project_id, r.user_id), []).append((r.pk or 0, v))
-        for (project_id, user_id), items in by_user.items():
-            self._insert_vectors(c, embedder, "message", project_id, user_id, items)
-
-    def drop_vectors_except(self, embedder: str) -> int:
-        with self._write() as c:
-            cur = c.execute("DELETE FROM vectors WHERE embedder != %s", (embedder,))
-            c.execute(
-                "INSERT INTO meta (key, value) VALUES ('embedder', %s) "
-                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                (embedder,),
-            )
+    def _clear_vector_caches(self) -> None:
         self._scope_sizes.clear()
         # The new embedder's dimension may differ: users' indexes are made again as
         # searches find large scopes.
         self._drop_user_indexes(vectors_only=True)
-        return cur.rowcount
 
-    def messages_missing_vectors(
-        self, embedder: str, after_pk: int, limit: int
-    ) -> list[MessageRow]:
-        with self._read() as c:
-            rows = c.execute(
-                f"SELECT {MESSAGE_COLUMNS} FROM messages m WHERE m.pk > %s "
-                "AND m.status = 'processed' AND NOT EXISTS (SELECT 1 FROM vectors v "
-                "WHERE v.kind = 'message' AND v.item_pk = m.pk AND v.embedder = %s) "
-                "ORDER BY m.pk LIMIT %s",
-                (after_pk, embedder, limit),
-            ).fetchall()
-        return [message_row(r) for r in rows]
+    # -- derived layers: writes (the core's hooks, see _core/layers.py) ------------------
 
-    def layer_items_missing_vectors(
-        self, embedder: str, kind: str, after_pk: int, limit: int
-    ) -> list[tuple[int, str, str, str]]:
-        """(pk, project_id, user_id, text) of facts or summaries without a vector of
-        ``embedder``, in pk order, for re-embedding."""
-        table = {"fact": "facts", "summary": "summaries"}[kind]
-        with self._read() as c:
-            rows = c.execute(
-                f"SELECT t.pk, t.project_id, t.user_id, t.text FROM {table} t WHERE t.pk > %s "
-                "AND NOT EXISTS (SELECT 1 FROM vectors v WHERE v.kind = %s "
-                "AND v.item_pk = t.pk AND v.embedder = %s) ORDER BY t.pk LIMIT %s",
-                (after_pk, kind, embedder, limit),
-            ).fetchall()
-        return [(int(r[0]), r[1], r[2], r[3]) for r in rows]
-
-    def put_layer_vectors(
-        self,
-        embedder: str,
-        kind: str,
-        items: Sequence[tuple[int, str, str, str]],
-        vectors: np.ndarray,
-    ) -> None:
-        if len(items):
-            self._prepare_vectors({kind: int(np.asarray(vectors).shape[1])})
-        with self._write() as c:
-            for (pk, project_id, user_id, _), v in zip(items, vectors, strict=True):
-                self._insert_vectors(c, embedder, kind, project_id, user_id, [(pk, v)])
-
-    def put_message_vectors(
-        self, embedder: str, rows: Sequence[MessageRow], vectors: np.ndarray
-    ) -> None:
-        if len(rows):
-            self._prepare_vectors({"message": int(np.asarray(vectors).shape[1])})
-        with self._write() as c:
-            self._put_vectors(c, embedder, rows, vectors)
-
-    # -- derived layers: writes (inside complete_batch's transaction) --------------------
-
-    def _write_layers(self, c: Any, batch: ClaimedBatch, embedder: str, layers: LayerWrite) -> None:
-        project, user = batch.project_id, batch.user_id
-        now = now_iso()
-        message_pks = {m.id: m.pk for m in batch.messages}
-        fact_vectors: list[tuple[int, np.ndarray]] = []
-        for f in layers.facts:
-            doc, length = fts_body(f.text)
-            pk = c.execute(
-                "INSERT INTO facts (project_id, id, user_id, text, kind, occurred_at, "
-                "observed_at, valid_from, valid_to, confidence, message_ids, labels, model, "
-                "prompt_version, created_at, fts, fts_len) VALUES (%s, %s, %s, %s, %s, %s, %s, "
-                "%s, %s, %s, %s, %s, %s, %s, %s, to_tsvector('memstrata_fts', %s), %s) "
-                "RETURNING pk",
-                (
-                    project,
-                    f.id,
-                    user,
-                    f.text,
-                    f.kind,
-                    f.occurred_at,
-                    f.observed_at,
-                    f.valid_from,
-                    f.valid_to,
-                    f.confidence,
-                    list(f.message_ids),
-                    list(f.labels),
-                    f.model,
-                    f.prompt_version,
-                    now,
-                    doc,
-                    length,
-                ),
-            ).fetchone()[0]
-            sources = sorted({message_pks[m] for m in f.message_ids if message_pks.get(m)})
-            if sources:
-                c.execute(
-                    "INSERT INTO fact_sources (fact_pk, message_pk) "
-                    "SELECT %s, unnest(%s::bigint[]) ON CONFLICT DO NOTHING",
-                    (pk, sources),
-                )
-            fact_vectors.append((pk, f.vector))
-        self._insert_vectors(c, embedder, "fact", project, user, fact_vectors)
-
-        summary_vectors: list[tuple[int, np.ndarray]] = []
-        for w in layers.summaries:
-            if w.action in ("add", "supersede"):
-                doc, length = fts_body(w.text)
-                pk = c.execute(
-                    "INSERT INTO summaries (project_id, id, user_id, text, status, valid_from, "
-                    "valid_to, confidence, labels, version, fact_ids, message_ids, model, "
-                    "prompt_version, created_at, updated_at, observed_at, fts, fts_len) "
-                    "VALUES (%s, %s, %s, %s, 'active', %s, %s, %s, %s, 1, %s, %s, %s, %s, %s, "
-                    "%s, %s, to_tsvector('memstrata_fts', %s), %s) RETURNING pk",
-                    (
-                        project,
-                        w.id,
-                        user,
-                        w.text,
-                        w.valid_from,
-                        w.valid_to,
-                        w.confidence,
-                        list(w.labels),
-                        list(w.fact_ids),
-                        list(w.message_ids),
-                        w.model,
-                        w.prompt_version,
-                        now,
-                        now,
-                        w.observed_at,
-                        doc,
-                        length,
-                    ),
-                ).fetchone()[0]
-                self._history(
-                    c, pk, 1, w.text, "active", w.confidence, w.fact_ids, w.reason, w.model, now
-                )
-                if w.vector is not None:
-                    summary_vectors.append((pk, w.vector))
-                if w.action == "supersede" and w.supersedes:
-                    old = self._summary_by_id(c, project, w.supersedes)
-                    if old is None or old.user_id != user:
-                        raise ValueError(f"cannot supersede unknown summary {w.supersedes!r}")
-                    c.execute(
-                        "UPDATE summaries SET status = 'superseded', superseded_by = %s, "
-                        "version = version + 1, updated_at = %s WHERE pk = %s",
-                        (w.id, now, old.pk),
-                    )
-                    self._history(
-                        c,
-                        old.pk,
-                        old.version + 1,
-                        old.text,
-                        "superseded",
-                        old.confidence,
-                        old.fact_ids,
-                        w.reason,
-                        w.model,
-                        now,
-                    )
-                    # The successor belongs where its predecessor did.
-                    c.execute(
-                        "INSERT INTO topic_summaries (topic_pk, summary_pk) "
-                        "SELECT topic_pk, %s FROM topic_summaries WHERE summary_pk = %s "
-                        "ON CONFLICT DO NOTHING",
-                        (pk, old.pk),
-                    )
-                    self._retire_facts(c, project, user, old.fact_ids, w.id)
-            elif w.action == "strengthen":
-                old = self._summary_by_id(c, project, w.id)
-                if old is None or old.user_id != user:
-                    raise ValueError(f"cannot strengthen unknown summary {w.id!r}")
-                fact_ids = list(dict.fromkeys([*old.fact_ids, *w.fact_ids]))
-                message_ids = list(dict.fromkeys([*old.message_ids, *w.message_ids]))
-                doc, length = fts_body(w.text)
-                c.execute(
-                    "UPDATE summaries SET text = %s, confidence = %s, fact_ids = %s, "
-                    "message_ids = %s, version = version + 1, updated_at = %s, "
-                    "valid_from = coalesce(valid_from, %s), valid_to = coalesce(%s, valid_to), "
-                    "observed_at = nullif(greatest(coalesce(observed_at, ''), "
-                    "coalesce(%s, '')), ''), fts = to_tsvector('memstrata_fts', %s), "
-                    "fts_len = %s WHERE pk = %s",
-                    (
-                        w.text,
-                        w.confidence,
-                        fact_ids,
-                        message_ids,
-                        now,
-                        w.valid_from,
-                        w.valid_to,
-                        w.observed_at,
-                        doc,
-                        length,
-                        old.pk,
-                    ),
-                )
-                self._history(
-                    c,
-                    old.pk,
-                    old.version + 1,
-                    w.text,
-                    old.status,
-                    w.confidence,
-                    fact_ids,
-                    w.reason,
-                    w.model,
-                    now,
-                )
-                if w.text != old.text and w.vector is not None:
-                    summary_vectors.append((old.pk, w.vector))
-            else:
-                raise ValueError(f"unknown summary action {w.action!r}")
-        self._insert_vectors(c, embedder, "summary", project, user, summary_vectors)
-
-        for t in layers.topics:
-            if t.is_new:
-                c.execute(
-                    "INSERT INTO topics (project_id, id, user_id, name, description, "
-                    "created_at, updated_at) VALUES (%s, %s, %s, %s, %s, %s, %s)",
-                    (project, t.id, user, t.name, t.description, now, now),
-                )
-            else:
-                c.execute(
-                    "UPDATE topics SET description = %s, updated_at = %s WHERE project_id = %s "
-                    "AND id = %s AND user_id = %s",
-                    (t.description, now, project, t.id, user),
-                )
-            topic_pk = c.execute(
-                "SELECT pk FROM topics WHERE project_id = %s AND id = %s AND user_id = %s",
-                (project, t.id, user),
-            ).fetchone()
-            if topic_pk is None:
-                raise ValueError(f"unknown topic {t.id!r}")
-            for sid in t.summary_ids:
-                row = self._summary_by_id(c, project, sid)
-                if row is None or row.user_id != user:
-                    raise ValueError(f"topic {t.name!r} names unknown summary {sid!r}")
-                c.execute(
-                    "INSERT INTO topic_summaries (topic_pk, summary_pk) VALUES (%s, %s) "
-                    "ON CONFLICT DO NOTHING",
-                    (topic_pk[0], row.pk),
-                )
-
-    @staticmethod
-    def _history(
-        c: Any,
-        summary_pk: int,
-        version: int,
-        text: str,
-        status: str,
-        confidence: float,
-        fact_ids: list[str],
-        reason: str,
-        actor: str,
-        when: str,
-    ) -> None:
-        c.execute(
-            "INSERT INTO summary_history (summary_pk, version, text, status, confidence, "
-            "fact_ids, reason, actor, changed_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
-            (summary_pk, version, text, status, confidence, list(fact_ids), reason, actor, when),
-        )
-
-    def _record_calls(self, c: Any, batch: ClaimedBatch, calls: Sequence[CallWrite]) -> None:
-        if not calls:
-            return
-        now = time.time()
-        with c.cursor() as cur:
+    def _insert_vector_rows(self, tx: Tx, rows: Sequence[VectorRow]) -> None:
+        with tx.raw.cursor() as cur:
             cur.executemany(
-                "INSERT INTO llm_calls (project_id, user_id, stage, model, prompt_version, "
-                "prompt_tokens, completion_tokens, latency_ms, ok, created_at) "
-                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-                [
-                    (
-                        batch.project_id,
-                        batch.user_id,
-                        k.stage,
-                        k.model,
-                        k.prompt_version,
-                        k.prompt_tokens,
-                        k.completion_tokens,
-                        k.latency_ms,
-                        bool(k.ok),
-                        now,
-                    )
-                    for k in calls
-                ],
+                "INSERT INTO vectors (project_id, user_id, kind, item_pk, embedder, dim, vec) "
+                "VALUES (%s, %s, %s, %s, %s, %s, %b) ON CONFLICT (kind, item_pk, embedder) "
+                "DO UPDATE SET vec = excluded.vec, dim = excluded.dim",
+                rows,
             )
 
-    @staticmethod
-    def _retire_facts(
-        c: Any, project: str, user: str, fact_ids: Sequence[str], successor: str
+    def _fulltext_columns(self, text: str) -> FulltextColumns:
+        # The tsvector and its length (for BM25) are columns of the row itself.
+        doc, length = fts_body(text)
+        return (("fts", "to_tsvector('memstrata_fts', ?)", doc), ("fts_len", "?", length))
+
+    def _index_fulltext(
+        self, tx: Tx, table: str, pk: int, text: str, project_id: str, user_id: str, *, new: bool
     ) -> None:
-        """Facts of a superseded summary that no current summary holds are superseded too:
-        recall must not present "lives in Lisbon" as current once it was corrected."""
-        if not fact_ids:
-            return
-        c.execute(
-            "UPDATE facts SET status = 'superseded', superseded_by = %s "
-            "WHERE project_id = %s AND user_id = %s AND id = ANY(%s::text[]) "
-            "AND status = 'active' AND NOT EXISTS (SELECT 1 FROM summaries s "
-            "WHERE s.project_id = %s AND s.user_id = %s "
-            "AND s.status IN ('active', 'deprioritized') AND facts.id = ANY(s.fact_ids))",
-            (successor, project, user, list(fact_ids), project, user),
-        )
+        pass  # indexed in the row (_fulltext_columns)
 
     # -- derived layers: reads -----------------------------------------------------------
-
-    @staticmethod
-    def _summary_by_id(c: Any, project_id: str, summary_id: str) -> SummaryRow | None:
-        row = c.execute(
-            f"SELECT {SUMMARY_COLUMNS} FROM summaries WHERE project_id = %s AND id = %s",
-            (project_id, summary_id),
-        ).fetchone()
-        return None if row is None else summary_row(row)
-
-    def merge_topics(self, project_id: str, user_id: str, source_id: str, target_id: str) -> int:
-        """File every summary of ``source_id`` under ``target_id`` and retire the source.
-
-        Returns how many summaries moved. The source keeps a ``merged_into`` link."""
-        with self._write() as c:
-            rows = {
-                tid: pk
-                for pk, tid in c.execute(
-                    "SELECT pk, id FROM topics WHERE project_id = %s AND user_id = %s "
-                    "AND status = 'active' AND id IN (%s, %s) FOR UPDATE",
-                    (project_id, user_id, source_id, target_id),
-                ).fetchall()
-            }
-            if source_id not in rows or target_id not in rows or source_id == target_id:
-                raise KeyError(source_id if source_id not in rows else target_id)
-            moved = c.execute(
-                "INSERT INTO topic_summaries (topic_pk, summary_pk) "
-                "SELECT %s, summary_pk FROM topic_summaries WHERE topic_pk = %s "
-                "ON CONFLICT DO NOTHING",
-                (rows[target_id], rows[source_id]),
-            ).rowcount
-            c.execute("DELETE FROM topic_summaries WHERE topic_pk = %s", (rows[source_id],))
-            now = now_iso()
-            c.execute(
-                "UPDATE topics SET status = 'merged', merged_into = %s, updated_at = %s "
-                "WHERE pk = %s",
-                (target_id, now, rows[source_id]),
-            )
-            c.execute("UPDATE topics SET updated_at = %s WHERE pk = %s", (now, rows[target_id]))
-        return int(moved)
 
     # -- governance: what removal does here (see _core/removal.py) ------------------------
 

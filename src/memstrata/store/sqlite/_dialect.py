@@ -19,6 +19,9 @@ __all__ = ["NUMBER_CMP", "SQLiteDialect", "number_cmp"]
 # Up to this many values are bound one by one (the planner sees a literal list); more go
 # as one JSON array (SQLite binds at most 32,766 parameters, and a long list is slower).
 _BOUND_VALUES = 500
+# json.dumps builds an encoder per call when given options: one, made once, is ~a third
+# faster (arrays are bound for every fact and summary a batch writes).
+_encode = json.JSONEncoder(ensure_ascii=False).encode
 
 # SQLite compares JSON numbers as 64-bit integers or doubles: exactly as their decimal
 # value (the filter semantics, see _filters.py) only while a filter number stays below 2**53
@@ -105,13 +108,13 @@ class SQLiteDialect(Dialect):
         return [raw.execute(sql, row).lastrowid for row in rows]
 
     def array(self, values: Iterable[Any]) -> str:
-        return json.dumps(list(values), ensure_ascii=False)
+        return _encode(list(values))
 
     def load_array(self, value: Any) -> list[Any]:
         return json.loads(value) if value else []
 
     def json(self, value: Any) -> str:
-        return json.dumps(value, ensure_ascii=False)
+        return _encode(value)
 
     def load_json(self, value: Any) -> Any:
         return None if value is None else json.loads(value)

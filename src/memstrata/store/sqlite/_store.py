@@ -14,18 +14,17 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
+from functools import lru_cache
 from importlib import resources
 from typing import Any
 
 import numpy as np
 
 from ..._time import now_iso
-from ...errors import ConfigError, EmbedderMismatchError, StoreError
+from ...errors import ConfigError, StoreError
 from .. import (
     CURRENT_SUMMARY,
-    CallWrite,
     ClaimedBatch,
-    LayerWrite,
     MessageRow,
     SearchFilters,
     SessionRow,
@@ -40,6 +39,7 @@ from .._batches import (
 from .._core import jobs as core_jobs
 from .._core.dialect import Tx
 from .._core.filters import search_filter_sql
+from .._core.layers import FulltextColumns, VectorRow
 from .._core.store import SQLStore
 from .._text import fts_document, scope_token
 from ._dialect import NUMBER_CMP, SQLiteDialect, number_cmp
@@ -57,6 +57,9 @@ _MESSAGE_COLUMNS = (
 _READY = (
     "((j.status = 'queued' AND j.run_after <= ?) OR (j.status = 'running' AND j.lease_until < ?))"
 )
+
+# A user's full-text scope token, computed once per user rather than once per row.
+_scope = lru_cache(maxsize=1024)(scope_token)
 
 
 def sqlite_path(url: str) -> str:
@@ -363,9 +366,6 @@ class SQLiteStore(SQLStore):
                 (r.pk, _fts_body(r.content, r.event_type, r.page), scope),
             )
 
-    def _prepare_batch(self, vectors: np.ndarray, layers: LayerWrite | None) -> None:
-        pass  # nothing to make before a batch's writes
-
     def claim_batch(
         self,
         worker_id: str,
@@ -422,25 +422,6 @@ class SQLiteStore(SQLStore):
             )
             user = (project_id, user_id)
             return core_jobs.take(tx, worker_id, now + lease_seconds, user, job_ids, hold)
-
-    def _claim_embedder(self, c: sqlite3.Connection, embedder: str) -> None:
-        c.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('embedder', ?)", (embedder,))
-        stored = c.execute("SELECT value FROM meta WHERE key = 'embedder'").fetchone()[0]
-        if stored != embedder:
-            raise EmbedderMismatchError(
-                f"this store's vectors were made by {stored!r}, not {embedder!r}"
-            )
-
-    def _put_vectors(
-        self, c: sqlite3.Connection, embedder: str, rows: Sequence[MessageRow], vectors: np.ndarray
-    ) -> None:
-        if len(rows) != len(vectors):
-            raise ValueError("one vector per message is required")
-        by_user: dict[tuple[str, str], list[tuple[int, np.ndarray]]] = {}
-        for r, v in zip(rows, vectors, strict=True):
-            by_user.setdefault((r.project_id, r.user_id), []).append((r.pk or 0, v))
-        for (project_id, user_id), items in by_user.items():
-            self._insert_vectors(c, embedder, "message", project_id, user_id, items)
 
     # -- search ----------------------------------------------------------------------
 
@@ -685,350 +666,50 @@ class SQLiteStore(SQLStore):
 
     # -- vectors bookkeeping -----------------------------------------------------------
 
-    def drop_vectors_except(self, embedder: str) -> int:
-        with self._write() as c:
-            cur = c.execute("DELETE FROM vectors WHERE embedder != ?", (embedder,))
-            c.execute(
-                "INSERT INTO meta (key, value) VALUES ('embedder', ?) "
-                "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                (embedder,),
-            )
-            c.execute(
-                "INSERT INTO vector_generations (project_id, user_id, kind, generation) "
-                "SELECT DISTINCT s.project_id, s.user_id, k.kind, 1 FROM messages s, "
-                "(SELECT 'message' AS kind UNION ALL SELECT 'fact' UNION ALL SELECT 'summary') k "
-                "WHERE 1 ON CONFLICT (project_id, user_id, kind) DO UPDATE "
-                "SET generation = generation + 1"
-            )
-        self.vectors.clear()
-        return cur.rowcount
+    def _prepare_vectors(self, dims: dict[str, int]) -> None:
+        pass  # searched in-process: nothing to build beforehand
 
-    def messages_missing_vectors(
-        self, embedder: str, after_pk: int, limit: int
-    ) -> list[MessageRow]:
-        return [
-            _row_to_message(r)
-            for r in self._conn().execute(
-                f"SELECT {_MESSAGE_COLUMNS} FROM messages m WHERE m.pk > ? "
-                "AND m.status = 'processed' AND NOT EXISTS (SELECT 1 FROM vectors v "
-                "WHERE v.kind = 'message' AND v.item_pk = m.pk AND v.embedder = ?) "
-                "ORDER BY m.pk LIMIT ?",
-                (after_pk, embedder, limit),
-            )
-        ]
-
-    def layer_items_missing_vectors(
-        self, embedder: str, kind: str, after_pk: int, limit: int
-    ) -> list[tuple[int, str, str, str]]:
-        """(pk, project_id, user_id, text) of facts or summaries without a vector of
-        ``embedder``, in pk order, for re-embedding."""
-        table = {"fact": "facts", "summary": "summaries"}[kind]
-        return (
-            self._conn()
-            .execute(
-                f"SELECT t.pk, t.project_id, t.user_id, t.text FROM {table} t WHERE t.pk > ? "
-                "AND NOT EXISTS (SELECT 1 FROM vectors v WHERE v.kind = ? AND v.item_pk = t.pk "
-                "AND v.embedder = ?) ORDER BY t.pk LIMIT ?",
-                (after_pk, kind, embedder, limit),
-            )
-            .fetchall()
+    def _invalidate_vectors(self, tx: Tx) -> None:
+        # Every process's cached scopes are reloaded at their next search.
+        tx.execute(
+            "INSERT INTO vector_generations (project_id, user_id, kind, generation) "
+            "SELECT DISTINCT s.project_id, s.user_id, k.kind, 1 FROM messages s, "
+            "(SELECT 'message' AS kind UNION ALL SELECT 'fact' UNION ALL SELECT 'summary') k "
+            "WHERE 1 ON CONFLICT (project_id, user_id, kind) DO UPDATE "
+            "SET generation = generation + 1"
         )
 
-    def put_layer_vectors(
-        self,
-        embedder: str,
-        kind: str,
-        items: Sequence[tuple[int, str, str, str]],
-        vectors: np.ndarray,
-    ) -> None:
-        with self._write() as c:
-            for (pk, project_id, user_id, _), v in zip(items, vectors, strict=True):
-                self._insert_vectors(c, embedder, kind, project_id, user_id, [(pk, v)])
+    def _clear_vector_caches(self) -> None:
+        self.vectors.clear()
 
-    def put_message_vectors(
-        self, embedder: str, rows: Sequence[MessageRow], vectors: np.ndarray
-    ) -> None:
-        with self._write() as c:
-            self._put_vectors(c, embedder, rows, vectors)
+    # -- derived layers: writes (the core's hooks, see _core/layers.py) ------------------
 
-    # -- derived layers: writes (inside complete_batch's transaction) --------------------
-
-    def _insert_vectors(
-        self,
-        c: sqlite3.Connection,
-        embedder: str,
-        kind: str,
-        project_id: str,
-        user_id: str,
-        items: Sequence[tuple[int, np.ndarray]],
-    ) -> None:
-        if not items:
-            return
-        self._claim_embedder(c, embedder)
-        c.executemany(
+    def _insert_vector_rows(self, tx: Tx, rows: Sequence[VectorRow]) -> None:
+        tx.many(
             # An item embedded again gets a new row (a new pk) rather than an update in
             # place: in-process vector caches read the rows past the last pk they saw.
             "INSERT OR REPLACE INTO vectors "
             "(project_id, user_id, kind, item_pk, embedder, dim, vec) "
             "VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (
-                (
-                    project_id,
-                    user_id,
-                    kind,
-                    pk,
-                    embedder,
-                    int(v.shape[0]),
-                    np.ascontiguousarray(v, dtype=np.float32).tobytes(),
-                )
-                for pk, v in items
-            ),
+            ((*row[:6], row[6].tobytes()) for row in rows),
         )
 
-    def _write_layers(
-        self, c: sqlite3.Connection, batch: ClaimedBatch, embedder: str, layers: LayerWrite
+    def _fulltext_columns(self, text: str) -> FulltextColumns:
+        return ()  # FTS5 tables of their own (_index_fulltext)
+
+    def _index_fulltext(
+        self, tx: Tx, table: str, pk: int, text: str, project_id: str, user_id: str, *, new: bool
     ) -> None:
-        project, user = batch.project_id, batch.user_id
-        scope = scope_token(project, user)
-        now = now_iso()
-        message_pks = {m.id: m.pk for m in batch.messages}
-        fact_vectors: list[tuple[int, np.ndarray]] = []
-        for f in layers.facts:
-            pk = c.execute(
-                "INSERT INTO facts (project_id, id, user_id, text, kind, occurred_at, "
-                "observed_at, valid_from, valid_to, confidence, message_ids, labels, model, "
-                "prompt_version, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    project,
-                    f.id,
-                    user,
-                    f.text,
-                    f.kind,
-                    f.occurred_at,
-                    f.observed_at,
-                    f.valid_from,
-                    f.valid_to,
-                    f.confidence,
-                    json.dumps(f.message_ids),
-                    json.dumps(f.labels),
-                    f.model,
-                    f.prompt_version,
-                    now,
-                ),
-            ).lastrowid
-            c.executemany(
-                "INSERT OR IGNORE INTO fact_sources (fact_pk, message_pk) VALUES (?, ?)",
-                [(pk, message_pks[m]) for m in f.message_ids if m in message_pks],
+        # facts_fts and summaries_fts: rowid = the row's pk, scoped by a token of the user.
+        if new:
+            tx.execute(
+                f"INSERT INTO {table}_fts (rowid, body, scope) VALUES (?, ?, ?)",
+                (pk, fts_document(text), _scope(project_id, user_id)),
             )
-            c.execute(
-                "INSERT INTO facts_fts (rowid, body, scope) VALUES (?, ?, ?)",
-                (pk, fts_document(f.text), scope),
-            )
-            fact_vectors.append((pk, f.vector))
-        self._insert_vectors(c, embedder, "fact", project, user, fact_vectors)
-
-        summary_vectors: list[tuple[int, np.ndarray]] = []
-        for w in layers.summaries:
-            if w.action in ("add", "supersede"):
-                pk = c.execute(
-                    "INSERT INTO summaries (project_id, id, user_id, text, status, valid_from, "
-                    "valid_to, confidence, labels, version, fact_ids, message_ids, model, "
-                    "prompt_version, created_at, updated_at, observed_at) "
-                    "VALUES (?, ?, ?, ?, 'active', ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        project,
-                        w.id,
-                        user,
-                        w.text,
-                        w.valid_from,
-                        w.valid_to,
-                        w.confidence,
-                        json.dumps(w.labels),
-                        json.dumps(w.fact_ids),
-                        json.dumps(w.message_ids),
-                        w.model,
-                        w.prompt_version,
-                        now,
-                        now,
-                        w.observed_at,
-                    ),
-                ).lastrowid
-                self._history(
-                    c, pk, 1, w.text, "active", w.confidence, w.fact_ids, w.reason, w.model, now
-                )
-                c.execute(
-                    "INSERT INTO summaries_fts (rowid, body, scope) VALUES (?, ?, ?)",
-                    (pk, fts_document(w.text), scope),
-                )
-                if w.vector is not None:
-                    summary_vectors.append((pk, w.vector))
-                if w.action == "supersede" and w.supersedes:
-                    old = self._summary_by_id(c, project, w.supersedes)
-                    if old is None or old.user_id != user:
-                        raise ValueError(f"cannot supersede unknown summary {w.supersedes!r}")
-                    c.execute(
-                        "UPDATE summaries SET status = 'superseded', superseded_by = ?, "
-                        "version = version + 1, updated_at = ? WHERE pk = ?",
-                        (w.id, now, old.pk),
-                    )
-                    self._history(
-                        c,
-                        old.pk,
-                        old.version + 1,
-                        old.text,
-                        "superseded",
-                        old.confidence,
-                        old.fact_ids,
-                        w.reason,
-                        w.model,
-                        now,
-                    )
-                    # The successor belongs where its predecessor did.
-                    c.execute(
-                        "INSERT OR IGNORE INTO topic_summaries (topic_pk, summary_pk) "
-                        "SELECT topic_pk, ? FROM topic_summaries WHERE summary_pk = ?",
-                        (pk, old.pk),
-                    )
-                    self._retire_facts(c, project, user, old.fact_ids, w.id)
-            elif w.action == "strengthen":
-                old = self._summary_by_id(c, project, w.id)
-                if old is None or old.user_id != user:
-                    raise ValueError(f"cannot strengthen unknown summary {w.id!r}")
-                fact_ids = list(dict.fromkeys([*old.fact_ids, *w.fact_ids]))
-                message_ids = list(dict.fromkeys([*old.message_ids, *w.message_ids]))
-                c.execute(
-                    "UPDATE summaries SET text = ?, confidence = ?, fact_ids = ?, "
-                    "message_ids = ?, version = version + 1, updated_at = ?, "
-                    "valid_from = coalesce(valid_from, ?), valid_to = coalesce(?, valid_to), "
-                    "observed_at = max(coalesce(observed_at, ''), coalesce(?, '')) "
-                    "WHERE pk = ?",
-                    (
-                        w.text,
-                        w.confidence,
-                        json.dumps(fact_ids),
-                        json.dumps(message_ids),
-                        now,
-                        w.valid_from,
-                        w.valid_to,
-                        w.observed_at,
-                        old.pk,
-                    ),
-                )
-                self._history(
-                    c,
-                    old.pk,
-                    old.version + 1,
-                    w.text,
-                    old.status,
-                    w.confidence,
-                    fact_ids,
-                    w.reason,
-                    w.model,
-                    now,
-                )
-                if w.text != old.text:
-                    c.execute(
-                        "UPDATE summaries_fts SET body = ? WHERE rowid = ?",
-                        (fts_document(w.text), old.pk),
-                    )
-                    if w.vector is not None:
-                        summary_vectors.append((old.pk, w.vector))
-            else:
-                raise ValueError(f"unknown summary action {w.action!r}")
-        self._insert_vectors(c, embedder, "summary", project, user, summary_vectors)
-
-        for t in layers.topics:
-            if t.is_new:
-                c.execute(
-                    "INSERT INTO topics (project_id, id, user_id, name, description, "
-                    "created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (project, t.id, user, t.name, t.description, now, now),
-                )
-            else:
-                c.execute(
-                    "UPDATE topics SET description = ?, updated_at = ? WHERE project_id = ? "
-                    "AND id = ? AND user_id = ?",
-                    (t.description, now, project, t.id, user),
-                )
-            topic_pk = c.execute(
-                "SELECT pk FROM topics WHERE project_id = ? AND id = ? AND user_id = ?",
-                (project, t.id, user),
-            ).fetchone()
-            if topic_pk is None:
-                raise ValueError(f"unknown topic {t.id!r}")
-            for sid in t.summary_ids:
-                row = self._summary_by_id(c, project, sid)
-                if row is None or row.user_id != user:
-                    raise ValueError(f"topic {t.name!r} names unknown summary {sid!r}")
-                c.execute(
-                    "INSERT OR IGNORE INTO topic_summaries (topic_pk, summary_pk) VALUES (?, ?)",
-                    (topic_pk[0], row.pk),
-                )
-
-    @staticmethod
-    def _history(
-        c: sqlite3.Connection,
-        summary_pk: int,
-        version: int,
-        text: str,
-        status: str,
-        confidence: float,
-        fact_ids: list[str],
-        reason: str,
-        actor: str,
-        when: str,
-    ) -> None:
-        c.execute(
-            "INSERT INTO summary_history (summary_pk, version, text, status, confidence, "
-            "fact_ids, reason, actor, changed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                summary_pk,
-                version,
-                text,
-                status,
-                confidence,
-                json.dumps(fact_ids),
-                reason,
-                actor,
-                when,
-            ),
-        )
-
-    def _record_calls(
-        self, c: sqlite3.Connection, batch: ClaimedBatch, calls: Sequence[CallWrite]
-    ) -> None:
-        now = time.time()
-        c.executemany(
-            "INSERT INTO llm_calls (project_id, user_id, stage, model, prompt_version, "
-            "prompt_tokens, completion_tokens, latency_ms, ok, created_at) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [
-                (
-                    batch.project_id,
-                    batch.user_id,
-                    k.stage,
-                    k.model,
-                    k.prompt_version,
-                    k.prompt_tokens,
-                    k.completion_tokens,
-                    k.latency_ms,
-                    int(k.ok),
-                    now,
-                )
-                for k in calls
-            ],
-        )
+        else:
+            tx.execute(f"UPDATE {table}_fts SET body = ? WHERE rowid = ?", (fts_document(text), pk))
 
     # -- derived layers: reads -------------------------------------------------------------
-
-    def _summary_by_id(
-        self, c: sqlite3.Connection, project_id: str, summary_id: str
-    ) -> SummaryRow | None:
-        row = c.execute(
-            f"SELECT {_SUMMARY_COLUMNS} FROM summaries WHERE project_id = ? AND id = ?",
-            (project_id, summary_id),
-        ).fetchone()
-        return None if row is None else _row_to_summary(row)
 
     def _vector_scope(
         self, project_id: str, user_id: str, kind: str, embedder: str, dim: int
@@ -1177,51 +858,6 @@ class SQLiteStore(SQLStore):
         return self._vector_layer(
             "facts", "fact", project_id, user_id, query, embedder, limit, statuses
         )
-
-    @staticmethod
-    def _retire_facts(
-        c: sqlite3.Connection, project: str, user: str, fact_ids: Sequence[str], successor: str
-    ) -> None:
-        """Facts of a superseded summary that no current summary holds are superseded too:
-        recall must not present "lives in Lisbon" as current once it was corrected."""
-        for fid in fact_ids:
-            c.execute(
-                "UPDATE facts SET status = 'superseded', superseded_by = ? "
-                "WHERE project_id = ? AND user_id = ? AND id = ? AND status = 'active' "
-                "AND NOT EXISTS (SELECT 1 FROM summaries s, json_each(s.fact_ids) j "
-                "WHERE s.project_id = ? AND s.user_id = ? AND s.status IN "
-                "('active', 'deprioritized') AND j.value = ?)",
-                (successor, project, user, fid, project, user, fid),
-            )
-
-    def merge_topics(self, project_id: str, user_id: str, source_id: str, target_id: str) -> int:
-        """File every summary of ``source_id`` under ``target_id`` and retire the source.
-
-        Returns how many summaries moved. The source keeps a ``merged_into`` link."""
-        with self._write() as c:
-            rows = {
-                tid: pk
-                for pk, tid in c.execute(
-                    "SELECT pk, id FROM topics WHERE project_id = ? AND user_id = ? "
-                    "AND status = 'active' AND id IN (?, ?)",
-                    (project_id, user_id, source_id, target_id),
-                )
-            }
-            if source_id not in rows or target_id not in rows or source_id == target_id:
-                raise KeyError(source_id if source_id not in rows else target_id)
-            moved = c.execute(
-                "INSERT OR IGNORE INTO topic_summaries (topic_pk, summary_pk) "
-                "SELECT ?, summary_pk FROM topic_summaries WHERE topic_pk = ?",
-                (rows[target_id], rows[source_id]),
-            ).rowcount
-            c.execute("DELETE FROM topic_summaries WHERE topic_pk = ?", (rows[source_id],))
-            now = now_iso()
-            c.execute(
-                "UPDATE topics SET status = 'merged', merged_into = ?, updated_at = ? WHERE pk = ?",
-                (target_id, now, rows[source_id]),
-            )
-            c.execute("UPDATE topics SET updated_at = ? WHERE pk = ?", (now, rows[target_id]))
-        return moved
 
     # -- governance: what removal does here (see _core/removal.py) ------------------------
 
