@@ -27,7 +27,6 @@ from .. import (
     ClaimedBatch,
     MessageRow,
     SearchFilters,
-    SessionRow,
     SummaryRow,
 )
 from .._batches import (
@@ -46,11 +45,6 @@ from ._dialect import NUMBER_CMP, SQLiteDialect, number_cmp
 from ._vectors import VectorCache
 
 __all__ = ["SQLiteStore", "latest_schema_version", "sqlite_path"]
-
-_MESSAGE_COLUMNS = (
-    "pk, project_id, id, user_id, session_id, process_id, role, content, content_hash, ts, "
-    "event_type, page, metadata, status, error, attempts, job_id, created_at, processed_at, name"
-)
 
 
 # Claimable: queued and due, or running under an expired lease (parameters: now, now).
@@ -121,98 +115,6 @@ def _fts_body(content: str, event_type: str | None, page: str | None) -> str:
 def _any_of(terms: Sequence[str]) -> str:
     """An FTS5 expression matching any of ``terms``, each quoted so it is never syntax."""
     return " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
-
-
-def _row_to_message(row: sqlite3.Row | tuple[Any, ...]) -> MessageRow:
-    (
-        pk,
-        project_id,
-        mid,
-        user_id,
-        session_id,
-        process_id,
-        role,
-        content,
-        content_hash,
-        ts,
-        event_type,
-        page,
-        metadata,
-        status,
-        error,
-        attempts,
-        job_id,
-        created_at,
-        processed_at,
-        name,
-    ) = row
-    return MessageRow(
-        pk=pk,
-        project_id=project_id,
-        id=mid,
-        user_id=user_id,
-        session_id=session_id,
-        process_id=process_id,
-        role=role,
-        content=content,
-        content_hash=content_hash,
-        ts=ts,
-        event_type=event_type,
-        page=page,
-        name=name,
-        metadata=json.loads(metadata),
-        status=status,
-        error=error,
-        attempts=attempts,
-        job_id=job_id,
-        created_at=created_at,
-        processed_at=processed_at,
-    )
-
-
-def _row_to_session(row: tuple[Any, ...]) -> SessionRow:
-    project_id, sid, user_id, title, metadata, created_at, updated_at = row
-    return SessionRow(
-        project_id=project_id,
-        id=sid,
-        user_id=user_id,
-        title=title,
-        metadata=json.loads(metadata),
-        created_at=created_at,
-        updated_at=updated_at,
-    )
-
-
-_SESSION_COLUMNS = "project_id, id, user_id, title, metadata, created_at, updated_at"
-_SUMMARY_COLUMNS = (
-    "pk, project_id, id, user_id, text, status, confidence, version, fact_ids, message_ids, "
-    "labels, valid_from, valid_to, superseded_by, model, prompt_version, created_at, updated_at, "
-    "observed_at"
-)
-
-
-def _row_to_summary(r: tuple[Any, ...]) -> SummaryRow:
-    return SummaryRow(
-        pk=r[0],
-        project_id=r[1],
-        id=r[2],
-        user_id=r[3],
-        text=r[4],
-        status=r[5],
-        confidence=r[6],
-        version=r[7],
-        fact_ids=json.loads(r[8]),
-        message_ids=json.loads(r[9]),
-        labels=json.loads(r[10]),
-        valid_from=r[11],
-        valid_to=r[12],
-        superseded_by=r[13],
-        model=r[14],
-        prompt_version=r[15],
-        created_at=r[16],
-        updated_at=r[17],
-        observed_at=r[18],
-    )
 
 
 class SQLiteStore(SQLStore):
