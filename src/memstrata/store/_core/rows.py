@@ -7,11 +7,14 @@ differs (JSON text or ``jsonb``, JSON arrays or ``text[]``) is the dialect's
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from dataclasses import fields
+from typing import Any, TypeVar
 
 from .. import FactRow, MessageRow, SessionRow, SummaryRow, TopicRow
 from .dialect import Dialect
+
+_Row = TypeVar("_Row")
 
 __all__ = [
     "FACT_COLUMNS",
@@ -30,19 +33,6 @@ MESSAGE_COLUMNS = (
     "pk, project_id, id, user_id, session_id, process_id, role, content, content_hash, ts, "
     "event_type, page, metadata, status, error, attempts, job_id, created_at, processed_at, name"
 )
-SESSION_COLUMNS = "project_id, id, user_id, title, metadata, created_at, updated_at"
-SUMMARY_COLUMNS = (
-    "pk, project_id, id, user_id, text, status, confidence, version, fact_ids, message_ids, "
-    "labels, valid_from, valid_to, superseded_by, model, prompt_version, created_at, updated_at, "
-    "observed_at"
-)
-FACT_COLUMNS = (
-    "pk, project_id, id, user_id, text, kind, confidence, status, message_ids, labels, "
-    "occurred_at, valid_from, valid_to, superseded_by, model, prompt_version, created_at, "
-    "observed_at"
-)
-# Without summary_ids: a topic's summaries come from topic_summaries (see topic_row).
-TOPIC_COLUMNS = "pk, project_id, id, user_id, name, description, status, created_at, updated_at"
 
 
 def message_row(r: Sequence[Any], d: Dialect) -> MessageRow:
@@ -70,75 +60,41 @@ def message_row(r: Sequence[Any], d: Dialect) -> MessageRow:
     )
 
 
-def session_row(r: Sequence[Any], d: Dialect) -> SessionRow:
-    return SessionRow(
-        project_id=r[0],
-        id=r[1],
-        user_id=r[2],
-        title=r[3],
-        metadata=d.load_json(r[4]),
-        created_at=r[5],
-        updated_at=r[6],
-    )
+def _columns(cls: type, *, without: tuple[str, ...] = ()) -> str:
+    return ", ".join(f.name for f in fields(cls) if f.name not in without)
 
 
-def summary_row(r: Sequence[Any], d: Dialect) -> SummaryRow:
-    return SummaryRow(
-        pk=r[0],
-        project_id=r[1],
-        id=r[2],
-        user_id=r[3],
-        text=r[4],
-        status=r[5],
-        confidence=r[6],
-        version=r[7],
-        fact_ids=d.load_array(r[8]),
-        message_ids=d.load_array(r[9]),
-        labels=d.load_array(r[10]),
-        valid_from=r[11],
-        valid_to=r[12],
-        superseded_by=r[13],
-        model=r[14],
-        prompt_version=r[15],
-        created_at=r[16],
-        updated_at=r[17],
-        observed_at=r[18],
-    )
+def _converter(
+    cls: type[_Row], *, arrays: tuple[str, ...] = (), documents: tuple[str, ...] = ()
+) -> Callable[[Sequence[Any], Dialect], _Row]:
+    """A row of ``_columns(cls)`` as a ``cls``: positional, its array and JSON columns
+    decoded by the dialect."""
+    names = [f.name for f in fields(cls)]
+    array_at = tuple(names.index(n) for n in arrays)
+    document_at = tuple(names.index(n) for n in documents)
+
+    def convert(r: Sequence[Any], d: Dialect) -> _Row:
+        values = list(r)
+        for i in array_at:
+            values[i] = d.load_array(values[i])
+        for i in document_at:
+            values[i] = d.load_json(values[i])
+        return cls(*values)
+
+    return convert
 
 
-def fact_row(r: Sequence[Any], d: Dialect) -> FactRow:
-    return FactRow(
-        pk=r[0],
-        project_id=r[1],
-        id=r[2],
-        user_id=r[3],
-        text=r[4],
-        kind=r[5],
-        confidence=r[6],
-        status=r[7],
-        message_ids=d.load_array(r[8]),
-        labels=d.load_array(r[9]),
-        occurred_at=r[10],
-        valid_from=r[11],
-        valid_to=r[12],
-        superseded_by=r[13],
-        model=r[14],
-        prompt_version=r[15],
-        created_at=r[16],
-        observed_at=r[17],
-    )
+# The columns of these tables are their row type's fields, in order.
+SESSION_COLUMNS = _columns(SessionRow)
+SUMMARY_COLUMNS = _columns(SummaryRow)
+FACT_COLUMNS = _columns(FactRow)
+# Without summary_ids: a topic's summaries come from topic_summaries (see topic_row).
+TOPIC_COLUMNS = _columns(TopicRow, without=("summary_ids",))
+
+session_row = _converter(SessionRow, documents=("metadata",))
+summary_row = _converter(SummaryRow, arrays=("fact_ids", "message_ids", "labels"))
+fact_row = _converter(FactRow, arrays=("message_ids", "labels"))
 
 
 def topic_row(r: Sequence[Any], summary_ids: list[str]) -> TopicRow:
-    return TopicRow(
-        pk=r[0],
-        project_id=r[1],
-        id=r[2],
-        user_id=r[3],
-        name=r[4],
-        description=r[5],
-        status=r[6],
-        created_at=r[7],
-        updated_at=r[8],
-        summary_ids=summary_ids,
-    )
+    return TopicRow(*r[:7], summary_ids, r[7], r[8])
