@@ -443,8 +443,9 @@ def test_briefs_order_turns_that_share_a_timestamp(mem: Memory) -> None:
     )
     order = [None, *pks, None]
     for i, pk in enumerate(pks, start=1):
-        assert briefs[pk][5:7] == (order[i - 1], order[i + 1])
-        assert briefs[pk][1] == "batch" and not briefs[pk][4]  # nothing superseded
-        assert len(briefs[pk][-1]) == 4 * mem._embedder.dim
+        brief = briefs[pk]
+        assert (brief.prev_pk, brief.next_pk) == (order[i - 1], order[i + 1])
+        assert brief.session_id == "batch" and not brief.superseded  # nothing superseded
+        assert brief.vector is not None and len(brief.vector) == 4 * mem._embedder.dim
     # another user's items are never described
     assert store.recall_briefs(mem.project_id, "someone-else", pks) == ({}, {}, {})

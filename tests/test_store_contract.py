@@ -27,15 +27,18 @@ from memstrata.store import (
     ApiKeyRow,
     CallWrite,
     ClaimedBatch,
+    FactBrief,
     FactWrite,
     ItemFilters,
     LayerWrite,
     LeaseLostError,
+    MessageBrief,
     MessageRow,
     OutboxWrite,
     SearchFilters,
     SessionRow,
     Store,
+    SummaryBrief,
     SummaryWrite,
     TopicWrite,
     WebhookDeliveryRow,
@@ -742,7 +745,7 @@ def test_strengthen_and_supersede_version_summaries_and_retire_facts(store: Stor
     ]
     m0, m1 = (r.pk or 0 for r in ids["messages"])
     marks, _, _ = store.recall_briefs(P, "u1", [m0, m1, rows[0].pk or 0])
-    assert [marks[pk][4] for pk in (m0, m1, rows[0].pk or 0)] == [1, 0, 0]
+    assert [marks[pk].superseded for pk in (m0, m1, rows[0].pk or 0)] == [True, False, False]
     history = store.summary_history(P, "s-home")
     assert [(h["version"], h["status"], h["reason"]) for h in history] == [
         (1, "active", "test"),
@@ -787,14 +790,16 @@ def test_a_reworded_summary_is_searched_and_ranked_by_its_new_vector(store: Stor
     found = store.vector_summaries(P, "u1", unit(0, 1, 0), EMB, 5, statuses=("active",))
     assert found == [(pk, pytest.approx(1.0))]
     _, _, summaries = store.recall_briefs(P, "u1", summaries=[pk], embedder=EMB)
-    assert np.frombuffer(summaries[pk][-1], dtype=np.float32).tolist() == unit(0, 1, 0).tolist()
+    vector = summaries[pk].vector
+    assert vector is not None
+    assert np.frombuffer(vector, dtype=np.float32).tolist() == unit(0, 1, 0).tolist()
 
 
 def test_a_message_with_active_or_no_facts_is_not_superseded(store: Store) -> None:
     rows = add(store, ["a", "b"])
     process(store, LayerWrite(facts=[fact("f1", "a", [rows[0].id], unit(1))]))
     marks, _, _ = store.recall_briefs(P, "u1", [rows[0].pk or 0, rows[1].pk or 0])
-    assert [bool(marks[r.pk or 0][4]) for r in rows] == [False, False]  # no fact, or active
+    assert [marks[r.pk or 0].superseded for r in rows] == [False, False]  # no fact, or active
 
 
 def test_a_bad_layer_write_rolls_the_whole_batch_back(store: Store) -> None:
@@ -1714,11 +1719,11 @@ def test_message_neighbours_follow_time_then_acceptance_order(store: Store) -> N
     late, early, mid1, mid2 = (r.pk for r in rows)
     pks = [late, early, mid1, mid2]
     briefs, _, _ = store.recall_briefs(P, "u1", pks, neighbours=True)  # type: ignore[arg-type]
-    got = {pk: briefs[pk][5:7] for pk in pks}  # type: ignore[index]
+    got = {pk: (briefs[pk].prev_pk, briefs[pk].next_pk) for pk in pks}  # type: ignore[index]
     assert got == {early: (None, mid1), mid1: (early, mid2), mid2: (mid1, late), late: (mid2, None)}
     assert store.recall_briefs(P, "u2", [late], neighbours=True)[0] == {}  # type: ignore[list-item]
     plain, _, _ = store.recall_briefs(P, "u1", [mid1])  # type: ignore[list-item]
-    assert plain[mid1][5:7] == (None, None)  # type: ignore[index]
+    assert (plain[mid1].prev_pk, plain[mid1].next_pk) == (None, None)  # type: ignore[index]
 
 
 def test_recall_briefs_describe_each_layer(store: Store) -> None:
@@ -1735,20 +1740,117 @@ def test_recall_briefs_describe_each_layer(store: Store) -> None:
         embedder=EMB,
     )
     m0 = msgs[rows[0].pk]
-    assert m0[:5] == (rows[0].id, "s1", None, NOW, 0)
-    assert np.frombuffer(m0[7], dtype=np.float32) == pytest.approx(unit(seed=rows[0].pk))
+    assert (m0.id, m0.session_id, m0.name, m0.ts, m0.superseded) == (
+        rows[0].id,
+        "s1",
+        None,
+        NOW,
+        False,
+    )
+    assert np.frombuffer(m0.vector, dtype=np.float32) == pytest.approx(unit(seed=rows[0].pk))
     f = facts[berlin.pk]
-    assert f[:6] == ("f-berlin", "active", NOW, None, berlin.created_at, None)
-    assert np.frombuffer(f[6], dtype=np.float32) == pytest.approx(unit(1, 0))
+    assert (f.id, f.status, f.occurred_at, f.observed_at, f.created_at, f.valid_to) == (
+        "f-berlin",
+        "active",
+        NOW,
+        None,
+        berlin.created_at,
+        None,
+    )
+    assert np.frombuffer(f.vector, dtype=np.float32) == pytest.approx(unit(1, 0))
     sm = sums[home.pk]
-    assert sm[:5] == ("s-home", "active", NOW, home.created_at, None)
-    assert json.loads(sm[5]) == ["f-berlin"] and json.loads(sm[6]) == ["t-life"]
-    assert np.frombuffer(sm[7], dtype=np.float32) == pytest.approx(unit(1, 0.1))
+    assert (sm.id, sm.status, sm.observed_at, sm.created_at, sm.valid_to) == (
+        "s-home",
+        "active",
+        NOW,
+        home.created_at,
+        None,
+    )
+    assert sm.fact_ids == ["f-berlin"] and sm.topic_ids == ["t-life"]
+    assert np.frombuffer(sm.vector, dtype=np.float32) == pytest.approx(unit(1, 0.1))
     # Without an embedder, no vectors; another user's items are not described.
     no_vec, _, _ = store.recall_briefs(P, "u1", [rows[0].pk])
-    assert no_vec[rows[0].pk][7] is None
+    assert no_vec[rows[0].pk].vector is None
     assert store.recall_briefs(P, "u2", [rows[0].pk], [berlin.pk], [home.pk]) == ({}, {}, {})
     assert store.recall_briefs(P, "u1") == ({}, {}, {})
+
+
+def _field_types(brief: Any) -> dict[str, type]:
+    return {f.name: type(getattr(brief, f.name)) for f in dataclasses.fields(brief)}
+
+
+def test_recall_briefs_have_the_same_fields_and_types_on_every_backend(store: Store) -> None:
+    """Recall reads briefs by field name, and each field holds one plain Python type
+    whatever the backend: id lists as lists of str (not JSON text, not arrays), the
+    superseded mark a bool (also for a message without facts), pks as int, vectors as
+    float32 bytes."""
+    names = {
+        cls: " ".join(f.name for f in dataclasses.fields(cls))
+        for cls in (MessageBrief, FactBrief, SummaryBrief)
+    }
+    assert names == {
+        MessageBrief: "id session_id name ts superseded prev_pk next_pk vector",
+        FactBrief: "id status occurred_at observed_at created_at valid_to vector",
+        SummaryBrief: "id status observed_at created_at valid_to fact_ids topic_ids vector",
+    }
+    rows = add(store, ["Ann moved to Berlin", "Ann likes ramen", "Ann is home"], name="Ann")
+    dated = {"observed_at": NOW, "valid_to": "2027-01-01T00:00:00.000000Z"}
+    process(
+        store,
+        LayerWrite(
+            facts=[fact("f1", "Ann moved", [rows[0].id], unit(1), occurred_at=NOW, **dated)],
+            summaries=[summary("s1", "Ann moved", fact_ids=["f1"], vec=unit(1), **dated)],
+            topics=[TopicWrite("t1", "life", "home", ["s1"], True)],
+        ),
+    )
+    [later] = add(store, ["not processed yet"], prefix="2")
+    [f1] = store.get_facts(P, ["f1"])
+    [s1] = store.get_summaries(P, ["s1"])
+    pks = [r.pk or 0 for r in [*rows, later]]
+    msgs, facts, sums = store.recall_briefs(
+        P, "u1", pks, [f1.pk], [s1.pk], neighbours=True, embedder=EMB
+    )
+    assert all(type(pk) is int for layer in (msgs, facts, sums) for pk in layer)
+    none = type(None)
+    turn = {"id": str, "session_id": str, "name": str, "ts": str, "superseded": bool}
+    assert isinstance(msgs[pks[1]], MessageBrief)
+    assert _field_types(msgs[pks[1]]) == {**turn, "prev_pk": int, "next_pk": int, "vector": bytes}
+    # No name, no facts, no vector yet, the last turn.
+    assert _field_types(msgs[pks[3]]) == {
+        **turn,
+        "name": none,
+        "prev_pk": int,
+        "next_pk": none,
+        "vector": none,
+    }
+    assert msgs[pks[3]].superseded is False
+    dates = {"observed_at": str, "created_at": str, "valid_to": str}
+    assert isinstance(facts[f1.pk], FactBrief)
+    assert _field_types(facts[f1.pk]) == {
+        **{"id": str, "status": str, "occurred_at": str},
+        **dates,
+        "vector": bytes,
+    }
+    summary_brief = sums[s1.pk]
+    assert isinstance(summary_brief, SummaryBrief)
+    assert _field_types(summary_brief) == {
+        **{"id": str, "status": str},
+        **dates,
+        **{"fact_ids": list, "topic_ids": list, "vector": bytes},
+    }
+    assert summary_brief.fact_ids == ["f1"] and summary_brief.topic_ids == ["t1"]
+    assert all(type(i) is str for i in [*summary_brief.fact_ids, *summary_brief.topic_ids])
+    # Without topics or facts, the lists are empty lists; without an embedder, no vectors.
+    process(store, LayerWrite(summaries=[summary("s2", "alone", vec=unit(0, 1))]))
+    [s2] = store.get_summaries(P, ["s2"])
+    _, _, bare = store.recall_briefs(P, "u1", summaries=[s2.pk])
+    assert (bare[s2.pk].fact_ids, bare[s2.pk].topic_ids, bare[s2.pk].vector) == ([], [], None)
+    plain, _, _ = store.recall_briefs(P, "u1", pks[:1])
+    assert (plain[pks[0]].prev_pk, plain[pks[0]].next_pk, plain[pks[0]].vector) == (
+        None,
+        None,
+        None,
+    )
 
 
 def test_a_message_whose_facts_were_all_superseded_is_marked(store: Store) -> None:
@@ -1767,7 +1869,8 @@ def test_a_message_whose_facts_were_all_superseded_is_marked(store: Store) -> No
     )
     m0, m1 = (r.pk for r in ids["messages"])
     msgs, _, _ = store.recall_briefs(P, "u1", [m0, m1, rows[0].pk])  # type: ignore[list-item]
-    assert msgs[m0][4] == 1 and msgs[m1][4] == 0 and msgs[rows[0].pk][4] == 0  # type: ignore[index]
+    assert msgs[m0].superseded is True and msgs[m1].superseded is False  # type: ignore[index]
+    assert msgs[rows[0].pk].superseded is False  # type: ignore[index]
 
 
 # -- projects, keys, audit, governance ------------------------------------------------------

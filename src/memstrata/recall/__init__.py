@@ -8,7 +8,6 @@ See docs/recall.md.
 
 from __future__ import annotations
 
-import json
 import re
 import threading
 from collections.abc import Iterator, Mapping, Sequence
@@ -28,13 +27,16 @@ from ..embed import Embedder
 from ..llm import ChatModel
 from ..store import (
     CURRENT_SUMMARY,
+    FactBrief,
     FactRow,
     LayerStore,
+    MessageBrief,
     MessageRow,
     SearchFilters,
     SearchStore,
     SessionRow,
     SessionStore,
+    SummaryBrief,
     SummaryRow,
 )
 from ..store._text import fts_query_terms
@@ -144,20 +146,23 @@ def _row_text(row: Any) -> str:
     return str(getattr(row, "content", None) or getattr(row, "text", ""))
 
 
+Brief = MessageBrief | FactBrief | SummaryBrief
+
+
 def _similarities(
-    tables: Mapping[str, Mapping[int, tuple[Any, ...]]],
+    tables: Mapping[str, Mapping[int, Brief]],
     keys: Sequence[Key],
     qvecs: Sequence[np.ndarray],
 ) -> dict[Key, list[float]]:
-    """Cosine of each query variant with every key that has a vector (the last item of its
-    brief): one matrix product for all of them."""
+    """Cosine of each query variant with every key whose brief has a vector: one matrix
+    product for all of them."""
     have: list[Key] = []
     blobs: list[bytes] = []
     for key in keys:
         brief = tables[key[0]].get(key[1])
-        if brief is not None and brief[-1] is not None:
+        if brief is not None and brief.vector is not None:
             have.append(key)
-            blobs.append(brief[-1])
+            blobs.append(brief.vector)
     if not have or not len(qvecs):
         return {}
     matrix = np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(have), -1)
@@ -184,16 +189,16 @@ class SearchOptions:
 
 @dataclass
 class _Rows:
-    """Briefs of the candidates loaded so far (``Store.recall_briefs`` tuples), by layer and
-    pk: what ranking needs, without text or metadata."""
+    """Briefs of the candidates loaded so far (``Store.recall_briefs``), by layer and pk:
+    what ranking needs, without text or metadata."""
 
-    messages: dict[int, tuple[Any, ...]] = field(default_factory=dict)
-    facts: dict[int, tuple[Any, ...]] = field(default_factory=dict)
-    summaries: dict[int, tuple[Any, ...]] = field(default_factory=dict)
+    messages: dict[int, MessageBrief] = field(default_factory=dict)
+    facts: dict[int, FactBrief] = field(default_factory=dict)
+    summaries: dict[int, SummaryBrief] = field(default_factory=dict)
     neighbours: dict[int, tuple[int | None, int | None]] = field(default_factory=dict)
     # Briefs of turns read only as neighbours of the above (no links of their own yet): a
     # turn that turns out to be a candidate too is read again, with its neighbours.
-    context: dict[int, tuple[Any, ...]] = field(default_factory=dict)
+    context: dict[int, MessageBrief] = field(default_factory=dict)
 
     def __contains__(self, key: Key) -> bool:
         layer, pk = key
@@ -211,7 +216,7 @@ class _Rows:
 @dataclass
 class Scored:
     score: float
-    brief: tuple[Any, ...]  # the item's recall_briefs tuple; brief[0] is its public id
+    brief: Brief  # what the item was ranked on (Store.recall_briefs)
     cand: Candidate
     window: dict[Key, float] | None = None
     _signals: dict[str, float] | None = None
@@ -220,7 +225,7 @@ class Scored:
 
     @property
     def id(self) -> str:
-        return str(self.brief[0])
+        return self.brief.id
 
     @property
     def signals(self) -> dict[str, float]:
@@ -402,7 +407,7 @@ class Recaller:
         )
         out = _Rows(messages, facts, summaries)
         if filters.empty:
-            out.neighbours = {pk: (b[5], b[6]) for pk, b in messages.items()}
+            out.neighbours = {pk: (b.prev_pk, b.next_pk) for pk, b in messages.items()}
         return out
 
     def _load(self, items: Sequence[tuple[Key, Scored]]) -> None:
@@ -516,10 +521,14 @@ class Recaller:
                         neighbours[prev] = (neighbours.get(prev, (None, None))[0], pk)
                     if nxt in more:
                         neighbours[nxt] = (pk, neighbours.get(nxt, (None, None))[1])
-        tables = {"message": messages, "fact": facts, "summary": summaries}
+        tables: dict[str, Mapping[int, Brief]] = {
+            "message": messages,
+            "fact": facts,
+            "summary": summaries,
+        }
         sims = _similarities(tables, keys, qvecs)
         cands: dict[Key, Candidate] = {}
-        briefs: dict[Key, tuple[Any, ...]] = {}
+        briefs: dict[Key, Brief] = {}
         for key in keys:
             layer, pk = key
             brief = tables[layer].get(pk)
@@ -532,28 +541,26 @@ class Recaller:
             if max(vec, default=0.0) <= 0 and max(text) <= 0:
                 continue
             cand = Candidate(key=key, fulltext=text, vector=vec)
-            if layer == "message":
-                _, cand.session, cand.name, ts, retired = brief[:5]
-                cand.ts = parse_ts(ts)
+            if isinstance(brief, MessageBrief):
+                cand.session, cand.name = brief.session_id, brief.name
+                cand.ts = parse_ts(brief.ts)
                 prev, nxt = neighbours.get(pk, (None, None))
                 cand.prev = ("message", prev) if prev is not None else None
                 cand.next = ("message", nxt) if nxt is not None else None
                 # Raw history stays full evidence ("how many since..." needs the old value
                 # too); it is only marked, and get_memory leaves it out unless asked.
-                cand.superseded = retired == 1
+                cand.superseded = brief.superseded
             else:
                 # A fact is placed in time by when it happened ("went hiking last spring"),
                 # a summary by when it was observed.
-                if layer == "fact":
-                    _, status, occurred, observed, created, valid_to = brief[:6]
-                    when = occurred or observed or created
+                if isinstance(brief, FactBrief):
+                    when = brief.occurred_at or brief.observed_at or brief.created_at
                 else:
-                    _, status, observed, created, valid_to, _, topic_ids = brief[:7]
-                    when = observed or created
-                    cand.topics = tuple(json.loads(topic_ids)) if topic_ids else ()
+                    when = brief.observed_at or brief.created_at
+                    cand.topics = tuple(brief.topic_ids)
                 cand.ts = parse_ts(when)
-                cand.weight = _STATUS_WEIGHT.get(status, 1.0)
-                until = parse_ts(valid_to)
+                cand.weight = _STATUS_WEIGHT.get(brief.status, 1.0)
+                until = parse_ts(brief.valid_to)
                 if until is not None and opts.as_of is not None and until < opts.as_of:
                     cand.weight *= EXPIRED_WEIGHT  # no longer holds: history, not current
                     cand.expired = True
@@ -645,11 +652,9 @@ class Recaller:
         message_score = {x.id: x.score for (lay, _), x in scored.items() if lay == "message"}
         # A summary made of one fact says what the fact says: list the summary only.
         restated: set[str] = set()
-        for (lay, _), x in scored.items():
-            if lay == "summary":
-                fact_ids = json.loads(x.brief[5])
-                if len(fact_ids) == 1:
-                    restated.add(fact_ids[0])
+        for x in scored.values():
+            if isinstance(x.brief, SummaryBrief) and len(x.brief.fact_ids) == 1:
+                restated.add(x.brief.fact_ids[0])
         hits: list[Hit] = []
         pos = 0
         while len(hits) < limit and pos < len(ranked):

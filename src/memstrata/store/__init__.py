@@ -4,14 +4,16 @@ Adapters (``sqlite/`` and ``postgres/``, both over the shared core in ``_core/``
 it; the engine never issues SQL itself. The port is split by role (``_ports.py``: sessions
 and messages, jobs, layers, search, governance, webhooks, and the database itself), and
 each consumer declares the roles it uses; ``Store`` is their union. Rows cross the port as
-the small dataclasses of ``_rows.py``; the facade turns them into the public pydantic types.
+the small dataclasses of ``_rows.py``, what recall ranks on as those of ``_briefs.py``; the
+facade turns rows into the public pydantic types.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from . import _ports, _rows
+from . import _briefs, _ports, _rows
+from ._briefs import *  # noqa: F403  (recall's briefs: MessageBrief, FactBrief, SummaryBrief)
 from ._filters import MetadataCondition, SearchFilters, parse_metadata_filters
 from ._ports import *  # noqa: F403  (the role protocols, Store, LeaseLostError)
 from ._ports import Store
@@ -30,6 +32,7 @@ __all__ = [
 ]
 __all__ += _ports.__all__
 __all__ += _rows.__all__
+__all__ += _briefs.__all__
 
 
 # Options each adapter understands; the facade passes all of them, whatever the URL.

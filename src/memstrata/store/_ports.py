@@ -13,6 +13,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from ._briefs import Briefs
 from ._filters import SearchFilters
 from ._rows import (
     CURRENT_SUMMARY,
@@ -287,7 +288,7 @@ class SearchStore(Protocol):
         filters: SearchFilters,
     ) -> list[tuple[int, float]]: ...
 
-    # recall: what candidates are ranked on, in one query per layer (see SQLiteStore)
+    # recall: what candidates are ranked on, in one query per layer (see _briefs.py)
     def recall_briefs(
         self,
         project_id: str,
@@ -298,9 +299,7 @@ class SearchStore(Protocol):
         *,
         neighbours: bool = False,
         embedder: str | None = None,
-    ) -> tuple[
-        dict[int, tuple[Any, ...]], dict[int, tuple[Any, ...]], dict[int, tuple[Any, ...]]
-    ]: ...
+    ) -> Briefs: ...
 
 
 @runtime_checkable

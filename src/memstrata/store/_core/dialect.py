@@ -4,10 +4,10 @@ The core writes its SQL once, in the subset both backends speak (``RETURNING``,
 ``ON CONFLICT ... DO NOTHING / DO UPDATE``, ``coalesce``), with ``?`` placeholders. What
 the two spell differently is a method here: placeholders, how a list or a JSON object is
 bound and read back, "column is one of these values", "this array holds that value",
-"this array shares a value with that subquery", ``greatest``, one metadata filter condition
-on a JSON document, the keys of rows just inserted, row locks, the per-user lock and
-temporary tables of row keys. A backend is one ``Dialect`` subclass
-(``store/sqlite/_dialect.py``, ``store/postgres/_dialect.py``).
+"this array shares a value with that subquery", a subquery's rows as an array, index
+hints, ``greatest``, one metadata filter condition on a JSON document, the keys of rows
+just inserted, row locks, the per-user lock and temporary tables of row keys. A backend
+is one ``Dialect`` subclass (``store/sqlite/_dialect.py``, ``store/postgres/_dialect.py``).
 """
 
 from __future__ import annotations
@@ -79,6 +79,16 @@ class Dialect(ABC):
     def overlaps(self, array_column: str, subquery: str) -> str:
         """SQL true when the array ``array_column`` holds any value the one-column
         ``subquery`` returns (the subquery uncorrelated: it is evaluated once)."""
+
+    @abstractmethod
+    def array_of(self, select: str) -> str:
+        """SQL for the array of what the subquery ``select`` returns, in its order: one
+        column named ``value`` (read back with ``load_array``)."""
+
+    @abstractmethod
+    def indexed_by(self, index: str) -> str:
+        """A hint to read the table just named through ``index`` (SQLite's ``INDEXED BY``;
+        empty where the backend has no hints)."""
 
     @abstractmethod
     def greatest(self, *exprs: str) -> str:

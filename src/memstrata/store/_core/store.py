@@ -22,6 +22,7 @@ from .. import (
     AddOutcome,
     ApiKeyRow,
     AuditRow,
+    Briefs,
     CallWrite,
     ClaimedBatch,
     FactRow,
@@ -36,7 +37,7 @@ from .. import (
 )
 from .._batches import processing_state
 from .._webhook_rows import OutboxItem, WebhookDeliveryRow, WebhookRow
-from . import governance, ingest, jobs, reads, removal, webhooks
+from . import governance, ingest, jobs, reads, recall, removal, webhooks
 from . import layers as _layers
 from .dialect import Dialect, Tx
 from .layers import FulltextColumns, LayerItem, VectorRow
@@ -452,6 +453,41 @@ class SQLStore(ABC):
 
     # -- recall (see recall.py) -------------------------------------------------------------
     # What candidates are ranked on, one query per layer, as named briefs.
+
+    def recall_briefs(
+        self,
+        project_id: str,
+        user_id: str,
+        messages: Sequence[int] = (),
+        facts: Sequence[int] = (),
+        summaries: Sequence[int] = (),
+        *,
+        neighbours: bool = False,
+        embedder: str | None = None,
+    ) -> Briefs:
+        """What recall ranks items of a user on, without their text (read for the hits
+        only): ``MessageBrief``, ``FactBrief`` and ``SummaryBrief`` by pk. A message's
+        neighbouring turns only with ``neighbours``; vectors only from ``embedder``."""
+        pks = (messages, facts, summaries)
+        reads = recall.brief_reads(self.dialect, project_id, user_id, pks, neighbours)
+        if not reads:
+            return {}, {}, {}
+        rows = self._read_briefs(reads, project_id, user_id, embedder)
+        return recall.briefs(reads, rows, self.dialect)
+
+    @abstractmethod
+    def _read_briefs(
+        self,
+        reads: Sequence[recall.BriefRead],
+        project_id: str,
+        user_id: str,
+        embedder: str | None,
+    ) -> list[list[Sequence[Any]]]:
+        """Run each read, ``SELECT {read.columns} {read.source}`` (the core's SQL, ``?``
+        placeholders), and return its rows, in order, each with the vector of its item
+        ``m`` (a ``read.kind``) from ``embedder`` appended as float32 bytes: None without
+        one, or without an embedder. The vector may be selected with the row or looked up
+        after it, wherever the backend keeps vectors."""
 
     # -- governance (see governance.py) -----------------------------------------------------
     # Projects, keys, audit, status changes, and removal from provenance upward.

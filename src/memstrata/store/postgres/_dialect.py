@@ -86,6 +86,12 @@ class PostgresDialect(Dialect):
         # && over text[] is what the GIN index on facts.message_ids serves.
         return f"{array_column} && ARRAY({subquery})"
 
+    def array_of(self, select: str) -> str:
+        return f"ARRAY({select})"
+
+    def indexed_by(self, index: str) -> str:
+        return ""
+
     def greatest(self, *exprs: str) -> str:
         return f"greatest({', '.join(exprs)})"
 

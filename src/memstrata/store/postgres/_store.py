@@ -27,7 +27,6 @@ Same semantics as the SQLite store, row for row; what differs is how:
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import threading
@@ -52,6 +51,7 @@ from .. import (
 from .._core.dialect import Tx
 from .._core.filters import search_filter_sql
 from .._core.layers import FulltextColumns, VectorRow
+from .._core.recall import BriefRead
 from .._core.store import SQLStore
 from .._text import fts_words
 from ._connection import (
@@ -992,85 +992,34 @@ class PostgresStore(
 
     # -- recall --------------------------------------------------------------------------
 
-    def recall_briefs(
+    def _read_briefs(
         self,
+        reads: Sequence[BriefRead],
         project_id: str,
         user_id: str,
-        messages: Sequence[int] = (),
-        facts: Sequence[int] = (),
-        summaries: Sequence[int] = (),
-        *,
-        neighbours: bool = False,
-        embedder: str | None = None,
-    ) -> tuple[dict[int, tuple[Any, ...]], dict[int, tuple[Any, ...]], dict[int, tuple[Any, ...]]]:
-        """What recall ranks items of a user on, without their text; the tuples are
-        SQLiteStore.recall_briefs' (JSON lists as JSON text, vectors as float32 bytes)."""
-        side = (
-            "COALESCE((SELECT x.pk FROM messages x WHERE x.project_id = m.project_id "
-            "AND x.session_id = m.session_id AND x.ts = m.ts AND x.pk {op} m.pk "
-            "ORDER BY x.pk {desc} LIMIT 1), "
-            "(SELECT x.pk FROM messages x WHERE x.project_id = m.project_id "
-            "AND x.session_id = m.session_id AND x.ts {op} m.ts "
-            "ORDER BY x.ts {desc}, x.pk {desc} LIMIT 1))"
-        )
-        around = (
-            f"{side.format(op='<', desc='DESC')}, {side.format(op='>', desc='')}"
-            if neighbours
-            else "NULL::bigint, NULL::bigint"
-        )
-        vec = (
-            "(SELECT v.vec FROM vectors v WHERE v.kind = '{kind}' AND v.item_pk = m.pk "
-            "AND v.embedder = %(embedder)s)"
-        )
-        queries = (
-            (
-                messages,
-                "SELECT m.pk, m.id, m.session_id, m.name, m.ts, (SELECT bool_and(f.status = "
-                "'superseded')::int FROM fact_sources fs JOIN facts f ON f.pk = fs.fact_pk "
-                f"WHERE fs.message_pk = m.pk), {around}, {vec.format(kind='message')} "
-                "FROM messages m",
-            ),
-            (
-                facts,
-                "SELECT m.pk, m.id, m.status, m.occurred_at, m.observed_at, m.created_at, "
-                f"m.valid_to, {vec.format(kind='fact')} FROM facts m",
-            ),
-            (
-                summaries,
-                "SELECT m.pk, m.id, m.status, m.observed_at, m.created_at, m.valid_to, "
-                "m.fact_ids, ARRAY(SELECT t.id FROM topic_summaries ts JOIN topics t "
-                "ON t.pk = ts.topic_pk WHERE ts.summary_pk = m.pk AND t.status = 'active' "
-                f"ORDER BY t.pk), {vec.format(kind='summary')} FROM summaries m",
-            ),
-        )
-        out: list[dict[int, tuple[Any, ...]]] = [{}, {}, {}]
+        embedder: str | None,
+    ) -> list[list[Sequence[Any]]]:
+        out: list[list[Sequence[Any]]] = []
         with self._read() as c:
-            # The layers' queries go out together (pipeline mode): one round trip, not three.
-            cursors: list[tuple[int, Any]] = []
+            # The layers' queries go out together (pipeline mode): one round trip, not
+            # three; binary, so that pgvector hands the vectors over as arrays.
+            cursors: list[Any] = []
             with c.pipeline():
-                for layer, (pks, select) in enumerate(queries):
-                    if not pks:
-                        continue
-                    cur = c.cursor(binary=True)
-                    cur.execute(
-                        f"{select} WHERE m.pk = ANY(%(pks)s::bigint[]) "
-                        "AND m.project_id = %(project)s AND m.user_id = %(user)s",
-                        {
-                            "embedder": embedder,
-                            "pks": list(pks),
-                            "project": project_id,
-                            "user": user_id,
-                        },
+                for read in reads:
+                    vec = (
+                        f"(SELECT v.vec FROM vectors v WHERE v.kind = '{read.kind}' "
+                        "AND v.item_pk = m.pk AND v.embedder = ?)"
                     )
-                    cursors.append((layer, cur))
-            for layer, cur in cursors:
-                for row in cur.fetchall():
-                    brief = list(row[1:])
-                    v = brief[-1]
-                    brief[-1] = None if v is None else v.to_numpy().tobytes()
-                    if layer == 2:
-                        brief[5] = json.dumps(list(brief[5]))
-                        brief[6] = json.dumps(list(brief[6]))
-                    out[layer][int(row[0])] = tuple(brief)
+                    cur = c.cursor(binary=True)
+                    sql = f"SELECT {read.columns}, {vec} {read.source}"
+                    self.dialect.execute(cur, sql, [embedder, *read.params])
+                    cursors.append(cur)
+            for cur in cursors:
+                out.append(
+                    [
+                        (*row[:-1], None if row[-1] is None else row[-1].to_numpy().tobytes())
+                        for row in cur.fetchall()
+                    ]
+                )
                 cur.close()
-        return out[0], out[1], out[2]
+        return out

@@ -136,6 +136,12 @@ class SQLiteDialect(Dialect):
             f"WHERE overlap.value IN ({subquery}))"
         )
 
+    def array_of(self, select: str) -> str:
+        return f"(SELECT json_group_array(value) FROM ({select}))"
+
+    def indexed_by(self, index: str) -> str:
+        return f" INDEXED BY {index}"
+
     def greatest(self, *exprs: str) -> str:
         return f"max({', '.join(exprs)})"
 

@@ -39,6 +39,7 @@ from .._core import jobs as core_jobs
 from .._core.dialect import Tx
 from .._core.filters import search_filter_sql
 from .._core.layers import FulltextColumns, VectorRow
+from .._core.recall import BriefRead
 from .._core.store import SQLStore
 from .._text import fts_document, scope_token
 from ._dialect import NUMBER_CMP, SQLiteDialect, number_cmp
@@ -791,87 +792,28 @@ class SQLiteStore(SQLStore):
             "size_bytes": sum(os.path.getsize(p) for p in files if os.path.exists(p)),
         }
 
-    def recall_briefs(
+    # -- recall --------------------------------------------------------------------------
+
+    def _read_briefs(
         self,
+        reads: Sequence[BriefRead],
         project_id: str,
         user_id: str,
-        messages: Sequence[int] = (),
-        facts: Sequence[int] = (),
-        summaries: Sequence[int] = (),
-        *,
-        neighbours: bool = False,
-        embedder: str | None = None,
-    ) -> tuple[dict[int, tuple[Any, ...]], dict[int, tuple[Any, ...]], dict[int, tuple[Any, ...]]]:
-        """What recall ranks items of a user on, without their text (read for the hits only).
-
-        messages: pk -> (id, session_id, name, ts, superseded, prev_pk, next_pk, vec);
-        superseded is 1 when every fact of the message was superseded; prev/next (same
-        session, time order) only with ``neighbours``, else None. facts: pk -> (id, status,
-        occurred_at, observed_at, created_at, valid_to, vec). summaries: pk -> (id, status,
-        observed_at, created_at, valid_to, fact_ids JSON, JSON ids of its active topics,
-        vec). vec is the item's float32 vector from ``embedder`` as bytes (None without one,
-        or when no embedder is given).
-        """
-        conn = self._conn()
-        # A previous turn sharing the timestamp (a batch without timestamps) is the nearest
-        # one: seeking on (ts =, pk <) first keeps each lookup one index seek, where a row
-        # value (ts, pk) < (?, ?) walks every turn with that timestamp.
-        side = (
-            "COALESCE((SELECT x.pk FROM messages x INDEXED BY messages_by_session_time "
-            "WHERE x.project_id = m.project_id AND x.session_id = m.session_id "
-            "AND x.ts = m.ts AND x.pk {op} m.pk ORDER BY x.pk {desc} LIMIT 1), "
-            "(SELECT x.pk FROM messages x INDEXED BY messages_by_session_time "
-            "WHERE x.project_id = m.project_id AND x.session_id = m.session_id "
-            "AND x.ts {op} m.ts ORDER BY x.ts {desc}, x.pk {desc} LIMIT 1))"
-        )
-        around = (
-            f"{side.format(op='<', desc='DESC')}, {side.format(op='>', desc='')}"
-            if neighbours
-            else "NULL, NULL"
-        )
-        queries = (
-            (
-                "message",
-                messages,
-                "SELECT m.pk, m.id, m.session_id, m.name, m.ts, (SELECT min(f.status = "
-                "'superseded') FROM fact_sources fs JOIN facts f ON f.pk = fs.fact_pk "
-                f"WHERE fs.message_pk = m.pk), {around} FROM messages m",
-            ),
-            (
-                "fact",
-                facts,
-                "SELECT m.pk, m.id, m.status, m.occurred_at, m.observed_at, m.created_at, "
-                "m.valid_to FROM facts m",
-            ),
-            (
-                "summary",
-                summaries,
-                "SELECT m.pk, m.id, m.status, m.observed_at, m.created_at, m.valid_to, "
-                "m.fact_ids, (SELECT json_group_array(id) FROM (SELECT t.id FROM "
-                "topic_summaries ts JOIN topics t ON t.pk = ts.topic_pk WHERE "
-                "ts.summary_pk = m.pk AND t.status = 'active' ORDER BY t.pk)) FROM summaries m",
-            ),
-        )
-        out: list[dict[int, tuple[Any, ...]]] = []
-        for kind, pks, select in queries:
-            rows: list[tuple[Any, ...]] = []
-            pks = list(pks)
-            for i in range(0, len(pks), 500):
-                chunk = pks[i : i + 500]
-                marks = ",".join("?" * len(chunk))
-                rows += conn.execute(
-                    f"{select} WHERE m.pk IN ({marks}) AND m.project_id = ? AND m.user_id = ?",
-                    (*chunk, project_id, user_id),
-                ).fetchall()
-            # The vectors come from the in-process cache that vector search keeps anyway:
-            # reading ~150 of them from the table cost more than the rest of the briefs.
-            vecs = (
-                self._item_vectors(project_id, user_id, kind, embedder, [r[0] for r in rows])
-                if embedder and rows
-                else {}
-            )
-            out.append({r[0]: (*r[1:], vecs.get(r[0])) for r in rows})
-        return out[0], out[1], out[2]
+        embedder: str | None,
+    ) -> list[list[Sequence[Any]]]:
+        out: list[list[Sequence[Any]]] = []
+        with self._query() as tx:
+            for read in reads:
+                rows = tx.all(f"SELECT {read.columns} {read.source}", read.params)
+                # The vectors come from the in-process cache that vector search keeps
+                # anyway: reading ~150 of them from the table cost more than the rest of
+                # the briefs.
+                vecs: dict[int, bytes] = {}
+                if embedder and rows:
+                    pks = [r[0] for r in rows]
+                    vecs = self._item_vectors(project_id, user_id, read.kind, embedder, pks)
+                out.append([(*r, vecs.get(r[0])) for r in rows])
+        return out
 
     def _item_vectors(
         self, project_id: str, user_id: str, kind: str, embedder: str, pks: Sequence[int]

@@ -1,0 +1,114 @@
+"""Recall's reads: what candidates are ranked on, one query per layer, as named briefs.
+
+The SQL is written here once. A backend runs the reads (``SQLStore._read_briefs``) and
+hands each row back with the item's vector appended, from wherever it keeps vectors;
+the rows become ``MessageBrief``, ``FactBrief`` and ``SummaryBrief`` here, with the same
+Python types on every backend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+from .._briefs import Briefs, FactBrief, MessageBrief, SummaryBrief
+from .dialect import Dialect
+
+__all__ = ["BriefRead", "brief_reads", "briefs"]
+
+
+class BriefRead(NamedTuple):
+    """One layer's read: ``SELECT {columns}, <the item's vector> {source}``, ``params``
+    binding the ``?`` of ``source``. ``m`` is the layer's table; ``m.pk`` comes first."""
+
+    kind: str  # "message", "fact" or "summary", as the vectors are filed
+    columns: str
+    source: str
+    params: list[Any]
+
+
+# The nearest turn of the session before (op "<") or after (">") the message m, in
+# (ts, pk) order. A turn sharing the timestamp (a batch without timestamps) is nearest:
+# seeking on (ts =, pk <) first keeps each lookup one index seek, where a row value
+# (ts, pk) < (?, ?) walks every turn with that timestamp.
+_SIDE = (
+    "COALESCE((SELECT x.pk FROM messages x{hint} WHERE x.project_id = m.project_id "
+    "AND x.session_id = m.session_id AND x.ts = m.ts AND x.pk {op} m.pk "
+    "ORDER BY x.pk {desc} LIMIT 1), "
+    "(SELECT x.pk FROM messages x{hint} WHERE x.project_id = m.project_id "
+    "AND x.session_id = m.session_id AND x.ts {op} m.ts "
+    "ORDER BY x.ts {desc}, x.pk {desc} LIMIT 1))"
+)
+
+
+def _message_columns(d: Dialect, neighbours: bool) -> str:
+    if neighbours:
+        hint = d.indexed_by("messages_by_session_time")
+        around = (
+            f"{_SIDE.format(hint=hint, op='<', desc='DESC')}, "
+            f"{_SIDE.format(hint=hint, op='>', desc='')}"
+        )
+    else:
+        around = "CAST(NULL AS BIGINT), CAST(NULL AS BIGINT)"
+    # 1 when every fact drawn from the message was superseded, 0 when one holds, NULL
+    # without facts.
+    superseded = (
+        "(SELECT min(CASE WHEN f.status = 'superseded' THEN 1 ELSE 0 END) "
+        "FROM fact_sources fs JOIN facts f ON f.pk = fs.fact_pk WHERE fs.message_pk = m.pk)"
+    )
+    return f"m.pk, m.id, m.session_id, m.name, m.ts, {superseded}, {around}"
+
+
+_FACT_COLUMNS = "m.pk, m.id, m.status, m.occurred_at, m.observed_at, m.created_at, m.valid_to"
+
+
+def _summary_columns(d: Dialect) -> str:
+    topics = d.array_of(
+        "SELECT t.id AS value FROM topic_summaries ts JOIN topics t ON t.pk = ts.topic_pk "
+        "WHERE ts.summary_pk = m.pk AND t.status = 'active' ORDER BY t.pk"
+    )
+    return f"m.pk, m.id, m.status, m.observed_at, m.created_at, m.valid_to, m.fact_ids, {topics}"
+
+
+def brief_reads(
+    d: Dialect,
+    project_id: str,
+    user_id: str,
+    pks: tuple[Sequence[int], Sequence[int], Sequence[int]],
+    neighbours: bool,
+) -> list[BriefRead]:
+    """The reads of the (messages, facts, summaries) ``pks`` of one user: one per layer
+    asked about; another user's items are not read."""
+    layers = (
+        ("message", "messages", _message_columns(d, neighbours)),
+        ("fact", "facts", _FACT_COLUMNS),
+        ("summary", "summaries", _summary_columns(d)),
+    )
+    reads = []
+    for (kind, table, columns), wanted in zip(layers, pks, strict=True):
+        if wanted:
+            where, params = d.in_("m.pk", list(wanted))
+            source = f"FROM {table} m WHERE {where} AND m.project_id = ? AND m.user_id = ?"
+            reads.append(BriefRead(kind, columns, source, [*params, project_id, user_id]))
+    return reads
+
+
+def briefs(reads: Sequence[BriefRead], rows: Sequence[Sequence[Any]], d: Dialect) -> Briefs:
+    """The briefs of what ``reads`` found: ``rows`` holds each read's rows, the item's
+    vector (float32 bytes or None) appended to each."""
+    messages: dict[int, MessageBrief] = {}
+    facts: dict[int, FactBrief] = {}
+    summaries: dict[int, SummaryBrief] = {}
+    for read, found in zip(reads, rows, strict=True):
+        if read.kind == "message":
+            for r in found:
+                messages[r[0]] = MessageBrief(r[1], r[2], r[3], r[4], r[5] == 1, r[6], r[7], r[8])
+        elif read.kind == "fact":
+            for r in found:
+                facts[r[0]] = FactBrief(r[1], r[2], r[3], r[4], r[5], r[6], r[7])
+        else:
+            for r in found:
+                summaries[r[0]] = SummaryBrief(
+                    r[1], r[2], r[3], r[4], r[5], d.load_array(r[6]), d.load_array(r[7]), r[8]
+                )
+    return messages, facts, summaries
