@@ -1853,6 +1853,18 @@ def test_recall_briefs_have_the_same_fields_and_types_on_every_backend(store: St
     )
 
 
+def test_recall_briefs_of_many_items_at_once(store: Store) -> None:
+    """More pks than SQLite binds one by one (they go as one JSON list there): every one
+    described, with its neighbours, another user's left out."""
+    rows = add(store, [f"turn {i}" for i in range(700)])
+    [other] = add(store, ["not u1's"], user="u2", sid="s2")
+    pks = [r.pk or 0 for r in rows]
+    msgs, _, _ = store.recall_briefs(P, "u1", [*pks, other.pk or 0], neighbours=True)
+    assert sorted(msgs) == pks
+    assert [msgs[pk].prev_pk for pk in pks] == [None, *pks[:-1]]
+    assert [msgs[pk].next_pk for pk in pks] == [*pks[1:], None]
+
+
 def test_a_message_whose_facts_were_all_superseded_is_marked(store: Store) -> None:
     ids = layered(store)
     rows = add(store, ["Correction: Hamburg"], prefix="2")
