@@ -17,6 +17,7 @@ from memstrata._products import similarities
 from memstrata.store import SearchFilters, parse_metadata_filters
 from memstrata.store._text import fts_document, fts_query_terms
 from memstrata.store.sqlite import SQLiteStore, latest_schema_version, sqlite_path
+from memstrata.store.sqlite._dialect import SQLiteDialect
 from memstrata.store.sqlite._vectors import VectorScope
 
 # About the SQLite store itself (files, FTS5 plans, the in-process vector index);
@@ -580,3 +581,27 @@ def test_close_leaves_a_statement_running_in_another_thread_to_finish(tmp_path: 
     )
     assert run.returncode == 0, (run.returncode, run.stderr[-2000:])
     assert run.stdout.strip() == "[[(1,)], 'StoreError']"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[]",
+        '["m-1","m-2"]',
+        '[1, 2.5, null, true, "x"]',
+        ' ["spaced"] ',
+        '["\\u00e9t\\u00e9", "été", "日本"]',
+        '[{"nested": [1]}]',
+        "[NaN]",
+    ],
+)
+def test_arrays_read_back_as_json_loads_reads_them(text: str) -> None:
+    """The dialect's fast path for compact JSON arrays gives what json.loads gives."""
+    assert SQLiteDialect().load_array(text) == json.loads(text)
+    assert SQLiteDialect().load_array(text.encode()) == json.loads(text)
+
+
+@pytest.mark.parametrize("text", ['["a"] x', '["a"', "x", '["a"],["b"]'])
+def test_an_array_that_is_not_json_fails_as_json_loads_fails(text: str) -> None:
+    with pytest.raises(json.JSONDecodeError):
+        SQLiteDialect().load_array(text)
