@@ -9,6 +9,7 @@ Python types on every backend.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import lru_cache
 from typing import Any, NamedTuple
 
 from .._briefs import Briefs, FactBrief, MessageBrief, SummaryBrief
@@ -41,6 +42,8 @@ _SIDE = (
 )
 
 
+# The columns' SQL depends on the dialect only: built once (a search reads briefs 4 times).
+@lru_cache(maxsize=8)
 def _message_columns(d: Dialect, neighbours: bool) -> str:
     if neighbours:
         hint = d.indexed_by("messages_by_session_time")
@@ -62,6 +65,7 @@ def _message_columns(d: Dialect, neighbours: bool) -> str:
 _FACT_COLUMNS = "m.pk, m.id, m.status, m.occurred_at, m.observed_at, m.created_at, m.valid_to"
 
 
+@lru_cache(maxsize=8)
 def _summary_columns(d: Dialect) -> str:
     topics = d.array_of(
         "SELECT t.id AS value FROM topic_summaries ts JOIN topics t ON t.pk = ts.topic_pk "
@@ -101,14 +105,17 @@ def briefs(reads: Sequence[BriefRead], rows: Sequence[Sequence[Any]], d: Dialect
     summaries: dict[int, SummaryBrief] = {}
     for read, found in zip(reads, rows, strict=True):
         if read.kind == "message":
-            for r in found:
-                messages[r[0]] = MessageBrief(r[1], r[2], r[3], r[4], r[5] == 1, r[6], r[7], r[8])
+            for pk, id_, session, name, ts, superseded, prev_pk, next_pk, vector in found:
+                messages[pk] = MessageBrief(
+                    id_, session, name, ts, superseded == 1, prev_pk, next_pk, vector
+                )
         elif read.kind == "fact":
-            for r in found:
-                facts[r[0]] = FactBrief(r[1], r[2], r[3], r[4], r[5], r[6], r[7])
+            for pk, id_, status, occurred, observed, created, valid_to, vector in found:
+                facts[pk] = FactBrief(id_, status, occurred, observed, created, valid_to, vector)
         else:
-            for r in found:
-                summaries[r[0]] = SummaryBrief(
-                    r[1], r[2], r[3], r[4], r[5], d.load_array(r[6]), d.load_array(r[7]), r[8]
+            load = d.load_array
+            for pk, id_, status, observed, created, valid_to, fact_ids, topics, vector in found:
+                summaries[pk] = SummaryBrief(
+                    id_, status, observed, created, valid_to, load(fact_ids), load(topics), vector
                 )
     return messages, facts, summaries
