@@ -14,7 +14,7 @@ import re
 import unicodedata
 from functools import lru_cache
 
-__all__ = ["fts_document", "fts_query_terms", "fts_words", "scope_token"]
+__all__ = ["fts_document", "fts_query_terms", "fts_words", "message_text", "scope_token"]
 
 # Han, Hiragana, Katakana, Hangul (syllables and jamo), CJK punctuation excluded.
 _CJK = (
@@ -52,6 +52,17 @@ def _grams(run: str) -> list[str]:
     if len(run) == 1:
         return [run]
     return [run[i : i + 2] for i in range(len(run) - 1)]
+
+
+def message_text(content: str, event_type: str | None, page: str | None) -> str:
+    """What a message is found by in full text: its content, its event type in words and
+    its page."""
+    parts = [content]
+    if event_type:
+        parts.append(event_type.replace("_", " "))
+    if page:
+        parts.append(page)
+    return "\n".join(parts)
 
 
 def fts_document(text: str) -> str:

@@ -7,26 +7,30 @@ the whole call if an id is stored with other content, skips the ids stored with 
 content (a resend), and writes one job for the rest, their rows, their full text, their
 speakers and the session's ``updated_at``.
 
-Full text is what the backends keep differently: in columns of the message row
-(PostgreSQL's ``fts``/``fts_len``, named by ``fts_columns`` with the SQL of their values
-and filled by ``fts_values``), or in a table apart written once the rows have their
-``pk`` (SQLite's ``messages_fts``, by ``index``).
+Full text is what the backends keep differently, through the same two hooks as the
+layers' texts (``SQLStore._fulltext_columns`` and ``_index_fulltext``): in columns of the
+message row (PostgreSQL's ``fts``/``fts_len``), or in a table apart written once the rows
+have their ``pk`` (SQLite's ``messages_fts``).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from ..._time import now_iso
 from ...errors import ConflictError
 from .. import AddOutcome, MessageRow, SessionRow
+from .._text import message_text
 from .dialect import Tx
 from .rows import MESSAGE_COLUMNS, message_row
 
+if TYPE_CHECKING:
+    from .layers import FulltextColumns
+    from .store import SQLStore
+
 __all__ = [
-    "FtsColumns",
     "add_messages",
     "context_messages",
     "get_message",
@@ -34,11 +38,6 @@ __all__ = [
     "list_messages",
     "messages_by_pk",
 ]
-
-#: The message row's own full-text columns: (column, SQL of its value with ``?``).
-FtsColumns = Sequence[tuple[str, str]]
-#: Indexes new rows (``pk`` set) of (project, user) in a full-text table apart.
-FtsIndex = Callable[[Tx, str, str, Sequence[MessageRow]], None]
 
 _MESSAGE_INSERT = (
     "project_id, id, user_id, session_id, process_id, role, content, content_hash, ts, "
@@ -49,13 +48,10 @@ _MESSAGE_VALUES = "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?"
 
 def add_messages(
     tx: Tx,
+    hooks: SQLStore,
     project_id: str,
     session: SessionRow,
     rows: Sequence[MessageRow],
-    *,
-    fts_columns: FtsColumns,
-    fts_values: Callable[[MessageRow], tuple[Any, ...]],
-    index: FtsIndex,
 ) -> AddOutcome:
     """Store the new ones of ``rows`` in ``session`` with one job (``pk``/``job_id`` set on
     them); ``ConflictError`` if an id is stored with different content (nothing stored)."""
@@ -73,10 +69,12 @@ def add_messages(
     job_id = None
     if new:
         job_id = _insert_job(tx, project_id, user_id, len(new))
-        pks = _insert_rows(tx, project_id, session, job_id, new, fts_columns, fts_values)
-        for r, pk in zip(new, pks, strict=True):
+        texts = [message_text(r.content, r.event_type, r.page) for r in new]
+        fulltext = [hooks._fulltext_columns(t) for t in texts]
+        pks = _insert_rows(tx, project_id, session, job_id, new, fulltext)
+        for r, pk, text in zip(new, pks, texts, strict=True):
             r.pk, r.job_id = pk, job_id
-        index(tx, project_id, user_id, new)
+            hooks._index_fulltext(tx, "messages", pk, text, project_id, user_id, new=True)
         names = sorted({r.name for r in new if r.name})
         if names:
             tx.many(
@@ -121,12 +119,12 @@ def _insert_rows(
     session: SessionRow,
     job_id: int,
     rows: Sequence[MessageRow],
-    fts_columns: FtsColumns,
-    fts_values: Callable[[MessageRow], tuple[Any, ...]],
+    fulltext: Sequence[FulltextColumns],
 ) -> list[int]:
-    """Insert the message rows of ``job_id`` (in order): their pks."""
-    columns = "".join(f", {name}" for name, _ in fts_columns)
-    values = "".join(f", {sql}" for _, sql in fts_columns)
+    """Insert the message rows of ``job_id`` (in order), each with its full-text columns
+    (the same ones for every row): their pks."""
+    columns = "".join(f", {name}" for name, _, _ in fulltext[0])
+    values = "".join(f", {sql}" for _, sql, _ in fulltext[0])
     sql = f"INSERT INTO messages ({_MESSAGE_INSERT}{columns}) VALUES ({_MESSAGE_VALUES}{values})"
     json = tx.dialect.json
     params = [
@@ -146,9 +144,9 @@ def _insert_rows(
             job_id,
             r.created_at,
             r.name,
-            *fts_values(r),
+            *(value for _, _, value in fts),
         )
-        for r in rows
+        for r, fts in zip(rows, fulltext, strict=True)
     ]
     return tx.insert_many(sql, params, "pk")
 

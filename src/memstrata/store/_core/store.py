@@ -135,33 +135,7 @@ class SQLStore(ABC):
         self, project_id: str, session: SessionRow, rows: Sequence[MessageRow]
     ) -> AddOutcome:
         with self._transaction() as tx:
-            return ingest.add_messages(
-                tx,
-                project_id,
-                session,
-                rows,
-                fts_columns=self._message_fts_columns,
-                fts_values=self._message_fts_values,
-                index=self._index_messages,
-            )
-
-    #: The message row's own full-text columns, each with the SQL of its value (``?``
-    #: placeholders), filled by ``_message_fts_values``: PostgreSQL's ``fts`` and
-    #: ``fts_len``. Empty where the full text is a table apart (``_index_messages``).
-    _message_fts_columns: tuple[tuple[str, str], ...] = ()
-
-    def _message_fts_values(self, row: MessageRow) -> tuple[Any, ...]:
-        """The values of ``_message_fts_columns`` for a new message row (from its content,
-        event type and page), in their order."""
-        return ()
-
-    @abstractmethod
-    def _index_messages(
-        self, tx: Tx, project_id: str, user_id: str, rows: Sequence[MessageRow]
-    ) -> None:
-        """Index new message rows of the user (inserted, ``pk`` set) for full text, in
-        ``add_messages``' transaction, where the index is a table apart (SQLite's
-        ``messages_fts``); nothing where the row's own columns hold it."""
+            return ingest.add_messages(tx, self, project_id, session, rows)
 
     def get_message(self, project_id: str, message_id: str) -> MessageRow | None:
         with self._query() as tx:
@@ -355,7 +329,8 @@ class SQLStore(ABC):
 
     @abstractmethod
     def _fulltext_columns(self, text: str) -> FulltextColumns:
-        """Columns of a facts or summaries row that index its ``text`` for full-text search,
+        """Columns of a messages, facts or summaries row that index its ``text`` for full-text
+        search,
         set by the same INSERT or UPDATE as the text (every write of it, so no statement
         of their own): (column, SQL value holding one ``?``, that parameter) each. Empty
         for a backend that indexes in a table of its own (``_index_fulltext``)."""
@@ -364,7 +339,8 @@ class SQLStore(ABC):
     def _index_fulltext(
         self, tx: Tx, table: str, pk: int, text: str, project_id: str, user_id: str, *, new: bool
     ) -> None:
-        """Index ``text``, the text of row ``pk`` of ``table`` (``facts``, ``summaries``) of
+        """Index ``text``, the text of row ``pk`` of ``table`` (``messages``, ``facts``,
+        ``summaries``) of
         that user, in the transaction that wrote it: just inserted (``new``) or changed. A
         no-op for a backend whose index is in the row (``_fulltext_columns``)."""
 

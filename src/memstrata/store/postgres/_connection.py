@@ -84,15 +84,6 @@ def fts_body(text: str) -> tuple[str, int]:
     return " ".join(words), len(words)
 
 
-def message_fts(content: str, event_type: str | None, page: str | None) -> tuple[str, int]:
-    parts = [content]
-    if event_type:
-        parts.append(event_type.replace("_", " "))
-    if page:
-        parts.append(page)
-    return fts_body("\n".join(parts))
-
-
 def message_row(r: Sequence[Any]) -> MessageRow:
     return MessageRow(
         pk=r[0],

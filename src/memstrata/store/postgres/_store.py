@@ -59,7 +59,6 @@ from ._connection import (
     checked,
     fts_body,
     mask_url,
-    message_fts,
 )
 from ._dialect import PostgresDialect
 from ._jobs import PostgresJobs
@@ -396,18 +395,6 @@ class PostgresStore(
                 if attempt == 2:
                     raise
         raise AssertionError("unreachable")
-
-    # A message's full text is in its row: a tsvector of the words SQLite would index, and
-    # their number (see the module docstring).
-    _message_fts_columns = (("fts", "to_tsvector('memstrata_fts', ?)"), ("fts_len", "?"))
-
-    def _message_fts_values(self, row: MessageRow) -> tuple[Any, ...]:
-        return message_fts(row.content, row.event_type, row.page)
-
-    def _index_messages(
-        self, tx: Tx, project_id: str, user_id: str, rows: Sequence[MessageRow]
-    ) -> None:
-        pass  # indexed by the row's own columns (_message_fts_columns)
 
     # -- full text -----------------------------------------------------------------------
     #

@@ -25,7 +25,6 @@ from ...errors import ConfigError, StoreError
 from .. import (
     CURRENT_SUMMARY,
     ClaimedBatch,
-    MessageRow,
     SearchFilters,
     SummaryRow,
 )
@@ -41,7 +40,7 @@ from .._core.filters import search_filter_sql
 from .._core.layers import FulltextColumns, VectorRow
 from .._core.recall import BriefRead
 from .._core.store import SQLStore
-from .._text import fts_document, scope_token
+from .._text import fts_document, message_text, scope_token
 from ._dialect import NUMBER_CMP, SQLiteDialect, number_cmp
 from ._vectors import VectorCache
 
@@ -94,7 +93,7 @@ def _backfill_fts(conn: sqlite3.Connection) -> None:
     conn.executemany(
         "INSERT INTO messages_fts (rowid, body, scope) VALUES (?, ?, ?)",
         (
-            (pk, _fts_body(content, event_type, page), scope_token(project, user))
+            (pk, fts_document(message_text(content, event_type, page)), scope_token(project, user))
             for pk, project, user, content, event_type, page in rows
         ),
     )
@@ -102,15 +101,6 @@ def _backfill_fts(conn: sqlite3.Connection) -> None:
 
 # Python steps that run right after the SQL file of the same version, in its transaction.
 _POST_STEPS = {2: _backfill_fts}
-
-
-def _fts_body(content: str, event_type: str | None, page: str | None) -> str:
-    parts = [content]
-    if event_type:
-        parts.append(event_type.replace("_", " "))
-    if page:
-        parts.append(page)
-    return fts_document("\n".join(parts))
 
 
 def _any_of(terms: Sequence[str]) -> str:
@@ -258,16 +248,6 @@ class SQLiteStore(SQLStore):
         return int(self._conn().execute("PRAGMA user_version").fetchone()[0])
 
     # -- messages and jobs (the rest is the core's: _core/ingest.py, _core/jobs.py) ------
-
-    def _index_messages(
-        self, tx: Tx, project_id: str, user_id: str, rows: Sequence[MessageRow]
-    ) -> None:
-        scope = scope_token(project_id, user_id)
-        for r in rows:  # one statement each: cheaper than executemany for a few rows
-            tx.execute(
-                "INSERT INTO messages_fts (rowid, body, scope) VALUES (?, ?, ?)",
-                (r.pk, _fts_body(r.content, r.event_type, r.page), scope),
-            )
 
     def claim_batch(
         self,
@@ -603,7 +583,8 @@ class SQLiteStore(SQLStore):
     def _index_fulltext(
         self, tx: Tx, table: str, pk: int, text: str, project_id: str, user_id: str, *, new: bool
     ) -> None:
-        # facts_fts and summaries_fts: rowid = the row's pk, scoped by a token of the user.
+        # messages_fts, facts_fts, summaries_fts: rowid = the row's pk, scoped by a token of
+        # the user.
         if new:
             tx.execute(
                 f"INSERT INTO {table}_fts (rowid, body, scope) VALUES (?, ?, ?)",
