@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from .. import (
+    CURRENT_SUMMARY,
     AddOutcome,
     ApiKeyRow,
     AuditRow,
@@ -426,6 +427,100 @@ class SQLStore(ABC):
         """Names of the speakers of a user's messages (messages sent with a ``name``)."""
         with self._query() as tx:
             return reads.speaker_names(tx, project_id, user_id)
+
+    # -- search: the layers' candidates ------------------------------------------------------
+    # The rules are here (what an empty query or status list returns, which statuses are
+    # current); the ranking is the backend's (FTS5 or tsvector BM25, in-process or pgvector).
+
+    def fulltext_summaries(
+        self,
+        project_id: str,
+        user_id: str,
+        terms: Sequence[str],
+        limit: int,
+        statuses: Sequence[str] = CURRENT_SUMMARY,
+    ) -> list[tuple[int, float]]:
+        """Summaries of a user in ``statuses`` matching any of ``terms``, best first (BM25)."""
+        if not terms or limit <= 0 or not statuses:
+            return []
+        return self._fulltext_layer("summaries", project_id, user_id, terms, limit, statuses)
+
+    def fulltext_facts(
+        self,
+        project_id: str,
+        user_id: str,
+        terms: Sequence[str],
+        limit: int,
+        statuses: Sequence[str] = ("active",),
+    ) -> list[tuple[int, float]]:
+        """Facts of a user in ``statuses`` matching any of ``terms``, best first (BM25)."""
+        if not terms or limit <= 0 or not statuses:
+            return []
+        return self._fulltext_layer("facts", project_id, user_id, terms, limit, statuses)
+
+    def vector_summaries(
+        self,
+        project_id: str,
+        user_id: str,
+        query: np.ndarray,
+        embedder: str,
+        limit: int,
+        statuses: Sequence[str] = CURRENT_SUMMARY,
+    ) -> list[tuple[int, float]]:
+        """Summaries of a user in ``statuses`` nearest to ``query``: (pk, cosine similarity)."""
+        if limit <= 0 or not statuses:
+            return []
+        return self._vector_layer("summary", project_id, user_id, query, embedder, limit, statuses)
+
+    def vector_facts(
+        self,
+        project_id: str,
+        user_id: str,
+        query: np.ndarray,
+        embedder: str,
+        limit: int,
+        statuses: Sequence[str] = ("active",),
+    ) -> list[tuple[int, float]]:
+        """Facts of a user in ``statuses`` nearest to ``query``: (pk, cosine similarity)."""
+        if limit <= 0 or not statuses:
+            return []
+        return self._vector_layer("fact", project_id, user_id, query, embedder, limit, statuses)
+
+    def similar_summaries(
+        self, project_id: str, user_id: str, query: np.ndarray, embedder: str, limit: int
+    ) -> list[tuple[SummaryRow, float]]:
+        """Current (active or deprioritized) summaries nearest to ``query``."""
+        found = self.vector_summaries(project_id, user_id, query, embedder, limit)
+        rows = self.summaries_by_pk([pk for pk, _ in found])
+        return [(rows[pk], sim) for pk, sim in found if pk in rows]
+
+    @abstractmethod
+    def _fulltext_layer(
+        self,
+        table: str,
+        project_id: str,
+        user_id: str,
+        terms: Sequence[str],
+        limit: int,
+        statuses: Sequence[str],
+    ) -> list[tuple[int, float]]:
+        """The user's rows of ``table`` (``facts``, ``summaries``) in ``statuses`` matching
+        any of ``terms`` (at least one, as are the statuses), best first: (pk, BM25 score
+        as FTS5 computes it)."""
+
+    @abstractmethod
+    def _vector_layer(
+        self,
+        kind: str,
+        project_id: str,
+        user_id: str,
+        query: np.ndarray,
+        embedder: str,
+        limit: int,
+        statuses: Sequence[str],
+    ) -> list[tuple[int, float]]:
+        """The user's items of ``kind`` (``fact``, ``summary``) in ``statuses`` (at least
+        one) nearest to ``query`` among ``embedder``'s vectors: (pk, cosine similarity)."""
 
     # -- recall (see recall.py) -------------------------------------------------------------
     # What candidates are ranked on, one query per layer, as named briefs.

@@ -41,12 +41,10 @@ import numpy as np
 from ..._time import now_iso
 from ...errors import ConfigError, StoreError
 from .. import (
-    CURRENT_SUMMARY,
     AddOutcome,
     MessageRow,
     SearchFilters,
     SessionRow,
-    SummaryRow,
 )
 from .._core.dialect import Tx
 from .._core.filters import search_filter_sql
@@ -661,8 +659,6 @@ class PostgresStore(
         limit: int,
         statuses: Sequence[str],
     ) -> list[tuple[int, float]]:
-        if not terms or limit <= 0 or not statuses:
-            return []
         return self._fulltext(
             table,
             project_id,
@@ -673,28 +669,6 @@ class PostgresStore(
             " AND t.status = ANY(%(p0)s::text[])",
             [list(statuses)],
         )
-
-    def fulltext_summaries(
-        self,
-        project_id: str,
-        user_id: str,
-        terms: Sequence[str],
-        limit: int,
-        statuses: Sequence[str] = CURRENT_SUMMARY,
-    ) -> list[tuple[int, float]]:
-        """Summaries of a user in ``statuses`` matching any of ``terms``, best first (BM25)."""
-        return self._fulltext_layer("summaries", project_id, user_id, terms, limit, statuses)
-
-    def fulltext_facts(
-        self,
-        project_id: str,
-        user_id: str,
-        terms: Sequence[str],
-        limit: int,
-        statuses: Sequence[str] = ("active",),
-    ) -> list[tuple[int, float]]:
-        """Facts of a user in ``statuses`` matching any of ``terms``, best first (BM25)."""
-        return self._fulltext_layer("facts", project_id, user_id, terms, limit, statuses)
 
     # -- vectors: search -----------------------------------------------------------------
 
@@ -846,8 +820,6 @@ class PostgresStore(
         limit: int,
         statuses: Sequence[str],
     ) -> list[tuple[int, float]]:
-        if limit <= 0 or not statuses:
-            return []
         return self._vector_search(
             kind,
             project_id,
@@ -858,38 +830,6 @@ class PostgresStore(
             f"JOIN {_KINDS[kind]} s ON s.pk = v.item_pk AND s.status = ANY(%s::text[])",
             [list(statuses)],
         )
-
-    def vector_summaries(
-        self,
-        project_id: str,
-        user_id: str,
-        query: np.ndarray,
-        embedder: str,
-        limit: int,
-        statuses: Sequence[str] = CURRENT_SUMMARY,
-    ) -> list[tuple[int, float]]:
-        """Summaries of a user in ``statuses`` nearest to ``query``: (pk, cosine similarity)."""
-        return self._vector_layer("summary", project_id, user_id, query, embedder, limit, statuses)
-
-    def vector_facts(
-        self,
-        project_id: str,
-        user_id: str,
-        query: np.ndarray,
-        embedder: str,
-        limit: int,
-        statuses: Sequence[str] = ("active",),
-    ) -> list[tuple[int, float]]:
-        """Facts of a user in ``statuses`` nearest to ``query``: (pk, cosine similarity)."""
-        return self._vector_layer("fact", project_id, user_id, query, embedder, limit, statuses)
-
-    def similar_summaries(
-        self, project_id: str, user_id: str, query: np.ndarray, embedder: str, limit: int
-    ) -> list[tuple[SummaryRow, float]]:
-        """Current (active or deprioritized) summaries nearest to ``query``."""
-        found = self.vector_summaries(project_id, user_id, query, embedder, limit)
-        rows = self.summaries_by_pk([pk for pk, _ in found])
-        return [(rows[pk], sim) for pk, sim in found if pk in rows]
 
     # -- vectors: writes and bookkeeping -------------------------------------------------
 

@@ -23,10 +23,8 @@ import numpy as np
 from ..._time import now_iso
 from ...errors import ConfigError, StoreError
 from .. import (
-    CURRENT_SUMMARY,
     ClaimedBatch,
     SearchFilters,
-    SummaryRow,
 )
 from .._batches import (
     JOB_ROW,
@@ -45,6 +43,8 @@ from ._dialect import NUMBER_CMP, SQLiteDialect, number_cmp
 from ._vectors import VectorCache
 
 __all__ = ["SQLiteStore", "latest_schema_version", "sqlite_path"]
+
+_TABLES = {"fact": "facts", "summary": "summaries"}
 
 
 # Claimable: queued and due, or running under an expired lease (parameters: now, now).
@@ -614,14 +614,6 @@ class SQLiteStore(SQLStore):
             load=load,
         )
 
-    def similar_summaries(
-        self, project_id: str, user_id: str, query: np.ndarray, embedder: str, limit: int
-    ) -> list[tuple[SummaryRow, float]]:
-        """Current (active or deprioritized) summaries nearest to ``query``."""
-        found = self.vector_summaries(project_id, user_id, query, embedder, limit)
-        rows = self.summaries_by_pk([pk for pk, _ in found])
-        return [(rows[pk], sim) for pk, sim in found if pk in rows]
-
     def _fulltext_layer(
         self,
         table: str,
@@ -631,8 +623,6 @@ class SQLiteStore(SQLStore):
         limit: int,
         statuses: Sequence[str],
     ) -> list[tuple[int, float]]:
-        if not terms or limit <= 0 or not statuses:
-            return []
         kept, scoping, matched = self._plan_fulltext(table, project_id, user_id, terms)
         token = scope_token(project_id, user_id) if scoping == "token" else None
         # Each match's row is read for its status anyway: its owner costs nothing more.
@@ -651,7 +641,6 @@ class SQLiteStore(SQLStore):
 
     def _vector_layer(
         self,
-        table: str,
         kind: str,
         project_id: str,
         user_id: str,
@@ -660,8 +649,7 @@ class SQLiteStore(SQLStore):
         limit: int,
         statuses: Sequence[str],
     ) -> list[tuple[int, float]]:
-        if limit <= 0 or not statuses:
-            return []
+        table = _TABLES[kind]
         scope = self._vector_scope(project_id, user_id, kind, embedder, int(query.shape[0]))
         q = np.asarray(query, dtype=np.float32)
         # Most items have a wanted status: over-fetch and filter, and only when too many
@@ -691,56 +679,6 @@ class SQLiteStore(SQLStore):
         marks = ",".join("?" * len(pks))
         return dict(
             self._conn().execute(f"SELECT pk, status FROM {table} WHERE pk IN ({marks})", list(pks))
-        )
-
-    def fulltext_summaries(
-        self,
-        project_id: str,
-        user_id: str,
-        terms: Sequence[str],
-        limit: int,
-        statuses: Sequence[str] = CURRENT_SUMMARY,
-    ) -> list[tuple[int, float]]:
-        """Summaries of a user in ``statuses`` matching any of ``terms``, best first (BM25)."""
-        return self._fulltext_layer("summaries", project_id, user_id, terms, limit, statuses)
-
-    def vector_summaries(
-        self,
-        project_id: str,
-        user_id: str,
-        query: np.ndarray,
-        embedder: str,
-        limit: int,
-        statuses: Sequence[str] = CURRENT_SUMMARY,
-    ) -> list[tuple[int, float]]:
-        """Summaries of a user in ``statuses`` nearest to ``query``: (pk, cosine similarity)."""
-        return self._vector_layer(
-            "summaries", "summary", project_id, user_id, query, embedder, limit, statuses
-        )
-
-    def fulltext_facts(
-        self,
-        project_id: str,
-        user_id: str,
-        terms: Sequence[str],
-        limit: int,
-        statuses: Sequence[str] = ("active",),
-    ) -> list[tuple[int, float]]:
-        """Facts of a user in ``statuses`` matching any of ``terms``, best first (BM25)."""
-        return self._fulltext_layer("facts", project_id, user_id, terms, limit, statuses)
-
-    def vector_facts(
-        self,
-        project_id: str,
-        user_id: str,
-        query: np.ndarray,
-        embedder: str,
-        limit: int,
-        statuses: Sequence[str] = ("active",),
-    ) -> list[tuple[int, float]]:
-        """Facts of a user in ``statuses`` nearest to ``query``: (pk, cosine similarity)."""
-        return self._vector_layer(
-            "facts", "fact", project_id, user_id, query, embedder, limit, statuses
         )
 
     # -- governance: what removal does here (see _core/removal.py) ------------------------
