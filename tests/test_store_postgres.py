@@ -370,7 +370,7 @@ def test_a_claim_skips_a_user_whose_rows_are_being_written(store: pg.PostgresSto
     add(store, ["u1's"])
     add(store, ["u2's"], user="u2", sid="s2")
     with store._write() as c:
-        store._lock_user(c, P, "u1")
+        store.dialect.lock_user(c, P, "u1")
         other = pg.PostgresStore(store._conninfo)
         try:
             assert claim(other, "w1").user_id == "u2"

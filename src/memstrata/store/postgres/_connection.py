@@ -1,8 +1,5 @@
-"""What the PostgreSQL store's mixins share: connections, row converters, SQL fragments.
-
-Kept apart from ``postgres.py`` so that the mixins (jobs, governance, webhooks) can import
-the helpers without importing the store class, and the store class can import them.
-"""
+"""The PostgreSQL store's connections (a pool, transactions, closing), shared by the
+store's parts (jobs, per-user indexes) without importing the store class."""
 
 from __future__ import annotations
 
@@ -11,13 +8,12 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 from ...errors import StoreError, ValidationError
-from .. import MessageRow, SessionRow, SummaryRow
 from .._text import fts_document, fts_words
 
 if TYPE_CHECKING:
@@ -26,16 +22,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "APPLICATION_NAME",
-    "MESSAGE_COLUMNS",
-    "SESSION_COLUMNS",
-    "SUMMARY_COLUMNS",
     "PgBase",
     "fts_body",
     "mask_url",
-    "message_row",
-    "session_row",
-    "summary_row",
-    "user_lock_sql",
 ]
 
 log = logging.getLogger("memstrata.store")
@@ -48,23 +37,6 @@ APPLICATION_NAME = "memstrata"
 # At close, how long a thread still holding a connection has to hand it back once its
 # query is cancelled, before the server is asked to end the session.
 CLOSE_GRACE_SECONDS = 2.0
-
-MESSAGE_COLUMNS = (
-    "pk, project_id, id, user_id, session_id, process_id, role, content, content_hash, ts, "
-    "event_type, page, metadata, status, error, attempts, job_id, created_at, processed_at, name"
-)
-SESSION_COLUMNS = "project_id, id, user_id, title, metadata, created_at, updated_at"
-SUMMARY_COLUMNS = (
-    "pk, project_id, id, user_id, text, status, confidence, version, fact_ids, message_ids, "
-    "labels, valid_from, valid_to, superseded_by, model, prompt_version, created_at, updated_at, "
-    "observed_at"
-)
-
-# One transaction-scoped advisory lock per (schema, project, user): taken by everything that
-# writes a user's messages or memory, so writes of one user are serialised (job ids are
-# then allocated in commit order, which per-user processing order relies on) while
-# different users never wait for each other.
-user_lock_sql = "hashtextextended(current_schema() || chr(31) || %s || chr(31) || %s, 7)"
 
 
 def mask_url(url: str) -> str:
@@ -82,67 +54,6 @@ def fts_body(text: str) -> tuple[str, int]:
     CJK runs expanded to grams, joined by spaces so PostgreSQL's parser sees just words."""
     words = fts_words(fts_document(text))[:_MAX_FTS_WORDS]
     return " ".join(words), len(words)
-
-
-def message_row(r: Sequence[Any]) -> MessageRow:
-    return MessageRow(
-        pk=r[0],
-        project_id=r[1],
-        id=r[2],
-        user_id=r[3],
-        session_id=r[4],
-        process_id=r[5],
-        role=r[6],
-        content=r[7],
-        content_hash=r[8],
-        ts=r[9],
-        event_type=r[10],
-        page=r[11],
-        metadata=r[12],
-        status=r[13],
-        error=r[14],
-        attempts=r[15],
-        job_id=r[16],
-        created_at=r[17],
-        processed_at=r[18],
-        name=r[19],
-    )
-
-
-def session_row(r: Sequence[Any]) -> SessionRow:
-    return SessionRow(
-        project_id=r[0],
-        id=r[1],
-        user_id=r[2],
-        title=r[3],
-        metadata=r[4],
-        created_at=r[5],
-        updated_at=r[6],
-    )
-
-
-def summary_row(r: Sequence[Any]) -> SummaryRow:
-    return SummaryRow(
-        pk=r[0],
-        project_id=r[1],
-        id=r[2],
-        user_id=r[3],
-        text=r[4],
-        status=r[5],
-        confidence=r[6],
-        version=r[7],
-        fact_ids=list(r[8]),
-        message_ids=list(r[9]),
-        labels=list(r[10]),
-        valid_from=r[11],
-        valid_to=r[12],
-        superseded_by=r[13],
-        model=r[14],
-        prompt_version=r[15],
-        created_at=r[16],
-        updated_at=r[17],
-        observed_at=r[18],
-    )
 
 
 _IDENT = re.compile(r"^[a-z_]+$")
@@ -235,7 +146,3 @@ class PgBase:
         """A pooled connection inside one transaction, committed when the block ends."""
         with self._read() as conn, conn.transaction():
             yield conn
-
-    @staticmethod
-    def _lock_user(c: psycopg.Connection[Any], project_id: str, user_id: str) -> None:
-        c.execute(f"SELECT pg_advisory_xact_lock({user_lock_sql})", (project_id, user_id))

@@ -62,7 +62,8 @@ from .. import ClaimedBatch
 from .._batches import JOB_ROW, admit, claimable, take_jobs
 from .._core import jobs as core_jobs
 from .._core.dialect import Dialect, Tx
-from ._connection import PgBase, user_lock_sql
+from ._connection import PgBase
+from ._dialect import user_lock_sql
 
 __all__ = ["DISPATCH_QUEUE", "DISPATCH_TASK", "PostgresJobs"]
 
