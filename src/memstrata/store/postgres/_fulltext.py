@@ -31,7 +31,7 @@ from typing import Any
 from .. import SearchFilters
 from .._core.dialect import Tx
 from .._core.filters import search_filter_sql
-from .._core.layers import FulltextColumns
+from .._core.layers import FulltextColumns, LayerSearch
 from .._text import fts_document, fts_words
 from ._connection import checked
 from ._user_indexes import PostgresUserIndexes, fulltext_target
@@ -433,14 +433,9 @@ class PostgresFullText(PostgresUserIndexes):
         )
 
     def _fulltext_layer(
-        self,
-        table: str,
-        project_id: str,
-        user_id: str,
-        terms: Sequence[str],
-        limit: int,
-        statuses: Sequence[str],
+        self, search: LayerSearch, table: str, terms: Sequence[str]
     ) -> list[tuple[int, float]]:
+        project_id, user_id, limit, statuses = search
         return self._fulltext(
             table,
             project_id,

@@ -25,7 +25,7 @@ import numpy as np
 from .. import SearchFilters
 from .._core.dialect import Tx
 from .._core.filters import search_filter_sql
-from .._core.layers import VectorRow
+from .._core.layers import LayerSearch, VectorRow
 from .._core.recall import BriefRead
 from ._connection import checked
 from ._user_indexes import PostgresUserIndexes, vector_target
@@ -254,15 +254,9 @@ class PostgresVectors(PostgresUserIndexes):
         )
 
     def _vector_layer(
-        self,
-        kind: str,
-        project_id: str,
-        user_id: str,
-        query: np.ndarray,
-        embedder: str,
-        limit: int,
-        statuses: Sequence[str],
+        self, search: LayerSearch, kind: str, query: np.ndarray, embedder: str
     ) -> list[tuple[int, float]]:
+        project_id, user_id, limit, statuses = search
         return self._vector_search(
             kind,
             project_id,

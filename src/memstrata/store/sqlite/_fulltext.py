@@ -19,7 +19,7 @@ from ...errors import StoreError
 from .. import SearchFilters
 from .._core.dialect import Tx
 from .._core.filters import search_filter_sql
-from .._core.layers import FulltextColumns
+from .._core.layers import FulltextColumns, LayerSearch
 from .._text import fts_document, scope_token
 from ._connection import SQLiteBase
 
@@ -264,14 +264,9 @@ class SQLiteFullText(SQLiteBase):
         )
 
     def _fulltext_layer(
-        self,
-        table: str,
-        project_id: str,
-        user_id: str,
-        terms: Sequence[str],
-        limit: int,
-        statuses: Sequence[str],
+        self, search: LayerSearch, table: str, terms: Sequence[str]
     ) -> list[tuple[int, float]]:
+        project_id, user_id, limit, statuses = search
         kept, scoping, matched = self._plan_fulltext(table, project_id, user_id, terms)
         token = scope_token(project_id, user_id) if scoping == "token" else None
         # Each match's row is read for its status anyway: its owner costs nothing more.

@@ -29,7 +29,7 @@ from ..._products import similarities
 from .. import SearchFilters
 from .._core.dialect import Tx
 from .._core.filters import search_filter_sql
-from .._core.layers import VectorRow
+from .._core.layers import LayerSearch, VectorRow
 from .._core.recall import BriefRead
 from ._connection import SQLiteBase
 
@@ -436,15 +436,9 @@ class SQLiteVectors(SQLiteBase):
         )
 
     def _vector_layer(
-        self,
-        kind: str,
-        project_id: str,
-        user_id: str,
-        query: np.ndarray,
-        embedder: str,
-        limit: int,
-        statuses: Sequence[str],
+        self, search: LayerSearch, kind: str, query: np.ndarray, embedder: str
     ) -> list[tuple[int, float]]:
+        project_id, user_id, limit, statuses = search
         table = _TABLES[kind]
         scope = self._vector_scope(project_id, user_id, kind, embedder, int(query.shape[0]))
         q = np.asarray(query, dtype=np.float32)
