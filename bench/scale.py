@@ -235,7 +235,7 @@ def _load_postgres(
     from pgvector.psycopg import register_vector
 
     from memstrata.store.postgres import PostgresStore
-    from memstrata.store.postgres._connection import fts_body
+    from memstrata.store.postgres._fulltext import fts_body
 
     Memory(url, embedder=embedder, workers=0).close()  # migrations, as an app would
     owners = _owners(len(texts))

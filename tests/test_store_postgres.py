@@ -24,6 +24,7 @@ import dbsql
 from conftest import REPO
 from memstrata.errors import StoreError, ValidationError
 from memstrata.store import LayerWrite, SearchFilters, SessionRow, open_store
+from memstrata.store.postgres import _fulltext as pg_fts
 from memstrata.store.postgres import _store as pg
 from memstrata.store.postgres._connection import mask_url
 from test_store_contract import EMB, NOW, P, add, claim, fact, message, process, summary, unit
@@ -247,7 +248,7 @@ def test_large_tables_rank_full_text_from_caches_with_the_same_scores(
     store.MATCH_BUDGET = 5  # type: ignore[misc]
     exact = [store.fulltext_messages(P, "u1", q, 20, SearchFilters()) for q in queries]
     # Every table counts as large (-2: a table never analysed estimates -1 rows).
-    monkeypatch.setattr(pg, "_LIVE_STATS_ROWS", -2)
+    monkeypatch.setattr(pg_fts, "_LIVE_STATS_ROWS", -2)
     store._size_estimates.clear()
     cached = [store.fulltext_messages(P, "u1", q, 20, SearchFilters()) for q in queries]
     for a, b in zip(exact, cached, strict=True):
@@ -278,7 +279,7 @@ def test_large_tables_take_counts_from_their_vocabulary_read_in_the_background(
     queries = [["pizza", "sushi"], ["night", "friends"], ["上海"]]
     exact = [store.fulltext_messages(P, "u1", q, 20, SearchFilters()) for q in queries]
     # Every table counts as large (-2: a table never analysed estimates -1 rows).
-    monkeypatch.setattr(pg, "_LIVE_STATS_ROWS", -2)
+    monkeypatch.setattr(pg_fts, "_LIVE_STATS_ROWS", -2)
     store._size_estimates.clear()
     store.fulltext_messages(P, "u1", ["pizza"], 20, SearchFilters())  # starts the reading
     known = _vocabulary_read(store, "messages", len(texts))
@@ -314,11 +315,11 @@ def test_large_tables_keep_to_the_rank_cap_like_small_ones(
     queries = [["pizza", "sushi"], ["pizza"], ["ramen", "sushi", "pizza"], ["sushi"]]
     for cap in (3, 5, 1000):
         store.RANK_CAP = cap  # type: ignore[misc]
-        monkeypatch.setattr(pg, "_LIVE_STATS_ROWS", 5000)
+        monkeypatch.setattr(pg_fts, "_LIVE_STATS_ROWS", 5000)
         store._size_estimates.clear()
         small = [store.fulltext_messages(P, "u1", q, 20, SearchFilters()) for q in queries]
         # Every table counts as large (-2: a table never analysed estimates -1 rows).
-        monkeypatch.setattr(pg, "_LIVE_STATS_ROWS", -2)
+        monkeypatch.setattr(pg_fts, "_LIVE_STATS_ROWS", -2)
         store._size_estimates.clear()
         large = [store.fulltext_messages(P, "u1", q, 20, SearchFilters()) for q in queries]
         for a, b in zip(small, large, strict=True):
@@ -569,7 +570,7 @@ def test_a_user_with_many_rows_gets_a_full_text_index_of_their_own(
         add(store, ["pizza for u2"], user="u2", sid="s2")
         process(store)
         # Every table counts as large (-2: a table never analysed estimates -1 rows).
-        monkeypatch.setattr(pg, "_LIVE_STATS_ROWS", -2)
+        monkeypatch.setattr(pg_fts, "_LIVE_STATS_ROWS", -2)
         queries = [["pizza", "sushi"], ["night"], ["sushi"]]
         before = [store.fulltext_messages(P, "u1", q, 20, SearchFilters()) for q in queries]
         store.fulltext_messages(P, "u2", ["pizza"], 20, SearchFilters())  # 1 row: none

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 __all__ = [
     "FulltextColumns",
     "LayerItem",
+    "LayerSearch",
     "VectorItems",
     "VectorRow",
     "claim_embedder",
@@ -62,6 +63,17 @@ VectorItems = Sequence[tuple[int, np.ndarray]]
 VectorRow = tuple[str, str, str, int, str, int, np.ndarray]
 #: (pk, project_id, user_id, text) of a fact or summary.
 LayerItem = tuple[int, str, str, str]
+
+
+class LayerSearch(NamedTuple):
+    """A layer's search as the core hands it to a backend (``SQLStore._fulltext_layer``,
+    ``SQLStore._vector_layer``): the best ``limit`` of the user's items whose status is
+    one of ``statuses`` (at least one)."""
+
+    project_id: str
+    user_id: str
+    limit: int
+    statuses: Sequence[str]
 
 
 # -- a batch's layers ------------------------------------------------------------------------

@@ -41,7 +41,7 @@ from .._webhook_rows import OutboxItem, WebhookDeliveryRow, WebhookRow
 from . import governance, ingest, jobs, reads, recall, removal, webhooks
 from . import layers as _layers
 from .dialect import Dialect, Tx
-from .layers import FulltextColumns, LayerItem, VectorRow
+from .layers import FulltextColumns, LayerItem, LayerSearch, VectorRow
 from .rows import SESSION_COLUMNS, session_row
 
 __all__ = ["SQLStore"]
@@ -443,7 +443,8 @@ class SQLStore(ABC):
         """Summaries of a user in ``statuses`` matching any of ``terms``, best first (BM25)."""
         if not terms or limit <= 0 or not statuses:
             return []
-        return self._fulltext_layer("summaries", project_id, user_id, terms, limit, statuses)
+        search = LayerSearch(project_id, user_id, limit, statuses)
+        return self._fulltext_layer(search, "summaries", terms)
 
     def fulltext_facts(
         self,
@@ -456,7 +457,8 @@ class SQLStore(ABC):
         """Facts of a user in ``statuses`` matching any of ``terms``, best first (BM25)."""
         if not terms or limit <= 0 or not statuses:
             return []
-        return self._fulltext_layer("facts", project_id, user_id, terms, limit, statuses)
+        search = LayerSearch(project_id, user_id, limit, statuses)
+        return self._fulltext_layer(search, "facts", terms)
 
     def vector_summaries(
         self,
@@ -470,7 +472,8 @@ class SQLStore(ABC):
         """Summaries of a user in ``statuses`` nearest to ``query``: (pk, cosine similarity)."""
         if limit <= 0 or not statuses:
             return []
-        return self._vector_layer("summary", project_id, user_id, query, embedder, limit, statuses)
+        search = LayerSearch(project_id, user_id, limit, statuses)
+        return self._vector_layer(search, "summary", query, embedder)
 
     def vector_facts(
         self,
@@ -484,7 +487,8 @@ class SQLStore(ABC):
         """Facts of a user in ``statuses`` nearest to ``query``: (pk, cosine similarity)."""
         if limit <= 0 or not statuses:
             return []
-        return self._vector_layer("fact", project_id, user_id, query, embedder, limit, statuses)
+        search = LayerSearch(project_id, user_id, limit, statuses)
+        return self._vector_layer(search, "fact", query, embedder)
 
     def similar_summaries(
         self, project_id: str, user_id: str, query: np.ndarray, embedder: str, limit: int
@@ -496,31 +500,17 @@ class SQLStore(ABC):
 
     @abstractmethod
     def _fulltext_layer(
-        self,
-        table: str,
-        project_id: str,
-        user_id: str,
-        terms: Sequence[str],
-        limit: int,
-        statuses: Sequence[str],
+        self, search: LayerSearch, table: str, terms: Sequence[str]
     ) -> list[tuple[int, float]]:
-        """The user's rows of ``table`` (``facts``, ``summaries``) in ``statuses`` matching
-        any of ``terms`` (at least one, as are the statuses), best first: (pk, BM25 score
-        as FTS5 computes it)."""
+        """The ``search``'s rows of ``table`` (``facts``, ``summaries``) matching any of
+        ``terms`` (at least one), best first: (pk, BM25 score as FTS5 computes it)."""
 
     @abstractmethod
     def _vector_layer(
-        self,
-        kind: str,
-        project_id: str,
-        user_id: str,
-        query: np.ndarray,
-        embedder: str,
-        limit: int,
-        statuses: Sequence[str],
+        self, search: LayerSearch, kind: str, query: np.ndarray, embedder: str
     ) -> list[tuple[int, float]]:
-        """The user's items of ``kind`` (``fact``, ``summary``) in ``statuses`` (at least
-        one) nearest to ``query`` among ``embedder``'s vectors: (pk, cosine similarity)."""
+        """The ``search``'s items of ``kind`` (``fact``, ``summary``) nearest to ``query``
+        among ``embedder``'s vectors: (pk, cosine similarity)."""
 
     # -- recall (see recall.py) -------------------------------------------------------------
     # What candidates are ranked on, one query per layer, as named briefs.

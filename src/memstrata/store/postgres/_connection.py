@@ -1,5 +1,10 @@
-"""The PostgreSQL store's connections (a pool, transactions, closing), shared by the
-store's parts (jobs, per-user indexes) without importing the store class."""
+"""The PostgreSQL store's connections (a pool, transactions, closing), and the base its
+parts (full text, vectors, jobs, per-user indexes) are written over, without importing
+the store class.
+
+PostgreSQL pools connections (any thread takes one for a statement or a transaction and
+hands it back), where SQLite keeps one per thread (``sqlite/_connection.py``).
+"""
 
 from __future__ import annotations
 
@@ -14,7 +19,9 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 from ...errors import StoreError, ValidationError
-from .._text import fts_document, fts_words
+from .._core.dialect import Tx
+from .._core.store import SQLStore
+from ._dialect import PostgresDialect
 
 if TYPE_CHECKING:
     import psycopg
@@ -23,14 +30,10 @@ if TYPE_CHECKING:
 __all__ = [
     "APPLICATION_NAME",
     "PgBase",
-    "fts_body",
     "mask_url",
 ]
 
 log = logging.getLogger("memstrata.store")
-
-# PostgreSQL's tsvector holds at most 1 MB; a longer document is indexed by its start.
-_MAX_FTS_WORDS = 100_000
 
 # The store's sessions in pg_stat_activity, unless the URL (or PGAPPNAME) names them.
 APPLICATION_NAME = "memstrata"
@@ -49,13 +52,6 @@ def mask_url(url: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc[1]}"))
 
 
-def fts_body(text: str) -> tuple[str, int]:
-    """(document, number of words) to index for ``text``: the words SQLite would index,
-    CJK runs expanded to grams, joined by spaces so PostgreSQL's parser sees just words."""
-    words = fts_words(fts_document(text))[:_MAX_FTS_WORDS]
-    return " ".join(words), len(words)
-
-
 _IDENT = re.compile(r"^[a-z_]+$")
 
 
@@ -66,16 +62,31 @@ def checked(name: str) -> str:
     return name
 
 
-class PgBase:
-    """Connections for the PostgreSQL store and its mixins."""
+class PgBase(SQLStore):
+    """Connections for the PostgreSQL store and its parts."""
 
-    _pool: ConnectionPool[Any]
-    _conninfo: str
-    url: str
-    # The pool's connections out of it (with their server process): the pool closes them
-    # only when they come back, so closing the store ends them (_close_pool).
-    _lent: dict[psycopg.Connection[Any], int]
-    _lending: threading.Condition
+    dialect = PostgresDialect()
+    _pool: ConnectionPool[Any]  # opened by the store (it configures its connections)
+
+    def _init_connections(self, url: str) -> None:
+        self._conninfo = url
+        self.url = mask_url(url)
+        # Guards the parts' shared state (caches, the per-user indexes' queue).
+        self._lock = threading.Lock()
+        # The pool's connections out of it (with their server process): the pool closes
+        # them only when they come back, so closing the store ends them (_close_pool).
+        self._lent: dict[psycopg.Connection[Any], int] = {}
+        self._lending = threading.Condition()
+
+    @contextmanager
+    def _query(self) -> Iterator[Tx]:
+        with self._read() as conn:
+            yield Tx(conn, self.dialect)
+
+    @contextmanager
+    def _transaction(self) -> Iterator[Tx]:
+        with self._write() as conn:
+            yield Tx(conn, self.dialect)
 
     @contextmanager
     def _read(self) -> Iterator[psycopg.Connection[Any]]:

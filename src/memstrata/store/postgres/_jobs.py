@@ -2,7 +2,7 @@
 
 What both stores share (leases, finishing and failing a batch, outages, retries, job
 states) is the core's (``_core/jobs.py``); the claims are PostgreSQL's own. Semantics are
-SQLite's (``store/sqlite/_store.py``):
+SQLite's (``store/sqlite/_jobs.py``):
 
 * A job is claimable when it is queued and due, or running with an expired lease, and no
   earlier job of the same (project, user) is unfinished: each user's messages are
@@ -147,7 +147,7 @@ CREATE TRIGGER memstrata_jobs_updated AFTER UPDATE ON jobs
 
 
 class PostgresJobs(PgBase):
-    """Mixin of ``PostgresStore``: job claims, and what ``ProcrastinateQueue`` needs."""
+    """Part of ``PostgresStore``: job claims, and what ``ProcrastinateQueue`` needs."""
 
     #: The store's dialect (``PostgresStore.dialect``), for the core's bookkeeping.
     dialect: Dialect

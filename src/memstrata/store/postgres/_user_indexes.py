@@ -70,7 +70,8 @@ def fulltext_target(table: str) -> str:
 
 
 class PostgresUserIndexes(PgBase):
-    """Mixin of PostgresStore: builds and tracks per-user indexes."""
+    """Part of PostgresStore under its full text and vectors (both use it): builds and
+    tracks per-user indexes."""
 
     # A user at most this share of a kind's vectors gets an HNSW index of their own.
     USER_INDEX_SHARE = 0.25
@@ -81,9 +82,6 @@ class PostgresUserIndexes(PgBase):
     # maintenance_work_mem of a build: room for the HNSW graph of a few hundred thousand
     # 384-dimension vectors (pgvector builds far slower once it no longer fits).
     USER_INDEX_BUILD_MEMORY = "512MB"
-
-    _conninfo: str
-    _lock: threading.Lock
 
     def _init_user_indexes(self, vectors: int, fulltext: int) -> None:
         self._user_index_threshold = vectors

@@ -1,4 +1,9 @@
-"""In-process vector search for the embedded store.
+"""The SQLite store's vectors: rows of the ``vectors`` table, searched in-process.
+
+SQLite has no vector index, so ``SQLiteVectors`` (the store's part) searches through
+``VectorCache``; PostgreSQL searches the table itself with pgvector (exactly, or through
+HNSW indexes: ``postgres/_vectors.py``). Recall's briefs read their vectors from the cache
+too (``_read_briefs``).
 
 Each (project, user, kind, embedder) scope is loaded once into a contiguous float32 matrix
 and then kept current incrementally: new rows are read by primary key > last seen (an item
@@ -14,15 +19,21 @@ from __future__ import annotations
 import importlib.util
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from ..._products import similarities
+from .. import SearchFilters
+from .._core.dialect import Tx
+from .._core.filters import search_filter_sql
+from .._core.layers import LayerSearch, VectorRow
+from .._core.recall import BriefRead
+from ._connection import SQLiteBase
 
-__all__ = ["ScopeKey", "VectorCache", "VectorScope"]
+__all__ = ["SQLiteVectors", "ScopeKey", "VectorCache", "VectorScope"]
 
 ScopeKey = tuple[str, str, str, str]  # project_id, user_id, kind, embedder
 
@@ -312,3 +323,194 @@ class VectorCache:
             self._scopes.clear()
         for scope in scopes:  # no native build may outlive the store (or the interpreter)
             scope.cancel()
+
+
+_TABLES = {"fact": "facts", "summary": "summaries"}
+
+
+class SQLiteVectors(SQLiteBase):
+    """Part of SQLiteStore: the vectors table's upkeep and vector search, through the
+    in-process ``VectorCache`` (``vectors``)."""
+
+    def _init_vectors(self, index_threshold: int) -> None:
+        self.vectors = VectorCache(index_threshold=index_threshold)
+
+    # -- writes and bookkeeping (the core's hooks, see _core/layers.py) ------------------
+
+    def _insert_vector_rows(self, tx: Tx, rows: Sequence[VectorRow]) -> None:
+        tx.many(
+            # An item embedded again gets a new row (a new pk) rather than an update in
+            # place: in-process vector caches read the rows past the last pk they saw.
+            "INSERT OR REPLACE INTO vectors "
+            "(project_id, user_id, kind, item_pk, embedder, dim, vec) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            ((*row[:6], row[6].tobytes()) for row in rows),
+        )
+
+    def _prepare_vectors(self, dims: dict[str, int]) -> None:
+        pass  # searched in-process: nothing to build beforehand
+
+    def _invalidate_vectors(self, tx: Tx) -> None:
+        # Every process's cached scopes are reloaded at their next search.
+        tx.execute(
+            "INSERT INTO vector_generations (project_id, user_id, kind, generation) "
+            "SELECT DISTINCT s.project_id, s.user_id, k.kind, 1 FROM messages s, "
+            "(SELECT 'message' AS kind UNION ALL SELECT 'fact' UNION ALL SELECT 'summary') k "
+            "WHERE 1 ON CONFLICT (project_id, user_id, kind) DO UPDATE "
+            "SET generation = generation + 1"
+        )
+
+    def _clear_vector_caches(self) -> None:
+        self.vectors.clear()
+
+    def _vectors_removed(self, tx: Tx, project_id: str, user_id: str) -> None:
+        # Loaded vector scopes (in this process and any other) reload from the table.
+        tx.execute(
+            "INSERT INTO vector_generations (project_id, user_id, kind, generation) "
+            "SELECT ?, ?, k.kind, 1 FROM (SELECT 'message' AS kind UNION ALL SELECT 'fact' "
+            "UNION ALL SELECT 'summary') k WHERE 1 ON CONFLICT (project_id, user_id, kind) "
+            "DO UPDATE SET generation = generation + 1",
+            (project_id, user_id),
+        )
+
+    # -- search --------------------------------------------------------------------------
+
+    def _generation(self, project_id: str, user_id: str, kind: str) -> int:
+        row = (
+            self._conn()
+            .execute(
+                "SELECT generation FROM vector_generations WHERE project_id = ? AND user_id = ? "
+                "AND kind = ?",
+                (project_id, user_id, kind),
+            )
+            .fetchone()
+        )
+        return 0 if row is None else int(row[0])
+
+    def vector_messages(
+        self,
+        project_id: str,
+        user_id: str,
+        query: np.ndarray,
+        embedder: str,
+        limit: int,
+        filters: SearchFilters,
+    ) -> list[tuple[int, float]]:
+        if limit <= 0:
+            return []
+        conn = self._conn()
+        scope = self._vector_scope(project_id, user_id, "message", embedder, int(query.shape[0]))
+        allowed = None
+        if not filters.empty:
+            where, params = search_filter_sql(self.dialect, filters)
+            allowed = np.fromiter(
+                (
+                    r[0]
+                    for r in conn.execute(
+                        f"SELECT m.pk FROM messages m WHERE m.project_id = ? AND m.user_id = ?"
+                        f"{where}",
+                        (project_id, user_id, *params),
+                    )
+                ),
+                dtype=np.int64,
+            )
+        return scope.search(np.asarray(query, dtype=np.float32), limit, allowed)
+
+    def _vector_scope(
+        self, project_id: str, user_id: str, kind: str, embedder: str, dim: int
+    ) -> Any:
+        conn = self._conn()
+
+        def load(after_pk: int) -> Iterator[tuple[int, int, bytes]]:
+            return conn.execute(
+                "SELECT pk, item_pk, vec FROM vectors WHERE project_id = ? AND user_id = ? "
+                "AND kind = ? AND embedder = ? AND pk > ? ORDER BY pk",
+                (project_id, user_id, kind, embedder, after_pk),
+            )
+
+        return self.vectors.scope(
+            (project_id, user_id, kind, embedder),
+            dim=dim,
+            generation=self._generation(project_id, user_id, kind),
+            load=load,
+        )
+
+    def _vector_layer(
+        self, search: LayerSearch, kind: str, query: np.ndarray, embedder: str
+    ) -> list[tuple[int, float]]:
+        project_id, user_id, limit, statuses = search
+        table = _TABLES[kind]
+        scope = self._vector_scope(project_id, user_id, kind, embedder, int(query.shape[0]))
+        q = np.asarray(query, dtype=np.float32)
+        # Most items have a wanted status: over-fetch and filter, and only when too many
+        # were dropped pay for the exact search among the allowed ones.
+        found = scope.search(q, limit * 2 + 8)
+        status = self._statuses(table, [pk for pk, _ in found])
+        kept = [(pk, sim) for pk, sim in found if status.get(pk) in statuses]
+        if len(kept) >= limit or len(found) < limit * 2 + 8:
+            return kept[:limit]
+        marks = ",".join("?" * len(statuses))
+        allowed = np.fromiter(
+            (
+                r[0]
+                for r in self._conn().execute(
+                    f"SELECT pk FROM {table} WHERE project_id = ? AND user_id = ? "
+                    f"AND status IN ({marks})",
+                    (project_id, user_id, *statuses),
+                )
+            ),
+            dtype=np.int64,
+        )
+        return scope.search(q, limit, allowed)
+
+    def _statuses(self, table: str, pks: Sequence[int]) -> dict[int, str]:
+        if not pks:
+            return {}
+        marks = ",".join("?" * len(pks))
+        return dict(
+            self._conn().execute(f"SELECT pk, status FROM {table} WHERE pk IN ({marks})", list(pks))
+        )
+
+    # -- recall --------------------------------------------------------------------------
+
+    def _read_briefs(
+        self,
+        reads: Sequence[BriefRead],
+        project_id: str,
+        user_id: str,
+        embedder: str | None,
+    ) -> list[list[Sequence[Any]]]:
+        out: list[list[Sequence[Any]]] = []
+        with self._query() as tx:
+            for read in reads:
+                rows = tx.all(f"SELECT {read.columns} {read.source}", read.params)
+                # The vectors come from the in-process cache that vector search keeps
+                # anyway: reading ~150 of them from the table cost more than the rest of
+                # the briefs.
+                vecs: dict[int, bytes] = {}
+                if embedder and rows:
+                    pks = [r[0] for r in rows]
+                    vecs = self._item_vectors(project_id, user_id, read.kind, embedder, pks)
+                out.append([(*r, vecs.get(r[0])) for r in rows])
+        return out
+
+    def _item_vectors(
+        self, project_id: str, user_id: str, kind: str, embedder: str, pks: Sequence[int]
+    ) -> dict[int, bytes]:
+        cached = self.vectors.peek((project_id, user_id, kind, embedder))
+        if cached is not None:
+            dim = cached.dim
+        else:
+            row = (
+                self._conn()
+                .execute(
+                    "SELECT dim FROM vectors WHERE project_id = ? AND user_id = ? AND kind = ? "
+                    "AND embedder = ? LIMIT 1",
+                    (project_id, user_id, kind, embedder),
+                )
+                .fetchone()
+            )
+            if row is None:
+                return {}
+            dim = int(row[0])
+        return self._vector_scope(project_id, user_id, kind, embedder, dim).vectors(pks)

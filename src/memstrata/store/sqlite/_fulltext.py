@@ -1,0 +1,284 @@
+"""The SQLite store's full text: FTS5 tables beside the rows, searched with FTS5's BM25.
+
+``messages_fts``, ``facts_fts`` and ``summaries_fts`` hold one row per item (rowid = the
+item's pk), its text and a scope token of its user; a search matches the query's terms
+(planned rarest first within ``MATCH_BUDGET``, at most ``RANK_CAP`` rows ranked) and the
+token. PostgreSQL keeps a ``tsvector`` column in the row instead and computes the same
+BM25 itself (``postgres/_fulltext.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Sequence
+from functools import lru_cache
+from typing import Any
+
+from ...errors import StoreError
+from .. import SearchFilters
+from .._core.dialect import Tx
+from .._core.filters import search_filter_sql
+from .._core.layers import FulltextColumns, LayerSearch
+from .._text import fts_document, scope_token
+from ._connection import SQLiteBase
+
+__all__ = ["SQLiteFullText"]
+
+# A user's full-text scope token, computed once per user rather than once per row.
+_scope = lru_cache(maxsize=1024)(scope_token)
+
+
+def _any_of(terms: Sequence[str]) -> str:
+    """An FTS5 expression matching any of ``terms``, each quoted so it is never syntax."""
+    return " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
+
+
+class SQLiteFullText(SQLiteBase):
+    """Part of SQLiteStore: the FTS5 tables' upkeep and full-text search."""
+
+    # Ranking is the cost of a full-text query: FTS5 scores every row matching any term.
+    # Terms are taken rarest first while the rows they match add up to at most this many
+    # (the rarest is always kept): common words rank by noise anyway, the rare ones carry
+    # the query, and the vector side still sees the whole question.
+    MATCH_BUDGET = 4000
+    # Ranking reads every row it scores. When the kept terms still match more than this
+    # many rows, at most this many of the user's are ranked: term by term, rarest first,
+    # each term's in rowid order (PostgresStore.RANK_CAP, the same rule).
+    RANK_CAP = 1000
+
+    def _init_fulltext(self) -> None:
+        self._df_cache: dict[tuple[str, str], tuple[int, int]] = {}
+        self._stem_cache: dict[str, str] = {}
+
+    # -- writes (the core's hooks, see _core/layers.py and _core/removal.py) -------------
+
+    def _fulltext_columns(self, text: str) -> FulltextColumns:
+        return ()  # FTS5 tables of their own (_index_fulltext)
+
+    def _index_fulltext(
+        self, tx: Tx, table: str, pk: int, text: str, project_id: str, user_id: str, *, new: bool
+    ) -> None:
+        # messages_fts, facts_fts, summaries_fts: rowid = the row's pk, scoped by a token of
+        # the user.
+        if new:
+            tx.execute(
+                f"INSERT INTO {table}_fts (rowid, body, scope) VALUES (?, ?, ?)",
+                (pk, fts_document(text), _scope(project_id, user_id)),
+            )
+        else:
+            tx.execute(f"UPDATE {table}_fts SET body = ? WHERE rowid = ?", (fts_document(text), pk))
+
+    def _unindex_gone(self, tx: Tx, table: str, gone: str) -> None:
+        # The FTS5 tables hold one row per item, under the item's pk.
+        tx.execute(f"DELETE FROM {table}_fts WHERE rowid IN (SELECT pk FROM {gone})")
+
+    # -- search --------------------------------------------------------------------------
+
+    def _stems(self, words: Sequence[str]) -> list[str]:
+        """The index's own tokens for each of ``words`` (Porter stems, CJK grams; several are
+        joined by spaces), from a scratch FTS5 table in this connection's temp schema. A
+        word's tokens never change, so they are remembered: a recall asks for the same
+        words once per layer, and users ask about the same things again."""
+        cache = self._stem_cache
+        known = {w: cache[w] for w in words if w in cache}
+        missing = list(dict.fromkeys(w for w in words if w not in known))
+        if missing:
+            conn = self._conn()
+            if not getattr(self._local, "stemmer", False):
+                conn.execute(
+                    "CREATE VIRTUAL TABLE IF NOT EXISTS temp.stem USING fts5 "
+                    "(x, tokenize = 'porter unicode61 remove_diacritics 2')"
+                )
+                conn.execute(
+                    "CREATE VIRTUAL TABLE IF NOT EXISTS temp.stem_vocab "
+                    "USING fts5vocab (temp, stem, 'instance')"
+                )
+                self._local.stemmer = True
+            conn.execute("DELETE FROM temp.stem")
+            conn.executemany(
+                "INSERT INTO temp.stem (rowid, x) VALUES (?, ?)",
+                [(i + 1, w) for i, w in enumerate(missing)],
+            )
+            out: list[list[str]] = [[] for _ in missing]
+            for term, doc in conn.execute("SELECT term, doc FROM temp.stem_vocab"):
+                out[int(doc) - 1].append(term)
+            found = {w: " ".join(o) for w, o in zip(missing, out, strict=True)}
+            known.update(found)
+            if len(cache) > 100_000:
+                cache.clear()
+            cache.update(found)
+        return [known[w] for w in words]
+
+    def _doc_frequencies(self, table: str, tokens: Sequence[str], total: int) -> dict[str, int]:
+        """Rows containing each token. fts5vocab counts them by walking the token's whole
+        posting list, as costly as ranking for a common word, so counts are cached and
+        refreshed once the table has grown by a tenth."""
+        wanted = {t for token in tokens for t in token.split()}
+        out: dict[str, int] = {}
+        missing = []
+        for term in wanted:
+            hit = self._df_cache.get((table, term))
+            if hit is not None and total <= hit[1] * 1.1 + 100:
+                out[term] = hit[0]
+            else:
+                missing.append(term)
+        if missing:
+            marks = ",".join("?" * len(missing))
+            found = dict(
+                self._conn()
+                .execute(
+                    f"SELECT term, doc FROM {table}_fts_vocab WHERE term IN ({marks})", missing
+                )
+                .fetchall()
+            )
+            if len(self._df_cache) > 100_000:
+                self._df_cache.clear()
+            for term in missing:
+                out[term] = found.get(term, 0)
+                self._df_cache[(table, term)] = (out[term], total)
+        return out
+
+    def _plan_fulltext(
+        self, table: str, project_id: str, user_id: str, terms: Sequence[str]
+    ) -> tuple[list[str], str, int]:
+        """(terms to search, rarest first; how to keep to the user: "token", "owner" or
+        "none"; a bound on the user's rows those terms match)."""
+        scope = scope_token(project_id, user_id)
+        stems = self._stems([*terms, scope])
+        total = self._conn().execute(f"SELECT max(pk) FROM {table}").fetchone()[0] or 0
+        df = self._doc_frequencies(table, stems, total)
+        scored = sorted(
+            (max((df.get(t, 0) for t in stems[i].split()), default=0), i) for i in range(len(terms))
+        )
+        kept: list[str] = []
+        matched = 0
+        for d, i in scored:
+            if kept and matched + d > self.MATCH_BUDGET:
+                break
+            kept.append(terms[i])
+            matched += d
+        # When this user owns most rows, intersecting with the scope token walks nearly every
+        # row: check each match's owner instead (or nothing, when every row is theirs).
+        owned = df.get(stems[-1], 0)
+        bound = min(matched, owned)
+        if owned * 2 <= total:
+            return kept, "token", bound
+        return kept, "none" if owned == total else "owner", bound
+
+    def _rank_fulltext(
+        self,
+        table: str,
+        kept: Sequence[str],
+        matched: int,
+        token: str | None,
+        join: str,
+        conds: str,
+        args: Sequence[Any],
+        limit: int,
+    ) -> list[tuple[int, float]]:
+        """BM25 ranking of the rows matching any of ``kept`` (rarest first) that pass
+        ``join`` and ``conds``; ``matched`` bounds how many that is. Past RANK_CAP rows,
+        at most that many are ranked, taken term by term, rarest first, each in rowid
+        order."""
+
+        def match(expr: str) -> str:
+            return f'scope : "{token}" AND ({expr})' if token else expr
+
+        head = f"FROM {table}_fts f{join} WHERE {table}_fts MATCH ?{conds}"
+        only = ""
+        extra: list[Any] = []
+        conn = self._conn()
+        try:
+            if matched > self.RANK_CAP:
+                # The bound is collection-wide: see first whether this user's matches
+                # really pass the cap (one query with no ranking) before taking them term
+                # by term.
+                probe = conn.execute(
+                    f"SELECT f.rowid {head} LIMIT ?",
+                    [match(_any_of(kept)), *args, self.RANK_CAP + 1],
+                ).fetchall()
+                matched = len(probe)
+            if matched > self.RANK_CAP:
+                taken: list[int] = []
+                for i, term in enumerate(kept):
+                    expr = _any_of([term])
+                    if i:  # rows an earlier term took are not taken twice
+                        expr = f"({expr}) NOT ({_any_of(kept[:i])})"
+                    found = conn.execute(
+                        f"SELECT f.rowid {head} LIMIT ?",
+                        [match(expr), *args, self.RANK_CAP - len(taken)],
+                    )
+                    taken += [int(r[0]) for r in found]
+                    if len(taken) >= self.RANK_CAP:
+                        break
+                # "+": a rowid constraint would open one FTS5 cursor per candidate, and each
+                # cursor's bm25 reads its terms' whole doclists again (6 s for 1,000). The
+                # candidates' rowid range does bound the one cursor's walk.
+                only = (
+                    " AND f.rowid BETWEEN ? AND ? AND +f.rowid IN (SELECT value FROM json_each(?))"
+                )
+                extra = [min(taken, default=0), max(taken, default=0), json.dumps(taken)]
+            rows = conn.execute(
+                f"SELECT f.rowid, bm25({table}_fts, 1.0, 0.0) AS r {head}{only} ORDER BY r LIMIT ?",
+                [match(_any_of(kept)), *args, *extra, limit],
+            ).fetchall()
+        except sqlite3.OperationalError as exc:  # a malformed MATCH must not break recall
+            raise StoreError(f"full-text search failed: {exc}") from exc
+        return [(int(pk), -float(r)) for pk, r in rows]
+
+    def fulltext_messages(
+        self,
+        project_id: str,
+        user_id: str,
+        terms: Sequence[str],
+        limit: int,
+        filters: SearchFilters,
+    ) -> list[tuple[int, float]]:
+        if not terms or limit <= 0:
+            return []
+        kept, scoping, matched = self._plan_fulltext("messages", project_id, user_id, terms)
+        where, params = search_filter_sql(self.dialect, filters)
+        owner = ""
+        if scoping == "owner":
+            # Answered from the (project_id, user_id, pk) index alone: reading each matched
+            # message row to learn its owner cost more than the ranking.
+            owner = (
+                " AND EXISTS (SELECT 1 FROM messages o WHERE o.project_id = ? "
+                "AND o.user_id = ? AND o.pk = f.rowid)"
+            )
+        owner_args = [project_id, user_id] if owner else []
+        token = scope_token(project_id, user_id) if scoping == "token" else None
+        # CROSS JOIN fixes the order: matches first, then each one's row by primary key,
+        # rather than walking the user's rows and probing the index per row.
+        join = " CROSS JOIN messages m ON m.pk = f.rowid" if where else ""
+        return self._rank_fulltext(
+            "messages",
+            kept,
+            matched,
+            token,
+            join,
+            where + owner,
+            [*params, *owner_args],
+            limit,
+        )
+
+    def _fulltext_layer(
+        self, search: LayerSearch, table: str, terms: Sequence[str]
+    ) -> list[tuple[int, float]]:
+        project_id, user_id, limit, statuses = search
+        kept, scoping, matched = self._plan_fulltext(table, project_id, user_id, terms)
+        token = scope_token(project_id, user_id) if scoping == "token" else None
+        # Each match's row is read for its status anyway: its owner costs nothing more.
+        owner = "" if token else " AND s.project_id = ? AND s.user_id = ?"
+        marks = ",".join("?" * len(statuses))
+        return self._rank_fulltext(
+            table,
+            kept,
+            matched,
+            token,
+            f" CROSS JOIN {table} s ON s.pk = f.rowid",
+            f" AND s.status IN ({marks}){owner}",
+            [*statuses, *([] if token else [project_id, user_id])],
+            limit,
+        )
