@@ -66,9 +66,10 @@ LayerItem = tuple[int, str, str, str]
 
 
 class LayerSearch(NamedTuple):
-    """A layer's search as the core hands it to a backend (``SQLStore._fulltext_layer``,
-    ``SQLStore._vector_layer``): the best ``limit`` of the user's items whose status is
-    one of ``statuses`` (at least one)."""
+    """A search as the core hands it to a backend (``SQLStore._fulltext_layer``,
+    ``_vector_layer``, ``_fulltext_messages``, ``_vector_messages``): the best ``limit``
+    (at least one) of the user's items; of facts and summaries, those whose status is one
+    of ``statuses`` (at least one; messages have none: ``()``)."""
 
     project_id: str
     user_id: str

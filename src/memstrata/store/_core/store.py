@@ -32,6 +32,7 @@ from .. import (
     MessageRow,
     OutageRow,
     ProjectRow,
+    SearchFilters,
     SessionRow,
     SummaryRow,
     TopicRow,
@@ -432,6 +433,36 @@ class SQLStore(ABC):
     # The rules are here (what an empty query or status list returns, which statuses are
     # current); the ranking is the backend's (FTS5 or tsvector BM25, in-process or pgvector).
 
+    def fulltext_messages(
+        self,
+        project_id: str,
+        user_id: str,
+        terms: Sequence[str],
+        limit: int,
+        filters: SearchFilters,
+    ) -> list[tuple[int, float]]:
+        """A user's messages passing ``filters`` that match any of ``terms``, best first
+        (BM25)."""
+        if not terms or limit <= 0:
+            return []
+        return self._fulltext_messages(LayerSearch(project_id, user_id, limit, ()), terms, filters)
+
+    def vector_messages(
+        self,
+        project_id: str,
+        user_id: str,
+        query: np.ndarray,
+        embedder: str,
+        limit: int,
+        filters: SearchFilters,
+    ) -> list[tuple[int, float]]:
+        """A user's messages passing ``filters`` nearest to ``query``: (pk, cosine
+        similarity)."""
+        if limit <= 0:
+            return []
+        search = LayerSearch(project_id, user_id, limit, ())
+        return self._vector_messages(search, query, embedder, filters)
+
     def fulltext_summaries(
         self,
         project_id: str,
@@ -497,6 +528,20 @@ class SQLStore(ABC):
         found = self.vector_summaries(project_id, user_id, query, embedder, limit)
         rows = self.summaries_by_pk([pk for pk, _ in found])
         return [(rows[pk], sim) for pk, sim in found if pk in rows]
+
+    @abstractmethod
+    def _fulltext_messages(
+        self, search: LayerSearch, terms: Sequence[str], filters: SearchFilters
+    ) -> list[tuple[int, float]]:
+        """The ``search``'s messages passing ``filters`` that match any of ``terms`` (at
+        least one), best first: (pk, BM25 score as FTS5 computes it)."""
+
+    @abstractmethod
+    def _vector_messages(
+        self, search: LayerSearch, query: np.ndarray, embedder: str, filters: SearchFilters
+    ) -> list[tuple[int, float]]:
+        """The ``search``'s messages passing ``filters`` nearest to ``query`` among
+        ``embedder``'s vectors: (pk, cosine similarity)."""
 
     @abstractmethod
     def _fulltext_layer(

@@ -414,16 +414,10 @@ class PostgresFullText(PostgresUserIndexes):
         finally:
             self._recounting.discard(table)
 
-    def fulltext_messages(
-        self,
-        project_id: str,
-        user_id: str,
-        terms: Sequence[str],
-        limit: int,
-        filters: SearchFilters,
+    def _fulltext_messages(
+        self, search: LayerSearch, terms: Sequence[str], filters: SearchFilters
     ) -> list[tuple[int, float]]:
-        if not terms or limit <= 0:
-            return []
+        project_id, user_id, limit, _ = search
         where, params = search_filter_sql(self.dialect, filters, "t")
         # The statements use named placeholders: the filter's become %(p0)s, %(p1)s, ...
         for i in range(len(params)):

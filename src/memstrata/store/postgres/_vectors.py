@@ -228,15 +228,10 @@ class PostgresVectors(PostgresUserIndexes):
             self._remember_scope(key, int(rows[0][2]))
         return [(int(pk), -float(d)) for pk, d, _ in rows]
 
-    def vector_messages(
-        self,
-        project_id: str,
-        user_id: str,
-        query: np.ndarray,
-        embedder: str,
-        limit: int,
-        filters: SearchFilters,
+    def _vector_messages(
+        self, search: LayerSearch, query: np.ndarray, embedder: str, filters: SearchFilters
     ) -> list[tuple[int, float]]:
+        project_id, user_id, limit, _ = search
         if filters.empty:
             return self._vector_search("message", project_id, user_id, query, embedder, limit)
         where, params = search_filter_sql(self.dialect, filters, "m")

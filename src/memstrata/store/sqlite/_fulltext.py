@@ -227,16 +227,10 @@ class SQLiteFullText(SQLiteBase):
             raise StoreError(f"full-text search failed: {exc}") from exc
         return [(int(pk), -float(r)) for pk, r in rows]
 
-    def fulltext_messages(
-        self,
-        project_id: str,
-        user_id: str,
-        terms: Sequence[str],
-        limit: int,
-        filters: SearchFilters,
+    def _fulltext_messages(
+        self, search: LayerSearch, terms: Sequence[str], filters: SearchFilters
     ) -> list[tuple[int, float]]:
-        if not terms or limit <= 0:
-            return []
+        project_id, user_id, limit, _ = search
         kept, scoping, matched = self._plan_fulltext("messages", project_id, user_id, terms)
         where, params = search_filter_sql(self.dialect, filters)
         owner = ""

@@ -387,17 +387,10 @@ class SQLiteVectors(SQLiteBase):
         )
         return 0 if row is None else int(row[0])
 
-    def vector_messages(
-        self,
-        project_id: str,
-        user_id: str,
-        query: np.ndarray,
-        embedder: str,
-        limit: int,
-        filters: SearchFilters,
+    def _vector_messages(
+        self, search: LayerSearch, query: np.ndarray, embedder: str, filters: SearchFilters
     ) -> list[tuple[int, float]]:
-        if limit <= 0:
-            return []
+        project_id, user_id, limit, _ = search
         conn = self._conn()
         scope = self._vector_scope(project_id, user_id, "message", embedder, int(query.shape[0]))
         allowed = None
