@@ -27,9 +27,9 @@ the HNSW index both where the user's rows are half of it and where they are a tw
   path (full text + vectors, fusion, rows), with the query's embedding computed beforehand
   (the embedder answers from a cache): the figure compared with the target, p95 <= 20 ms,
   round trips to PostgreSQL on loopback included. The query embedding (local model) is
-  timed on its own. Then the parts: ``store.vector_facts`` (60 candidates, what search
-  asks for) and ``store.fulltext_facts``; recall@10 of the vector part against exact
-  search (numpy over the same vectors).
+  timed on its own. Then the parts: ``store.vector_items("fact", ...)`` (60 candidates,
+  what search asks for) and ``store.fulltext_items("fact", ...)``; recall@10 of the vector
+  part against exact search (numpy over the same vectors).
 
 Pipeline (``--part pipeline``)
 ------------------------------
@@ -388,11 +388,11 @@ def _measure_user(
         lambda q: mem.search(q, user_id=user, limit=LIMIT, layers=["fact"]), queries
     )
     vector, found = _time_each(
-        lambda v: store.vector_facts(PROJECT, user, v, emb_id, CANDIDATES), list(qvecs)
+        lambda v: store.vector_items("fact", PROJECT, user, v, emb_id, CANDIDATES), list(qvecs)
     )
     terms = [fts_query_terms(q) for q in queries]
     fulltext, _ = _time_each(
-        lambda t: store.fulltext_facts(PROJECT, user, t, CANDIDATES) if t else [], terms
+        lambda t: store.fulltext_items("fact", PROJECT, user, t, CANDIDATES) if t else [], terms
     )
     approx = [[pk for pk, _ in r] for r in found[: len(exact_pks)]]
     out: dict[str, Any] = {
@@ -412,7 +412,8 @@ def _measure_user(
         store.RANK_CAP = 10**9
         try:
             uncapped, _ = _time_each(
-                lambda t: store.fulltext_facts(PROJECT, user, t, CANDIDATES) if t else [], terms
+                lambda t: store.fulltext_items("fact", PROJECT, user, t, CANDIDATES) if t else [],
+                terms,
             )
         finally:
             store.RANK_CAP = cap
@@ -431,7 +432,7 @@ def _ef_sweep(
         store = PostgresStore(url, ef_search=ef, pool_size=2)
         try:
             summary, found = _time_each(
-                lambda v, st=store: st.vector_facts(PROJECT, user, v, emb_id, CANDIDATES),
+                lambda v, st=store: st.vector_items("fact", PROJECT, user, v, emb_id, CANDIDATES),
                 list(qvecs[: len(exact_pks)]),
             )
         finally:
@@ -481,8 +482,8 @@ def _print_user(label: str, r: dict[str, Any]) -> None:
         f"recall@10 {r['recall_at_10']:.3f} (similarity kept {r['similarity_kept']:.3f})"
     )
     print(format_summary("mem.search, layers=[fact], limit 10", s))
-    print(format_summary(f"store.vector_facts, {CANDIDATES} candidates", r["vector"]))
-    print(format_summary(f"store.fulltext_facts, {CANDIDATES} candidates", r["fulltext"]))
+    print(format_summary(f"store.vector_items('fact'), {CANDIDATES} candidates", r["vector"]))
+    print(format_summary(f"store.fulltext_items('fact'), {CANDIDATES} candidates", r["fulltext"]))
     if "fulltext_uncapped" in r:
         print(format_summary("  diagnostic: full text, no rank cap", r["fulltext_uncapped"]))
     for row in r.get("ef_sweep", ()):

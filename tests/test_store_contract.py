@@ -754,7 +754,7 @@ def test_strengthen_and_supersede_version_summaries_and_retire_facts(store: Stor
     assert [h["version"] for h in store.summary_history(P, "s-food")] == [1, 2]
     assert [s.id for s in store.list_summaries(P, "u1", status=["superseded"])] == ["s-home"]
     # The rewording reached the full-text index.
-    assert [pk for pk, _ in store.fulltext_summaries(P, "u1", ["loves"], 10)] == [food.pk]
+    assert [pk for pk, _ in store.fulltext_items("summary", P, "u1", ["loves"], 10)] == [food.pk]
 
 
 def test_a_reworded_summary_is_searched_and_ranked_by_its_new_vector(store: Store) -> None:
@@ -769,7 +769,9 @@ def test_a_reworded_summary_is_searched_and_ranked_by_its_new_vector(store: Stor
             summaries=[summary("s1", "User loves ramen", fact_ids=["f1"], vec=unit(1, 0, 0))],
         ),
     )
-    [(pk, sim)] = store.vector_summaries(P, "u1", unit(1, 0, 0), EMB, 5, statuses=("active",))
+    [(pk, sim)] = store.vector_items(
+        "summary", P, "u1", unit(1, 0, 0), EMB, 5, statuses=("active",)
+    )
     assert sim == pytest.approx(1.0)
     [second] = add(store, ["I love ramen with extra egg"], prefix="2")
     process(
@@ -787,7 +789,7 @@ def test_a_reworded_summary_is_searched_and_ranked_by_its_new_vector(store: Stor
             ],
         ),
     )
-    found = store.vector_summaries(P, "u1", unit(0, 1, 0), EMB, 5, statuses=("active",))
+    found = store.vector_items("summary", P, "u1", unit(0, 1, 0), EMB, 5, statuses=("active",))
     assert found == [(pk, pytest.approx(1.0))]
     _, _, summaries = store.recall_briefs(P, "u1", summaries=[pk], embedder=EMB)
     vector = summaries[pk].vector
@@ -882,9 +884,9 @@ def test_strengthening_without_rewording_keeps_the_vector(store: Store) -> None:
     layered(store)
     _strengthen_home(store, "2", vec=unit(0, 0, 1))  # same text: not re-embedded
     [home] = store.get_summaries(P, ["s-home"])
-    [(pk, _)] = store.vector_summaries(P, "u1", unit(1, 0.1), EMB, 1, statuses=("active",))
+    [(pk, _)] = store.vector_items("summary", P, "u1", unit(1, 0.1), EMB, 1, statuses=("active",))
     assert pk == home.pk and home.version == 2
-    assert [pk for pk, _ in store.fulltext_summaries(P, "u1", ["berlin"], 10)] == [home.pk]
+    assert [pk for pk, _ in store.fulltext_items("summary", P, "u1", ["berlin"], 10)] == [home.pk]
 
 
 def test_superseding_retires_only_the_facts_no_current_summary_holds(store: Store) -> None:
@@ -1234,13 +1236,13 @@ def test_fulltext_ranks_at_most_the_rank_cap_rarest_term_first(store: Store) -> 
     facts = {f.id: f.pk for f in store.get_facts(P, [f"f{i}" for i in range(len(texts))])}
     whole = {
         "message": dict(store.fulltext_messages(P, "u1", ["pizza", "sushi"], 10, SearchFilters())),
-        "fact": dict(store.fulltext_facts(P, "u1", ["pizza", "sushi"], 10)),
+        "fact": dict(store.fulltext_items("fact", P, "u1", ["pizza", "sushi"], 10)),
     }
     assert len(whole["message"]) == len(whole["fact"]) == 6
     store.RANK_CAP = 3  # type: ignore[attr-defined]  # instead of 1,000
     capped = {
         "message": store.fulltext_messages(P, "u1", ["pizza", "sushi"], 10, SearchFilters()),
-        "fact": store.fulltext_facts(P, "u1", ["pizza", "sushi"], 10),
+        "fact": store.fulltext_items("fact", P, "u1", ["pizza", "sushi"], 10),
     }
     # "sushi" (2 rows) first, then "pizza" without them, in the order the rows were stored.
     wanted = {
@@ -1252,7 +1254,7 @@ def test_fulltext_ranks_at_most_the_rank_cap_rarest_term_first(store: Store) -> 
         assert [s for _, s in found] == pytest.approx([whole[layer][pk] for pk, _ in found])
         assert found == sorted(found, key=lambda x: (-x[1], x[0]))
     # Within the cap nothing changes.
-    assert len(store.fulltext_facts(P, "u1", ["sushi"], 10)) == 2
+    assert len(store.fulltext_items("fact", P, "u1", ["sushi"], 10)) == 2
 
 
 def test_fulltext_of_layers_keeps_the_rarest_terms_within_the_match_budget(store: Store) -> None:
@@ -1279,11 +1281,11 @@ def test_fulltext_of_layers_keeps_the_rarest_terms_within_the_match_budget(store
     process(store, LayerWrite(facts=[fact("f-u2", "User likes sushi", [m2], unit(seed=3))]))
 
     def facts(user: str, terms: list[str]) -> list[str]:
-        found = store.fulltext_facts(P, user, terms, 10)
+        found = store.fulltext_items("fact", P, user, terms, 10)
         return [store.facts_by_pk([pk])[pk].id for pk, _ in found]
 
     def summaries(user: str, terms: list[str]) -> list[str]:
-        found = store.fulltext_summaries(P, user, terms, 10)
+        found = store.fulltext_items("summary", P, user, terms, 10)
         return [store.summaries_by_pk([pk])[pk].id for pk, _ in found]
 
     # "pizza" (7 rows) is left out: the rarer "sushi" alone fills the budget.
@@ -1298,15 +1300,15 @@ def test_fulltext_of_layers_keeps_the_rarest_terms_within_the_match_budget(store
 def test_fulltext_of_layers_respects_statuses(store: Store) -> None:
     layered(store)
     food = store.get_summaries(P, ["s-food"])[0]
-    assert [pk for pk, _ in store.fulltext_summaries(P, "u1", ["ramen"], 10)] == [food.pk]
-    assert store.fulltext_summaries(P, "u1", ["ramen"], 10, statuses=()) == []
+    assert [pk for pk, _ in store.fulltext_items("summary", P, "u1", ["ramen"], 10)] == [food.pk]
+    assert store.fulltext_items("summary", P, "u1", ["ramen"], 10, statuses=()) == []
     store.set_summary_status(P, "s-food", "archived", "old", "tester")
-    assert store.fulltext_summaries(P, "u1", ["ramen"], 10) == []
-    assert store.fulltext_summaries(P, "u1", ["ramen"], 10, statuses=("archived",)) != []
+    assert store.fulltext_items("summary", P, "u1", ["ramen"], 10) == []
+    assert store.fulltext_items("summary", P, "u1", ["ramen"], 10, statuses=("archived",)) != []
     ramen = store.get_facts(P, ["f-ramen"])[0]
-    assert [pk for pk, _ in store.fulltext_facts(P, "u1", ["ramen"], 10)] == [ramen.pk]
-    assert store.fulltext_facts(P, "u1", ["ramen"], 10, statuses=("superseded",)) == []
-    assert store.fulltext_facts(P, "u2", ["ramen"], 10) == []
+    assert [pk for pk, _ in store.fulltext_items("fact", P, "u1", ["ramen"], 10)] == [ramen.pk]
+    assert store.fulltext_items("fact", P, "u1", ["ramen"], 10, statuses=("superseded",)) == []
+    assert store.fulltext_items("fact", P, "u2", ["ramen"], 10) == []
 
 
 # -- filters ---------------------------------------------------------------------------
@@ -1649,20 +1651,20 @@ def test_vector_search_of_layers_skips_unwanted_statuses_even_when_they_crowd_th
     assert all(
         row.status == "active" and row.id in {f"s{i}" for i in range(35, 40)} for row, _ in found
     )
-    supers = store.vector_summaries(P, "u1", q, EMB, 3, statuses=("superseded",))
+    supers = store.vector_items("summary", P, "u1", q, EMB, 3, statuses=("superseded",))
     assert len(supers) == 3
-    assert store.vector_summaries(P, "u1", q, EMB, 3, statuses=()) == []
+    assert store.vector_items("summary", P, "u1", q, EMB, 3, statuses=()) == []
 
 
 def test_vector_search_of_facts(store: Store) -> None:
     layered(store)
     [berlin, ramen] = store.get_facts(P, ["f-berlin", "f-ramen"])
-    found = store.vector_facts(P, "u1", unit(1, 0), EMB, 5)
+    found = store.vector_items("fact", P, "u1", unit(1, 0), EMB, 5)
     assert [pk for pk, _ in found] == [berlin.pk, ramen.pk]
     assert found[0][1] == pytest.approx(1.0, abs=1e-5) and found[1][1] == pytest.approx(
         0.0, abs=1e-5
     )
-    assert store.vector_facts(P, "u1", unit(1, 0), EMB, 5, statuses=("superseded",)) == []
+    assert store.vector_items("fact", P, "u1", unit(1, 0), EMB, 5, statuses=("superseded",)) == []
 
 
 def test_vectors_of_another_embedder_are_refused_then_reindexed(store: Store) -> None:
@@ -1699,7 +1701,7 @@ def test_layer_items_missing_vectors_are_found_and_filled(store: Store) -> None:
     assert store.layer_items_missing_vectors("new:v1:3", "fact", 0, 10) == []
     summaries = store.layer_items_missing_vectors("new:v1:3", "summary", 0, 10)
     assert len(summaries) == 2
-    found = store.vector_facts(P, "u1", np.eye(3, dtype=np.float32)[1], "new:v1:3", 5)
+    found = store.vector_items("fact", P, "u1", np.eye(3, dtype=np.float32)[1], "new:v1:3", 5)
     assert found[0][0] == facts[1][0]
 
 
@@ -1950,9 +1952,9 @@ def test_forget_messages_removes_everything_built_on_them(store: Store) -> None:
     assert store.summary_history(P, "s-home") == []
     assert store.list_topics(P, "u1")[0].summary_ids == ["s-food"]
     assert store.fulltext_messages(P, "u1", ["berlin"], 10, SearchFilters()) == []
-    assert store.fulltext_facts(P, "u1", ["berlin"], 10) == []
-    assert store.fulltext_summaries(P, "u1", ["berlin"], 10) == []
-    assert [pk for pk, _ in store.vector_facts(P, "u1", unit(1, 0), EMB, 10)] == [
+    assert store.fulltext_items("fact", P, "u1", ["berlin"], 10) == []
+    assert store.fulltext_items("summary", P, "u1", ["berlin"], 10) == []
+    assert [pk for pk, _ in store.vector_items("fact", P, "u1", unit(1, 0), EMB, 10)] == [
         store.get_facts(P, ["f-ramen"])[0].pk
     ]
     assert len(store.vector_messages(P, "u1", unit(seed=1), EMB, 10, SearchFilters())) == 1
@@ -2147,13 +2149,15 @@ def test_forget_takes_any_number_of_message_ids_counted_once(store: Store) -> No
 def test_forgotten_items_leave_searches_already_loaded(store: Store) -> None:
     ids = layered(store)
     [food] = store.get_summaries(P, ["s-food"])
-    assert len(store.vector_facts(P, "u1", unit(1, 0), EMB, 10)) == 2
-    assert len(store.vector_summaries(P, "u1", unit(1, 0), EMB, 10)) == 2
+    assert len(store.vector_items("fact", P, "u1", unit(1, 0), EMB, 10)) == 2
+    assert len(store.vector_items("summary", P, "u1", unit(1, 0), EMB, 10)) == 2
     assert len(store.vector_messages(P, "u1", unit(seed=1), EMB, 10, SearchFilters())) == 2
     store.forget(P, "u1", message_ids=[ids["m0"]], actor="a", reason=None)
-    [(fact_pk, _)] = store.vector_facts(P, "u1", unit(1, 0), EMB, 10)
+    [(fact_pk, _)] = store.vector_items("fact", P, "u1", unit(1, 0), EMB, 10)
     assert fact_pk == store.get_facts(P, ["f-ramen"])[0].pk
-    assert [pk for pk, _ in store.vector_summaries(P, "u1", unit(1, 0), EMB, 10)] == [food.pk]
+    assert [pk for pk, _ in store.vector_items("summary", P, "u1", unit(1, 0), EMB, 10)] == [
+        food.pk
+    ]
     [(message_pk, _)] = store.vector_messages(P, "u1", unit(seed=1), EMB, 10, SearchFilters())
     assert message_pk == ids["messages"][1].pk
 

@@ -142,11 +142,11 @@ def test_layer_searches_move_to_the_index_once_their_scope_is_large(pg_url: str)
             ),
         )
         q = unit(seed=4)
-        first = store.vector_facts(P, "u1", q, EMB, 3)  # exact, and counts 20 active facts
+        first = store.vector_items("fact", P, "u1", q, EMB, 3)  # exact, and counts 20 active facts
         with store._read() as c:
             c.execute("SELECT pg_stat_force_next_flush()")
         before = _index_scans(pg_url, "vectors_hnsw_fact_8")
-        assert store.vector_facts(P, "u1", q, EMB, 3) == first
+        assert store.vector_items("fact", P, "u1", q, EMB, 3) == first
         with store._read() as c:
             c.execute("SELECT pg_stat_force_next_flush()")
         assert _index_scans(pg_url, "vectors_hnsw_fact_8") > before
@@ -180,7 +180,7 @@ def test_filtered_index_searches_still_return_enough_rows(pg_url: str) -> None:
                 ]
             ),
         )
-        found = store.vector_summaries(P, "u1", q, EMB, 5)
+        found = store.vector_items("summary", P, "u1", q, EMB, 5)
         ids = {r.id for r in store.summaries_by_pk([pk for pk, _ in found]).values()}
         assert ids == {f"s{i}" for i in range(35, 40)}
     finally:
@@ -228,8 +228,8 @@ def test_an_existing_database_gets_the_per_user_full_text_indexes(pg_url: str) -
         assert [
             pk for pk, _ in store.fulltext_messages(P, "u1", ["berlin"], 10, SearchFilters())
         ] == [rows[0].pk]
-        assert len(store.fulltext_facts(P, "u1", ["berlin"], 10)) == 1
-        assert store.fulltext_facts(P, "u2", ["berlin"], 10) == []
+        assert len(store.fulltext_items("fact", P, "u1", ["berlin"], 10)) == 1
+        assert store.fulltext_items("fact", P, "u2", ["berlin"], 10) == []
     finally:
         store.close()
 
@@ -488,10 +488,10 @@ def test_a_large_user_who_is_a_small_share_of_the_index_gets_an_index_of_their_o
     # u1: 30 of 230 facts, a share small enough; u2: most of the index, no index of its own.
     with _two_users(pg_url, user_index_threshold=20, pool_size=1) as store:
         q = unit(seed=5)
-        exact = store.vector_facts(P, "u1", q, EMB, 5)  # exact, and counts the scope
-        assert store.vector_facts(P, "u1", q, EMB, 5) == exact  # through the shared index
+        exact = store.vector_items("fact", P, "u1", q, EMB, 5)  # exact, and counts the scope
+        assert store.vector_items("fact", P, "u1", q, EMB, 5) == exact  # through the shared index
         for _ in range(2):
-            store.vector_facts(P, "u2", q, EMB, 5)
+            store.vector_items("fact", P, "u2", q, EMB, 5)
         _settle(store)
         name = store.user_index_name(P, "u1", "vectors:fact:8")
         assert _user_index_rows(pg_url) == [(name, "u1", "ready")]
@@ -503,18 +503,18 @@ def test_a_large_user_who_is_a_small_share_of_the_index_gets_an_index_of_their_o
             c.execute("SELECT pg_stat_force_next_flush()")
         before = _index_scans(pg_url, name)
         for _ in range(8):  # more than psycopg's prepare threshold: never a generic plan
-            assert store.vector_facts(P, "u1", q, EMB, 5) == exact
+            assert store.vector_items("fact", P, "u1", q, EMB, 5) == exact
         with store._read() as c:  # the pool's one connection: the one that searched
             c.execute("SELECT pg_stat_force_next_flush()")
         assert _index_scans(pg_url, name) >= before + 8
         # Another process learns of it and uses it too.
         other = pg.PostgresStore(pg_url, vector_index_threshold=10, user_index_threshold=20)
         try:
-            other.vector_facts(P, "u1", q, EMB, 5)
-            other.vector_facts(P, "u1", q, EMB, 5)
+            other.vector_items("fact", P, "u1", q, EMB, 5)
+            other.vector_items("fact", P, "u1", q, EMB, 5)
             _settle(other)
             assert other._has_user_index((P, "u1", "vectors:fact:8"))
-            assert other.vector_facts(P, "u1", q, EMB, 5) == exact
+            assert other.vector_items("fact", P, "u1", q, EMB, 5) == exact
         finally:
             other.close()
         # Erasing the user drops it.
@@ -541,12 +541,12 @@ def test_a_build_that_died_is_taken_over_and_a_reindex_drops_user_indexes(pg_url
             pg_url, "SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass(?)", name
         ) == [(False,)]
         q = unit(seed=7)
-        exact = store.vector_facts(P, "u1", q, EMB, 5)
-        store.vector_facts(P, "u1", q, EMB, 5)
+        exact = store.vector_items("fact", P, "u1", q, EMB, 5)
+        store.vector_items("fact", P, "u1", q, EMB, 5)
         _settle(store)
         assert _user_index_rows(pg_url) == [(name, "u1", "ready")]
         assert "hnsw" in _indexes(pg_url)[name]
-        assert store.vector_facts(P, "u1", q, EMB, 5) == exact
+        assert store.vector_items("fact", P, "u1", q, EMB, 5) == exact
         # Vectors of another embedder replace these: user indexes go, made again on demand.
         store.drop_vectors_except("test:v2:8")
         assert name not in _indexes(pg_url) and _user_index_rows(pg_url) == []
@@ -555,7 +555,7 @@ def test_a_build_that_died_is_taken_over_and_a_reindex_drops_user_indexes(pg_url
 def test_user_indexes_can_be_turned_off(pg_url: str) -> None:
     with _two_users(pg_url, user_index_threshold=0) as store:
         for _ in range(2):
-            store.vector_facts(P, "u1", unit(seed=1), EMB, 5)
+            store.vector_items("fact", P, "u1", unit(seed=1), EMB, 5)
         _settle(store)
         assert _user_index_rows(pg_url) == []
 

@@ -312,15 +312,15 @@ class Recaller:
             if "fact" in layers:
                 found += [
                     (("fact", pk), s)
-                    for pk, s in self.store.fulltext_facts(
-                        project_id, user_id, terms, n, fact_statuses
+                    for pk, s in self.store.fulltext_items(
+                        "fact", project_id, user_id, terms, n, fact_statuses
                     )
                 ]
             if "summary" in layers:
                 found += [
                     (("summary", pk), s)
-                    for pk, s in self.store.fulltext_summaries(
-                        project_id, user_id, terms, n, summary_statuses
+                    for pk, s in self.store.fulltext_items(
+                        "summary", project_id, user_id, terms, n, summary_statuses
                     )
                 ]
             for key, s in found:
@@ -376,15 +376,15 @@ class Recaller:
             if "fact" in layers:
                 keys.update(
                     ("fact", pk)
-                    for pk, _ in self.store.vector_facts(
-                        project_id, user_id, q, self.embedder.id, n, fact_statuses
+                    for pk, _ in self.store.vector_items(
+                        "fact", project_id, user_id, q, self.embedder.id, n, fact_statuses
                     )
                 )
             if "summary" in layers:
                 keys.update(
                     ("summary", pk)
-                    for pk, _ in self.store.vector_summaries(
-                        project_id, user_id, q, self.embedder.id, n, summary_statuses
+                    for pk, _ in self.store.vector_items(
+                        "summary", project_id, user_id, q, self.embedder.id, n, summary_statuses
                     )
                 )
         fulltext, rows = pending.result()

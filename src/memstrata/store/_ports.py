@@ -16,7 +16,6 @@ import numpy as np
 from ._briefs import Briefs
 from ._filters import SearchFilters
 from ._rows import (
-    CURRENT_SUMMARY,
     AddOutcome,
     ApiKeyRow,
     AuditRow,
@@ -231,41 +230,35 @@ class SearchStore(Protocol):
     """What recall ranks on: full-text and vector candidates per layer (pk, score), their
     briefs, their rows by pk, the topics of summaries and the speakers a query may name."""
 
-    def fulltext_summaries(
+    def fulltext_items(
         self,
+        kind: str,
         project_id: str,
         user_id: str,
         terms: Sequence[str],
         limit: int,
-        statuses: Sequence[str] = CURRENT_SUMMARY,
-    ) -> list[tuple[int, float]]: ...
-    def vector_summaries(
+        statuses: Sequence[str] | None = None,
+    ) -> list[tuple[int, float]]:
+        """A user's facts or summaries (``kind``: ``"fact"``, ``"summary"``) in ``statuses``
+        matching any of ``terms``, best first: (pk, BM25 score). ``statuses`` None: the
+        layer's current ones (facts ``active``; summaries ``CURRENT_SUMMARY``)."""
+        ...
+
+    def vector_items(
         self,
+        kind: str,
         project_id: str,
         user_id: str,
         query: np.ndarray,
         embedder: str,
         limit: int,
-        statuses: Sequence[str] = CURRENT_SUMMARY,
-    ) -> list[tuple[int, float]]: ...
+        statuses: Sequence[str] | None = None,
+    ) -> list[tuple[int, float]]:
+        """A user's facts or summaries (``kind``) in ``statuses`` (None: as for
+        ``fulltext_items``) nearest to ``query``: (pk, cosine similarity)."""
+        ...
+
     def summaries_by_pk(self, pks: Sequence[int]) -> dict[int, SummaryRow]: ...
-    def fulltext_facts(
-        self,
-        project_id: str,
-        user_id: str,
-        terms: Sequence[str],
-        limit: int,
-        statuses: Sequence[str] = ("active",),
-    ) -> list[tuple[int, float]]: ...
-    def vector_facts(
-        self,
-        project_id: str,
-        user_id: str,
-        query: np.ndarray,
-        embedder: str,
-        limit: int,
-        statuses: Sequence[str] = ("active",),
-    ) -> list[tuple[int, float]]: ...
     def facts_by_pk(self, pks: Sequence[int]) -> dict[int, FactRow]: ...
     def topics_of_summaries(self, pks: Sequence[int]) -> dict[int, list[TopicRow]]: ...
     def speaker_names(self, project_id: str, user_id: str) -> list[str]: ...

@@ -47,6 +47,9 @@ from .rows import SESSION_COLUMNS, session_row
 
 __all__ = ["SQLStore"]
 
+# A searched layer's table and the statuses it presents as current memory.
+_LAYERS = {"fact": ("facts", ("active",)), "summary": ("summaries", CURRENT_SUMMARY)}
+
 
 class SQLStore(ABC):
     """The memory's rules over one SQL backend (see the module docstring)."""
@@ -463,69 +466,47 @@ class SQLStore(ABC):
         search = LayerSearch(project_id, user_id, limit, ())
         return self._vector_messages(search, query, embedder, filters)
 
-    def fulltext_summaries(
+    def fulltext_items(
         self,
+        kind: str,
         project_id: str,
         user_id: str,
         terms: Sequence[str],
         limit: int,
-        statuses: Sequence[str] = CURRENT_SUMMARY,
+        statuses: Sequence[str] | None = None,
     ) -> list[tuple[int, float]]:
-        """Summaries of a user in ``statuses`` matching any of ``terms``, best first (BM25)."""
+        """A user's facts or summaries (``kind``: ``"fact"``, ``"summary"``) in ``statuses``
+        (None: the layer's current ones) matching any of ``terms``, best first (BM25)."""
+        table, current = _LAYERS[kind]
+        statuses = current if statuses is None else statuses
         if not terms or limit <= 0 or not statuses:
             return []
-        search = LayerSearch(project_id, user_id, limit, statuses)
-        return self._fulltext_layer(search, "summaries", terms)
+        return self._fulltext_layer(LayerSearch(project_id, user_id, limit, statuses), table, terms)
 
-    def fulltext_facts(
+    def vector_items(
         self,
-        project_id: str,
-        user_id: str,
-        terms: Sequence[str],
-        limit: int,
-        statuses: Sequence[str] = ("active",),
-    ) -> list[tuple[int, float]]:
-        """Facts of a user in ``statuses`` matching any of ``terms``, best first (BM25)."""
-        if not terms or limit <= 0 or not statuses:
-            return []
-        search = LayerSearch(project_id, user_id, limit, statuses)
-        return self._fulltext_layer(search, "facts", terms)
-
-    def vector_summaries(
-        self,
+        kind: str,
         project_id: str,
         user_id: str,
         query: np.ndarray,
         embedder: str,
         limit: int,
-        statuses: Sequence[str] = CURRENT_SUMMARY,
+        statuses: Sequence[str] | None = None,
     ) -> list[tuple[int, float]]:
-        """Summaries of a user in ``statuses`` nearest to ``query``: (pk, cosine similarity)."""
+        """A user's facts or summaries (``kind``) in ``statuses`` (None: the layer's current
+        ones) nearest to ``query``: (pk, cosine similarity)."""
+        current = _LAYERS[kind][1]
+        statuses = current if statuses is None else statuses
         if limit <= 0 or not statuses:
             return []
         search = LayerSearch(project_id, user_id, limit, statuses)
-        return self._vector_layer(search, "summary", query, embedder)
-
-    def vector_facts(
-        self,
-        project_id: str,
-        user_id: str,
-        query: np.ndarray,
-        embedder: str,
-        limit: int,
-        statuses: Sequence[str] = ("active",),
-    ) -> list[tuple[int, float]]:
-        """Facts of a user in ``statuses`` nearest to ``query``: (pk, cosine similarity)."""
-        if limit <= 0 or not statuses:
-            return []
-        search = LayerSearch(project_id, user_id, limit, statuses)
-        return self._vector_layer(search, "fact", query, embedder)
+        return self._vector_layer(search, kind, query, embedder)
 
     def similar_summaries(
         self, project_id: str, user_id: str, query: np.ndarray, embedder: str, limit: int
     ) -> list[tuple[SummaryRow, float]]:
         """Current (active or deprioritized) summaries nearest to ``query``."""
-        found = self.vector_summaries(project_id, user_id, query, embedder, limit)
+        found = self.vector_items("summary", project_id, user_id, query, embedder, limit)
         rows = self.summaries_by_pk([pk for pk, _ in found])
         return [(rows[pk], sim) for pk, sim in found if pk in rows]
 
