@@ -25,3 +25,22 @@ def test_readme_starts_with_the_two_commands() -> None:
     blocks = [b.split("```", 1)[0].strip() for b in readme.split("```bash\n")[1:3]]
     assert blocks[0].endswith('pip install -e ".[server]" && memstrata serve')
     assert blocks[1] in ci  # CI runs exactly the documented test command
+
+
+def test_the_architecture_page_names_the_store_files_that_exist() -> None:
+    """The store's layout as the page draws it is the tree's: every file it names exists,
+    the two backends hold the same files, and every hook a backend implements is named."""
+    import re
+
+    from memstrata.store._core.store import SQLStore
+
+    page = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
+    store = REPO / "src" / "memstrata" / "store"
+    layout = page.split("```\nsrc/memstrata/store/\n", 1)[1].split("```", 1)[0]
+    for name in set(re.findall(r"\b(_?[a-z_]+\.py)\b", layout)):
+        assert list(store.rglob(name)), name
+    sqlite, postgres = ({p.name for p in (store / b).glob("*.py")} for b in ("sqlite", "postgres"))
+    assert postgres - sqlite == {"_user_indexes.py"} and not sqlite - postgres
+    hooks = set(SQLStore.__abstractmethods__) - {"_query", "_transaction"}
+    missing = {h for h in hooks if f"`{h}`" not in page}
+    assert not missing, f"hooks the page does not name: {sorted(missing)}"
