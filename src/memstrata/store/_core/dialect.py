@@ -13,7 +13,8 @@ is one ``Dialect`` subclass (``store/sqlite/_dialect.py``, ``store/postgres/_dia
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -40,8 +41,12 @@ class Dialect(ABC):
     skip_locked: str
 
     @abstractmethod
-    def execute(self, raw: Any, sql: str, params: Sequence[Any]) -> Any:
+    def execute(self, raw: Any, sql: str, params: Sequence[Any] = ()) -> Any:
         """Run ``sql`` (``?`` placeholders) on the backend's connection; a cursor."""
+
+    def executor(self, raw: Any) -> Callable[..., Any]:
+        """``execute`` bound to one connection (what ``Tx.execute`` is)."""
+        return partial(self.execute, raw)
 
     @abstractmethod
     def executemany(self, raw: Any, sql: str, rows: Iterable[Sequence[Any]]) -> None: ...
@@ -127,14 +132,16 @@ class Tx:
     code only.
     """
 
-    __slots__ = ("dialect", "raw")
+    __slots__ = ("dialect", "execute", "raw")
+
+    #: Run ``sql`` (``?`` placeholders) with ``params``: a cursor. The dialect's executor,
+    #: bound once (on SQLite the connection's own ``execute``: a statement costs no hop).
+    execute: Callable[..., Any]
 
     def __init__(self, raw: Any, dialect: Dialect) -> None:
         self.raw = raw
         self.dialect = dialect
-
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
-        return self.dialect.execute(self.raw, sql, params)
+        self.execute = dialect.executor(raw)
 
     def many(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
         self.dialect.executemany(self.raw, sql, rows)

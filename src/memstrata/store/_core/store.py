@@ -148,6 +148,8 @@ class SQLStore(ABC):
 
     def get_messages(self, project_id: str, message_ids: Sequence[str]) -> dict[str, MessageRow]:
         """The messages of ``message_ids`` that exist, by id (one query)."""
+        if not message_ids:
+            return {}
         with self._query() as tx:
             return ingest.get_messages(tx, project_id, message_ids)
 
@@ -175,6 +177,8 @@ class SQLStore(ABC):
             )
 
     def messages_by_pk(self, pks: Sequence[int]) -> dict[int, MessageRow]:
+        if not pks:
+            return {}
         with self._query() as tx:
             return ingest.messages_by_pk(tx, pks)
 
@@ -250,6 +254,8 @@ class SQLStore(ABC):
             return jobs.retry_failed(tx, project_id, user_id)
 
     def job_states(self, job_ids: Sequence[int]) -> dict[int, str]:
+        if not job_ids:
+            return {}
         with self._query() as tx:
             return jobs.job_states(tx, job_ids)
 
@@ -370,9 +376,12 @@ class SQLStore(ABC):
         process knows of them (caches, per-user indexes of their dimension)."""
 
     # -- the derived layers: reads (see reads.py) -------------------------------------------
-    # Facts, summaries, topics and their histories, by id, by pk and listed.
+    # Facts, summaries, topics and their histories, by id, by pk and listed. A read of no
+    # ids returns at once, without a connection: recall often asks with none.
 
     def get_summaries(self, project_id: str, ids: Sequence[str]) -> list[SummaryRow]:
+        if not ids:
+            return []
         with self._query() as tx:
             return reads.get_summaries(tx, project_id, ids)
 
@@ -394,6 +403,8 @@ class SQLStore(ABC):
             return reads.summary_history(tx, project_id, summary_id)
 
     def summaries_by_pk(self, pks: Sequence[int]) -> dict[int, SummaryRow]:
+        if not pks:
+            return {}
         with self._query() as tx:
             return reads.summaries_by_pk(tx, pks)
 
@@ -411,10 +422,14 @@ class SQLStore(ABC):
             return reads.list_facts(tx, project_id, user_id, limit, offset, newest_first, filters)
 
     def get_facts(self, project_id: str, ids: Sequence[str]) -> list[FactRow]:
+        if not ids:
+            return []
         with self._query() as tx:
             return reads.get_facts(tx, project_id, ids)
 
     def facts_by_pk(self, pks: Sequence[int]) -> dict[int, FactRow]:
+        if not pks:
+            return {}
         with self._query() as tx:
             return reads.facts_by_pk(tx, pks)
 
@@ -424,6 +439,8 @@ class SQLStore(ABC):
 
     def topics_of_summaries(self, pks: Sequence[int]) -> dict[int, list[TopicRow]]:
         """The active topics each summary is filed under (summary pk → topics)."""
+        if not pks:
+            return {}
         with self._query() as tx:
             return reads.topics_of_summaries(tx, pks)
 

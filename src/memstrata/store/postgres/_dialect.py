@@ -34,7 +34,7 @@ class PostgresDialect(Dialect):
     for_key_share = " FOR KEY SHARE"
     skip_locked = " FOR UPDATE SKIP LOCKED"
 
-    def execute(self, raw: Any, sql: str, params: Sequence[Any]) -> Any:
+    def execute(self, raw: Any, sql: str, params: Sequence[Any] = ()) -> Any:
         # Without parameters psycopg leaves the text alone ("LIKE 'a%'" stays as written).
         if not params:
             return raw.execute(sql)

@@ -13,7 +13,7 @@ import os
 import sqlite3
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 
 from ...errors import ConfigError, StoreError
 from .._core.dialect import Tx
@@ -94,11 +94,11 @@ class SQLiteBase(SQLStore):
         return conn
 
     @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
+    def _transaction(self) -> Iterator[Tx]:
         conn = self._conn()
         conn.execute("BEGIN IMMEDIATE")
         try:
-            yield conn
+            yield Tx(conn, self.dialect)
         except BaseException:
             conn.execute("ROLLBACK")
             raise
@@ -106,13 +106,14 @@ class SQLiteBase(SQLStore):
             conn.execute("COMMIT")
 
     @contextmanager
-    def _query(self) -> Iterator[Tx]:
-        yield Tx(self._conn(), self.dialect)
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """``_transaction`` on the connection itself, for backend code."""
+        with self._transaction() as tx:
+            yield tx.raw
 
-    @contextmanager
-    def _transaction(self) -> Iterator[Tx]:
-        with self._write() as conn:
-            yield Tx(conn, self.dialect)
+    def _query(self) -> AbstractContextManager[Tx]:
+        # nullcontext, not a generator: reads are many and small (a search makes several).
+        return nullcontext(Tx(self._conn(), self.dialect))
 
     def _close_connections(self) -> None:
         """Close the connections of this thread and of threads that have ended. Another

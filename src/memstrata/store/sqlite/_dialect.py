@@ -7,7 +7,7 @@ other writer)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from decimal import Decimal
 from typing import Any
 
@@ -99,8 +99,11 @@ class SQLiteDialect(Dialect):
     for_key_share = ""
     skip_locked = ""
 
-    def execute(self, raw: Any, sql: str, params: Sequence[Any]) -> Any:
+    def execute(self, raw: Any, sql: str, params: Sequence[Any] = ()) -> Any:
         return raw.execute(sql, params)
+
+    def executor(self, raw: Any) -> Callable[..., Any]:
+        return raw.execute  # SQLite's own placeholders: nothing to rewrite
 
     def executemany(self, raw: Any, sql: str, rows: Iterable[Sequence[Any]]) -> None:
         raw.executemany(sql, rows)
