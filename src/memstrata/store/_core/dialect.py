@@ -56,6 +56,10 @@ class Dialect(ABC):
         """Run ``sql``, an ``INSERT`` of one row, for each of ``rows``: the generated
         integer primary key ``key`` of each new row, in order."""
 
+    def insert_key(self, raw: Any, sql: str, params: Sequence[Any], key: str) -> int:
+        """``insert_keys`` of one row."""
+        return self.insert_keys(raw, sql, [params], key)[0]
+
     @abstractmethod
     def array(self, values: Iterable[Any]) -> Any:
         """A list of strings bound to an array column (``message_ids``, ``labels``...)."""
@@ -148,7 +152,7 @@ class Tx:
 
     def insert(self, sql: str, params: Sequence[Any], key: str = "pk") -> int:
         """Insert one row (``sql`` without ``RETURNING``): its primary key ``key``."""
-        return self.dialect.insert_keys(self.raw, sql, [params], key)[0]
+        return self.dialect.insert_key(self.raw, sql, params, key)
 
     def insert_many(self, sql: str, rows: Sequence[Sequence[Any]], key: str = "pk") -> list[int]:
         """Insert each of ``rows``: their primary keys ``key``, in order."""

@@ -59,13 +59,15 @@ def add_messages(
     user_id = session.user_id
     tx.lock_user(project_id, user_id)
     existing = _stored_hashes(tx, project_id, ids)
-    conflicts = [r.id for r in rows if r.id in existing and existing[r.id] != r.content_hash]
-    if conflicts:
-        raise ConflictError(
-            f"message id(s) already stored with different content: {conflicts[:10]}; "
-            "an id may be resent only with the same session, role and content"
-        )
-    new = [r for r in rows if r.id not in existing]
+    new = rows
+    if existing:  # a resend (most calls send only new ids)
+        conflicts = [r.id for r in rows if r.id in existing and existing[r.id] != r.content_hash]
+        if conflicts:
+            raise ConflictError(
+                f"message id(s) already stored with different content: {conflicts[:10]}; "
+                "an id may be resent only with the same session, role and content"
+            )
+        new = [r for r in rows if r.id not in existing]
     job_id = None
     if new:
         job_id = _insert_job(tx, project_id, user_id, len(new))
@@ -86,7 +88,7 @@ def add_messages(
             "UPDATE sessions SET updated_at = ? WHERE project_id = ? AND id = ?",
             (now_iso(), project_id, session.id),
         )
-    dupes = [r.id for r in rows if r.id in existing]
+    dupes = [r.id for r in rows if r.id in existing] if existing else []
     return AddOutcome(message_ids=ids, duplicates=dupes, job_id=job_id)
 
 

@@ -113,6 +113,9 @@ class SQLiteDialect(Dialect):
         # than RETURNING (sqlite3's executemany gives neither).
         return [raw.execute(sql, row).lastrowid for row in rows]
 
+    def insert_key(self, raw: Any, sql: str, params: Sequence[Any], key: str) -> int:
+        return raw.execute(sql, params).lastrowid  # type: ignore[no-any-return]
+
     def array(self, values: Iterable[Any]) -> str:
         return _encode(list(values))
 
