@@ -187,7 +187,7 @@ class PostgresVectors(PostgresUserIndexes):
                 indexed = (project_id, user_id, vector_target(kind, dim))
                 hnsw_scope, hnsw_args = scope, args
                 if self._has_user_index(indexed):
-                    # The user's own index (_pg_user_indexes): the planner matches its
+                    # The user's own index (_user_indexes.py): the planner matches its
                     # predicate only with the project and user as values it can see, so
                     # they are quoted literals and the statement is not prepared.
                     from psycopg import sql
