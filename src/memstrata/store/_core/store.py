@@ -275,11 +275,13 @@ class SQLStore(ABC):
         with self._query() as tx:
             counts = jobs.store_counts(tx, project_id)
             outages = jobs.outages(tx)
+            embedder = tx.scalar("SELECT value FROM meta WHERE key = 'embedder'")
+            usage = jobs.llm_usage(tx, project_id)
         return {
             **self._store_facts(),
             **counts,
-            "embedder": self.get_meta("embedder"),
-            "llm_usage": self.llm_usage(project_id),
+            "embedder": embedder,
+            "llm_usage": usage,
             "processing": processing_state(outages),
         }
 
