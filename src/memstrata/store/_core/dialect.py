@@ -60,6 +60,15 @@ class Dialect(ABC):
         """``insert_keys`` of one row."""
         return self.insert_keys(raw, sql, [params], key)[0]
 
+    def inserter(self, raw: Any) -> Callable[..., int]:
+        """``insert_key`` bound to one connection (what ``Tx.insert`` is): ``(sql, params,
+        key="pk")``."""
+
+        def insert(sql: str, params: Sequence[Any], key: str = "pk") -> int:
+            return self.insert_key(raw, sql, params, key)
+
+        return insert
+
     @abstractmethod
     def array(self, values: Iterable[Any]) -> Any:
         """A list of strings bound to an array column (``message_ids``, ``labels``...)."""
@@ -116,6 +125,10 @@ class Dialect(ABC):
     def lock_user(self, raw: Any, project_id: str, user_id: str) -> None:
         """Serialise the writes of one user until the transaction ends."""
 
+    def user_locker(self, raw: Any) -> Callable[[str, str], None]:
+        """``lock_user`` bound to one connection (what ``Tx.lock_user`` is)."""
+        return partial(self.lock_user, raw)
+
     @abstractmethod
     def temp_keys(self, raw: Any, table: str) -> None:
         """Make ``table`` an empty temporary table of row keys, one integer column ``pk``
@@ -136,23 +149,36 @@ class Tx:
     code only.
     """
 
-    __slots__ = ("dialect", "execute", "raw")
+    __slots__ = ("dialect", "execute", "insert", "lock_user", "raw")
 
     #: Run ``sql`` (``?`` placeholders) with ``params``: a cursor. The dialect's executor,
     #: bound once (on SQLite the connection's own ``execute``: a statement costs no hop).
     execute: Callable[..., Any]
+    #: Serialise the writes of one user (``project_id, user_id``) until the transaction
+    #: ends; bound once like ``execute`` (on SQLite a no-op: writers already queue).
+    lock_user: Callable[[str, str], None]
+    #: Insert one row (``sql`` without ``RETURNING``, then ``params``, then the name of its
+    #: generated key, ``"pk"`` unless given): that key. Bound once like ``execute``.
+    insert: Callable[..., int]
 
     def __init__(self, raw: Any, dialect: Dialect) -> None:
         self.raw = raw
         self.dialect = dialect
         self.execute = dialect.executor(raw)
+        self.lock_user = dialect.user_locker(raw)
+        self.insert = dialect.inserter(raw)
+
+    # A Tx is also its own context manager, so that a backend whose reads need no
+    # setup or cleanup (SQLite: one connection per thread, autocommit) hands out the same
+    # one for every read without wrapping it.
+    def __enter__(self) -> Tx:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
 
     def many(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
         self.dialect.executemany(self.raw, sql, rows)
-
-    def insert(self, sql: str, params: Sequence[Any], key: str = "pk") -> int:
-        """Insert one row (``sql`` without ``RETURNING``): its primary key ``key``."""
-        return self.dialect.insert_key(self.raw, sql, params, key)
 
     def insert_many(self, sql: str, rows: Sequence[Sequence[Any]], key: str = "pk") -> list[int]:
         """Insert each of ``rows``: their primary keys ``key``, in order."""
@@ -169,9 +195,6 @@ class Tx:
         """The first column of the first row, or None without a row."""
         row = self.execute(sql, params).fetchone()
         return None if row is None else row[0]
-
-    def lock_user(self, project_id: str, user_id: str) -> None:
-        self.dialect.lock_user(self.raw, project_id, user_id)
 
     def lock(self, name: str) -> None:
         self.dialect.lock(self.raw, name)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from ..._time import now_iso
@@ -94,6 +95,9 @@ def add_messages(
 
 def _stored_hashes(tx: Tx, project_id: str, ids: Sequence[str]) -> dict[str, str]:
     """The content hash of each of ``ids`` already stored in the project."""
+    if len(ids) == 1:  # most calls send one message
+        row = tx.one(_ONE_HASH, (project_id, ids[0]))
+        return {} if row is None else {ids[0]: row[0]}
     if not ids:
         return {}
     where, params = tx.dialect.in_("id", ids)
@@ -103,6 +107,9 @@ def _stored_hashes(tx: Tx, project_id: str, ids: Sequence[str]) -> dict[str, str
             [project_id, *params],
         )
     )
+
+
+_ONE_HASH = "SELECT content_hash FROM messages WHERE project_id = ? AND id = ?"
 
 
 def _insert_job(tx: Tx, project_id: str, user_id: str, size: int) -> int:
@@ -115,6 +122,14 @@ def _insert_job(tx: Tx, project_id: str, user_id: str, size: int) -> int:
     )
 
 
+@cache
+def _insert_sql(fulltext: tuple[tuple[str, str], ...] = ()) -> str:
+    """The message ``INSERT`` with the backend's full-text columns (name, SQL of the value)."""
+    columns = "".join(f", {name}" for name, _ in fulltext)
+    values = "".join(f", {sql}" for _, sql in fulltext)
+    return f"INSERT INTO messages ({_MESSAGE_INSERT}{columns}) VALUES ({_MESSAGE_VALUES}{values})"
+
+
 def _insert_rows(
     tx: Tx,
     project_id: str,
@@ -125,9 +140,8 @@ def _insert_rows(
 ) -> list[int]:
     """Insert the message rows of ``job_id`` (in order), each with its full-text columns
     (the same ones for every row): their pks."""
-    columns = "".join(f", {name}" for name, _, _ in fulltext[0])
-    values = "".join(f", {sql}" for _, sql, _ in fulltext[0])
-    sql = f"INSERT INTO messages ({_MESSAGE_INSERT}{columns}) VALUES ({_MESSAGE_VALUES}{values})"
+    first = fulltext[0]
+    sql = _insert_sql(tuple(column[:2] for column in first)) if first else _insert_sql()
     json = tx.dialect.json
     params = [
         (
@@ -150,6 +164,8 @@ def _insert_rows(
         )
         for r, fts in zip(rows, fulltext, strict=True)
     ]
+    if len(params) == 1:
+        return [tx.insert(sql, params[0])]
     return tx.insert_many(sql, params, "pk")
 
 

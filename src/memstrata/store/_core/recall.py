@@ -8,7 +8,7 @@ Python types on every backend.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from functools import lru_cache
 from typing import Any, NamedTuple
 
@@ -97,7 +97,9 @@ def brief_reads(
     return reads
 
 
-def briefs(reads: Sequence[BriefRead], rows: Sequence[Sequence[Any]], d: Dialect) -> Briefs:
+def briefs(
+    reads: Sequence[BriefRead], rows: Iterable[Iterable[Sequence[Any]]], d: Dialect
+) -> Briefs:
     """The briefs of what ``reads`` found: ``rows`` holds each read's rows, the item's
     vector (float32 bytes or None) appended to each."""
     messages: dict[int, MessageBrief] = {}

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -588,12 +588,13 @@ class SQLStore(ABC):
         project_id: str,
         user_id: str,
         embedder: str | None,
-    ) -> list[list[Sequence[Any]]]:
+    ) -> Iterable[Iterable[Sequence[Any]]]:
         """Run each read, ``SELECT {read.columns} {read.source}`` (the core's SQL, ``?``
         placeholders), and return its rows, in order, each with the vector of its item
         ``m`` (a ``read.kind``) from ``embedder`` appended as float32 bytes: None without
         one, or without an embedder. The vector may be selected with the row or looked up
-        after it, wherever the backend keeps vectors."""
+        after it, wherever the backend keeps vectors. Both levels may be lazy (each is
+        iterated once, in order, right away)."""
 
     # -- governance (see governance.py) -----------------------------------------------------
     # Projects, keys, audit, status changes, and removal from provenance upward.

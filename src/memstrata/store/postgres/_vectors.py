@@ -17,7 +17,7 @@ searches in-process instead (``sqlite/_vectors.py``).
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -271,7 +271,7 @@ class PostgresVectors(PostgresUserIndexes):
         project_id: str,
         user_id: str,
         embedder: str | None,
-    ) -> list[list[Sequence[Any]]]:
+    ) -> Iterable[Iterable[Sequence[Any]]]:
         out: list[list[Sequence[Any]]] = []
         with self._read() as c:
             # The layers' queries go out together (pipeline mode): one round trip, not

@@ -13,7 +13,7 @@ import os
 import sqlite3
 import threading
 from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
+from contextlib import AbstractContextManager, contextmanager, suppress
 
 from ...errors import ConfigError, StoreError
 from .._core.dialect import Tx
@@ -63,13 +63,19 @@ class SQLiteBase(SQLStore):
             raise StoreError(f"cannot create {self.path!r}: directory {parent!r} does not exist")
 
     def _conn(self) -> sqlite3.Connection:
+        return self._tx().raw
+
+    def _tx(self) -> Tx:
+        """This thread's connection as the core uses it (one ``Tx`` per connection: it
+        holds nothing but the connection, so every statement of the thread shares it)."""
+        tx: Tx | None = getattr(self._local, "tx", None)
+        if tx is not None and not self._closed:
+            return tx
         conn = getattr(self._local, "conn", None)
-        if conn is not None and not self._closed:
-            return conn
         if self._closed:
             if conn is not None:
                 # Left open by close() because this thread was using it (see close).
-                self._local.conn = None
+                self._local.conn = self._local.tx = None
                 with suppress(sqlite3.Error):
                     conn.close()
             raise StoreError("the store is closed")
@@ -89,21 +95,22 @@ class SQLiteBase(SQLStore):
         except sqlite3.Error as exc:
             raise StoreError(f"cannot open SQLite database {self.path!r}: {exc}") from exc
         self._local.conn = conn
+        self._local.tx = tx = Tx(conn, self.dialect)
         with self._conn_lock:
             self._connections.append((conn, threading.current_thread()))
-        return conn
+        return tx
 
     @contextmanager
     def _transaction(self) -> Iterator[Tx]:
-        conn = self._conn()
-        conn.execute("BEGIN IMMEDIATE")
+        tx = self._tx()
+        tx.execute("BEGIN IMMEDIATE")
         try:
-            yield Tx(conn, self.dialect)
+            yield tx
         except BaseException:
-            conn.execute("ROLLBACK")
+            tx.execute("ROLLBACK")
             raise
         else:
-            conn.execute("COMMIT")
+            tx.execute("COMMIT")
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
@@ -112,8 +119,9 @@ class SQLiteBase(SQLStore):
             yield tx.raw
 
     def _query(self) -> AbstractContextManager[Tx]:
-        # nullcontext, not a generator: reads are many and small (a search makes several).
-        return nullcontext(Tx(self._conn(), self.dialect))
+        # The thread's Tx itself, not a generator: reads are many and small (a search makes
+        # several), and an autocommit connection needs nothing around a read.
+        return self._tx()
 
     def _close_connections(self) -> None:
         """Close the connections of this thread and of threads that have ended. Another
@@ -130,4 +138,4 @@ class SQLiteBase(SQLStore):
                 with suppress(sqlite3.Error):
                     conn.close()
         if getattr(self._local, "conn", None) is not None:
-            self._local.conn = None
+            self._local.conn = self._local.tx = None

@@ -116,6 +116,14 @@ class SQLiteDialect(Dialect):
     def insert_key(self, raw: Any, sql: str, params: Sequence[Any], key: str) -> int:
         return raw.execute(sql, params).lastrowid  # type: ignore[no-any-return]
 
+    def inserter(self, raw: Any) -> Callable[..., int]:
+        execute = raw.execute
+
+        def insert(sql: str, params: Sequence[Any], key: str = "pk") -> int:
+            return execute(sql, params).lastrowid  # type: ignore[no-any-return]
+
+        return insert
+
     def array(self, values: Iterable[Any]) -> str:
         return _encode(list(values))
 
@@ -193,6 +201,9 @@ class SQLiteDialect(Dialect):
     def lock_user(self, raw: Any, project_id: str, user_id: str) -> None:
         pass
 
+    def user_locker(self, raw: Any) -> Callable[[str, str], None]:
+        return _no_lock
+
     def temp_keys(self, raw: Any, table: str) -> None:
         # Kept by the connection (in memory: temp_store) and emptied for each use.
         raw.execute(f"CREATE TEMP TABLE IF NOT EXISTS {table} (pk INTEGER PRIMARY KEY)")
@@ -200,3 +211,7 @@ class SQLiteDialect(Dialect):
 
     def lock(self, raw: Any, name: str) -> None:
         pass
+
+
+def _no_lock(project_id: str, user_id: str) -> None:
+    """SQLite's user lock: its write transaction already excludes every other writer."""
