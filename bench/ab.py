@@ -131,9 +131,10 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     info = machine_info()
     print(f"engine A/B in one process: {info['cpu']}, {info['cores']} cores")
-    with tempfile.TemporaryDirectory() as packages, tempfile.TemporaryDirectory(
-        dir=args.dir
-    ) as data:
+    with (
+        tempfile.TemporaryDirectory() as packages,
+        tempfile.TemporaryDirectory(dir=args.dir) as data,
+    ):
         root = Path(packages)
         for name, rev in (("old", args.old), ("old2", args.old), ("new", args.new)):
             _export(rev, f"memstrata_{name}", root)
