@@ -1,6 +1,6 @@
 """Stored text that tries to forge the memory block, what a reader must see of it, and the
 check that a block is safe: one delimited block, framed, every line one of the formatter's,
-no raw control token (DESIGN §7: memory is user-derived data, never instructions)."""
+no raw control token (memory is user-derived data, never instructions: docs/reliability.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Public nouns of memstrata (DESIGN §1): what goes in, what is stored, what comes back.
+"""Public nouns of memstrata: what goes in, what is stored, what comes back (the memory
+model: docs/architecture.md).
 
 Input models (``MessageInput``) validate strictly and forbid unknown fields, so a typo is
 an error rather than silently dropped data. Output models (``Message``, ``Hit``,

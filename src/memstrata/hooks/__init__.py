@@ -1,8 +1,9 @@
-"""Pipeline hook points and their semantics (DESIGN §5), independent of transport.
+"""Pipeline hook points and their semantics, independent of transport (docs/pipeline.md).
 
 The write path calls :class:`Hooks` at seven points (fact / summary ``before_llm``,
 ``after_llm``, ``before_add``; topic ``before_add``). Each registered hook receives the
-DESIGN §5 payload and answers like a webhook would: ``{"data": {...}}`` or nothing.
+payload a webhook does (docs/webhooks.md) and answers like one: ``{"data": {...}}`` or
+nothing.
 
 - ``before_llm``: ``data.instruction`` strings are appended to the default *user* prompt,
   concatenated in registration order; they never replace the prompt or touch the system
@@ -144,7 +145,7 @@ def payload(
     ctx: HookContext,
     data: dict[str, Any],
 ) -> dict[str, Any]:
-    """The DESIGN §5 request body of one delivery."""
+    """The request body of one delivery (docs/webhooks.md, "The request")."""
     return {
         "version": PAYLOAD_VERSION,
         "delivery_id": new_delivery_id(),

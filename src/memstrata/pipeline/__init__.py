@@ -1,4 +1,4 @@
-"""The write path: Message → Facts → Summary → Topic (DESIGN §1, §6).
+"""The write path: Message → Facts → Summary → Topic (docs/pipeline.md).
 
 A worker hands each claimed batch (one user's pending messages, in order) to
 :class:`Pipeline`, which embeds the messages, extracts grounded facts, consolidates them

@@ -1,6 +1,6 @@
 """The offline write path: facts, topics and correction cues without any LLM.
 
-Without a model configured memstrata must still build useful memory (DESIGN.md §6), so this
+Without a model configured memstrata must still build useful memory (docs/pipeline.md), so this
 module turns messages into grounded sentence-level facts with plain rules. Everything here
 is pure and deterministic: the same batch always gives the same drafts, and a fact never
 says more than its message did. Only wording changes: the first person becomes "User", and

@@ -1,4 +1,5 @@
--- Webhooks: per-project HTTP targets called at the write pipeline's hook points (DESIGN §5).
+-- Webhooks: per-project HTTP targets called at the write pipeline's hook points
+-- (docs/webhooks.md).
 -- pk is the creation order, which is the order hooks on one point run in. The secret signs
 -- deliveries (HMAC), so it is kept as it was issued; no read path returns it.
 CREATE TABLE webhooks (
