@@ -219,9 +219,9 @@ def _fts_match_counts(mem: Memory, terms: Sequence[Sequence[str]]) -> np.ndarray
 def _hnsw_sweep(vecs: np.ndarray, qvecs: np.ndarray) -> list[dict[str, Any]]:
     """Build usearch indexes with a few parameter sets on the same vectors (``--hnsw-sweep``).
 
-    The engine's parameters (``store/_vectors.py``) are the first row. Recall@10 is against
-    exact inner-product search. usearch is imported only after the local model has run:
-    importing it before onnxruntime crashes the process (see docs/benchmarks.md).
+    The engine's parameters (``store/sqlite/_vectors.py``) are the last row. Recall@10 is
+    against exact inner-product search. usearch is imported only after the local model has
+    run: importing it before onnxruntime crashes the process (docs/benchmarks.md at aa2e241).
     """
     from usearch.index import Index
 
