@@ -119,7 +119,20 @@ def list_audit(
     if user_id is not None:
         sql, params = sql + " AND user_id = ?", (project_id, user_id)
     rows = tx.all(sql + " ORDER BY pk LIMIT ? OFFSET ?", (*params, limit, offset))
-    return [AuditRow(*r[:7], tx.dialect.load_json(r[7]), r[8]) for r in rows]
+    return [
+        AuditRow(
+            pk=r[0],
+            project_id=r[1],
+            user_id=r[2],
+            action=r[3],
+            target=r[4],
+            actor=r[5],
+            reason=r[6],
+            details=tx.dialect.load_json(r[7]),
+            at=r[8],
+        )
+        for r in rows
+    ]
 
 
 # -- status changes ----------------------------------------------------------------------

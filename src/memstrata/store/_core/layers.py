@@ -156,7 +156,7 @@ def _write_facts(
             ],
             hooks._fulltext_columns(f.text),
         )
-        sources = sorted({message_pks[m] for m in f.message_ids if message_pks.get(m)})
+        sources = sorted({known for m in f.message_ids if (known := message_pks.get(m))})
         tx.many(
             "INSERT INTO fact_sources (fact_pk, message_pk) VALUES (?, ?) ON CONFLICT DO NOTHING",
             [(pk, source) for source in sources],

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import fields
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .. import FactRow, MessageRow, SessionRow, SummaryRow, TopicRow
 from .dialect import Dialect
 
-_Row = TypeVar("_Row")
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+_Row = TypeVar("_Row", bound="DataclassInstance")
 
 __all__ = [
     "FACT_COLUMNS",
@@ -60,7 +63,7 @@ def message_row(r: Sequence[Any], d: Dialect) -> MessageRow:
     )
 
 
-def _columns(cls: type, *, without: tuple[str, ...] = ()) -> str:
+def _columns(cls: type[DataclassInstance], *, without: tuple[str, ...] = ()) -> str:
     return ", ".join(f.name for f in fields(cls) if f.name not in without)
 
 
@@ -97,4 +100,15 @@ fact_row = _converter(FactRow, arrays=("message_ids", "labels"))
 
 
 def topic_row(r: Sequence[Any], summary_ids: list[str]) -> TopicRow:
-    return TopicRow(*r[:7], summary_ids, r[7], r[8])
+    return TopicRow(
+        pk=r[0],
+        project_id=r[1],
+        id=r[2],
+        user_id=r[3],
+        name=r[4],
+        description=r[5],
+        status=r[6],
+        summary_ids=summary_ids,
+        created_at=r[7],
+        updated_at=r[8],
+    )

@@ -391,7 +391,9 @@ class PostgresFullText(PostgresUserIndexes):
     def _vocabulary_reader(self, table: str) -> None:
         try:
             with self._read() as c:
-                rows = c.execute(f"SELECT count(*) FROM {checked(table)}").fetchone()[0]
+                counted = c.execute(f"SELECT count(*) FROM {checked(table)}").fetchone()
+                assert counted is not None  # an aggregate without GROUP BY has its one row
+                rows = counted[0]
                 # One pass over the table (about 2 s per million rows here), off the search
                 # path. The rarest lexemes past the cap are counted when asked for, cheaply.
                 found = c.execute(

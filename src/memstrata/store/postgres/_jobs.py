@@ -61,7 +61,7 @@ from typing import Any
 from .. import ClaimedBatch
 from .._batches import JOB_ROW, admit, claimable, take_jobs
 from .._core import jobs as core_jobs
-from .._core.dialect import Dialect, Tx
+from .._core.dialect import Tx
 from ._connection import PgBase
 from ._dialect import user_lock_sql
 
@@ -148,9 +148,6 @@ CREATE TRIGGER memstrata_jobs_updated AFTER UPDATE ON jobs
 
 class PostgresJobs(PgBase):
     """Part of ``PostgresStore``: job claims, and what ``ProcrastinateQueue`` needs."""
-
-    #: The store's dialect (``PostgresStore.dialect``), for the core's bookkeeping.
-    dialect: Dialect
 
     # -- claiming ------------------------------------------------------------------------
 

@@ -72,7 +72,9 @@ class PostgresStore(PostgresFullText, PostgresVectors, PostgresJobs):
             with psycopg.connect(
                 url,
                 autocommit=True,
-                connect_timeout=connect_timeout,
+                # A keyword argument is connection-string text (psycopg writes it with
+                # str(), as here); its stubs type this one as int, not float.
+                connect_timeout=str(connect_timeout),
                 fallback_application_name=APPLICATION_NAME,
             ) as conn:
                 self._migrate(conn, migrate_to)

@@ -91,7 +91,9 @@ class PostgresVectors(PostgresUserIndexes):
             if index_type is not None:
                 ops = "halfvec_ip_ops" if index_type.startswith("halfvec") else "vector_ip_ops"
                 with self._write() as c:
-                    if c.execute("SELECT to_regclass(%s)", (name,)).fetchone()[0] is None:
+                    found = c.execute("SELECT to_regclass(%s)", (name,)).fetchone()
+                    assert found is not None  # a SELECT without FROM has its one row
+                    if found[0] is None:
                         c.execute("SELECT pg_advisory_xact_lock(hashtext('memstrata.index'))")
                         c.execute(
                             f"CREATE INDEX IF NOT EXISTS {name} ON vectors USING hnsw "

@@ -63,7 +63,8 @@ class SQLiteBase(SQLStore):
             raise StoreError(f"cannot create {self.path!r}: directory {parent!r} does not exist")
 
     def _conn(self) -> sqlite3.Connection:
-        return self._tx().raw
+        conn: sqlite3.Connection = self._tx().raw  # Tx.raw: the backend's connection, untyped
+        return conn
 
     def _tx(self) -> Tx:
         """This thread's connection as the core uses it (one ``Tx`` per connection: it

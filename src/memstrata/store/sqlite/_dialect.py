@@ -24,7 +24,8 @@ _BOUND_VALUES = 500
 _encode = json.JSONEncoder(ensure_ascii=False).encode
 
 # json.loads' own decoder's scanner (the C one): one JSON value at an offset, and its end.
-_scan = json.JSONDecoder().scan_once
+# typeshed does not declare scan_once, the attribute JSONDecoder.__init__ sets.
+_scan: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
 
 # SQLite compares JSON numbers as 64-bit integers or doubles: exactly as their decimal
 # value (the filter semantics, see _filters.py) only while a filter number stays below 2**53
@@ -103,7 +104,8 @@ class SQLiteDialect(Dialect):
         return raw.execute(sql, params)
 
     def executor(self, raw: Any) -> Callable[..., Any]:
-        return raw.execute  # SQLite's own placeholders: nothing to rewrite
+        execute: Callable[..., Any] = raw.execute  # SQLite's own placeholders: no rewriting
+        return execute
 
     def executemany(self, raw: Any, sql: str, rows: Iterable[Sequence[Any]]) -> None:
         raw.executemany(sql, rows)
@@ -114,13 +116,16 @@ class SQLiteDialect(Dialect):
         return [raw.execute(sql, row).lastrowid for row in rows]
 
     def insert_key(self, raw: Any, sql: str, params: Sequence[Any], key: str) -> int:
-        return raw.execute(sql, params).lastrowid  # type: ignore[no-any-return]
+        # sqlite3 sets lastrowid (an int) on every execute() of an INSERT.
+        rowid: int = raw.execute(sql, params).lastrowid
+        return rowid
 
     def inserter(self, raw: Any) -> Callable[..., int]:
         execute = raw.execute
 
         def insert(sql: str, params: Sequence[Any], key: str = "pk") -> int:
-            return execute(sql, params).lastrowid  # type: ignore[no-any-return]
+            rowid: int = execute(sql, params).lastrowid
+            return rowid
 
         return insert
 
@@ -136,8 +141,9 @@ class SQLiteDialect(Dialect):
         try:
             found, end = _scan(value, 0)
         except (StopIteration, TypeError):  # not JSON from its first character, or bytes
-            end = -1
-        return found if end == len(value) else json.loads(value)
+            found, end = None, -1
+        array: list[Any] = found if end == len(value) else json.loads(value)
+        return array
 
     def json(self, value: Any) -> str:
         return _encode(value)

@@ -55,7 +55,7 @@ class VectorScope:
     dim: int
     index_threshold: int
     ids: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
-    matrix: np.ndarray | None = None  # (capacity, dim); rows [:n] are live
+    matrix: np.ndarray = field(init=False)  # (capacity, dim); rows [:n] are live
     n: int = 0
     last_pk: int = 0
     max_id: int = -1
@@ -72,6 +72,9 @@ class VectorScope:
     _sorted_n: int = 0
     _dirty: set[int] = field(default_factory=set)  # rewritten while an index was built
 
+    def __post_init__(self) -> None:
+        self.matrix = np.empty((0, self.dim), dtype=np.float32)
+
     def add(self, pks: np.ndarray, item_ids: np.ndarray, vecs: np.ndarray) -> None:
         if len(item_ids) == 0:
             return
@@ -86,11 +89,10 @@ class VectorScope:
                 if len(item_ids) == 0:
                     return
         need = self.n + len(item_ids)
-        if self.matrix is None or need > self.matrix.shape[0]:
+        if need > self.matrix.shape[0]:
             capacity = max(1024, 1 << (need - 1).bit_length())
             grown = np.empty((capacity, self.dim), dtype=np.float32)
-            if self.matrix is not None:
-                grown[: self.n] = self.matrix[: self.n]
+            grown[: self.n] = self.matrix[: self.n]
             self.matrix = grown
             ids = np.empty(capacity, dtype=np.int64)
             ids[: self.n] = self.ids[: self.n]
@@ -127,12 +129,12 @@ class VectorScope:
         return np.where(found, positions, -1)
 
     def _rewrite(self, positions: np.ndarray, vecs: np.ndarray) -> None:
-        self.matrix[positions] = vecs  # type: ignore[index]
+        self.matrix[positions] = vecs
         if self.hnsw is not None:
             for pos in positions.tolist():
                 if pos < self.hnsw_n:
                     self.hnsw.remove(pos)
-                    self.hnsw.add(pos, self.matrix[pos])  # type: ignore[index]
+                    self.hnsw.add(pos, self.matrix[pos])
         elif self._builder is not None:  # a build is copying the old rows: redo these after
             self._dirty.update(positions.tolist())
 
@@ -145,7 +147,7 @@ class VectorScope:
             positions = self._positions(wanted)
             matrix = self.matrix
             return {
-                i: matrix[p].tobytes()  # type: ignore[index]
+                i: matrix[p].tobytes()
                 for i, p in zip(wanted.tolist(), positions.tolist(), strict=True)
                 if p >= 0
             }
@@ -181,7 +183,7 @@ class VectorScope:
         with self.lock:
             for pos in sorted(p for p in self._dirty if p < n):
                 index.remove(pos)
-                index.add(pos, self.matrix[pos])  # type: ignore[index]
+                index.add(pos, self.matrix[pos])
             self._dirty.clear()
             self.hnsw, self.hnsw_n = index, n
             self._catch_up()
@@ -218,7 +220,7 @@ class VectorScope:
         if self.n == 0 or k <= 0:
             return []
         ids = self.ids[: self.n]
-        matrix = self.matrix[: self.n]  # type: ignore[index]
+        matrix = self.matrix[: self.n]
         if allowed is not None:
             mask = np.isin(ids, allowed, assume_unique=False)
             selected = int(mask.sum())
@@ -411,7 +413,7 @@ class SQLiteVectors(SQLiteBase):
 
     def _vector_scope(
         self, project_id: str, user_id: str, kind: str, embedder: str, dim: int
-    ) -> Any:
+    ) -> VectorScope:
         conn = self._conn()
 
         def load(after_pk: int) -> Iterator[tuple[int, int, bytes]]:
@@ -477,7 +479,7 @@ class SQLiteVectors(SQLiteBase):
         # its brief is built. A search builds a few hundred briefs; holding every layer's
         # rows at once kept enough objects alive to make the garbage collector run (and
         # promote them) about a third more often.
-        tx = self._query()
+        tx = self._tx()
         for read in reads:
             rows = tx.all(f"SELECT {read.columns} {read.source}", read.params)
             # The vectors come from the in-process cache that vector search keeps anyway:
