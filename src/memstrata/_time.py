@@ -16,7 +16,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BeforeValidator
 
-__all__ = ["Timestamp", "as_utc", "now_iso", "parse_iso", "to_iso", "utcnow"]
+__all__ = ["Timestamp", "as_utc", "now_iso", "parse_iso", "parse_stored", "to_iso", "utcnow"]
 
 _FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -110,3 +110,11 @@ def parse_iso(value: str | None) -> datetime | None:
         # Written before years were padded (see _format): read it as what it meant.
         return parse_iso(f"{int(year):04d}-{rest}")
     return datetime.strptime(value, _FORMAT).replace(tzinfo=timezone.utc)
+
+
+def parse_stored(value: str) -> datetime:
+    """``parse_iso`` of a time every stored row has (a message's ``ts``, ``created_at``)."""
+    parsed = parse_iso(value)
+    if parsed is None:  # a ValueError, as the public model's validation of None would be
+        raise ValueError(f"a stored time is missing: {value!r}")
+    return parsed

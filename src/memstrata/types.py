@@ -9,7 +9,7 @@ an error rather than silently dropped data. Output models (``Message``, ``Hit``,
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from pydantic import (
     AliasChoices,
@@ -23,6 +23,16 @@ from pydantic import (
 
 from ._strings import CheckedStrings
 from ._time import Timestamp
+from ._vocabulary import (
+    AuditAction,
+    DeliveryStatus,
+    FactKind,
+    MessageStatus,
+    SummaryStatus,
+    WebhookEvent,
+    WebhookMode,
+    WebhookResource,
+)
 
 __all__ = [
     "ROLES",
@@ -47,7 +57,6 @@ __all__ = [
 
 Role = Literal["user", "assistant", "system", "tool"]
 ROLES: tuple[str, ...] = ("user", "assistant", "system", "tool")
-MessageStatus = Literal["pending", "processed", "failed"]
 Layer = Literal["topic", "summary", "fact", "message"]
 
 # Identifiers appear in URLs, logs and SQL parameters: printable, no whitespace.
@@ -118,9 +127,7 @@ class Fact(BaseModel):
     id: str
     user_id: str
     text: str
-    kind: Literal["fact", "preference", "plan", "constraint", "event", "identity", "behaviour"] = (
-        "fact"
-    )
+    kind: FactKind = "fact"
     message_ids: list[str] = Field(default_factory=list)
     occurred_at: datetime | None = None
     observed_at: datetime | None = None
@@ -143,7 +150,7 @@ class Summary(BaseModel):
     text: str
     fact_ids: list[str] = Field(default_factory=list)
     message_ids: list[str] = Field(default_factory=list)
-    status: Literal["active", "deprioritized", "archived", "deleted", "superseded"] = "active"
+    status: SummaryStatus = "active"
     valid_from: datetime | None = None
     valid_to: datetime | None = None
     confidence: float = Field(default=1.0, ge=0.0, le=1.0)
@@ -306,6 +313,35 @@ class RecallConfig(_Input):
     )
 
 
+class _MessageLister(Protocol):
+    def list(
+        self, *, session_id: str | None = ..., status: str | None = ..., limit: int = ...
+    ) -> list[Message]: ...
+
+
+class _SessionOwner(Protocol):
+    """What a bound ``Session`` acts through: the ``Memory`` or ``MemoryClient`` that made it."""
+
+    @property
+    def messages(self) -> _MessageLister: ...
+
+    def add_messages(
+        self, session_id: str, messages: list[MessageInput | dict[str, Any]], *, sync: bool = ...
+    ) -> AddResult: ...
+
+    def get_memory(
+        self,
+        session_id: str,
+        query: str | None = ...,
+        *,
+        details: bool = ...,
+        recall_config: RecallConfig | dict[str, Any] | None = ...,
+        metadata_filters: dict[str, Any] | None = ...,
+    ) -> MemoryContext: ...
+
+    def processing_status(self, session_id: str) -> ProcessingStatus: ...
+
+
 class Session(BaseModel):
     """A conversation thread of one user. Bound sessions (from ``mem.sessions``) also act.
 
@@ -320,13 +356,13 @@ class Session(BaseModel):
     created_at: datetime
     updated_at: datetime
 
-    _memory: Any = PrivateAttr(default=None)
+    _memory: _SessionOwner | None = PrivateAttr(default=None)
 
     @property
     def session_id(self) -> str:
         return self.id
 
-    def _bound(self) -> Any:
+    def _bound(self) -> _SessionOwner:
         if self._memory is None:
             raise RuntimeError(
                 "this Session is plain data; get it from mem.sessions.create/get to call it"
@@ -335,7 +371,7 @@ class Session(BaseModel):
 
     def add_messages(
         self, messages: list[MessageInput | dict[str, Any]], *, sync: bool = False
-    ) -> Any:
+    ) -> AddResult:
         """Store messages durably and queue their processing; see ``Memory.add_messages``."""
         return self._bound().add_messages(self.id, messages, sync=sync)
 
@@ -412,7 +448,7 @@ class AuditRecord(BaseModel):
     id: int
     project_id: str
     user_id: str | None = None
-    action: Literal["set_status", "forget", "erase_user"]
+    action: AuditAction
     target: str | None = None
     actor: str
     reason: str | None = None
@@ -445,9 +481,9 @@ class Webhook(BaseModel):
     id: str
     project_id: str
     name: str
-    resource: Literal["fact", "summary", "topic"]
-    event: Literal["before_llm", "after_llm", "before_add"]
-    mode: Literal["sync", "async"]
+    resource: WebhookResource
+    event: WebhookEvent
+    mode: WebhookMode
     target_url: str
     enabled: bool
     timeout_ms: int
@@ -473,9 +509,9 @@ class WebhookDelivery(BaseModel):
     message_ids: list[str] = Field(default_factory=list)
     resource: str
     event: str
-    mode: Literal["sync", "async"]
+    mode: WebhookMode
     attempt: int
-    status: Literal["delivered", "failed", "retrying"]
+    status: DeliveryStatus
     http_status: int | None = None
     latency_ms: float
     reason: str

@@ -27,6 +27,7 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 from .._time import now_iso
+from .._vocabulary import DeliveryStatus
 from ..errors import ProcessingError
 from ..jobs import backoff_delay
 from ..store import OutboxItem, WebhookDeliveryRow, WebhookStore
@@ -116,6 +117,7 @@ class OutboxSender:
         attempt = item.attempts
         body = item.body.encode()
         limit = self.settings.webhook_max_attempts
+        status: DeliveryStatus
         if not hook.enabled:
             status, reason, result = "failed", "webhook disabled before delivery", None
         else:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .._time import parse_iso as parse_ts
+from .._time import parse_stored
 from ..store import FactRow, MessageRow, SummaryRow, TopicRow
 from ..types import Fact, Message, Summary, Topic
 
@@ -17,16 +18,16 @@ def message_from_row(row: MessageRow) -> Message:
         session_id=row.session_id,
         role=row.role,
         content=row.content,
-        timestamp=parse_ts(row.ts),  # type: ignore[arg-type]
+        timestamp=parse_stored(row.ts),
         event_type=row.event_type,
         page=row.page,
         process_id=row.process_id,
         name=row.name,
         metadata=row.metadata,
         status=row.status,
-        error=row.error,  # type: ignore[arg-type]
+        error=row.error,
         attempts=row.attempts,
-        created_at=parse_ts(row.created_at),  # type: ignore[arg-type]
+        created_at=parse_stored(row.created_at),
         processed_at=parse_ts(row.processed_at),
     )
 
@@ -36,7 +37,7 @@ def fact_from_row(r: FactRow) -> Fact:
         id=r.id,
         user_id=r.user_id,
         text=r.text,
-        kind=r.kind,  # type: ignore[arg-type]
+        kind=r.kind,
         message_ids=r.message_ids,
         occurred_at=parse_ts(r.occurred_at),
         observed_at=parse_ts(r.observed_at),
@@ -59,7 +60,7 @@ def summary_from_row(r: SummaryRow) -> Summary:
         text=r.text,
         fact_ids=r.fact_ids,
         message_ids=r.message_ids,
-        status=r.status,  # type: ignore[arg-type]
+        status=r.status,
         valid_from=parse_ts(r.valid_from),
         valid_to=parse_ts(r.valid_to),
         confidence=r.confidence,

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from .._vocabulary import AuditAction, FactKind, MessageStatus, SummaryStatus
 from ._filters import MetadataCondition
 from ._webhook_rows import OutboxWrite
 
@@ -67,7 +68,7 @@ class MessageRow:
     page: str | None = None
     name: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
-    status: str = "pending"
+    status: MessageStatus = "pending"
     error: str | None = None
     attempts: int = 0
     job_id: int | None = None
@@ -116,7 +117,7 @@ class OutageRow:
 class FactWrite:
     id: str
     text: str
-    kind: str
+    kind: FactKind
     message_ids: list[str]
     confidence: float
     model: str
@@ -190,7 +191,7 @@ class SummaryRow:
     id: str
     user_id: str
     text: str
-    status: str
+    status: SummaryStatus
     confidence: float
     version: int
     fact_ids: list[str]
@@ -213,7 +214,7 @@ class FactRow:
     id: str
     user_id: str
     text: str
-    kind: str
+    kind: FactKind
     confidence: float
     status: str
     message_ids: list[str]
@@ -265,7 +266,7 @@ class AuditRow:
     pk: int
     project_id: str
     user_id: str | None
-    action: str
+    action: AuditAction
     target: str | None
     actor: str
     reason: str | None

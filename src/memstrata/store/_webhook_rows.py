@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .._vocabulary import DeliveryStatus, WebhookEvent, WebhookMode, WebhookResource
+
 __all__ = ["OutboxItem", "OutboxWrite", "WebhookDeliveryRow", "WebhookRow"]
 
 
@@ -16,9 +18,9 @@ class WebhookRow:
     id: str
     project_id: str
     name: str
-    resource: str
-    event: str
-    mode: str
+    resource: WebhookResource
+    event: WebhookEvent
+    mode: WebhookMode
     target_url: str
     # Signs deliveries; kept out of repr so a logged or printed row never shows it.
     secret: str = field(repr=False)
@@ -49,9 +51,9 @@ class WebhookDeliveryRow:
     message_ids: list[str]
     resource: str
     event: str
-    mode: str
+    mode: WebhookMode
     attempt: int
-    status: str
+    status: DeliveryStatus
     http_status: int | None
     latency_ms: float
     reason: str

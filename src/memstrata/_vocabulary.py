@@ -1,0 +1,27 @@
+"""The closed sets of values memstrata stores: one ``Literal`` each, shared by the rows that
+cross the store's port (``store/_rows.py``) and the public types (``types.py``), so that a
+row read back converts to its public model without a check the type checker cannot see."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+__all__ = [
+    "AuditAction",
+    "DeliveryStatus",
+    "FactKind",
+    "MessageStatus",
+    "SummaryStatus",
+    "WebhookEvent",
+    "WebhookMode",
+    "WebhookResource",
+]
+
+MessageStatus = Literal["pending", "processed", "failed"]
+FactKind = Literal["fact", "preference", "plan", "constraint", "event", "identity", "behaviour"]
+SummaryStatus = Literal["active", "deprioritized", "archived", "deleted", "superseded"]
+AuditAction = Literal["set_status", "forget", "erase_user"]
+WebhookResource = Literal["fact", "summary", "topic"]
+WebhookEvent = Literal["before_llm", "after_llm", "before_add"]
+WebhookMode = Literal["sync", "async"]
+DeliveryStatus = Literal["delivered", "failed", "retrying"]
