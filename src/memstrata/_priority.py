@@ -51,19 +51,19 @@ def in_lowered_thread(fn: Callable[[], _T], steps: int, name: str) -> _T:
     creates (onnxruntime's pools) inherit that priority, and the caller keeps its own."""
     if steps <= 0 or not sys.platform.startswith("linux"):
         return fn()
-    outcome: list[tuple[_T | None, BaseException | None]] = []
+    values: list[_T] = []
+    errors: list[BaseException] = []
 
     def run() -> None:
         lower_this_thread(steps)
         try:
-            outcome.append((fn(), None))
+            values.append(fn())
         except BaseException as exc:
-            outcome.append((None, exc))
+            errors.append(exc)
 
     thread = threading.Thread(target=run, name=name, daemon=True)
     thread.start()
     thread.join()
-    value, error = outcome[0]
-    if error is not None:
-        raise error
-    return value  # type: ignore[return-value]
+    if errors:
+        raise errors[0]
+    return values[0]

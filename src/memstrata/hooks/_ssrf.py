@@ -191,21 +191,22 @@ class Pinned:
 def _resolve(resolver: Resolver, host: str, port: int, timeout: float) -> list[str]:
     # getaddrinfo has no timeout of its own: resolve in a daemon thread and stop waiting
     # at the delivery's deadline (a stuck resolver then costs a parked thread, not a hang).
-    box: dict[str, object] = {}
+    addresses: list[list[str]] = []
+    errors: list[Exception] = []
 
     def run() -> None:
         try:
-            box["ok"] = list(resolver(host, port))
+            addresses.append(list(resolver(host, port)))
         except Exception as exc:
-            box["error"] = exc
+            errors.append(exc)
 
     worker = threading.Thread(target=run, name="memstrata-resolve", daemon=True)
     worker.start()
     worker.join(max(0.0, timeout))
-    if "ok" in box:
-        return box["ok"]  # type: ignore[return-value]
-    if "error" in box:
-        raise DeliveryError(f"unreachable: cannot resolve {host}: {box['error']}")
+    if addresses:
+        return addresses[0]
+    if errors:
+        raise DeliveryError(f"unreachable: cannot resolve {host}: {errors[0]}")
     raise DeliveryError(f"timed out after {timeout * 1000:.0f} ms resolving {host}")
 
 

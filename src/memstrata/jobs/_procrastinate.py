@@ -110,24 +110,24 @@ async def _in_thread(fn: Callable[..., _T], *args: Any, nice: int = 0) -> _T:
     loop = asyncio.get_running_loop()
     done: asyncio.Future[_T] = loop.create_future()
 
-    def settle(result: _T | None, error: BaseException | None) -> None:
-        if done.cancelled():
-            return
-        if error is not None:
+    def succeed(result: _T) -> None:
+        if not done.cancelled():
+            done.set_result(result)
+
+    def fail(error: BaseException) -> None:
+        if not done.cancelled():
             done.set_exception(error)
-        else:
-            done.set_result(result)  # type: ignore[arg-type]
 
     def run() -> None:
         lower_this_thread(nice)
-        outcome: tuple[Any, BaseException | None]
+        settle: Callable[[], None]
         try:
-            outcome = (fn(*args), None)
+            settle = functools.partial(succeed, fn(*args))
         except BaseException as exc:
-            outcome = (None, exc)
+            settle = functools.partial(fail, exc)
         # RuntimeError: the loop was closed meanwhile (stop), nobody waits any more.
         with contextlib.suppress(RuntimeError):
-            loop.call_soon_threadsafe(settle, *outcome)
+            loop.call_soon_threadsafe(settle)
 
     threading.Thread(target=run, name="memstrata-job", daemon=True).start()
     return await done
