@@ -26,7 +26,8 @@ def similarities(matrix: np.ndarray, query: np.ndarray) -> np.ndarray:
     per_row = matrix.shape[1] * (query.shape[1] if query.ndim == 2 else 1)
     rows = max(1, _PRODUCT_ELEMENTS // max(1, per_row))
     if len(matrix) <= rows:
-        return matrix @ query
+        product: np.ndarray = matrix @ query  # numpy types @ of arrays of any dtype as Any
+        return product
     out = np.empty((len(matrix), *query.shape[1:]), dtype=np.result_type(matrix, query))
     for start in range(0, len(matrix), rows):
         np.matmul(matrix[start : start + rows], query, out=out[start : start + rows])

@@ -90,9 +90,9 @@ def import_jsonl(
 
     for lineno, obj in _read_jsonl(path):
         uid = obj.pop("user_id", None) or user_id
-        sid = obj.pop("session_id", None) or session_id or (f"import-{uid}" if uid else None)
         if not uid:
             raise MemstrataError(f"{path}:{lineno}: no user_id (give --user-id or a field)")
+        sid = obj.pop("session_id", None) or session_id or f"import-{uid}"
         if sid not in sessions:
             mem.sessions.create(user_id=uid, session_id=sid)
             sessions[sid] = uid
@@ -107,8 +107,9 @@ def import_jsonl(
     if wait:
         store = mem.store
         remaining = store.unfinished_jobs()
+        accepted = counts["messages"] - counts["duplicates"]
         done_bar = tqdm(
-            total=counts["messages"] - counts["duplicates"],
+            total=accepted,
             unit="msg",
             desc="processed",
             disable=not progress,
@@ -116,7 +117,7 @@ def import_jsonl(
         stop = threading.Event()
 
         def watch() -> None:
-            last = 0
+            last: float = 0
             while not stop.wait(0.25):
                 stats = store.stats(mem.project_id)["messages"]
                 done = stats["processed"] + stats["failed"]
@@ -130,7 +131,7 @@ def import_jsonl(
         stop.set()
         if remaining:
             watcher.join()
-        done_bar.n = done_bar.total
+        done_bar.n = accepted
         done_bar.refresh()
         done_bar.close()
     return counts

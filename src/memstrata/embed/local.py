@@ -264,7 +264,9 @@ class LocalEmbedder:
         options: onnxruntime.RunOptions | None = None,
     ) -> np.ndarray:
         try:
-            return session.run(["last_hidden_state"], feed, options)[0]
+            # onnxruntime has no type information: its outputs are numpy arrays.
+            hidden: np.ndarray = session.run(["last_hidden_state"], feed, options)[0]
+            return hidden
         except Exception as exc:
             raise EmbeddingError(f"local embedding model failed: {exc}") from exc
 
@@ -374,6 +376,6 @@ class LocalEmbedder:
             hidden = self._run(session, feed)
         else:
             hidden = self._run_background(session, feed, deadline)
-        vec = hidden[0].mean(axis=0, keepdims=True)
+        vec: np.ndarray = hidden[0].mean(axis=0, keepdims=True)
         vec /= np.linalg.norm(vec)
         return vec

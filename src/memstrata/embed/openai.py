@@ -211,8 +211,9 @@ def _status_detail(exc: Any) -> str:
     body = getattr(exc, "body", None)
     if isinstance(body, dict):
         error = body.get("error", body)
-        if isinstance(error, dict) and isinstance(error.get("message"), str):
-            return error["message"]
+        message = error.get("message") if isinstance(error, dict) else None
+        if isinstance(message, str):
+            return message
     try:
         text = exc.response.text.strip()
     except Exception:

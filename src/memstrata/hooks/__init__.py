@@ -199,7 +199,7 @@ class Hooks:
             raise ValidationError("invalid hook", ["fn: expected a callable"])
         hook = _Hook(
             f"hook_{secrets.token_hex(6)}",
-            name or getattr(fn, "__name__", "hook"),
+            name if name else getattr(fn, "__name__", "hook"),
             resource,
             event,
             fn,

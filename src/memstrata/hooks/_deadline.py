@@ -30,7 +30,7 @@ class _Exchange(threading.local):
     phase: str = ""
 
 
-class DeadlineBackend:
+class DeadlineBackend(httpcore.NetworkBackend):
     """``httpcore.SyncBackend`` under the deadline :meth:`bound` sets for this thread."""
 
     def __init__(self) -> None:
@@ -80,7 +80,7 @@ class DeadlineBackend:
         time.sleep(seconds)
 
 
-class _DeadlineStream:
+class _DeadlineStream(httpcore.NetworkStream):
     """A connection of :class:`DeadlineBackend` (plain or TLS)."""
 
     def __init__(self, stream: httpcore.NetworkStream, backend: DeadlineBackend) -> None:

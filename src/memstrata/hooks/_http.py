@@ -145,14 +145,18 @@ class WebhookHttp:
                         port=target.port,
                         target=target.path,
                     ),
-                    headers={
-                        **headers,
-                        "Host": target.host_header,
-                        "Content-Type": "application/json",
-                        "Accept": "application/json",
-                        "Accept-Encoding": "identity",
-                        "User-Agent": self.user_agent,
-                    },
+                    # As pairs: httpcore types a mapping of headers as one whose keys may
+                    # be bytes too, which a dict of str is not.
+                    headers=list(
+                        {
+                            **headers,
+                            "Host": target.host_header,
+                            "Content-Type": "application/json",
+                            "Accept": "application/json",
+                            "Accept-Encoding": "identity",
+                            "User-Agent": self.user_agent,
+                        }.items()
+                    ),
                     content=body,
                     extensions={
                         # Waiting for a pooled connection is the one wait outside the

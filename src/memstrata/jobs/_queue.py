@@ -10,7 +10,7 @@ mean the same on both.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Protocol, cast
+from typing import Protocol, TypedDict, cast
 
 from ..store import JobStore, MetaStore
 from ._worker import BatchHandler, WorkerPool
@@ -56,6 +56,20 @@ class JobQueue(Protocol):
         ...
 
 
+class _Options(TypedDict):
+    """The settings both queues take, by the same names."""
+
+    threads: int
+    lease_seconds: float
+    max_attempts: int
+    backoff_seconds: float
+    backoff_max_seconds: float
+    outage_backoff_seconds: float
+    outage_backoff_max_seconds: float
+    batch_max_messages: int
+    nice: int
+
+
 def open_queue(
     store: QueueStore,
     handler: BatchHandler,
@@ -72,7 +86,7 @@ def open_queue(
     nice: int = 0,
 ) -> JobQueue:
     """The queue that fits ``store``: procrastinate on PostgreSQL, the worker pool otherwise."""
-    options = {
+    options: _Options = {
         "threads": threads,
         "lease_seconds": lease_seconds,
         "max_attempts": max_attempts,

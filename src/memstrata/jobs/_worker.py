@@ -56,7 +56,7 @@ class _Waiting(Protocol):
 
 def backoff_delay(attempt: int, base: float, cap: float) -> float:
     """Exponential backoff with +-20% jitter so retries of many jobs do not align."""
-    delay = min(cap, base * (2 ** max(0, attempt - 1)))
+    delay = min(cap, base * 2.0 ** max(0, attempt - 1))
     return delay * random.uniform(0.8, 1.2)
 
 
@@ -118,7 +118,7 @@ def run_batch(
     backoff_max_seconds: float,
     outage_backoff_seconds: float,
     outage_backoff_max_seconds: float,
-    on_resume: Callable[[], None] | None = None,
+    on_resume: Callable[[], object] | None = None,
 ) -> None:
     """Run ``handler`` over a claimed batch; a failure is recorded, never raised.
 
@@ -174,20 +174,20 @@ def _fail(
     calls = getattr(exc, "memstrata_calls", ())
     if len(batch.job_ids) > 1:
         cap = (len(batch.job_ids) + 1) // 2
-        retry_at = time.time() + backoff_delay(1, backoff_seconds, backoff_max_seconds)
+        split_at = time.time() + backoff_delay(1, backoff_seconds, backoff_max_seconds)
         with contextlib.suppress(LeaseLostError):
-            store.fail_batch(batch, error, retry_at, calls, counted=False, retry_cap=cap)
+            store.fail_batch(batch, error, split_at, calls, counted=False, retry_cap=cap)
             log.warning(
                 "jobs %s failed together (an attempt of none of them); retrying them in "
                 "batches of at most %d jobs in %.1fs: %s",
                 batch.job_ids,
                 cap,
-                retry_at - time.time(),
+                split_at - time.time(),
                 error,
             )
         return
     attempts = batch.job_attempts[batch.job_ids[0]]
-    retry_at = None
+    retry_at: float | None = None
     if attempts < max_attempts:
         retry_at = time.time() + backoff_delay(attempts, backoff_seconds, backoff_max_seconds)
     try:
@@ -245,7 +245,7 @@ def _pause(
         log.info("jobs %s wait for the outage of %s to end", batch.job_ids, exc.service)
 
 
-def _resume(store: JobStore, on_resume: Callable[[], None] | None) -> None:
+def _resume(store: JobStore, on_resume: Callable[[], object] | None) -> None:
     try:
         ended = store.end_outage()
     except Exception:  # the next probe ends it
@@ -286,7 +286,7 @@ class WorkerPool:
         batch_max_messages: int = 256,
         poll_seconds: float = 0.5,
         nice: int = 0,
-        on_resume: Callable[[], None] | None = None,
+        on_resume: Callable[[], object] | None = None,
     ) -> None:
         self.store = store
         self.handler = handler
@@ -391,7 +391,7 @@ class WorkerPool:
         lower_this_thread(self.nice)
         while not self._stop.is_set():
             try:
-                worked = self.run_once(worker_id)
+                worked = self.run_once(worker_id) is not None
             except Exception:  # a store hiccup (e.g. disk full) must not kill the worker
                 log.exception("worker %s could not claim work", worker_id)
                 worked = False

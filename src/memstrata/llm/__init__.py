@@ -14,7 +14,7 @@ import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from .._unavailable import unavailable_status
 from ..errors import ConfigError, MemstrataError, UnavailableError
@@ -137,16 +137,19 @@ _REPAIR = (
 )
 
 
+_Valid = TypeVar("_Valid")
+
+
 def complete_json(
     model: ChatModel,
     system: str,
     user: str,
     *,
     schema: dict[str, Any],
-    validate: Callable[[dict[str, Any]], Any],
+    validate: Callable[[dict[str, Any]], _Valid],
     max_tokens: int = 4096,
     calls: CallLog | None = None,
-) -> tuple[Any, str]:
+) -> tuple[_Valid, str]:
     """Ask for JSON, validate it, and repair once. Returns (validated value, raw text).
 
     ``validate`` turns the parsed object into the caller's type and raises ``ValueError``

@@ -11,10 +11,13 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TypeGuard, get_args
+
+from .._vocabulary import FactKind
 
 __all__ = ["FACT_KINDS", "FactDraft"]
 
-FACT_KINDS = ("fact", "preference", "plan", "constraint", "event", "identity", "behaviour")
+FACT_KINDS: tuple[FactKind, ...] = get_args(FactKind)
 MAX_FACT_CHARS = 1000
 
 
@@ -38,8 +41,8 @@ class FactDraft:
             out.append("text is empty")
         elif len(self.text) > MAX_FACT_CHARS:
             out.append(f"text longer than {MAX_FACT_CHARS} characters")
-        if self.kind not in FACT_KINDS:
-            out.append(f"kind {self.kind!r} is not one of {', '.join(FACT_KINDS)}")
+        if not _is_fact_kind(self.kind):
+            out.append(_kind_problem(self.kind))
         if not self.message_ids:
             out.append("no source message ids")
         foreign = [m for m in self.message_ids if m not in allowed_ids]
@@ -50,3 +53,18 @@ class FactDraft:
         if self.valid_from and self.valid_to and self.valid_to < self.valid_from:
             out.append("valid_to is before valid_from")
         return out
+
+    @property
+    def checked_kind(self) -> FactKind:
+        """``kind`` of a draft that ``problems`` passed (it checks the kind)."""
+        if not _is_fact_kind(self.kind):
+            raise ValueError(_kind_problem(self.kind))
+        return self.kind
+
+
+def _is_fact_kind(kind: str) -> TypeGuard[FactKind]:
+    return kind in FACT_KINDS
+
+
+def _kind_problem(kind: str) -> str:
+    return f"kind {kind!r} is not one of {', '.join(FACT_KINDS)}"

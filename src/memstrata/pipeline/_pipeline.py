@@ -13,7 +13,7 @@ import logging
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 from pydantic import ConfigDict, Field
@@ -41,11 +41,12 @@ from ..store import (
 )
 from . import _heuristics as heuristics
 from ._drafts import FactDraft
-from .prompts import CONSOLIDATE, EXTRACT, HEURISTIC_VERSION, TOPICS
+from .prompts import CONSOLIDATE, EXTRACT, HEURISTIC_VERSION, TOPICS, Prompt
 
 __all__ = ["Pipeline", "PipelineStore", "embedding_text"]
 
 log = logging.getLogger("memstrata.pipeline")
+_Valid = TypeVar("_Valid")
 
 # Offline consolidation thresholds on cosine similarity (calibrated on the local MiniLM
 # model): a near-paraphrase strengthens; a correction of a related summary supersedes it.
@@ -189,7 +190,8 @@ class Pipeline:
             vectors = self.embedder.embed([embedding_text(m) for m in batch.messages])
             layers = self.derive(batch, calls, pause)
         except Exception as exc:
-            # The worker records the tokens a failed attempt spent along with the failure.
+            # The worker records the tokens a failed attempt spent along with the failure
+            # (an attribute of whatever exception it is, read back with getattr).
             exc.memstrata_calls = calls  # type: ignore[attr-defined]
             raise
         pause()
@@ -246,11 +248,11 @@ class Pipeline:
     def _ask(
         self,
         stage: str,
-        prompt: Any,
+        prompt: Prompt,
         user: str,
-        validate: Any,
+        validate: Callable[[dict[str, Any]], _Valid],
         calls: list[CallWrite],
-    ) -> tuple[Any, str]:
+    ) -> tuple[_Valid, str]:
         assert self.llm is not None
         log_ = CallLog()
         try:
@@ -370,7 +372,7 @@ class Pipeline:
                 FactWrite(
                     id=new_id("f"),
                     text=d.text,
-                    kind=d.kind,
+                    kind=d.checked_kind,
                     message_ids=d.message_ids,
                     confidence=float(d.confidence),
                     model=self.model_id,
@@ -444,7 +446,7 @@ class Pipeline:
             writes = _validated_summaries(replaced, fact_ids, set(existing), facts, self.model_id)
         observed = {f.write.id: f.write.observed_at for f in facts}
         for w in writes:
-            w.observed_at = max((observed[f] for f in w.fact_ids if observed.get(f)), default=None)
+            w.observed_at = max((at for f in w.fact_ids if (at := observed.get(f))), default=None)
         self._embed_summaries(writes, {sid: s.text for sid, s in existing.items()})
         return writes
 
@@ -612,7 +614,8 @@ class Pipeline:
             conf = max(f.write.confidence for f in group)
             text = (d.text or group[0].write.text).strip()
             if d.action == "strengthen" and d.summary_id not in retired:
-                old = existing[d.summary_id]  # type: ignore[index]
+                assert d.summary_id is not None  # validate: a strengthen names a summary
+                old = existing[d.summary_id]
                 merged = 1.0 - (1.0 - old.confidence) * (1.0 - conf)
                 writes.append(
                     SummaryWrite(
@@ -891,8 +894,11 @@ def _validated_summaries(
         if item.action == "supersede" and item.supersedes not in existing | created:
             raise ValueError(f"propositions[{i}] supersedes unknown summary {item.supersedes!r}")
         message_ids = list(dict.fromkeys(m for f in item.fact_ids for m in by_fact[f].message_ids))
-        sid = item.id if item.action == "strengthen" else new_id("s")
-        if item.action != "strengthen":
+        if item.action == "strengthen":
+            assert item.id is not None  # checked above: it names a known summary
+            sid = item.id
+        else:
+            sid = new_id("s")
             created.add(sid)
         out.append(
             SummaryWrite(

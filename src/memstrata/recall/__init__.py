@@ -202,8 +202,11 @@ class _Rows:
 
     def __contains__(self, key: Key) -> bool:
         layer, pk = key
-        table = {"message": self.messages, "fact": self.facts}.get(layer, self.summaries)
-        return pk in table
+        if layer == "message":
+            return pk in self.messages
+        if layer == "fact":
+            return pk in self.facts
+        return pk in self.summaries
 
     def update(self, other: _Rows) -> None:
         self.messages.update(other.messages)

@@ -129,7 +129,9 @@ def _variants(cands: Mapping[Key, Candidate]) -> int:
     )
 
 
-def _combine_variants(per_variant: list[dict[Key, float]], weights: ScorerWeights) -> dict:
+def _combine_variants(
+    per_variant: list[dict[Key, float]], weights: ScorerWeights
+) -> dict[Key, float]:
     """The query's own score plus the rewrites' at ``weights.rewrite`` each, on one scale."""
     if not per_variant:
         return {}
