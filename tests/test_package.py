@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from importlib import resources
 
 import memstrata
 
@@ -42,6 +43,12 @@ def test_public_names() -> None:
     for name in memstrata.__all__:
         assert getattr(memstrata, name) is not None
     assert memstrata.ValidationError.__mro__[1] is memstrata.MemstrataError
+
+
+def test_ships_type_information() -> None:
+    # The PEP 561 marker: type checkers read memstrata's own annotations. The wheel takes
+    # every file under src/memstrata (pyproject's hatch packages), this one with them.
+    assert (resources.files("memstrata") / "py.typed").is_file()
 
 
 def test_vector_index_and_local_model_load_in_either_order() -> None:
