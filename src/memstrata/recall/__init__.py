@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 
@@ -142,11 +142,13 @@ def _words(text: str) -> list[str]:
     return [w.casefold() for w in _WORD.findall(text)]
 
 
-def _row_text(row: Any) -> str:
+def _row_text(row: StoredRow) -> str:
     return str(getattr(row, "content", None) or getattr(row, "text", ""))
 
 
 Brief = MessageBrief | FactBrief | SummaryBrief
+#: A hit's full row, read for the hits only (``Recaller._load``).
+StoredRow = MessageRow | FactRow | SummaryRow
 
 
 def _similarities(
@@ -223,8 +225,7 @@ class Scored:
     cand: Candidate
     window: dict[Key, float] | None = None
     _signals: dict[str, float] | None = None
-    # MessageRow, FactRow or SummaryRow: read for the hits only (Recaller._load)
-    row: Any = None
+    row: StoredRow | None = None
 
     @property
     def id(self) -> str:
@@ -421,7 +422,7 @@ class Recaller:
                 wanted.setdefault(layer, []).append(pk)
         if not wanted:
             return
-        found: dict[str, dict[int, Any]] = {
+        found: dict[str, Mapping[int, StoredRow]] = {
             "message": self.store.messages_by_pk(wanted.get("message", [])),
             "fact": self.store.facts_by_pk(wanted.get("fact", [])),
             "summary": self.store.summaries_by_pk(wanted.get("summary", [])),
@@ -440,7 +441,7 @@ class Recaller:
         filters: SearchFilters,
         options: SearchOptions | None = None,
         exclude: Sequence[str] = (),
-        rows: dict[str, Any] | None = None,
+        rows: dict[str, StoredRow] | None = None,
     ) -> list[Hit]:
         """Ranked hits of every layer asked for, each with its provenance message ids.
         ``rows``, when given, receives the stored row of each hit by id."""
@@ -472,7 +473,7 @@ class Recaller:
         filters: SearchFilters,
         opts: SearchOptions,
         exclude: Sequence[str],
-        rows: dict[str, Any] | None,
+        rows: dict[str, StoredRow] | None,
     ) -> list[Hit]:
         as_of = opts.as_of or utcnow()
         intent = parse_time_intent(query, as_of)
@@ -648,7 +649,7 @@ class Recaller:
         exclude: Sequence[str],
         opts: SearchOptions,
         query: str,
-        rows: dict[str, Any] | None = None,
+        rows: dict[str, StoredRow] | None = None,
     ) -> list[Hit]:
         skip = set(exclude)
         ranked = sorted(scored.items(), key=lambda kv: (-kv[1].score, kv[0]))
@@ -675,13 +676,14 @@ class Recaller:
                     continue
                 chosen.append((key, x))
             self._load(chosen)
-            for (layer, _), x in chosen:
+            for _, x in chosen:
                 if x.row is None:
                     continue  # forgotten since it was ranked
                 s = round(x.score, 6)
-                if layer == "message":
+                # The row's type is its layer's.
+                if isinstance(x.row, MessageRow):
                     hit = _hit(x.row, s)
-                elif layer == "fact":
+                elif isinstance(x.row, FactRow):
                     hit = _fact_hit(x.row, s, message_score)
                 else:
                     hit = _summary_hit(x.row, s, message_score)
@@ -728,7 +730,7 @@ class Recaller:
         history = [message_from_row(r) for r in reversed(history_rows)]
         user_id = session.user_id
         matches: list[Hit] = []
-        found: dict[str, Any] = {}  # stored rows of the hits, not read twice
+        found: dict[str, StoredRow] = {}  # stored rows of the hits, not read twice
         if query and query.strip() and config.enable_long_term_recall:
             caps = {
                 "summary": config.proposition_top_k,
@@ -762,7 +764,10 @@ class Recaller:
                         continue
                     taken[hit.layer] += 1
                     matches.append(hit)
-        summary_rows = [found[h.id] for h in matches if h.layer == "summary"]
+        # (A hit's row is of its layer's type.)
+        summary_rows = [
+            r for h in matches if h.layer == "summary" and isinstance(r := found[h.id], SummaryRow)
+        ]
         topics_of = self.store.topics_of_summaries([r.pk for r in summary_rows])
         by_summary = {
             r.id: [topic_from_row(t) for t in topics_of.get(r.pk, [])] for r in summary_rows
@@ -776,7 +781,9 @@ class Recaller:
             : config.topic_top_k
         ]
         evidence = self._evidence(project_id, matches, config.observation_context_top_k)
-        fact_rows = [found[h.id] for h in matches if h.layer == "fact"]
+        fact_rows = [
+            r for h in matches if h.layer == "fact" and isinstance(r := found[h.id], FactRow)
+        ]
         if config.observation_recent_limit:
             known = {r.id for r in fact_rows}
             fact_rows += [

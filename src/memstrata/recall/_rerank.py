@@ -13,10 +13,14 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..llm import ChatModel, complete_json
 from ..store._text import fts_query_terms
+
+if TYPE_CHECKING:
+    from . import Scored
+    from ._scoring import Key
 
 __all__ = ["COVERAGE_WEIGHT", "coverage", "rerank"]
 
@@ -56,14 +60,14 @@ def coverage(query_terms: Sequence[str], text: str) -> float:
     return sum(1 for t in wanted if t in words) / len(wanted)
 
 
-def _text(item: Any) -> str:
+def _text(item: Scored) -> str:
     row = item.row
     name = getattr(row, "name", None)
     body = str(getattr(row, "content", None) or getattr(row, "text", ""))
     return f"{name}: {body}" if name else body
 
 
-def _local(ranked: list[tuple[Any, Any]], query: str, depth: int) -> list[tuple[Any, Any]]:
+def _local(ranked: list[tuple[Key, Scored]], query: str, depth: int) -> list[tuple[Key, Scored]]:
     terms = [t for t in fts_query_terms(query) if _WORD.fullmatch(t)]
     head, tail = ranked[:depth], ranked[depth:]
     rescored = []
@@ -78,8 +82,8 @@ def _local(ranked: list[tuple[Any, Any]], query: str, depth: int) -> list[tuple[
 
 
 def _llm(
-    ranked: list[tuple[Any, Any]], query: str, chat: ChatModel, depth: int
-) -> list[tuple[Any, Any]]:
+    ranked: list[tuple[Key, Scored]], query: str, chat: ChatModel, depth: int
+) -> list[tuple[Key, Scored]]:
     head, tail = ranked[:depth], ranked[depth:]
     lines = [f"{i}. {' '.join(_text(item).split())[:300]}" for i, (_, item) in enumerate(head, 1)]
     user = f"Question: {query}\n\nMemories:\n" + "\n".join(lines)
@@ -107,8 +111,8 @@ def _llm(
 
 
 def rerank(
-    ranked: list[tuple[Any, Any]], query: str, *, chat: ChatModel | None, depth: int
-) -> list[tuple[Any, Any]]:
+    ranked: list[tuple[Key, Scored]], query: str, *, chat: ChatModel | None, depth: int
+) -> list[tuple[Key, Scored]]:
     """Rerank the head of ``ranked`` ((key, scored item) pairs, best first)."""
     if chat is not None:
         try:

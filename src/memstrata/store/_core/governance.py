@@ -10,7 +10,7 @@ from typing import Any
 from ..._time import now_iso
 from .. import ApiKeyRow, AuditRow, ProjectRow, TopicRow
 from .dialect import Tx
-from .rows import TOPIC_COLUMNS, topic_row
+from .rows import AUDIT_COLUMNS, TOPIC_COLUMNS, audit_row, topic_row
 
 __all__ = [
     "audit",
@@ -30,7 +30,6 @@ __all__ = [
 
 _PROJECT_COLUMNS = "id, name, created_at"
 _KEY_COLUMNS = "id, project_id, name, prefix, created_at, revoked_at, last_used_at"
-_AUDIT_COLUMNS = "pk, project_id, user_id, action, target, actor, reason, details, at"
 
 # -- projects and keys -------------------------------------------------------------------
 
@@ -114,25 +113,12 @@ def audit(
 def list_audit(
     tx: Tx, project_id: str, user_id: str | None, limit: int, offset: int
 ) -> list[AuditRow]:
-    sql = f"SELECT {_AUDIT_COLUMNS} FROM audit WHERE project_id = ?"
+    sql = f"SELECT {AUDIT_COLUMNS} FROM audit WHERE project_id = ?"
     params: tuple[str, ...] = (project_id,)
     if user_id is not None:
         sql, params = sql + " AND user_id = ?", (project_id, user_id)
     rows = tx.all(sql + " ORDER BY pk LIMIT ? OFFSET ?", (*params, limit, offset))
-    return [
-        AuditRow(
-            pk=r[0],
-            project_id=r[1],
-            user_id=r[2],
-            action=r[3],
-            target=r[4],
-            actor=r[5],
-            reason=r[6],
-            details=tx.dialect.load_json(r[7]),
-            at=r[8],
-        )
-        for r in rows
-    ]
+    return [audit_row(r, tx.dialect) for r in rows]
 
 
 # -- status changes ----------------------------------------------------------------------

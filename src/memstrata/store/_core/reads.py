@@ -181,7 +181,7 @@ def list_topics(tx: Tx, project_id: str, user_id: str) -> list[TopicRow]:
         "WHERE t.project_id = ? AND t.user_id = ? AND t.status = 'active' ORDER BY t.pk, s.pk",
         (project_id, user_id),
     )
-    topics: dict[int, tuple[Any, list[str]]] = {}
+    topics: dict[int, tuple[Sequence[Any], list[str]]] = {}
     for r in rows:
         _, ids = topics.setdefault(r[0], (r, []))
         if r[-1] is not None:

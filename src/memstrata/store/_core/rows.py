@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .. import FactRow, MessageRow, SessionRow, SummaryRow, TopicRow
+from .. import AuditRow, FactRow, MessageRow, SessionRow, SummaryRow, TopicRow
 from .dialect import Dialect
 
 if TYPE_CHECKING:
@@ -20,11 +20,13 @@ if TYPE_CHECKING:
 _Row = TypeVar("_Row", bound="DataclassInstance")
 
 __all__ = [
+    "AUDIT_COLUMNS",
     "FACT_COLUMNS",
     "MESSAGE_COLUMNS",
     "SESSION_COLUMNS",
     "SUMMARY_COLUMNS",
     "TOPIC_COLUMNS",
+    "audit_row",
     "fact_row",
     "message_row",
     "session_row",
@@ -91,12 +93,14 @@ def _converter(
 SESSION_COLUMNS = _columns(SessionRow)
 SUMMARY_COLUMNS = _columns(SummaryRow)
 FACT_COLUMNS = _columns(FactRow)
+AUDIT_COLUMNS = _columns(AuditRow)
 # Without summary_ids: a topic's summaries come from topic_summaries (see topic_row).
 TOPIC_COLUMNS = _columns(TopicRow, without=("summary_ids",))
 
 session_row = _converter(SessionRow, documents=("metadata",))
 summary_row = _converter(SummaryRow, arrays=("fact_ids", "message_ids", "labels"))
 fact_row = _converter(FactRow, arrays=("message_ids", "labels"))
+audit_row = _converter(AuditRow, documents=("details",))
 
 
 def topic_row(r: Sequence[Any], summary_ids: list[str]) -> TopicRow:
