@@ -6,15 +6,16 @@ has no items here, exactly like a user who does not exist.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
 
+from .._queries import FactStatus, SearchRequest, SummaryStatus
 from .._time import Timestamp
-from ..types import Fact, Hit, Message, Summary, Topic
+from ..types import Fact, Hit, Message, MessageStatus, Summary, Topic
 from ._auth import CallerDep
 from ._common import API_ERRORS, Limit, Offset, json_object_param, page
-from ._models import Envelope, Page, SearchRequest
+from ._models import Envelope, Page
 
 router = APIRouter(prefix="/api", tags=["memory"], responses=API_ERRORS)
 
@@ -35,7 +36,6 @@ MetadataParam = Annotated[
         "the same vocabulary as search filters ($in, $gte, ...)."
     ),
 ]
-SummaryStatus = Literal["active", "deprioritized", "archived", "deleted", "superseded"]
 
 
 @router.get(
@@ -51,8 +51,7 @@ def list_user_messages(
     limit: Limit = 100,
     offset: Offset = 0,
     status: Annotated[
-        Literal["pending", "processed", "failed"] | None,
-        Query(description="Only messages in this processing state."),
+        MessageStatus | None, Query(description="Only messages in this processing state.")
     ] = None,
 ) -> Envelope[Page[Message]]:
     def fetch(n: int, skip: int) -> list[Message]:
@@ -73,7 +72,7 @@ def list_facts(
     caller: CallerDep,
     limit: Limit = 100,
     offset: Offset = 0,
-    status: Annotated[Literal["active", "superseded"] | None, Query()] = None,
+    status: Annotated[FactStatus | None, Query()] = None,
     since: Since = None,
     until: Until = None,
     metadata: MetadataParam = None,
@@ -148,22 +147,7 @@ def list_topics(
     response_model=Envelope[list[Hit]],
 )
 def search(user_id: str, body: SearchRequest, caller: CallerDep) -> Envelope[list[Hit]]:
-    hits = caller.memory.search(
-        body.query,
-        user_id=user_id,
-        limit=body.limit,
-        filters=body.filters,
-        session_id=body.session_id,
-        since=body.since,
-        until=body.until,
-        roles=body.roles,
-        event_types=body.event_types,
-        as_of=body.as_of,
-        layers=body.layers,
-        include_superseded=body.include_superseded,
-        recall_config=body.recall_config,
-    )
-    return Envelope(data=hits)
+    return Envelope(data=caller.memory.search(user_id=user_id, **body.arguments()))
 
 
 @router.get(
