@@ -16,14 +16,16 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
-from typing import Annotated, Any, ClassVar, Literal, TypeVar, get_args
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, TypeVar, get_args
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PlainValidator,
     ValidationInfo,
     ValidatorFunctionWrapHandler,
+    WithJsonSchema,
     WrapValidator,
     field_validator,
     model_validator,
@@ -184,10 +186,12 @@ def _object(value: Any, handler: ValidatorFunctionWrapHandler) -> dict[str, Any]
     return value
 
 
-def _config(value: Any, handler: ValidatorFunctionWrapHandler) -> RecallConfig:
-    if not isinstance(value, (dict, RecallConfig)):
+def _config(value: Any) -> RecallConfig:
+    if isinstance(value, RecallConfig):
+        return value
+    if not isinstance(value, dict):
         raise _rule("object", "expected an object")
-    return handler(value)  # type: ignore[no-any-return]
+    return RecallConfig.model_validate(value)  # its errors at their keys, under this field
 
 
 Id = Annotated[str, Field(pattern=ID_PATTERN), WrapValidator(_id)]
@@ -196,7 +200,16 @@ Offset = Annotated[int, Field(ge=0), WrapValidator(_integer(0, None))]
 Flag = Annotated[bool, WrapValidator(_flag)]
 When = Annotated[Timestamp, WrapValidator(_when)]
 JsonObject = Annotated[dict[str, Any], WrapValidator(_object)]
-Config = Annotated[RecallConfig, WrapValidator(_config)]
+if TYPE_CHECKING:
+    Config = RecallConfig
+else:
+    # A free object in the OpenAPI document (GUMem's PascalCase keys and MetadataFilters are
+    # welcome too), typed Any here so that FastAPI does not list RecallConfig's schema.
+    Config = Annotated[
+        Any,
+        PlainValidator(_config),
+        WithJsonSchema({"type": "object", "additionalProperties": True}),
+    ]
 Reason = Annotated[
     str,
     Field(min_length=1, max_length=REASON_MAX, description="Why (audited)."),
@@ -303,8 +316,8 @@ class Query(BaseModel):
 
 
 class SearchRequest(Query):
-    """A search of one user's memory, as the server's search route takes it (the user is
-    in the path)."""
+    """A search of the memory of the user the route names: what ``Memory.search`` takes
+    but the user."""
 
     query: Annotated[
         str, Field(min_length=1), WrapValidator(_text("expected a non-empty string", blank=False))
@@ -390,9 +403,9 @@ class _Recall(Query):
 
 
 class ContextRequest(_Recall):
-    """A recall for the next model call, as the server's context route takes it: the
-    session is in the path, and ``query`` and ``details`` may come in the query string
-    instead (None here: the query string's)."""
+    """A recall for the next model call in the session the route names. ``query`` and
+    ``details`` may come in the query string instead, as GUMem's SDK sends them; given in
+    the body, they win."""
 
     details: Flag | None = Field(
         default=None, description="Also return the matched items of every layer with scores."

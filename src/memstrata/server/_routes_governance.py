@@ -13,7 +13,7 @@ from fastapi import APIRouter, Query
 from .._queries import ForgetScope
 from ..types import AuditRecord, Summary
 from ._auth import CallerDep
-from ._common import API_ERRORS, Limit, Offset, page
+from ._common import API_ERRORS, Limit, Offset, listed
 from ._models import Envelope, Page, SummaryStatusChange
 
 router = APIRouter(prefix="/api", tags=["governance"], responses=API_ERRORS)
@@ -92,7 +92,4 @@ def audit(
     offset: Offset = 0,
     user_id: Annotated[str | None, Query(description="Only this user's records.")] = None,
 ) -> Envelope[Page[AuditRecord]]:
-    def fetch(n: int, skip: int) -> list[AuditRecord]:
-        return caller.memory.audit(user_id=user_id, limit=n, offset=skip)
-
-    return Envelope(data=page(fetch, limit, offset))
+    return listed(caller.memory.audit, limit, offset, user_id=user_id)

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Depends, Query
 
 from .._queries import FactStatus, SearchRequest, SummaryStatus
 from .._time import Timestamp
-from ..types import Fact, Hit, Message, MessageStatus, Summary, Topic
+from ..types import Fact, Hit, Message, Summary, Topic
 from ._auth import CallerDep
-from ._common import API_ERRORS, Limit, Offset, json_object_param, page
+from ._common import API_ERRORS, Limit, MessageStatusParam, Offset, json_object_param, listed, page
 from ._models import Envelope, Page
 
 router = APIRouter(prefix="/api", tags=["memory"], responses=API_ERRORS)
@@ -38,6 +38,20 @@ MetadataParam = Annotated[
 ]
 
 
+def _window(
+    since: Since = None, until: Until = None, metadata: MetadataParam = None
+) -> dict[str, Any]:
+    # The query parameters of the facts and summaries listings beside status and paging.
+    return {
+        "since": since,
+        "until": until,
+        "metadata_filters": json_object_param(metadata, "metadata"),
+    }
+
+
+Window = Annotated[dict[str, Any], Depends(_window)]
+
+
 @router.get(
     f"/users/{UID}/messages",
     summary="List a user's messages",
@@ -50,14 +64,9 @@ def list_user_messages(
     caller: CallerDep,
     limit: Limit = 100,
     offset: Offset = 0,
-    status: Annotated[
-        MessageStatus | None, Query(description="Only messages in this processing state.")
-    ] = None,
+    status: MessageStatusParam = None,
 ) -> Envelope[Page[Message]]:
-    def fetch(n: int, skip: int) -> list[Message]:
-        return caller.memory.messages.list(user_id=user_id, status=status, limit=n, offset=skip)
-
-    return Envelope(data=page(fetch, limit, offset))
+    return listed(caller.memory.messages.list, limit, offset, user_id=user_id, status=status)
 
 
 @router.get(
@@ -70,27 +79,13 @@ def list_user_messages(
 def list_facts(
     user_id: str,
     caller: CallerDep,
+    window: Window,
     limit: Limit = 100,
     offset: Offset = 0,
     status: Annotated[FactStatus | None, Query()] = None,
-    since: Since = None,
-    until: Until = None,
-    metadata: MetadataParam = None,
 ) -> Envelope[Page[Fact]]:
-    filters = json_object_param(metadata, "metadata")
-
-    def fetch(n: int, skip: int) -> list[Fact]:
-        return caller.memory.facts.list(
-            user_id=user_id,
-            status=status,
-            since=since,
-            until=until,
-            metadata_filters=filters,
-            limit=n,
-            offset=skip,
-        )
-
-    return Envelope(data=page(fetch, limit, offset))
+    facts = caller.memory.facts.list
+    return listed(facts, limit, offset, user_id=user_id, status=status, **window)
 
 
 @router.get(
@@ -103,27 +98,13 @@ def list_facts(
 def list_summaries(
     user_id: str,
     caller: CallerDep,
+    window: Window,
     limit: Limit = 100,
     offset: Offset = 0,
     status: Annotated[SummaryStatus | None, Query()] = None,
-    since: Since = None,
-    until: Until = None,
-    metadata: MetadataParam = None,
 ) -> Envelope[Page[Summary]]:
-    filters = json_object_param(metadata, "metadata")
-
-    def fetch(n: int, skip: int) -> list[Summary]:
-        return caller.memory.summaries.list(
-            user_id=user_id,
-            status=status,
-            since=since,
-            until=until,
-            metadata_filters=filters,
-            limit=n,
-            offset=skip,
-        )
-
-    return Envelope(data=page(fetch, limit, offset))
+    summaries = caller.memory.summaries.list
+    return listed(summaries, limit, offset, user_id=user_id, status=status, **window)
 
 
 @router.get(

@@ -7,9 +7,9 @@ from typing import Annotated
 from fastapi import APIRouter, Body, Query
 
 from .._queries import ContextRequest
-from ..types import AddResult, MemoryContext, Message, MessageStatus, ProcessingStatus
+from ..types import AddResult, MemoryContext, Message, ProcessingStatus
 from ._auth import CallerDep
-from ._common import API_ERRORS, Limit, Offset, check_sizes, page
+from ._common import API_ERRORS, Limit, MessageStatusParam, Offset, check_sizes, listed, page
 from ._models import AddMessages, CreateSession, Envelope, Page, SessionData
 
 router = APIRouter(prefix="/api/sessions", tags=["sessions"], responses=API_ERRORS)
@@ -88,17 +88,11 @@ def list_messages(
     caller: CallerDep,
     limit: Limit = 100,
     offset: Offset = 0,
-    status: Annotated[
-        MessageStatus | None, Query(description="Only messages in this processing state.")
-    ] = None,
+    status: MessageStatusParam = None,
 ) -> Envelope[Page[Message]]:
     view = caller.memory
     view.sessions.get(session_id)  # 404 for an unknown (or foreign) session, not an empty list
-
-    def fetch(n: int, skip: int) -> list[Message]:
-        return view.messages.list(session_id=session_id, status=status, limit=n, offset=skip)
-
-    return Envelope(data=page(fetch, limit, offset))
+    return listed(view.messages.list, limit, offset, session_id=session_id, status=status)
 
 
 @router.get(
