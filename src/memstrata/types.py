@@ -47,7 +47,10 @@ __all__ = [
 Role = Literal["user", "assistant", "system", "tool"]
 ROLES: tuple[str, ...] = ("user", "assistant", "system", "tool")
 MessageStatus = Literal["pending", "processed", "failed"]
+FactStatus = Literal["active", "superseded"]
+SummaryStatus = Literal["active", "deprioritized", "archived", "deleted", "superseded"]
 Layer = Literal["topic", "summary", "fact", "message"]
+SearchLayer = Literal["summary", "fact", "message"]  # what search ranks (topics lead to these)
 
 # Identifiers appear in URLs, logs and SQL parameters: printable, no whitespace.
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@/+=-]{0,199}$"
@@ -142,7 +145,7 @@ class Summary(BaseModel):
     text: str
     fact_ids: list[str] = Field(default_factory=list)
     message_ids: list[str] = Field(default_factory=list)
-    status: Literal["active", "deprioritized", "archived", "deleted", "superseded"] = "active"
+    status: SummaryStatus = "active"
     valid_from: datetime | None = None
     valid_to: datetime | None = None
     confidence: float = Field(default=1.0, ge=0.0, le=1.0)

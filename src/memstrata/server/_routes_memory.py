@@ -10,9 +10,9 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query
 
-from .._queries import FactStatus, SearchRequest, SummaryStatus
+from .._queries import SearchRequest
 from .._time import Timestamp
-from ..types import Fact, Hit, Message, Summary, Topic
+from ..types import Fact, FactStatus, Hit, Message, Summary, SummaryStatus, Topic
 from ._auth import CallerDep
 from ._common import API_ERRORS, Limit, MessageStatusParam, Offset, json_object_param, listed, page
 from ._models import Envelope, Page
