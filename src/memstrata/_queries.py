@@ -231,7 +231,7 @@ _MESSAGES = {
     "extra_forbidden": "unknown field",
     "string_unicode": UNICODE_RULE,  # pydantic-core's own refusal of a lone surrogate
 }
-_PATH_PART = re.compile(r"\.([^.\[]*)|\[(\d+)\]")
+_INDEX = re.compile(r"\[(\d+)\]")
 
 
 def field_path(loc: Iterable[int | str]) -> str:
@@ -267,8 +267,14 @@ def _located(title: str, found: list[tuple[tuple[int | str, ...], str, str, Any]
 
 
 def _path(path: str) -> tuple[int | str, ...]:
-    # value_problem's ".address.city[2]" as loc parts; joined again by field_path.
-    return tuple(int(i) if i else key for key, i in _PATH_PART.findall(path))
+    # value_problem's "[2].address.city" as loc parts that field_path joins back into the
+    # same text: the leading list indexes, then the rest as one part (a key may hold dots).
+    parts: list[int | str] = []
+    while (index := _INDEX.match(path)) is not None:
+        parts.append(int(index.group(1)))
+        path = path[index.end() :]
+    rest = path.removeprefix(".")
+    return (*parts, rest) if rest else tuple(parts)
 
 
 def arguments(frame: Mapping[str, Any]) -> dict[str, Any]:
