@@ -89,7 +89,7 @@ BODIES: dict[str, dict[str, Fill]] = {
             "sync": True,
         },
     },
-    "ContextQuery": {"": lambda i: {"query": "where does the user live", "details": True}},
+    "ContextRequest": {"": lambda i: {"query": "where does the user live", "details": True}},
     "UserActions": {
         "": lambda i: {
             "user_id": i["user"],
@@ -100,7 +100,7 @@ BODIES: dict[str, dict[str, Fill]] = {
     },
     "SearchRequest": {"": lambda i: {"query": "where does the user live"}},
     "SummaryStatusChange": {"": lambda i: {"status": "deprioritized", "reason": "matrix"}},
-    "ForgetRequest": {
+    "ForgetScope": {
         "message_ids": lambda i: {"user_id": i["user"], "message_ids": [i["message"]]},
         "topic_id": lambda i: {"user_id": i["user"], "topic_id": i["topic"]},
         "session_id": lambda i: {"user_id": i["user"], "session_id": i["session"]},

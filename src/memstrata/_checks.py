@@ -1,23 +1,26 @@
-"""Checks of the facade's arguments and the id scheme, shared by every public entry point."""
+"""The rules of the facade's arguments and the id scheme, shared by every public entry point.
+
+Each rule is written once here: the ``check_*`` functions raise it as a ``ValidationError``
+for a single argument, and the query models (``_queries``) raise the same rule, with the
+same words, for the fields of a whole request.
+"""
 
 from __future__ import annotations
 
 import re
 import secrets
 import time
-from datetime import datetime
-from typing import Any
-
-from pydantic import TypeAdapter
-from pydantic import ValidationError as PydanticValidationError
+from typing import Any, TypeGuard
 
 from ._strings import text_problem
-from ._time import Timestamp
 from .errors import ValidationError
 from .types import ID_PATTERN
 
 _ID_RE = re.compile(ID_PATTERN)
-_TIMESTAMP: TypeAdapter[datetime] = TypeAdapter(Timestamp)
+ID_RULE = (
+    "expected 1-200 characters of letters, digits and ._:@/+=- starting with a letter or digit"
+)
+MAX_LIMIT = 10_000  # the largest page a listing returns in one call
 
 
 def new_id(prefix: str) -> str:
@@ -25,23 +28,39 @@ def new_id(prefix: str) -> str:
     return f"{prefix}_{int(time.time() * 1000):012x}{secrets.token_hex(6)}"
 
 
-def check_id(value: Any, name: str) -> str:
-    if not isinstance(value, str) or not _ID_RE.match(value):
-        raise ValidationError(
-            f"invalid {name}",
-            [
-                f"{name}: expected 1-200 characters of letters, digits and ._:@/+=- "
-                f"starting with a letter or digit (got {value!r})"
-            ],
-        )
+def is_id(value: Any) -> TypeGuard[str]:
+    # fullmatch: the pattern's "$" alone would let a trailing newline through.
+    return isinstance(value, str) and _ID_RE.fullmatch(value) is not None
+
+
+def int_problem(value: Any, low: int, high: int | None) -> str | None:
+    """Why ``value`` is not an integer from ``low`` to ``high`` (no bound if None), or None."""
+    whole = isinstance(value, int) and not isinstance(value, bool)
+    if whole and low <= value and (high is None or value <= high):
+        return None
+    if high is None:
+        return f"expected an integer >= {low}"
+    return f"expected an integer from {low} to {high}"
+
+
+def text_rule_problem(value: Any, max_len: int) -> str | None:
+    """Why ``value`` is not a non-blank string of at most ``max_len`` characters, or None.
+    (Whether a store can hold it is ``text_problem``'s question.)"""
+    if not isinstance(value, str) or not value.strip() or len(value) > max_len:
+        return f"expected a non-empty string of at most {max_len}"
+    return None
+
+
+def check_id(value: Any, name: str, *, error: type[ValidationError] = ValidationError) -> str:
+    if not is_id(value):
+        raise error(f"invalid {name}", [f"{name}: {ID_RULE} (got {value!r})"])
     return value
 
 
 def check_text(value: Any, name: str, *, max_len: int = 200) -> str:
-    if not isinstance(value, str) or not value.strip() or len(value) > max_len:
-        raise ValidationError(
-            f"invalid {name}", [f"{name}: expected a non-empty string of at most {max_len}"]
-        )
+    problem = text_rule_problem(value, max_len)
+    if problem is not None or not isinstance(value, str):
+        raise ValidationError(f"invalid {name}", [f"{name}: {problem}"])
     check_storable(value, name)
     return value
 
@@ -54,33 +73,17 @@ def check_storable(value: str, name: str) -> str:
     return value
 
 
-def check_paging(limit: Any, offset: Any) -> None:
-    problems = []
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
-        problems.append(f"limit: expected an integer from 1 to 10000 (got {limit!r})")
-    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-        problems.append(f"offset: expected an integer >= 0 (got {offset!r})")
+def check_paging(
+    limit: Any, offset: Any, *, error: type[ValidationError] = ValidationError
+) -> tuple[int, int]:
+    problems = [
+        f"{name}: {problem} (got {value!r})"
+        for name, value, problem in (
+            ("limit", limit, int_problem(limit, 1, MAX_LIMIT)),
+            ("offset", offset, int_problem(offset, 0, None)),
+        )
+        if problem is not None
+    ]
     if problems:
-        raise ValidationError("invalid paging", problems)
-
-
-def read_time(
-    value: datetime | str | float | None, name: str
-) -> tuple[datetime | None, str | None]:
-    """``(value as a UTC datetime, None)``, or ``(None, the problem with it)``."""
-    if value is None:
-        return None, None
-    try:
-        return _TIMESTAMP.validate_python(value), None
-    except PydanticValidationError as exc:
-        error = exc.errors()[0]
-        if error["type"] == "value_error":  # out of range, a boolean: the reason says which
-            return None, f"{name}: {error['ctx']['error']} (got {value!r:.60})"
-        return None, f"{name}: expected an ISO-8601 datetime or epoch seconds (got {value!r:.60})"
-
-
-def parse_time(value: datetime | str | float | None, name: str) -> datetime | None:
-    when, problem = read_time(value, name)
-    if problem is not None:
-        raise ValidationError(f"invalid {name}", [problem])
-    return when
+        raise error("invalid paging", problems)
+    return limit, offset

@@ -6,13 +6,14 @@ from __future__ import annotations
 import hashlib
 import secrets
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ._checks import check_id, check_text, new_id, parse_time
+from ._checks import check_id, check_text, new_id
+from ._queries import ItemQuery
 from ._time import now_iso, to_iso
-from .errors import NotFoundError, ValidationError
+from .errors import NotFoundError
 from .recall._rows import fact_from_row, message_from_row, summary_from_row, topic_from_row
 from .store import ApiKeyRow, AuditRow, ItemFilters, ProjectRow, parse_metadata_filters
 from .types import (
@@ -157,27 +158,13 @@ def _age_seconds(iso: str) -> float:
     return time.time() - datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
 
 
-def item_filters(
-    *,
-    status: str | Sequence[str] | None,
-    allowed: Sequence[str],
-    since: datetime | str | None,
-    until: datetime | str | None,
-    metadata_filters: dict[str, Any] | None,
-) -> ItemFilters:
-    """Validated listing filters for facts and summaries."""
-    wanted = (status,) if isinstance(status, str) else tuple(status or ())
-    bad = [s for s in wanted if s not in allowed]
-    if bad:
-        raise ValidationError(
-            "invalid status", [f"status: {bad[0]!r} is not one of {', '.join(allowed)}"]
-        )
-    start, end = parse_time(since, "since"), parse_time(until, "until")
+def item_filters(query: ItemQuery) -> ItemFilters:
+    """The store's filters of a facts or summaries listing."""
     return ItemFilters(
-        status=wanted,
-        since=None if start is None else to_iso(start),
-        until=None if end is None else to_iso(end),
-        metadata=parse_metadata_filters(metadata_filters),
+        status=query.status,
+        since=to_iso(query.since),
+        until=to_iso(query.until),
+        metadata=parse_metadata_filters(query.metadata_filters),
     )
 
 

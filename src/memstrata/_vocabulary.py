@@ -10,6 +10,7 @@ __all__ = [
     "AuditAction",
     "DeliveryStatus",
     "FactKind",
+    "FactStatus",
     "MessageStatus",
     "SummaryStatus",
     "WebhookEvent",
@@ -18,6 +19,7 @@ __all__ = [
 ]
 
 MessageStatus = Literal["pending", "processed", "failed"]
+FactStatus = Literal["active", "superseded"]
 FactKind = Literal["fact", "preference", "plan", "constraint", "event", "identity", "behaviour"]
 SummaryStatus = Literal["active", "deprioritized", "archived", "deleted", "superseded"]
 AuditAction = Literal["set_status", "forget", "erase_user"]

@@ -21,7 +21,7 @@ from pydantic import ValidationError as PydanticValidationError
 
 from ._checks import check_id as _check_id
 from ._checks import check_paging as _check_paging
-from ._checks import check_storable, check_text, new_id, read_time
+from ._checks import check_storable, check_text, new_id
 from ._foreground import Foreground
 from ._governance import (
     SETTABLE_STATUSES,
@@ -33,7 +33,17 @@ from ._governance import (
     item_filters,
     processing_status,
 )
-from ._strings import UNICODE_RULE, text_problem, value_problem
+from ._queries import (
+    ContextQuery,
+    FactQuery,
+    ForgetScope,
+    ListQuery,
+    MessageQuery,
+    SearchQuery,
+    SummaryQuery,
+    arguments,
+)
+from ._strings import UNICODE_RULE, value_problem
 from ._time import now_iso, to_iso, utcnow
 from ._webhooks import AsyncWebhooks, Webhooks
 from .capture import Attribution, Capture
@@ -54,7 +64,7 @@ from .hooks._engine import WebhookEngine
 from .jobs import FINISHED, JobQueue, job_states, open_queue, paused_because
 from .llm import ChatModel, make_chat_model
 from .pipeline import Pipeline, embedding_text
-from .recall import SEARCH_LAYERS, Recaller, parse_ts, search_options
+from .recall import Recaller, parse_ts, search_options
 from .recall._rows import fact_from_row, message_from_row, summary_from_row, topic_from_row
 from .store import (
     MessageRow,
@@ -168,10 +178,8 @@ class Sessions:
     def list(
         self, *, user_id: str | None = None, limit: int = 100, offset: int = 0
     ) -> list[Session]:
-        _check_paging(limit, offset)
-        if user_id is not None:
-            _check_id(user_id, "user_id")
-        rows = self._m._store.list_sessions(self._m.project_id, user_id, limit, offset)
+        q = ListQuery.build(arguments(locals()), what="sessions.list")
+        rows = self._m._store.list_sessions(self._m.project_id, q.user_id, q.limit, q.offset)
         return [_session_from_row(r, self._m) for r in rows]
 
 
@@ -196,19 +204,14 @@ class Messages:
         limit: int = 100,
         offset: int = 0,
     ) -> list[Message]:
-        if status is not None and status not in ("pending", "processed", "failed"):
-            raise ValidationError("invalid status", [f"status: got {status!r}"])
-        _check_paging(limit, offset)
-        for name, value in (("user_id", user_id), ("session_id", session_id)):
-            if value is not None:
-                _check_id(value, name)
+        q = MessageQuery.build(arguments(locals()), what="messages.list")
         rows = self._m._store.list_messages(
             self._m.project_id,
-            user_id=user_id,
-            session_id=session_id,
-            status=status,
-            limit=limit,
-            offset=offset,
+            user_id=q.user_id,
+            session_id=q.session_id,
+            status=q.status,
+            limit=q.limit,
+            offset=q.offset,
         )
         return [message_from_row(r) for r in rows]
 
@@ -228,8 +231,6 @@ class Facts:
     def __init__(self, memory: Memory) -> None:
         self._m = memory
 
-    STATUSES = ("active", "superseded")
-
     def list(
         self,
         *,
@@ -243,18 +244,9 @@ class Facts:
     ) -> list[Fact]:
         """Facts in extraction order. ``since``/``until`` bound when a fact happened (or
         was observed); ``metadata_filters`` match the metadata of its source messages."""
-        _check_paging(limit, offset)
-        if user_id is not None:
-            _check_id(user_id, "user_id")
-        filters = item_filters(
-            status=status,
-            allowed=self.STATUSES,
-            since=since,
-            until=until,
-            metadata_filters=metadata_filters,
-        )
+        q = FactQuery.build(arguments(locals()), what="facts.list")
         rows = self._m._store.list_facts(
-            self._m.project_id, user_id, limit=limit, offset=offset, filters=filters
+            self._m.project_id, q.user_id, limit=q.limit, offset=q.offset, filters=item_filters(q)
         )
         return [fact_from_row(r) for r in rows]
 
@@ -267,8 +259,6 @@ class Facts:
 
 class Summaries:
     """``mem.summaries``: long-term memory, with status, evidence and version history."""
-
-    STATUSES = ("active", "deprioritized", "archived", "deleted", "superseded")
 
     def __init__(self, memory: Memory) -> None:
         self._m = memory
@@ -286,22 +276,14 @@ class Summaries:
     ) -> list[Summary]:
         """Summaries in creation order. ``since``/``until`` bound when a summary became
         valid (or was observed); ``metadata_filters`` match its source messages' metadata."""
-        _check_paging(limit, offset)
-        if user_id is not None:
-            _check_id(user_id, "user_id")
-        filters = item_filters(
-            status=status,
-            allowed=self.STATUSES,
-            since=since,
-            until=until,
-            metadata_filters=metadata_filters,
-        )
+        q = SummaryQuery.build(arguments(locals()), what="summaries.list")
+        filters = item_filters(q)
         rows = self._m._store.list_summaries(
             self._m.project_id,
-            user_id,
+            q.user_id,
             status=filters.status,
-            limit=limit,
-            offset=offset,
+            limit=q.limit,
+            offset=q.offset,
             filters=filters,
         )
         return [summary_from_row(r) for r in rows]
@@ -891,43 +873,24 @@ class Memory:
     ) -> MemoryContext:
         """What to put before the next model call in this session."""
         self._check_open()
-        if query is not None:
-            if not isinstance(query, str):
-                problem = f"query: expected a string (got {query!r})"
-                raise ValidationError("invalid query", [problem])
-            if len(query) > self.settings.max_content_chars:
-                raise ValidationError("invalid query", ["query: too long"])
-            check_storable(query, "query")
-        config = self._recall_config(recall_config)
+        q = ContextQuery.build(
+            arguments(locals()), what="get_memory", max_chars=self.settings.max_content_chars
+        )
+        config = q.recall_config or RecallConfig()
         if "token_budget" not in config.model_fields_set:
             config = config.model_copy(update={"token_budget": self.settings.token_budget})
-        session = self._store.get_session(self.project_id, _check_id(session_id, "session_id"))
+        session = self._store.get_session(self.project_id, q.session_id)
         if session is None:
-            raise NotFoundError(f"no session {session_id!r}")
-        filters = SearchFilters(metadata=parse_metadata_filters(metadata_filters))
+            raise NotFoundError(f"no session {q.session_id!r}")
+        filters = SearchFilters(metadata=parse_metadata_filters(q.metadata_filters))
         return self._recaller.context(
             project_id=self.project_id,
             session=session,
-            query=query,
+            query=q.query,
             config=config,
             filters=filters,
-            details=details,
+            details=q.details,
         )
-
-    @staticmethod
-    def _recall_config(value: RecallConfig | dict[str, Any] | None) -> RecallConfig:
-        if value is None:
-            return RecallConfig()
-        if isinstance(value, RecallConfig):
-            return value
-        if not isinstance(value, dict):
-            raise ValidationError("invalid recall_config", ["recall_config: expected an object"])
-        try:
-            return RecallConfig.model_validate(value)
-        except PydanticValidationError as exc:
-            raise ValidationError(
-                "invalid recall_config", _pydantic_problems(exc, "recall_config")
-            ) from None
 
     def search(
         self,
@@ -958,58 +921,25 @@ class Memory:
         ``recall_config`` sets the router, rerank and fusion (see docs/recall.md).
         """
         self._check_open()
-        problems = []
-        if not isinstance(query, str) or not query.strip():
-            problems.append("query: expected a non-empty string")
-        elif len(query) > self.settings.max_content_chars:
-            problems.append("query: too long")
-        elif (problem := text_problem(query)) is not None:
-            problems.append(f"query: {problem}")
-        if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 1000:
-            problems.append(f"limit: expected an integer from 1 to 1000 (got {limit!r})")
-        if roles is not None and any(r not in ROLES for r in roles):
-            problems.append(f"roles: each must be one of {', '.join(ROLES)}")
-        if event_types is not None:
-            if isinstance(event_types, str) or not all(
-                isinstance(e, str) and 1 <= len(e) <= 64 for e in event_types
-            ):
-                problems.append("event_types: expected a list of strings of 1 to 64 characters")
-            elif (found := value_problem(list(event_types))) is not None:
-                problems.append(f"event_types{found[0]}: {found[1]}")
-        if layers is not None and (
-            isinstance(layers, str) or not layers or any(x not in SEARCH_LAYERS for x in layers)
-        ):
-            problems.append(f"layers: expected a non-empty list of {', '.join(SEARCH_LAYERS)}")
-        if include_superseded is not None and not isinstance(include_superseded, bool):
-            problems.append("include_superseded: expected true or false")
-        window: list[datetime | None] = []
-        for name, value in (("since", since), ("until", until), ("as_of", as_of)):
-            when, problem = read_time(value, name)
-            window.append(when)
-            if problem is not None:
-                problems.append(problem)
-        if problems:
-            raise ValidationError("invalid search", problems)
-        _check_id(user_id, "user_id")
-        if session_id is not None:
-            _check_id(session_id, "session_id")
-        search_filters = SearchFilters(
-            session_id=session_id,
-            roles=tuple(roles or ()),
-            event_types=tuple(event_types or ()),
-            since=window[0],
-            until=window[1],
-            metadata=parse_metadata_filters(filters, "filters"),
+        q = SearchQuery.build(
+            arguments(locals()), what="search", max_chars=self.settings.max_content_chars
         )
-        config = self._recall_config(recall_config)
+        filters = SearchFilters(
+            session_id=q.session_id,
+            roles=tuple(q.roles or ()),
+            event_types=tuple(q.event_types or ()),
+            since=q.since,
+            until=q.until,
+            metadata=parse_metadata_filters(q.filters, "filters"),
+        )
         options = search_options(
-            config,
-            as_of=window[2],
-            layers=tuple(layers) if layers else None,
-            include_superseded=include_superseded,
+            q.recall_config or RecallConfig(),
+            as_of=q.as_of,
+            layers=tuple(q.layers) if q.layers else None,
+            include_superseded=q.include_superseded,
         )
         return self._recaller.search(
-            self.project_id, user_id, query, limit=limit, filters=search_filters, options=options
+            self.project_id, q.user_id, q.query, limit=q.limit, filters=filters, options=options
         )
 
     # -- governance ----------------------------------------------------------------------
@@ -1055,41 +985,32 @@ class Memory:
         by layer; an audit record keeps who, when, why and those counts.
         """
         self._check_open()
-        _check_id(user_id, "user_id")
-        scopes = [x for x in (message_ids, session_id, topic_id) if x is not None]
-        if len(scopes) != 1:
-            raise ValidationError(
-                "invalid forget", ["scope: give exactly one of message_ids, session_id, topic_id"]
-            )
-        ids: list[str] = []
-        if message_ids is not None:
-            if isinstance(message_ids, str) or not message_ids or len(message_ids) > 10_000:
-                raise ValidationError(
-                    "invalid forget", ["message_ids: expected a list of 1 to 10000 ids"]
-                )
-            ids = [_check_id(i, "message_ids[]") for i in message_ids]
-        if session_id is not None:
-            _check_id(session_id, "session_id")
-        if topic_id is not None:
-            _check_id(topic_id, "topic_id")
+        scope = {
+            "user_id": user_id,
+            "message_ids": message_ids,
+            "session_id": session_id,
+            "topic_id": topic_id,
+            "reason": reason,
+        }
+        q = ForgetScope.build(scope, what="forget")
         counts = self._store.forget(
             self.project_id,
-            user_id,
-            message_ids=ids,
-            session_id=session_id,
-            topic_id=topic_id,
+            q.user_id,
+            message_ids=q.message_ids or [],
+            session_id=q.session_id,
+            topic_id=q.topic_id,
             actor=self._actor(actor),
-            reason=check_reason(reason, required=False),
+            reason=q.reason,
         )
         if counts is None:
             what = (
-                f"session {session_id!r}"
-                if session_id is not None
-                else f"topic {topic_id!r}"
-                if topic_id is not None
+                f"session {q.session_id!r}"
+                if q.session_id is not None
+                else f"topic {q.topic_id!r}"
+                if q.topic_id is not None
                 else "messages"
             )
-            raise NotFoundError(f"no {what} of user {user_id!r}")
+            raise NotFoundError(f"no {what} of user {q.user_id!r}")
         return counts
 
     def erase_user(

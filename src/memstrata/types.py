@@ -58,6 +58,7 @@ __all__ = [
 Role = Literal["user", "assistant", "system", "tool"]
 ROLES: tuple[str, ...] = ("user", "assistant", "system", "tool")
 Layer = Literal["topic", "summary", "fact", "message"]
+SearchLayer = Literal["summary", "fact", "message"]  # what search ranks (topics lead to these)
 
 # Identifiers appear in URLs, logs and SQL parameters: printable, no whitespace.
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@/+=-]{0,199}$"

@@ -14,7 +14,7 @@ import time
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 import httpx
 
@@ -43,6 +43,7 @@ from ._sync import default_base_url, next_poll
 __all__ = ["AsyncMemoryClient", "AsyncSession"]
 
 T = TypeVar("T")
+Item = TypeVar("Item", Fact, Summary)
 
 
 class AsyncSession:
@@ -108,7 +109,7 @@ class _Sessions:
     async def list(
         self, *, user_id: str | None = None, limit: int = 100, offset: int = 0
     ) -> list[AsyncSession]:
-        rows = await self._c._send(calls.list_sessions(user_id, limit, offset))
+        rows = await self._c._send(calls.list_sessions(locals()))
         return [self._c._bind(s) for s in rows]
 
 
@@ -128,10 +129,14 @@ class _Messages:
         limit: int = 100,
         offset: int = 0,
     ) -> list[Message]:
-        return await self._c._send(calls.list_messages(session_id, user_id, status, limit, offset))
+        return await self._c._send(calls.list_messages(locals()))
 
 
-class _Facts:
+class _Items(Generic[Item]):
+    """``client.facts`` and ``client.summaries``: a user's items of one layer."""
+
+    _what: ClassVar[str]
+
     def __init__(self, client: AsyncMemoryClient) -> None:
         self._c = client
 
@@ -145,51 +150,19 @@ class _Facts:
         metadata_filters: Mapping[str, Any] | None = None,
         limit: int = 100,
         offset: int = 0,
-    ) -> list[Fact]:
-        call = calls.list_items(
-            "facts",
-            Fact,
-            user_id=user_id,
-            status=status,
-            since=since,
-            until=until,
-            metadata_filters=metadata_filters,
-            limit=limit,
-            offset=offset,
-        )
-        return await self._c._send(call)
+    ) -> list[Item]:
+        return await self._c._send(calls.list_items(self._what, locals()))
+
+
+class _Facts(_Items[Fact]):
+    _what = "facts"
 
     async def get(self, fact_id: str) -> Fact:
         return await self._c._send(calls.get_item("facts", fact_id, Fact))
 
 
-class _Summaries:
-    def __init__(self, client: AsyncMemoryClient) -> None:
-        self._c = client
-
-    async def list(
-        self,
-        *,
-        user_id: str | None = None,
-        status: str | Sequence[str] | None = None,
-        since: datetime | str | None = None,
-        until: datetime | str | None = None,
-        metadata_filters: Mapping[str, Any] | None = None,
-        limit: int = 100,
-        offset: int = 0,
-    ) -> list[Summary]:
-        call = calls.list_items(
-            "summaries",
-            Summary,
-            user_id=user_id,
-            status=status,
-            since=since,
-            until=until,
-            metadata_filters=metadata_filters,
-            limit=limit,
-            offset=offset,
-        )
-        return await self._c._send(call)
+class _Summaries(_Items[Summary]):
+    _what = "summaries"
 
     async def get(self, summary_id: str) -> Summary:
         return await self._c._send(calls.get_item("summaries", summary_id, Summary))
@@ -391,14 +364,7 @@ class AsyncMemoryClient:
         recall_config: RecallConfig | Mapping[str, Any] | None = None,
         metadata_filters: Mapping[str, Any] | None = None,
     ) -> MemoryContext:
-        call = calls.get_context(
-            session_id,
-            query,
-            details=details,
-            recall_config=recall_config,
-            metadata_filters=metadata_filters,
-        )
-        return await self._send(call)
+        return await self._send(calls.get_context(locals()))
 
     async def search(
         self,
@@ -417,22 +383,7 @@ class AsyncMemoryClient:
         include_superseded: bool | None = None,
         recall_config: RecallConfig | Mapping[str, Any] | None = None,
     ) -> list[Hit]:
-        call = calls.search(
-            query,
-            user_id=user_id,
-            limit=limit,
-            filters=filters,
-            session_id=session_id,
-            since=since,
-            until=until,
-            roles=roles,
-            event_types=event_types,
-            as_of=as_of,
-            layers=layers,
-            include_superseded=include_superseded,
-            recall_config=recall_config,
-        )
-        return await self._send(call)
+        return await self._send(calls.search(locals()))
 
     async def processing_status(self, session_id: str) -> ProcessingStatus:
         return await self._send(calls.processing_status(session_id))
@@ -452,14 +403,7 @@ class AsyncMemoryClient:
         topic_id: str | None = None,
         reason: str | None = None,
     ) -> dict[str, int]:
-        call = calls.forget(
-            user_id=user_id,
-            message_ids=message_ids,
-            session_id=session_id,
-            topic_id=topic_id,
-            reason=reason,
-        )
-        return await self._send(call)
+        return await self._send(calls.forget(locals()))
 
     async def erase_user(self, user_id: str, *, reason: str | None = None) -> dict[str, int]:
         return await self._send(calls.erase_user(user_id, reason))

@@ -5,24 +5,35 @@ requests here, so they send the same bytes and return the same objects."""
 from __future__ import annotations
 
 import json
-import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, TypeAdapter
 
-from .._checks import new_id
+from .. import _checks
+from .._checks import MAX_LIMIT, new_id
+from .._queries import (
+    ContextQuery,
+    FactQuery,
+    ForgetScope,
+    ItemQuery,
+    ListQuery,
+    MessageQuery,
+    Query,
+    SearchQuery,
+    SummaryQuery,
+    arguments,
+)
 from ..types import (
-    ID_PATTERN,
     AddResult,
     AuditRecord,
+    Fact,
     Hit,
     MemoryContext,
     Message,
     MessageInput,
     ProcessingStatus,
-    RecallConfig,
     Session,
     Summary,
     Topic,
@@ -32,49 +43,43 @@ from ..types import (
 from ._errors import ValidationError
 from ._http import MAX_PAGE, Call, path_segment
 
-_ID = re.compile(ID_PATTERN)
-_MAX_LIMIT = 10_000
+Q = TypeVar("Q", bound=Query)
 
 
 def check_id(value: Any, name: str) -> str:
     # Checked here because an id goes into the URL: an empty or odd one would reach another
     # route (or none) instead of being refused for what it is.
-    if not isinstance(value, str) or not _ID.match(value):
-        raise ValidationError(
-            f"invalid {name}",
-            [
-                f"{name}: expected 1-200 characters of letters, digits and ._:@/+=- "
-                f"starting with a letter or digit (got {value!r})"
-            ],
-        )
-    return value
+    return _checks.check_id(value, name, error=ValidationError)
 
 
 def check_paging(limit: Any, offset: Any) -> tuple[int, int]:
-    problems = []
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= _MAX_LIMIT:
-        problems.append(f"limit: expected an integer from 1 to {_MAX_LIMIT} (got {limit!r})")
-    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-        problems.append(f"offset: expected an integer >= 0 (got {offset!r})")
-    if problems:
-        raise ValidationError("invalid paging", problems)
-    return limit, offset
+    return _checks.check_paging(limit, offset, error=ValidationError)
 
 
-def _time_param(value: datetime | str | None) -> str | None:
-    return value.isoformat() if isinstance(value, datetime) else value
+def _query(model: type[Q], args: Mapping[str, Any], what: str) -> Q:
+    """The query model of a client method's ``locals()``: refused here, before any request,
+    by the rules (and in the words) of the embedded engine."""
+    return model.build(arguments(args), what=what, error=ValidationError)
 
 
-def _status_param(status: str | Sequence[str] | None) -> str | None:
-    if status is None or isinstance(status, str):
-        return status
-    wanted = list(status)
-    if len(wanted) > 1:
+def _body(query: Query, *, path: str | None = None) -> dict[str, Any]:
+    # Only what the caller gave (of a RecallConfig, only the keys they set): the server fills
+    # in the rest from its own defaults, its token budget among them, as the engine does.
+    leave_out = set() if path is None else {path}
+    return query.model_dump(mode="json", exclude_none=True, exclude_unset=True, exclude=leave_out)
+
+
+def _time_param(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat()
+
+
+def _status_param(status: tuple[str, ...]) -> str | None:
+    if len(status) > 1:
         raise ValidationError(
             "invalid status",
-            [f"status: the server filters by one status at a time (got {wanted!r})"],
+            [f"status: the server filters by one status at a time (got {list(status)!r})"],
         )
-    return wanted[0] if wanted else None
+    return status[0] if status else None
 
 
 def _parse_list(model: type[BaseModel]) -> Any:
@@ -124,15 +129,10 @@ def get_session(session_id: str) -> Call[Session]:
     return Call("GET", f"/api/sessions/{sid}", session_from)
 
 
-def list_sessions(user_id: str | None, limit: int, offset: int) -> Call[list[Session]]:
-    if user_id is not None:
-        check_id(user_id, "user_id")
+def list_sessions(args: Mapping[str, Any]) -> Call[list[Session]]:
+    q = _query(ListQuery, args, "sessions.list")
     return Call(
-        "GET",
-        "/api/sessions",
-        _sessions,
-        params={"user_id": user_id},
-        paged=check_paging(limit, offset),
+        "GET", "/api/sessions", _sessions, params={"user_id": q.user_id}, paged=(q.limit, q.offset)
     )
 
 
@@ -171,80 +171,48 @@ def add_messages(
     )
 
 
-def get_context(
-    session_id: str,
-    query: str | Mapping[str, Any] | None,
-    *,
-    details: bool,
-    recall_config: RecallConfig | Mapping[str, Any] | None,
-    metadata_filters: Mapping[str, Any] | None,
-) -> Call[MemoryContext]:
-    sid = path_segment(check_id(session_id, "session_id"))
-    body: dict[str, Any] = {}
+def get_context(args: Mapping[str, Any]) -> Call[MemoryContext]:
+    fields = arguments(args)
+    query = fields.pop("query")
     if isinstance(query, Mapping):
-        # GUMem's SDK form: session.get_memory({"query": ..., "details": True, ...}).
-        body.update(query)
-    elif query is not None:
-        body["query"] = query
-    if details:
-        body["details"] = True
-    if isinstance(recall_config, RecallConfig):
-        # Only the keys the caller set: the server fills the rest from its own defaults
-        # (its token budget among them), as the embedded engine does.
-        recall_config = recall_config.model_dump(exclude_unset=True)
-    if recall_config is not None:
-        body["recall_config"] = recall_config
-    if metadata_filters is not None:
-        body["metadata_filters"] = metadata_filters
+        # GUMem's SDK form: session.get_memory({"query": ..., "details": True, ...}); the
+        # keyword arguments given beside it win.
+        given = {k: v for k, v in fields.items() if v is not None and v is not False}
+        fields = {**fields, **query, **given}
+    else:
+        fields["query"] = query
+    q = _query(ContextQuery, fields, "get_memory")
     # Always POST: a long query does not fit in a URL, and GET takes no recall_config.
     return Call(
         "POST",
-        f"/api/sessions/{sid}/context",
+        f"/api/sessions/{path_segment(q.session_id)}/context",
         MemoryContext.model_validate,
-        body=body,
+        body=_body(q, path="session_id"),
         idempotent=True,
     )
 
 
-def list_messages(
-    session_id: str | None,
-    user_id: str | None,
-    status: str | None,
-    limit: int,
-    offset: int,
-) -> Call[list[Message]]:
-    if session_id is None:
-        if user_id is None:
+def list_messages(args: Mapping[str, Any]) -> Call[list[Message]]:
+    q = _query(MessageQuery, args, "messages.list")
+    parse = _parse_list(Message)
+    if q.session_id is None:
+        if q.user_id is None:
             raise ValidationError(
                 "invalid messages.list",
                 ["session_id or user_id: required against a server (it lists per user)"],
             )
-        uid = path_segment(check_id(user_id, "user_id"))
-        return Call(
-            "GET",
-            f"/api/users/{uid}/messages",
-            _parse_list(Message),
-            params={"status": status},
-            paged=check_paging(limit, offset),
-        )
-    sid = path_segment(check_id(session_id, "session_id"))
-    parse = _parse_list(Message)
-    if user_id is not None:
-        wanted = check_id(user_id, "user_id")
-        # Memory.messages.list(user_id=, session_id=) returns nothing for a session of
-        # another user; the filter keeps that meaning.
-        inner = parse
+        path = f"/api/users/{path_segment(q.user_id)}/messages"
+    else:
+        path = f"/api/sessions/{path_segment(q.session_id)}/messages"
+        if q.user_id is not None:
+            # Memory.messages.list(user_id=, session_id=) returns nothing for a session of
+            # another user; the filter keeps that meaning.
+            inner, wanted = parse, q.user_id
 
-        def parse(items: Any) -> list[Message]:
-            return [m for m in inner(items) if m.user_id == wanted]
+            def parse(items: Any) -> list[Message]:
+                return [m for m in inner(items) if m.user_id == wanted]
 
-    return Call(
-        "GET",
-        f"/api/sessions/{sid}/messages",
-        parse,
-        params={"status": status},
-        paged=check_paging(limit, offset),
-    )
+    return Call("GET", path, parse, params={"status": q.status}, paged=(q.limit, q.offset))
 
 
 def get_message(message_id: str) -> Call[Message]:
@@ -260,18 +228,15 @@ def processing_status(session_id: str) -> Call[ProcessingStatus]:
 # -- reading memory ----------------------------------------------------------------------
 
 
-def search(query: Any, *, user_id: str, **options: Any) -> Call[list[Hit]]:
-    uid = path_segment(check_id(user_id, "user_id"))
-    body: dict[str, Any] = {"query": query}
-    for key, value in options.items():
-        if value is None:
-            continue
-        if isinstance(value, RecallConfig):
-            value = value.model_dump(exclude_unset=True)
-        elif isinstance(value, (tuple, set, frozenset)):
-            value = list(value)
-        body[key] = value
-    return Call("POST", f"/api/users/{uid}/search", _parse_list(Hit), body=body, idempotent=True)
+def search(args: Mapping[str, Any]) -> Call[list[Hit]]:
+    q = _query(SearchQuery, args, "search")
+    return Call(
+        "POST",
+        f"/api/users/{path_segment(q.user_id)}/search",
+        _parse_list(Hit),
+        body=_body(q, path="user_id"),
+        idempotent=True,
+    )
 
 
 def _user_path(user_id: str | None, what: str) -> str:
@@ -283,35 +248,32 @@ def _user_path(user_id: str | None, what: str) -> str:
     return f"/api/users/{path_segment(check_id(user_id, 'user_id'))}/{what}"
 
 
-def list_items(
-    what: str,
-    model: type[BaseModel],
-    *,
-    user_id: str | None,
-    status: str | Sequence[str] | None,
-    since: datetime | str | None,
-    until: datetime | str | None,
-    metadata_filters: Mapping[str, Any] | None,
-    limit: int,
-    offset: int,
-) -> Call[Any]:
+_ITEMS: dict[str, tuple[type[BaseModel], type[ItemQuery]]] = {
+    "facts": (Fact, FactQuery),
+    "summaries": (Summary, SummaryQuery),
+}
+
+
+def list_items(what: str, args: Mapping[str, Any]) -> Call[Any]:
+    model, query = _ITEMS[what]
+    q = _query(query, args, f"{what}.list")
     params = {
-        "status": _status_param(status),
-        "since": _time_param(since),
-        "until": _time_param(until),
-        "metadata": None if metadata_filters is None else json.dumps(metadata_filters),
+        "status": _status_param(q.status),
+        "since": _time_param(q.since),
+        "until": _time_param(q.until),
+        "metadata": None if q.metadata_filters is None else json.dumps(q.metadata_filters),
     }
     return Call(
         "GET",
-        _user_path(user_id, what),
+        _user_path(q.user_id, what),
         _parse_list(model),
         params=params,
-        paged=check_paging(limit, offset),
+        paged=(q.limit, q.offset),
     )
 
 
 def list_topics(user_id: str | None) -> Call[list[Topic]]:
-    return Call("GET", _user_path(user_id, "topics"), _parse_list(Topic), paged=(_MAX_LIMIT, 0))
+    return Call("GET", _user_path(user_id, "topics"), _parse_list(Topic), paged=(MAX_LIMIT, 0))
 
 
 def get_item(what: str, item_id: str, model: type[BaseModel]) -> Call[Any]:
@@ -338,21 +300,8 @@ def set_status(summary_id: str, status: str, reason: str | None) -> Call[Summary
     )
 
 
-def forget(
-    *,
-    user_id: str,
-    message_ids: Sequence[str] | None,
-    session_id: str | None,
-    topic_id: str | None,
-    reason: str | None,
-) -> Call[dict[str, int]]:
-    body: dict[str, Any] = {"user_id": user_id}
-    if message_ids is not None:
-        body["message_ids"] = message_ids if isinstance(message_ids, str) else list(message_ids)
-    for key, value in (("session_id", session_id), ("topic_id", topic_id), ("reason", reason)):
-        if value is not None:
-            body[key] = value
-    return Call("POST", "/api/forget", dict, body=body)
+def forget(args: Mapping[str, Any]) -> Call[dict[str, int]]:
+    return Call("POST", "/api/forget", dict, body=_body(_query(ForgetScope, args, "forget")))
 
 
 def erase_user(user_id: str, reason: str | None) -> Call[dict[str, int]]:

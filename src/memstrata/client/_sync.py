@@ -18,7 +18,7 @@ import time
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 import httpx
 
@@ -46,6 +46,7 @@ from ._http import DEFAULT_SYNC_TIMEOUT, Call, Transport
 __all__ = ["MemoryClient"]
 
 T = TypeVar("T")
+Item = TypeVar("Item", Fact, Summary)
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8000"
 
@@ -84,7 +85,7 @@ class _Sessions:
     def list(
         self, *, user_id: str | None = None, limit: int = 100, offset: int = 0
     ) -> list[Session]:
-        rows = self._c._send(calls.list_sessions(user_id, limit, offset))
+        rows = self._c._send(calls.list_sessions(locals()))
         return [self._c._bind(s) for s in rows]
 
 
@@ -108,11 +109,13 @@ class _Messages:
     ) -> list[Message]:
         """A session's or a user's messages in acceptance order (against a server one of
         ``session_id`` and ``user_id`` is required)."""
-        return self._c._send(calls.list_messages(session_id, user_id, status, limit, offset))
+        return self._c._send(calls.list_messages(locals()))
 
 
-class _Facts:
-    """``client.facts``: facts extracted from a user's messages, with provenance."""
+class _Items(Generic[Item]):
+    """``client.facts`` and ``client.summaries``: a user's items of one layer."""
+
+    _what: ClassVar[str]
 
     def __init__(self, client: MemoryClient) -> None:
         self._c = client
@@ -127,53 +130,23 @@ class _Facts:
         metadata_filters: Mapping[str, Any] | None = None,
         limit: int = 100,
         offset: int = 0,
-    ) -> list[Fact]:
-        call = calls.list_items(
-            "facts",
-            Fact,
-            user_id=user_id,
-            status=status,
-            since=since,
-            until=until,
-            metadata_filters=metadata_filters,
-            limit=limit,
-            offset=offset,
-        )
-        return self._c._send(call)
+    ) -> list[Item]:
+        return self._c._send(calls.list_items(self._what, locals()))
+
+
+class _Facts(_Items[Fact]):
+    """``client.facts``: facts extracted from a user's messages, with provenance."""
+
+    _what = "facts"
 
     def get(self, fact_id: str) -> Fact:
         return self._c._send(calls.get_item("facts", fact_id, Fact))
 
 
-class _Summaries:
+class _Summaries(_Items[Summary]):
     """``client.summaries``: long-term memory with status, evidence and history."""
 
-    def __init__(self, client: MemoryClient) -> None:
-        self._c = client
-
-    def list(
-        self,
-        *,
-        user_id: str | None = None,
-        status: str | Sequence[str] | None = None,
-        since: datetime | str | None = None,
-        until: datetime | str | None = None,
-        metadata_filters: Mapping[str, Any] | None = None,
-        limit: int = 100,
-        offset: int = 0,
-    ) -> list[Summary]:
-        call = calls.list_items(
-            "summaries",
-            Summary,
-            user_id=user_id,
-            status=status,
-            since=since,
-            until=until,
-            metadata_filters=metadata_filters,
-            limit=limit,
-            offset=offset,
-        )
-        return self._c._send(call)
+    _what = "summaries"
 
     def get(self, summary_id: str) -> Summary:
         return self._c._send(calls.get_item("summaries", summary_id, Summary))
@@ -413,14 +386,7 @@ class MemoryClient:
     ) -> MemoryContext:
         """What to put before the next model call in this session. GUMem's form
         ``get_memory(session_id, {"query": ..., "details": True})`` works too."""
-        call = calls.get_context(
-            session_id,
-            query,
-            details=details,
-            recall_config=recall_config,
-            metadata_filters=metadata_filters,
-        )
-        return self._send(call)
+        return self._send(calls.get_context(locals()))
 
     def search(
         self,
@@ -440,22 +406,7 @@ class MemoryClient:
         recall_config: RecallConfig | Mapping[str, Any] | None = None,
     ) -> list[Hit]:
         """Ranked memories of ``user_id`` of every layer, each with ``message_ids``."""
-        call = calls.search(
-            query,
-            user_id=user_id,
-            limit=limit,
-            filters=filters,
-            session_id=session_id,
-            since=since,
-            until=until,
-            roles=roles,
-            event_types=event_types,
-            as_of=as_of,
-            layers=layers,
-            include_superseded=include_superseded,
-            recall_config=recall_config,
-        )
-        return self._send(call)
+        return self._send(calls.search(locals()))
 
     def processing_status(self, session_id: str) -> ProcessingStatus:
         """How far a session's messages are through the write pipeline."""
@@ -483,14 +434,7 @@ class MemoryClient:
     ) -> dict[str, int]:
         """Delete some of a user's memory (exactly one scope) from provenance upward;
         returns counts by layer."""
-        call = calls.forget(
-            user_id=user_id,
-            message_ids=message_ids,
-            session_id=session_id,
-            topic_id=topic_id,
-            reason=reason,
-        )
-        return self._send(call)
+        return self._send(calls.forget(locals()))
 
     def erase_user(self, user_id: str, *, reason: str | None = None) -> dict[str, int]:
         """Remove everything held about ``user_id``; returns counts by layer."""

@@ -21,6 +21,7 @@ import numpy as np
 
 from .._foreground import Foreground
 from .._products import similarities
+from .._queries import SEARCH_LAYERS
 from .._time import parse_iso as parse_ts
 from .._time import utcnow
 from ..embed import Embedder
@@ -839,9 +840,6 @@ class Recaller:
         for item, ids in quoted.items():
             out[item] = [message_from_row(rows[m]) for m in ids if m in rows]
         return out
-
-
-SEARCH_LAYERS = ("summary", "fact", "message")
 
 
 def search_options(

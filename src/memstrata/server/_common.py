@@ -8,8 +8,9 @@ from typing import Annotated, Any, TypeVar
 
 from fastapi import Query
 
+from .._vocabulary import MessageStatus
 from ._errors import ApiError
-from ._models import ErrorEnvelope, Page
+from ._models import Envelope, ErrorEnvelope, Page
 
 T = TypeVar("T")
 
@@ -17,6 +18,9 @@ MAX_PAGE = 1000
 
 Limit = Annotated[int, Query(ge=1, le=MAX_PAGE, description="Items per page.")]
 Offset = Annotated[int, Query(ge=0, le=1_000_000_000, description="Items to skip (paging).")]
+MessageStatusParam = Annotated[
+    MessageStatus | None, Query(description="Only messages in this processing state.")
+]
 
 
 def _err(description: str) -> dict[str, Any]:
@@ -47,6 +51,18 @@ def page(fetch: Callable[[int, int], Sequence[T]], limit: int, offset: int) -> P
         offset=offset,
         next_offset=offset + limit if more else None,
     )
+
+
+def listed(
+    listing: Callable[..., Sequence[T]], limit: int, offset: int, **filters: Any
+) -> Envelope[Page[T]]:
+    """The answer of a list route: one page of ``listing(**filters, limit=, offset=)``, one of
+    the engine's list methods, which checks the filters (by its query model)."""
+
+    def fetch(n: int, skip: int) -> Sequence[T]:
+        return listing(limit=n, offset=skip, **filters)
+
+    return Envelope(data=page(fetch, limit, offset))
 
 
 def json_object_param(value: str | None, name: str) -> dict[str, Any] | None:

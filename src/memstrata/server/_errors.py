@@ -18,6 +18,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from .._checks import ID_RULE
+from .._queries import field_path
 from .._strings import UNICODE_RULE, printable
 from ..errors import (
     ConflictError,
@@ -47,11 +49,6 @@ _CODES = {
     500: "internal_error",
     503: "unavailable",
 }
-
-
-_ID_RULE = (
-    "expected 1-200 characters of letters, digits and ._:@/+=- starting with a letter or digit"
-)
 
 
 class ApiError(Exception):
@@ -130,10 +127,7 @@ def _loc_to_field(loc: Sequence[Any]) -> str:
     # ("body", "messages", 2, "role") -> "messages[2].role"; the location ("body", "query",
     # "path") is left out because field names do not repeat across locations here.
     parts = list(loc[1:]) if loc and loc[0] in ("body", "query", "path", "header") else list(loc)
-    out = ""
-    for p in parts:
-        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
-    return out or (str(loc[0]) if loc else "")
+    return field_path(parts) or (str(loc[0]) if loc else "")
 
 
 def _validation_problems(exc: RequestValidationError) -> tuple[int, str, list[tuple[str, str]]]:
@@ -146,7 +140,7 @@ def _validation_problems(exc: RequestValidationError) -> tuple[int, str, list[tu
         if kind == "extra_forbidden":
             msg = "unknown field"
         elif kind == "string_pattern_mismatch" and err.get("ctx", {}).get("pattern") == ID_PATTERN:
-            msg = _ID_RULE
+            msg = ID_RULE
         elif kind == "string_unicode":  # pydantic-core's own refusal of a lone surrogate
             msg = UNICODE_RULE
         else:

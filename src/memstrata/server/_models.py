@@ -3,7 +3,8 @@
 Every response is an :class:`Envelope` ``{success, data, message, error}`` (DESIGN §4), so a
 client written for GUMem reads ``data`` the same way on every route. Data models reuse the
 engine's public nouns (``Fact``, ``Summary``, ``MemoryContext`` ...) so the wire names are
-the Python API's names.
+the Python API's names. The bodies of search, context and forget are the engine's own query
+models (``memstrata._queries``), so they are checked by the same rules as a Python call.
 """
 
 from __future__ import annotations
@@ -134,21 +135,6 @@ class AddMessages(RequestBody):
     )
 
 
-class ContextQuery(RequestBody):
-    query: str | None = Field(default=None, description="What the next model call is about.")
-    details: bool | None = Field(
-        default=None, description="Also return the matched items of every layer with scores."
-    )
-    recall_config: JsonObject | None = Field(
-        default=None,
-        description="GUM's snake_case keys or GUMem's PascalCase ones (`MessageRecentLimit`); "
-        "a `MetadataFilters` key inside it is taken as `metadata_filters`.",
-    )
-    metadata_filters: JsonObject | None = Field(
-        default=None, description='Metadata filters, e.g. `{"channel": "web"}`.'
-    )
-
-
 class UserAction(RequestBody):
     """One behaviour event: a search, click, view, tool call ..."""
 
@@ -188,40 +174,12 @@ class ActionsData(AddResult):
     user_id: str
 
 
-# -- search ----------------------------------------------------------------------------
-
-
-class SearchRequest(RequestBody):
-    query: str = Field(min_length=1)
-    limit: int = Field(default=10, ge=1, le=1000)
-    filters: JsonObject | None = Field(default=None, description="Metadata filters.")
-    session_id: str | None = Field(default=None, pattern=ID_PATTERN)
-    since: Timestamp | None = None
-    until: Timestamp | None = None
-    roles: list[Literal["user", "assistant", "system", "tool"]] | None = None
-    event_types: list[str] | None = None
-    as_of: Timestamp | None = None
-    layers: list[Literal["summary", "fact", "message"]] | None = Field(default=None, min_length=1)
-    include_superseded: bool | None = None
-    recall_config: JsonObject | None = None
-
-
 # -- governance --------------------------------------------------------------------------
 
 
 class SummaryStatusChange(RequestBody):
     status: Literal["active", "deprioritized", "archived", "deleted"]
     reason: str = Field(min_length=1, max_length=2000, description="Why (audited).")
-
-
-class ForgetRequest(RequestBody):
-    """Forget by exactly one scope: messages, a session, or a topic of the user."""
-
-    user_id: str = Field(pattern=ID_PATTERN)
-    message_ids: list[str] | None = Field(default=None, min_length=1, max_length=10_000)
-    session_id: str | None = Field(default=None, pattern=ID_PATTERN)
-    topic_id: str | None = Field(default=None, pattern=ID_PATTERN)
-    reason: str | None = Field(default=None, max_length=2000)
 
 
 # -- admin -------------------------------------------------------------------------------

@@ -10,11 +10,11 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
 
+from .._queries import ForgetScope
 from ..types import AuditRecord, Summary
 from ._auth import CallerDep
-from ._common import API_ERRORS, Limit, Offset, page
-from ._errors import ApiError
-from ._models import Envelope, ForgetRequest, Page, SummaryStatusChange
+from ._common import API_ERRORS, Limit, Offset, listed
+from ._models import Envelope, Page, SummaryStatusChange
 
 router = APIRouter(prefix="/api", tags=["governance"], responses=API_ERRORS)
 
@@ -45,28 +45,9 @@ def set_summary_status(
     "Returns the counts removed per layer.",
     response_model=Envelope[dict[str, int]],
 )
-def forget(body: ForgetRequest, caller: CallerDep) -> Envelope[dict[str, int]]:
-    scopes = {
-        k: v
-        for k, v in (
-            ("message_ids", body.message_ids),
-            ("session_id", body.session_id),
-            ("topic_id", body.topic_id),
-        )
-        if v is not None
-    }
-    if len(scopes) != 1:
-        problems = [
-            (k, "give exactly one scope") for k in ("message_ids", "session_id", "topic_id")
-        ]
-        raise ApiError(
-            422,
-            "invalid request: give exactly one of message_ids, session_id, topic_id",
-            problems=problems,
-        )
-    counts = caller.memory.forget(
-        user_id=body.user_id, reason=body.reason, actor=caller.actor, **scopes
-    )
+def forget(body: ForgetScope, caller: CallerDep) -> Envelope[dict[str, int]]:
+    # The scope is checked by the model (exactly one, naming all three fields if not).
+    counts = caller.memory.forget(actor=caller.actor, **body.arguments())
     return Envelope(data=counts)
 
 
@@ -111,7 +92,4 @@ def audit(
     offset: Offset = 0,
     user_id: Annotated[str | None, Query(description="Only this user's records.")] = None,
 ) -> Envelope[Page[AuditRecord]]:
-    def fetch(n: int, skip: int) -> list[AuditRecord]:
-        return caller.memory.audit(user_id=user_id, limit=n, offset=skip)
-
-    return Envelope(data=page(fetch, limit, offset))
+    return listed(caller.memory.audit, limit, offset, user_id=user_id)

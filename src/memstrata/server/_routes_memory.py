@@ -6,15 +6,17 @@ has no items here, exactly like a user who does not exist.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Depends, Query
 
+from .._queries import SearchRequest
 from .._time import Timestamp
+from .._vocabulary import FactStatus, SummaryStatus
 from ..types import Fact, Hit, Message, Summary, Topic
 from ._auth import CallerDep
-from ._common import API_ERRORS, Limit, Offset, json_object_param, page
-from ._models import Envelope, Page, SearchRequest
+from ._common import API_ERRORS, Limit, MessageStatusParam, Offset, json_object_param, listed, page
+from ._models import Envelope, Page
 
 router = APIRouter(prefix="/api", tags=["memory"], responses=API_ERRORS)
 
@@ -35,7 +37,20 @@ MetadataParam = Annotated[
         "the same vocabulary as search filters ($in, $gte, ...)."
     ),
 ]
-SummaryStatus = Literal["active", "deprioritized", "archived", "deleted", "superseded"]
+
+
+def _window(
+    since: Since = None, until: Until = None, metadata: MetadataParam = None
+) -> dict[str, Any]:
+    # The query parameters of the facts and summaries listings beside status and paging.
+    return {
+        "since": since,
+        "until": until,
+        "metadata_filters": json_object_param(metadata, "metadata"),
+    }
+
+
+Window = Annotated[dict[str, Any], Depends(_window)]
 
 
 @router.get(
@@ -50,15 +65,9 @@ def list_user_messages(
     caller: CallerDep,
     limit: Limit = 100,
     offset: Offset = 0,
-    status: Annotated[
-        Literal["pending", "processed", "failed"] | None,
-        Query(description="Only messages in this processing state."),
-    ] = None,
+    status: MessageStatusParam = None,
 ) -> Envelope[Page[Message]]:
-    def fetch(n: int, skip: int) -> list[Message]:
-        return caller.memory.messages.list(user_id=user_id, status=status, limit=n, offset=skip)
-
-    return Envelope(data=page(fetch, limit, offset))
+    return listed(caller.memory.messages.list, limit, offset, user_id=user_id, status=status)
 
 
 @router.get(
@@ -71,27 +80,13 @@ def list_user_messages(
 def list_facts(
     user_id: str,
     caller: CallerDep,
+    window: Window,
     limit: Limit = 100,
     offset: Offset = 0,
-    status: Annotated[Literal["active", "superseded"] | None, Query()] = None,
-    since: Since = None,
-    until: Until = None,
-    metadata: MetadataParam = None,
+    status: Annotated[FactStatus | None, Query()] = None,
 ) -> Envelope[Page[Fact]]:
-    filters = json_object_param(metadata, "metadata")
-
-    def fetch(n: int, skip: int) -> list[Fact]:
-        return caller.memory.facts.list(
-            user_id=user_id,
-            status=status,
-            since=since,
-            until=until,
-            metadata_filters=filters,
-            limit=n,
-            offset=skip,
-        )
-
-    return Envelope(data=page(fetch, limit, offset))
+    facts = caller.memory.facts.list
+    return listed(facts, limit, offset, user_id=user_id, status=status, **window)
 
 
 @router.get(
@@ -104,27 +99,13 @@ def list_facts(
 def list_summaries(
     user_id: str,
     caller: CallerDep,
+    window: Window,
     limit: Limit = 100,
     offset: Offset = 0,
     status: Annotated[SummaryStatus | None, Query()] = None,
-    since: Since = None,
-    until: Until = None,
-    metadata: MetadataParam = None,
 ) -> Envelope[Page[Summary]]:
-    filters = json_object_param(metadata, "metadata")
-
-    def fetch(n: int, skip: int) -> list[Summary]:
-        return caller.memory.summaries.list(
-            user_id=user_id,
-            status=status,
-            since=since,
-            until=until,
-            metadata_filters=filters,
-            limit=n,
-            offset=skip,
-        )
-
-    return Envelope(data=page(fetch, limit, offset))
+    summaries = caller.memory.summaries.list
+    return listed(summaries, limit, offset, user_id=user_id, status=status, **window)
 
 
 @router.get(
@@ -148,22 +129,7 @@ def list_topics(
     response_model=Envelope[list[Hit]],
 )
 def search(user_id: str, body: SearchRequest, caller: CallerDep) -> Envelope[list[Hit]]:
-    hits = caller.memory.search(
-        body.query,
-        user_id=user_id,
-        limit=body.limit,
-        filters=body.filters,
-        session_id=body.session_id,
-        since=body.since,
-        until=body.until,
-        roles=body.roles,
-        event_types=body.event_types,
-        as_of=body.as_of,
-        layers=body.layers,
-        include_superseded=body.include_superseded,
-        recall_config=body.recall_config,
-    )
-    return Envelope(data=hits)
+    return Envelope(data=caller.memory.search(user_id=user_id, **body.arguments()))
 
 
 @router.get(

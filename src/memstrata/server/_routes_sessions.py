@@ -2,23 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated
 
 from fastapi import APIRouter, Body, Query
 
+from .._queries import ContextRequest
 from ..types import AddResult, MemoryContext, Message, ProcessingStatus
 from ._auth import CallerDep
-from ._common import API_ERRORS, Limit, Offset, check_sizes, page
-from ._errors import ApiError
-from ._models import AddMessages, ContextQuery, CreateSession, Envelope, Page, SessionData
+from ._common import API_ERRORS, Limit, MessageStatusParam, Offset, check_sizes, listed, page
+from ._models import AddMessages, CreateSession, Envelope, Page, SessionData
 
 router = APIRouter(prefix="/api/sessions", tags=["sessions"], responses=API_ERRORS)
 
 # Ids may contain "/" (the engine allows it), so session ids are matched as paths; routes
 # with a suffix are declared before the bare one so the suffix is never read as part of an id.
 SID = "{session_id:path}"
-
-_METADATA_KEYS = ("MetadataFilters", "metadata_filters")
 
 
 @router.post(
@@ -90,18 +88,11 @@ def list_messages(
     caller: CallerDep,
     limit: Limit = 100,
     offset: Offset = 0,
-    status: Annotated[
-        Literal["pending", "processed", "failed"] | None,
-        Query(description="Only messages in this processing state."),
-    ] = None,
+    status: MessageStatusParam = None,
 ) -> Envelope[Page[Message]]:
     view = caller.memory
     view.sessions.get(session_id)  # 404 for an unknown (or foreign) session, not an empty list
-
-    def fetch(n: int, skip: int) -> list[Message]:
-        return view.messages.list(session_id=session_id, status=status, limit=n, offset=skip)
-
-    return Envelope(data=page(fetch, limit, offset))
+    return listed(view.messages.list, limit, offset, session_id=session_id, status=status)
 
 
 @router.get(
@@ -113,38 +104,6 @@ def list_messages(
 )
 def processing_status(session_id: str, caller: CallerDep) -> Envelope[ProcessingStatus]:
     return Envelope(data=caller.memory.processing_status(session_id))
-
-
-def _context(
-    caller: CallerDep,
-    session_id: str,
-    query: str | None,
-    details: bool,
-    recall_config: dict[str, Any] | None,
-    metadata_filters: dict[str, Any] | None,
-) -> Envelope[MemoryContext]:
-    config = dict(recall_config or {})
-    # GUMem's docs put MetadataFilters inside the recall config; the engine takes them apart.
-    filters: dict[str, Any] = {}
-    for key in _METADATA_KEYS:
-        if key in config:
-            inner = config.pop(key)
-            if not isinstance(inner, dict):
-                raise ApiError(
-                    422,
-                    f"invalid request: recall_config.{key}",
-                    problems=[(f"recall_config.{key}", "expected an object")],
-                )
-            filters.update(inner)
-    filters.update(metadata_filters or {})
-    ctx = caller.memory.get_memory(
-        session_id,
-        query,
-        details=details,
-        recall_config=config or None,
-        metadata_filters=filters or None,
-    )
-    return Envelope(data=ctx)
 
 
 _CONTEXT_DOC = (
@@ -167,7 +126,7 @@ def get_context(
     query: Annotated[str | None, Query(description="What the next call is about.")] = None,
     details: Annotated[bool, Query(description="Include matches with scores.")] = False,
 ) -> Envelope[MemoryContext]:
-    return _context(caller, session_id, query, details, None, None)
+    return Envelope(data=caller.memory.get_memory(session_id, query, details=details))
 
 
 @router.post(
@@ -180,19 +139,20 @@ def get_context(
 def post_context(
     session_id: str,
     caller: CallerDep,
-    body: Annotated[ContextQuery | None, Body()] = None,
+    body: Annotated[ContextRequest | None, Body()] = None,
     query: Annotated[str | None, Query(description="What the next call is about.")] = None,
     details: Annotated[bool | None, Query(description="Include matches with scores.")] = None,
 ) -> Envelope[MemoryContext]:
-    body = body or ContextQuery()
-    return _context(
-        caller,
+    # GUMem's MetadataFilters inside recall_config are metadata filters (ContextRequest).
+    body = body or ContextRequest()
+    ctx = caller.memory.get_memory(
         session_id,
         body.query if body.query is not None else query,
-        bool(body.details if body.details is not None else details),
-        body.recall_config,
-        body.metadata_filters,
+        details=bool(body.details if body.details is not None else details),
+        recall_config=body.recall_config,
+        metadata_filters=body.metadata_filters,
     )
+    return Envelope(data=ctx)
 
 
 @router.get(
