@@ -225,6 +225,22 @@ def test_openai_streams_are_the_sdks_types(mem: Memory, oai: FakeOpenAIServer) -
     assert _capture(mem, "async")["partial"] is True  # the Responses stream closed unread
 
 
+def test_openai_stream_helpers_read_through_the_proxy(mem: Memory, oai: FakeOpenAIServer) -> None:
+    """``chat.completions.stream()`` and ``responses.stream()`` build on ``create(stream=True)``:
+    the SDK's helpers read the captured stream as their own, and each call is stored once."""
+    client = mem.llm.register(openai.OpenAI(base_url=oai.base_url, api_key="k", max_retries=0))
+    with mem.scope(user_id="ana", session_id="helpers"):
+        with client.chat.completions.stream(model="m", messages=ASK) as stream:
+            assert [e.type for e in stream][-1] == "content.done"
+            assert stream.get_final_completion().choices[0].message.content == ANSWER
+        with client.responses.stream(model="m", input=ASK) as events:
+            assert events.get_final_response().output_text == ANSWER
+    assert mem.llm.flush(5)
+    stored = mem.messages.list(session_id="helpers")
+    assert [m.content for m in stored if m.role == "assistant"] == [ANSWER] * 2
+    assert not any("partial" in m.metadata.get("capture", {}) for m in stored)
+
+
 # -- Anthropic -----------------------------------------------------------------------------
 
 

@@ -401,7 +401,7 @@ def _read_body(result: Any) -> tuple[Any, Callable[[Any], Any]] | None:
     if body is None or not hasattr(body, "read"):
         return None
     data = body.read()  # a provider error here is the call's, raised as reading it would
-    return data, lambda data: {**result, "body": _rewrapped_body(data)}
+    return data, lambda read: {**result, "body": _rewrapped_body(read)}
 
 
 def _rewrapped_body(data: bytes) -> Any:

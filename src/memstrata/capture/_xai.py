@@ -114,7 +114,7 @@ def inject(request: Any, recalled: Recalled) -> Any:
 def _prepare(reg: _Registration, capture: Capture, request: Any) -> tuple[Recalled | None, Any]:
     if not reg.active:  # a chat made while registered, used after unregister
         return None, request
-    recalled = capture.before(last_user_text(request.messages))
+    recalled = capture.before(_user(request))
     if recalled is None or not (recalled.block or recalled.history):
         return recalled, request
     return recalled, inject(request, recalled)
