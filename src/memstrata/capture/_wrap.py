@@ -61,7 +61,7 @@ def _itself(result: Any) -> tuple[Any, Callable[[Any], Any]]:
     return result, _same
 
 
-def _requested_model(kwargs: Any) -> str | None:
+def _requested_model(kwargs: dict[str, Any]) -> str | None:
     return kwargs.get("model")
 
 
