@@ -31,58 +31,67 @@ else:  # older wrapt (1.x, 2.1) cannot subscript it at run time
     ObjectProxy = wrapt.ObjectProxy
 
 
-class _Proxy(ObjectProxy):
-    # Attributes named _self_* live on the proxy; any other is the wrapped object's.
-    def __init__(self, inner: Any, on_chunk: Callable[[Any], None], finish: Finish) -> None:
-        super().__init__(inner)
-        self._self_on_chunk = on_chunk
-        self._self_finish_cb = finish
-        self._self_finished = False
+class _Tap:
+    """A proxy's own state, kept on a plain object: each attribute of the proxy itself is
+    looked up through wrapt's (slower) attribute access, so a chunk costs one such lookup."""
 
-    def _self_finish(self, partial: bool, error: BaseException | None = None) -> None:
-        if self._self_finished:
+    __slots__ = ("finished", "it", "on_chunk", "on_finish")
+
+    def __init__(self, it: Any, on_chunk: Callable[[Any], None], finish: Finish) -> None:
+        self.it = it
+        self.on_chunk = on_chunk
+        self.on_finish = finish
+        self.finished = False
+
+    def finish(self, partial: bool, error: BaseException | None = None) -> None:
+        if self.finished:
             return
-        self._self_finished = True
+        self.finished = True
         try:
-            self._self_finish_cb(partial, error)
+            self.on_finish(partial, error)
         except Exception:
             log.exception("memstrata: capturing a stream failed")
 
-    def _self_seen(self, chunk: Any) -> None:
+    def seen(self, chunk: Any) -> None:
         try:
-            self._self_on_chunk(chunk)
+            self.on_chunk(chunk)
         except Exception:  # a chunk we cannot read must not break the caller's stream
             log.exception("memstrata: could not read a stream chunk")
 
+
+class _Proxy(ObjectProxy):
+    # Attributes named _self_* live on the proxy; any other is the wrapped object's.
+    _self_tap: _Tap
+
     def __del__(self) -> None:  # dropped without being read to the end or closed
         try:
-            finished = self._self_finished
+            tap = self._self_tap
         except Exception:  # __init__ did not get that far
             return
-        if not finished:
-            self._self_finish(True)
+        tap.finish(True)
 
 
 class StreamProxy(_Proxy):
     """Wraps a synchronous stream (an iterator that may be a context manager)."""
 
     def __init__(self, inner: Any, on_chunk: Callable[[Any], None], finish: Finish) -> None:
-        super().__init__(inner, on_chunk, finish)
-        self._self_it = iter(inner)
+        super().__init__(inner)
+        self._self_tap = _Tap(iter(inner), on_chunk, finish)
 
     def __iter__(self) -> StreamProxy:
         return self
 
     def __next__(self) -> Any:
+        tap = self._self_tap
         try:
-            chunk = next(self._self_it)
+            chunk = next(tap.it)
         except StopIteration:
-            self._self_finish(False)
+            tap.finish(False)
             raise
         except BaseException as exc:
-            self._self_finish(True, exc)
+            tap.finish(True, exc)
             raise
-        self._self_seen(chunk)
+        tap.seen(chunk)
         return chunk
 
     def close(self) -> None:
@@ -91,7 +100,7 @@ class StreamProxy(_Proxy):
             if close is not None:
                 close()
         finally:
-            self._self_finish(True)
+            self._self_tap.finish(True)
 
     def __enter__(self) -> StreamProxy:
         return self
@@ -104,28 +113,30 @@ class AsyncStreamProxy(_Proxy):
     """Wraps an asynchronous stream (an async iterator that may be a context manager)."""
 
     def __init__(self, inner: Any, on_chunk: Callable[[Any], None], finish: Finish) -> None:
-        super().__init__(inner, on_chunk, finish)
-        self._self_it = inner.__aiter__()
+        super().__init__(inner)
+        self._self_tap = _Tap(inner.__aiter__(), on_chunk, finish)
 
     def __aiter__(self) -> AsyncStreamProxy:
         return self
 
     async def __anext__(self) -> Any:
+        tap = self._self_tap
         try:
-            chunk = await self._self_it.__anext__()
+            chunk = await tap.it.__anext__()
         except StopAsyncIteration:
-            self._self_finish(False)
+            tap.finish(False)
             raise
         except BaseException as exc:
-            self._self_finish(True, exc)
+            tap.finish(True, exc)
             raise
-        self._self_seen(chunk)
+        tap.seen(chunk)
         return chunk
 
     def close(self) -> Any:
         """Close the inner stream the way it closes: SDK streams have an async ``close()``
         (awaited by the caller, so this returns its awaitable), some (litellm) a synchronous
         one."""
+        tap = self._self_tap
         close = getattr(self.__wrapped__, "close", None)
         result = close() if close is not None else None
         if inspect.isawaitable(result):
@@ -134,10 +145,10 @@ class AsyncStreamProxy(_Proxy):
                 try:
                     await result
                 finally:
-                    self._self_finish(True)
+                    tap.finish(True)
 
             return closing()
-        self._self_finish(True)
+        tap.finish(True)
         return None
 
     async def aclose(self) -> None:
@@ -151,7 +162,7 @@ class AsyncStreamProxy(_Proxy):
                 if inspect.isawaitable(result):
                     await result
         finally:
-            self._self_finish(True)
+            self._self_tap.finish(True)
 
     async def __aenter__(self) -> AsyncStreamProxy:
         return self

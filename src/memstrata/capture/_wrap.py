@@ -50,7 +50,7 @@ class Accumulator(Protocol):
 
 # (the answer in what a call returned, what the caller gets for that answer or for its
 # stream's proxy), or None: the result goes back as it is, not captured.
-Unpack = Callable[[Any], "tuple[Any, Callable[[Any], Any]] | None"]
+Unpack = Callable[[Any], tuple[Any, Callable[[Any], Any]] | None]
 
 
 def _same(value: Any) -> Any:
