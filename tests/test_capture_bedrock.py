@@ -15,7 +15,9 @@ from typing import Any
 import boto3
 import pytest
 from botocore.config import Config
+from botocore.eventstream import EventStream
 from botocore.exceptions import ClientError
+from botocore.response import StreamingBody
 
 from fakes.bedrock_server import FakeBedrockServer
 from memstrata import Memory
@@ -270,6 +272,23 @@ def test_invoke_model_with_response_stream(mem: Memory, server: FakeBedrockServe
         {"id": "tu_1", "name": "lookup", "arguments": '{"q": "snacks"}'}
     ]
     assert capture["usage"]["input_tokens"] > 0 and capture["usage"]["output_tokens"] > 0
+
+
+def test_streams_and_bodies_are_botocores_types(mem: Memory, server: FakeBedrockServer) -> None:
+    client = mem.llm.register(bedrock=bedrock_client(server))
+    with mem.scope(user_id="ana", session_id="chat"):
+        stream = client.converse_stream(modelId=MODEL, messages=_converse_messages())["stream"]
+        assert isinstance(stream, EventStream) and type(stream) is not EventStream
+        assert "metadata" in list(stream)[-1]
+        body = client.invoke_model(modelId=MODEL, body=json.dumps(_anthropic_body()))["body"]
+        assert isinstance(body, StreamingBody)
+        assert json.loads(body.read())["content"][0]["text"] == ANSWER
+        response = client.invoke_model_with_response_stream(
+            modelId=MODEL, body=json.dumps(_anthropic_body())
+        )
+        assert isinstance(response["body"], EventStream)
+        assert [e for e in response["body"] if "chunk" in e]
+    assert [c for role, c in _stored(mem) if role == "assistant"][-3:] == [ANSWER] * 3
 
 
 def test_other_model_bodies_go_out_untouched(mem: Memory, server: FakeBedrockServer) -> None:

@@ -462,6 +462,31 @@ def test_async_plain_and_stream(mem: Memory, server: FakeGeminiServer) -> None:
     assert "partial" not in _capture(mem, "ana-stream")
 
 
+def test_streams_are_the_sdks_generators(mem: Memory, server: FakeGeminiServer) -> None:
+    """``generate_content_stream`` gives a generator (an async generator on ``client.aio``);
+    a registered client's is one too, to ``isinstance`` and ``inspect``."""
+    client = mem.llm.register(_client(server))
+    with mem.scope(user_id="ana", session_id="types"):
+        stream = client.models.generate_content_stream(model="gemini-test", contents=QUESTION)
+        assert inspect.isgenerator(stream) and not inspect.isgeneratorfunction(stream)
+        assert type(stream).__name__ != "generator"  # the capturing proxy
+        assert "".join(c.text or "" for c in stream) == "Noted!"
+
+    async def scenario() -> str:
+        with mem.scope(user_id="ana", session_id="types"):
+            stream = await client.aio.models.generate_content_stream(
+                model="gemini-test", contents=QUESTION
+            )
+            assert inspect.isasyncgen(stream)
+            assert type(stream).__name__ != "async_generator"
+            text = "".join([c.text or "" async for c in stream])
+        await client.aio.aclose()
+        return text
+
+    assert asyncio.run(scenario()) == "Noted!"
+    assert _stored(mem, "types") == [("user", QUESTION), ("assistant", "Noted!")] * 2
+
+
 @pytest.mark.parametrize("how", ["aclose", "drop"])
 def test_an_async_stream_left_early_is_captured_as_partial(
     mem: Memory, server: FakeGeminiServer, how: str

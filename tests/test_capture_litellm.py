@@ -290,3 +290,23 @@ def test_a_call_without_a_user_is_left_alone(mem: Memory, server: FakeOpenAIServ
     assert type(stream).__name__ == "CustomStreamWrapper"  # litellm's own object, unwrapped
     assert _text(list(stream)) == ANSWER
     assert mem.llm.flush(5) and mem.llm.written == 0
+
+
+def test_streams_are_litellms_own_type(mem: Memory, server: FakeOpenAIServer) -> None:
+    mem.llm.register(litellm)
+    with mem.scope(user_id="ana", session_id="types"):
+        stream = litellm.completion(**_kw(server, stream=True))
+        assert isinstance(stream, litellm.CustomStreamWrapper)
+        assert type(stream).__name__ != "CustomStreamWrapper"  # the capturing proxy
+        assert stream.model == "gpt-test"  # litellm's own attributes
+        assert _text(list(stream)) == ANSWER
+
+    async def scenario() -> str:
+        with mem.scope(user_id="ana", session_id="types"):
+            stream = await litellm.acompletion(**_kw(server, stream=True))
+            assert isinstance(stream, litellm.CustomStreamWrapper)
+            async with stream:
+                return _text([c async for c in stream])
+
+    assert asyncio.run(scenario()) == ANSWER
+    assert [m.content for m in _stored(mem, "types") if m.role == "assistant"] == [ANSWER] * 2

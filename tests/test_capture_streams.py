@@ -14,6 +14,12 @@ from typing import Any
 import anthropic
 import openai
 import pytest
+from anthropic.lib.streaming import (
+    AsyncMessageStream,
+    AsyncMessageStreamManager,
+    MessageStream,
+    MessageStreamManager,
+)
 from pydantic import BaseModel
 
 from fakes.anthropic_server import FakeAnthropicServer
@@ -176,6 +182,65 @@ def test_openai_responses_plain_and_streamed(mem: Memory, oai: FakeOpenAIServer)
     assert last.content == ANSWER and last.metadata["capture"]["usage"]["output_tokens"] > 0
 
 
+def test_openai_streams_are_the_sdks_types(mem: Memory, oai: FakeOpenAIServer) -> None:
+    """What a registered client hands back is an ``openai.Stream`` (``AsyncStream``) to
+    ``isinstance``, with the SDK's attributes, context manager and close()."""
+    client = mem.llm.register(openai.OpenAI(base_url=oai.base_url, api_key="k", max_retries=0))
+    with mem.scope(user_id="ana", session_id="types"):
+        stream = client.chat.completions.create(model="m", messages=ASK, stream=True)
+        assert isinstance(stream, openai.Stream) and type(stream) is not openai.Stream
+        assert stream.response.status_code == 200
+        with stream as entered:
+            assert entered is stream
+            assert next(stream).choices[0].delta is not None
+        assert stream.response.is_closed  # the SDK's own close() ran
+        assert _capture(mem, "types")["partial"] is True
+        events = client.responses.create(model="m", input=ASK, stream=True)
+        assert isinstance(events, openai.Stream)
+        assert [e.type for e in events][-1] == "response.completed"
+    assert _last(mem, "types").content == ANSWER
+
+    aclient = mem.llm.register(
+        openai.AsyncOpenAI(base_url=oai.base_url, api_key="k", max_retries=0)
+    )
+
+    async def scenario() -> str:
+        with mem.scope(user_id="ana", session_id="async"):
+            stream = await aclient.chat.completions.create(model="m", messages=ASK, stream=True)
+            assert isinstance(stream, openai.AsyncStream) and type(stream) is not openai.AsyncStream
+            async with stream as entered:
+                assert entered is stream
+                parts = [c.choices[0].delta.content or "" async for c in stream if c.choices]
+            assert stream.response.is_closed
+            events = await aclient.responses.create(model="m", input=ASK, stream=True)
+            assert isinstance(events, openai.AsyncStream)
+            await events.close()
+        await aclient.close()
+        return "".join(parts)
+
+    assert asyncio.run(scenario()) == ANSWER
+    assert mem.llm.flush(5)
+    stored = mem.messages.list(session_id="async")
+    assert [m.content for m in stored if m.role == "assistant"] == [ANSWER]
+    assert _capture(mem, "async")["partial"] is True  # the Responses stream closed unread
+
+
+def test_openai_stream_helpers_read_through_the_proxy(mem: Memory, oai: FakeOpenAIServer) -> None:
+    """``chat.completions.stream()`` and ``responses.stream()`` build on ``create(stream=True)``:
+    the SDK's helpers read the captured stream as their own, and each call is stored once."""
+    client = mem.llm.register(openai.OpenAI(base_url=oai.base_url, api_key="k", max_retries=0))
+    with mem.scope(user_id="ana", session_id="helpers"):
+        with client.chat.completions.stream(model="m", messages=ASK) as stream:
+            assert [e.type for e in stream][-1] == "content.done"
+            assert stream.get_final_completion().choices[0].message.content == ANSWER
+        with client.responses.stream(model="m", input=ASK) as events:
+            assert events.get_final_response().output_text == ANSWER
+    assert mem.llm.flush(5)
+    stored = mem.messages.list(session_id="helpers")
+    assert [m.content for m in stored if m.role == "assistant"] == [ANSWER] * 2
+    assert not any("partial" in m.metadata.get("capture", {}) for m in stored)
+
+
 # -- Anthropic -----------------------------------------------------------------------------
 
 
@@ -291,3 +356,42 @@ def test_anthropic_stream_failing_midway(mem: Memory, ant: FakeAnthropicServer) 
         for _ in stream.text_stream:
             pass
     assert "error" in _capture(mem)
+
+
+def test_anthropic_streams_and_stream_helpers_are_the_sdks_types(
+    mem: Memory, ant: FakeAnthropicServer
+) -> None:
+    client = mem.llm.register(_anthropic(ant))
+    with mem.scope(user_id="ana", session_id="types"):
+        raw = client.messages.create(model="m", max_tokens=50, messages=ASK, stream=True)
+        assert isinstance(raw, anthropic.Stream) and type(raw) is not anthropic.Stream
+        assert raw.response.status_code == 200
+        assert [e.type for e in raw][-1] == "message_stop"
+        manager = client.messages.stream(model="m", max_tokens=50, messages=ASK)
+        assert isinstance(manager, MessageStreamManager)
+        assert type(manager) is not MessageStreamManager
+        with manager as stream:
+            assert isinstance(stream, MessageStream)
+            assert "".join(stream.text_stream) == ANSWER
+
+    aclient = mem.llm.register(_anthropic(ant, anthropic.AsyncAnthropic))
+
+    async def scenario() -> None:
+        with mem.scope(user_id="ana", session_id="types"):
+            raw = await aclient.messages.create(model="m", max_tokens=50, messages=ASK, stream=True)
+            assert isinstance(raw, anthropic.AsyncStream)
+            async with raw:
+                async for _ in raw:
+                    pass
+            manager = aclient.messages.stream(model="m", max_tokens=50, messages=ASK)
+            assert isinstance(manager, AsyncMessageStreamManager)
+            async with manager as stream:
+                assert isinstance(stream, AsyncMessageStream)
+                assert (await stream.get_final_text()) == ANSWER
+        await aclient.close()
+
+    asyncio.run(scenario())
+    assert mem.llm.flush(5)
+    stored = mem.messages.list(session_id="types")
+    assert [m.content for m in stored if m.role == "assistant"] == [ANSWER] * 4
+    assert not any("partial" in m.metadata.get("capture", {}) for m in stored)

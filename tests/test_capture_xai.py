@@ -175,6 +175,37 @@ def test_tool_calls_are_captured(mem: Memory, server: FakeXAIServer) -> None:
         ]
 
 
+def test_the_sdk_gets_its_own_stub_and_grpc_stream_types(
+    mem: Memory, server: FakeXAIServer
+) -> None:
+    """The chat's stub is a ``ChatStub`` to ``isinstance`` and its stream RPC hands the SDK a
+    ``grpc.Call`` (and ``grpc.Future``), as without memstrata; what the caller reads is the
+    SDK's own ``chat.stream()``."""
+    client = mem.llm.register(_client(server))
+    sdk_stub = client.chat._stub
+    with mem.scope(user_id="ana", session_id="chat"):
+        chat = client.chat.create(model="grok-test", messages=[user("Any snack ideas?")])
+        assert isinstance(chat._stub, type(sdk_stub)) and chat._stub is not sdk_stub
+        call = chat._stub.GetCompletionChunk(chat._make_request(1))
+        assert isinstance(call, grpc.Call) and isinstance(call, grpc.Future)
+        assert type(call) is not call.__class__  # a capturing proxy of the SDK's call
+        text = "".join(c.outputs[0].delta.content for c in call if c.outputs)
+        assert text == "Noted, no peanuts." and call.code() == grpc.StatusCode.OK
+    assert _stored(mem, "chat")[-2:] == [
+        ("user", "Any snack ideas?"),
+        ("assistant", "Noted, no peanuts."),
+    ]
+
+    async def scenario() -> None:
+        aclient = mem.llm.register(xai_sdk.AsyncClient(**server.client_kwargs()))
+        chat = aclient.chat.create(model="grok-test", messages=[user("Async ideas?")])
+        assert isinstance(chat._stub, type(aclient.chat._stub))
+        assert chat._stub is not aclient.chat._stub
+        await aclient.close()
+
+    asyncio.run(scenario())
+
+
 def test_a_stream_closed_early_is_captured_as_partial(mem: Memory, server: FakeXAIServer) -> None:
     server.replies.append("First a long preamble and then the actual answer.")
     client = mem.llm.register(_client(server))

@@ -18,7 +18,8 @@ def test_import_is_fast_and_loads_no_sdk_or_model() -> None:
         "from memstrata import Memory, AsyncMemory, RecallConfig\n"
         "elapsed = time.perf_counter() - t\n"
         "heavy = [m for m in ('openai', 'anthropic', 'google.genai', 'litellm', 'onnxruntime',"
-        " 'tokenizers', 'usearch', 'httpx', 'tqdm', 'psycopg', 'psycopg_pool', 'pgvector')"
+        " 'tokenizers', 'usearch', 'httpx', 'tqdm', 'psycopg', 'psycopg_pool', 'pgvector',"
+        " 'wrapt')"
         " if m in sys.modules]\n"
         "print(json.dumps({'elapsed': elapsed, 'heavy': heavy}))\n"
     )

@@ -18,7 +18,8 @@ from typing import Any
 
 from ._capture import Capture, Exchange, Recalled, elapsed_ms
 from ._shapes import earlier_turns, into_user_turn, last_user_text, usage_dict
-from ._wrap import Endpoint, prepared, restore, wrap_method
+from ._streams import ObjectProxy
+from ._wrap import Endpoint, error_text, prepared, restore, wrap_method
 
 __all__ = ["wrap_async", "wrap_sync"]
 
@@ -175,32 +176,30 @@ def _snapshot_finish(
     return finish
 
 
-class _Manager:
-    """Stands in for ``MessageStreamManager``: the caller gets the SDK's own stream."""
+class _Manager(ObjectProxy):
+    """Stands in for ``MessageStreamManager`` (it is one to ``isinstance``): the caller gets
+    the SDK's own stream, captured when the block ends."""
 
     def __init__(self, inner: Any, finish: Callable[[Any, str | None], None]) -> None:
-        self._inner = inner
-        self._finish = finish
-        self._stream: Any = None
+        super().__init__(inner)
+        self._self_finish = finish
+        self._self_stream: Any = None
 
     def __enter__(self) -> Any:
-        self._stream = self._inner.__enter__()
-        return self._stream
+        self._self_stream = self.__wrapped__.__enter__()
+        return self._self_stream
 
     def __exit__(self, et: Any, exc: Any, tb: Any) -> Any:
-        self._finish(self._stream, None if exc is None else f"{et.__name__}: {exc}")
-        return self._inner.__exit__(et, exc, tb)
+        self._self_finish(self._self_stream, None if exc is None else error_text(exc))
+        return self.__wrapped__.__exit__(et, exc, tb)
 
     async def __aenter__(self) -> Any:
-        self._stream = await self._inner.__aenter__()
-        return self._stream
+        self._self_stream = await self.__wrapped__.__aenter__()
+        return self._self_stream
 
     async def __aexit__(self, et: Any, exc: Any, tb: Any) -> Any:
-        self._finish(self._stream, None if exc is None else f"{et.__name__}: {exc}")
-        return await self._inner.__aexit__(et, exc, tb)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
+        self._self_finish(self._self_stream, None if exc is None else error_text(exc))
+        return await self.__wrapped__.__aexit__(et, exc, tb)
 
 
 def _user(kwargs: dict[str, Any]) -> str | None:

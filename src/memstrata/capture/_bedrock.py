@@ -24,22 +24,18 @@ user's question.
 
 from __future__ import annotations
 
-import functools
 import io
 import json
-import logging
-import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from ._anthropic import _system as anthropic_system
-from ._capture import Capture, Exchange, Recalled, elapsed_ms
+from ._capture import Capture, Exchange, Recalled
 from ._shapes import into_user_turn
-from ._streams import StreamProxy
+from ._wrap import Endpoint, Unpack, restore, wrap_method
 
 __all__ = ["wrap"]
-
-log = logging.getLogger("memstrata.capture")
 
 _PROVIDER = "bedrock"
 _ANTHROPIC_VERSION = "anthropic_version"
@@ -375,54 +371,37 @@ class _AnthropicChunks:
 
 # -- wrapping --------------------------------------------------------------------------------
 
-Prepare = Callable[[Capture, dict[str, Any]], tuple[Recalled | None, dict[str, Any]]]
+
+def _converse_user(kwargs: dict[str, Any]) -> str | None:
+    return _asked(kwargs.get("messages"))
 
 
-def _prepared(
-    prepare: Prepare, capture: Capture, kwargs: dict[str, Any]
-) -> tuple[Recalled | None, dict[str, Any]]:
-    try:
-        return prepare(capture, kwargs)
-    except Exception:  # fail open: the call goes out as the caller made it
-        log.exception("memstrata: could not prepare a Bedrock call")
-        return None, kwargs
+def _invoke_user(kwargs: dict[str, Any]) -> str | None:
+    return _asked((_anthropic_body(kwargs) or {}).get("messages"))
 
 
-def _after(capture: Capture, make: Callable[[], Exchange]) -> None:
-    try:
-        capture.after(make())
-    except Exception:  # an unexpected response shape must not fail the caller's call
-        log.exception("memstrata: could not read a Bedrock response")
+def _model_id(kwargs: dict[str, Any]) -> str | None:
+    return kwargs.get("modelId")
 
 
-def _failed(capture: Capture, recalled: Recalled, kwargs: dict[str, Any], exc: Exception) -> None:
-    def make() -> Exchange:
-        messages = kwargs.get("messages") or (_anthropic_body(kwargs) or {}).get("messages")
-        return Exchange(
-            provider=_PROVIDER,
-            attribution=recalled.attribution,
-            user_text=_asked(messages),
-            model=kwargs.get("modelId"),
-            error=f"{type(exc).__name__}: {exc}",
-        )
+def _event_stream(key: str) -> Unpack:
+    """The event stream at ``response[key]``; the caller gets the response with its proxy."""
 
-    _after(capture, make)
+    def unpack(result: Any) -> tuple[Any, Callable[[Any], Any]] | None:
+        if not isinstance(result, dict) or key not in result:
+            return None
+        return result[key], lambda proxy: {**result, key: proxy}
+
+    return unpack
 
 
-def _stream_proxy(
-    inner: Any,
-    acc: Any,
-    capture: Capture,
-    recalled: Recalled,
-    kwargs: dict[str, Any],
-    start: float,
-) -> StreamProxy:
-    def finish(partial: bool, error: str | None) -> None:
-        capture.after(
-            acc.exchange(recalled, kwargs, elapsed_ms(start), partial and error is None, error)
-        )
-
-    return StreamProxy(inner, acc.add, finish)
+def _read_body(result: Any) -> tuple[Any, Callable[[Any], Any]] | None:
+    """The ``invoke_model`` body's bytes; the caller gets a new ``StreamingBody`` over them."""
+    body = result.get("body") if isinstance(result, dict) else None
+    if body is None or not hasattr(body, "read"):
+        return None
+    data = body.read()  # a provider error here is the call's, raised as reading it would
+    return data, lambda read: {**result, "body": _rewrapped_body(read)}
 
 
 def _rewrapped_body(data: bytes) -> Any:
@@ -432,99 +411,51 @@ def _rewrapped_body(data: bytes) -> Any:
     return StreamingBody(io.BytesIO(data), len(data))
 
 
-def _wrap_method(
-    client: Any,
-    name: str,
-    prepare: Prepare,
-    on_result: Callable[[Capture, Recalled, dict[str, Any], Any, float], Any],
-    capture: Capture,
-) -> None:
-    original = getattr(client, name)
-
-    @functools.wraps(original)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        recalled, sent = _prepared(prepare, capture, kwargs)
-        if recalled is None:
-            return original(*args, **kwargs)
-        start = time.perf_counter()
-        try:
-            result = original(*args, **sent)
-        except Exception as exc:
-            _failed(capture, recalled, kwargs, exc)
-            raise
-        return on_result(capture, recalled, kwargs, result, start)
-
-    setattr(client, name, wrapper)
+def _invoke_result(
+    recalled: Recalled, kwargs: dict[str, Any], data: bytes, latency_ms: float
+) -> Exchange:
+    message = json.loads(data)
+    text, calls = _message_parts(message)
+    return _invoke_exchange(
+        recalled,
+        kwargs,
+        text,
+        calls,
+        message.get("model"),
+        _usage(message.get("usage")),
+        latency_ms,
+    )
 
 
-def _on_converse(
-    capture: Capture, recalled: Recalled, kwargs: dict[str, Any], result: Any, start: float
-) -> Any:
-    latency = elapsed_ms(start)
-    _after(capture, lambda: _converse_result(recalled, kwargs, result, latency))
-    return result
-
-
-def _on_converse_stream(
-    capture: Capture, recalled: Recalled, kwargs: dict[str, Any], result: Any, start: float
-) -> Any:
-    if not isinstance(result, dict) or "stream" not in result:
-        return result
-    proxy = _stream_proxy(result["stream"], _ConverseEvents(), capture, recalled, kwargs, start)
-    return {**result, "stream": proxy}
-
-
-def _on_invoke(
-    capture: Capture, recalled: Recalled, kwargs: dict[str, Any], result: Any, start: float
-) -> Any:
-    body = result.get("body") if isinstance(result, dict) else None
-    if body is None or not hasattr(body, "read"):
-        return result
-    data = body.read()  # a provider error here is the call's, raised as reading it would
-    latency = elapsed_ms(start)
-
-    def make() -> Exchange:
-        message = json.loads(data)
-        text, calls = _message_parts(message)
-        return _invoke_exchange(
-            recalled,
-            kwargs,
-            text,
-            calls,
-            message.get("model"),
-            _usage(message.get("usage")),
-            latency,
-        )
-
-    _after(capture, make)
-    return {**result, "body": _rewrapped_body(data)}
-
-
-def _on_invoke_stream(
-    capture: Capture, recalled: Recalled, kwargs: dict[str, Any], result: Any, start: float
-) -> Any:
-    if not isinstance(result, dict) or "body" not in result:
-        return result
-    proxy = _stream_proxy(result["body"], _AnthropicChunks(), capture, recalled, kwargs, start)
-    return {**result, "body": proxy}
-
-
-_METHODS: dict[str, tuple[Prepare, Callable[..., Any]]] = {
-    "converse": (_converse_prepare, _on_converse),
-    "converse_stream": (_converse_prepare, _on_converse_stream),
-    "invoke_model": (_invoke_prepare, _on_invoke),
-    "invoke_model_with_response_stream": (_invoke_prepare, _on_invoke_stream),
+_CONVERSE = Endpoint(
+    _PROVIDER,
+    _converse_prepare,
+    _converse_user,
+    _converse_result,
+    _ConverseEvents,
+    model=_model_id,
+)
+_INVOKE = Endpoint(
+    _PROVIDER,
+    _invoke_prepare,
+    _invoke_user,
+    _invoke_result,
+    _AnthropicChunks,
+    model=_model_id,
+    unpack=_read_body,
+)
+# name: (endpoint, whether it streams)
+_METHODS: dict[str, tuple[Endpoint, bool]] = {
+    "converse": (_CONVERSE, False),
+    "converse_stream": (replace(_CONVERSE, unpack=_event_stream("stream")), True),
+    "invoke_model": (_INVOKE, False),
+    "invoke_model_with_response_stream": (replace(_INVOKE, unpack=_event_stream("body")), True),
 }
 
 
 def wrap(client: Any, capture: Capture) -> Callable[[], None]:
     # botocore makes each client's API methods on a class of its own; an instance attribute
     # shadows them for this client only.
-    for name, (prepare, on_result) in _METHODS.items():
-        _wrap_method(client, name, prepare, on_result, capture)
-
-    def undo() -> None:
-        for name in _METHODS:
-            client.__dict__.pop(name, None)
-
-    return undo
+    for name, (endpoint, streams) in _METHODS.items():
+        wrap_method(client, name, endpoint, capture, is_async=False, streams=streams)
+    return lambda: restore(client, *_METHODS)

@@ -1,76 +1,106 @@
 """Stream proxies: every chunk passes through untouched; the exchange is captured once, when
-the stream ends, fails, or is closed early by the caller."""
+the stream ends, fails, or is closed early by the caller.
+
+A proxy is a ``wrapt.ObjectProxy``: it reports the SDK's class as its own, so
+``isinstance(stream, openai.Stream)`` (``anthropic.AsyncStream``, botocore's ``EventStream``,
+a generator, ...) holds, and every attribute it does not define itself (``response``,
+``text_stream``, ``get_final_message()``, ...) is the SDK object's. This module is imported
+only once a client is registered: ``import memstrata`` never loads wrapt.
+"""
 
 from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["AsyncStreamProxy", "StreamProxy"]
+import wrapt
+
+__all__ = ["AsyncStreamProxy", "ObjectProxy", "OpenedOnFirstRead", "StreamProxy"]
 
 log = logging.getLogger("memstrata.capture")
 
-# finish(partial, error): called exactly once.
-Finish = Callable[[bool, str | None], None]
+# finish(partial, error): called exactly once; error is what ended the stream, if anything.
+Finish = Callable[[bool, BaseException | None], None]
 
 
-class _Base:
-    def __init__(self, inner: Any, on_chunk: Callable[[Any], None], finish: Finish) -> None:
-        self._inner = inner
-        self._on_chunk = on_chunk
-        self._finish_cb = finish
-        self._finished = False
+if TYPE_CHECKING:
+    ObjectProxy = wrapt.ObjectProxy[Any]
+else:  # older wrapt (1.x, 2.1) cannot subscript it at run time
+    ObjectProxy = wrapt.ObjectProxy
 
-    def _finish(self, partial: bool, error: str | None = None) -> None:
-        if self._finished:
+
+class _Tap:
+    """A proxy's own state, kept on a plain object: each attribute of the proxy itself is
+    looked up through wrapt's (slower) attribute access, so a chunk costs one such lookup."""
+
+    __slots__ = ("finished", "it", "on_chunk", "on_finish")
+
+    def __init__(self, it: Any, on_chunk: Callable[[Any], None], finish: Finish) -> None:
+        self.it = it
+        self.on_chunk = on_chunk
+        self.on_finish = finish
+        self.finished = False
+
+    def finish(self, partial: bool, error: BaseException | None = None) -> None:
+        if self.finished:
             return
-        self._finished = True
+        self.finished = True
         try:
-            self._finish_cb(partial, error)
+            self.on_finish(partial, error)
         except Exception:
             log.exception("memstrata: capturing a stream failed")
 
-    def _seen(self, chunk: Any) -> None:
+    def seen(self, chunk: Any) -> None:
         try:
-            self._on_chunk(chunk)
+            self.on_chunk(chunk)
         except Exception:  # a chunk we cannot read must not break the caller's stream
             log.exception("memstrata: could not read a stream chunk")
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
+
+class _Proxy(ObjectProxy):
+    # Attributes named _self_* live on the proxy; any other is the wrapped object's.
+    _self_tap: _Tap
+
+    def __del__(self) -> None:  # dropped without being read to the end or closed
+        try:
+            tap = self._self_tap
+        except Exception:  # __init__ did not get that far
+            return
+        tap.finish(True)
 
 
-class StreamProxy(_Base):
+class StreamProxy(_Proxy):
     """Wraps a synchronous stream (an iterator that may be a context manager)."""
 
     def __init__(self, inner: Any, on_chunk: Callable[[Any], None], finish: Finish) -> None:
-        super().__init__(inner, on_chunk, finish)
-        self._it = iter(inner)
+        super().__init__(inner)
+        self._self_tap = _Tap(iter(inner), on_chunk, finish)
 
     def __iter__(self) -> StreamProxy:
         return self
 
     def __next__(self) -> Any:
+        tap = self._self_tap
         try:
-            chunk = next(self._it)
+            chunk = next(tap.it)
         except StopIteration:
-            self._finish(False)
+            tap.finish(False)
             raise
         except BaseException as exc:
-            self._finish(True, f"{type(exc).__name__}: {exc}")
+            tap.finish(True, exc)
             raise
-        self._seen(chunk)
+        tap.seen(chunk)
         return chunk
 
     def close(self) -> None:
         try:
-            close = getattr(self._inner, "close", None)
+            close = getattr(self.__wrapped__, "close", None)
             if close is not None:
                 close()
         finally:
-            self._finish(True)
+            self._self_tap.finish(True)
 
     def __enter__(self) -> StreamProxy:
         return self
@@ -78,38 +108,36 @@ class StreamProxy(_Base):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def __del__(self) -> None:  # dropped without being read to the end or closed
-        if not getattr(self, "_finished", True):
-            self._finish(True)
 
-
-class AsyncStreamProxy(_Base):
+class AsyncStreamProxy(_Proxy):
     """Wraps an asynchronous stream (an async iterator that may be a context manager)."""
 
     def __init__(self, inner: Any, on_chunk: Callable[[Any], None], finish: Finish) -> None:
-        super().__init__(inner, on_chunk, finish)
-        self._it = inner.__aiter__()
+        super().__init__(inner)
+        self._self_tap = _Tap(inner.__aiter__(), on_chunk, finish)
 
     def __aiter__(self) -> AsyncStreamProxy:
         return self
 
     async def __anext__(self) -> Any:
+        tap = self._self_tap
         try:
-            chunk = await self._it.__anext__()
+            chunk = await tap.it.__anext__()
         except StopAsyncIteration:
-            self._finish(False)
+            tap.finish(False)
             raise
         except BaseException as exc:
-            self._finish(True, f"{type(exc).__name__}: {exc}")
+            tap.finish(True, exc)
             raise
-        self._seen(chunk)
+        tap.seen(chunk)
         return chunk
 
     def close(self) -> Any:
         """Close the inner stream the way it closes: SDK streams have an async ``close()``
         (awaited by the caller, so this returns its awaitable), some (litellm) a synchronous
         one."""
-        close = getattr(self._inner, "close", None)
+        tap = self._self_tap
+        close = getattr(self.__wrapped__, "close", None)
         result = close() if close is not None else None
         if inspect.isawaitable(result):
 
@@ -117,16 +145,16 @@ class AsyncStreamProxy(_Base):
                 try:
                     await result
                 finally:
-                    self._finish(True)
+                    tap.finish(True)
 
             return closing()
-        self._finish(True)
+        tap.finish(True)
         return None
 
     async def aclose(self) -> None:
         """Async generators (google-genai) and litellm's streams close with ``aclose()``."""
         try:
-            aclose = getattr(self._inner, "aclose", None)
+            aclose = getattr(self.__wrapped__, "aclose", None)
             if aclose is not None:
                 await aclose()
             else:
@@ -134,7 +162,7 @@ class AsyncStreamProxy(_Base):
                 if inspect.isawaitable(result):
                     await result
         finally:
-            self._finish(True)
+            self._self_tap.finish(True)
 
     async def __aenter__(self) -> AsyncStreamProxy:
         return self
@@ -142,6 +170,32 @@ class AsyncStreamProxy(_Base):
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
-    def __del__(self) -> None:
-        if not getattr(self, "_finished", True):
-            self._finish(True)
+
+class OpenedOnFirstRead:
+    """An async iterator that opens its stream when first read: for a method called without
+    ``await`` whose request can only be prepared (recall, off the event loop) in a
+    coroutine."""
+
+    def __init__(self, open_stream: Callable[[], Awaitable[Any]]) -> None:
+        self._open: Callable[[], Awaitable[Any]] | None = open_stream
+        self._stream: Any = None
+        self._it: Any = None
+
+    def __aiter__(self) -> OpenedOnFirstRead:
+        return self
+
+    async def __anext__(self) -> Any:
+        if self._it is None:
+            if self._open is None:  # opening failed before: the stream is over
+                raise StopAsyncIteration
+            opener, self._open = self._open, None
+            self._stream = await opener()
+            self._it = self._stream.__aiter__()
+        return await self._it.__anext__()
+
+    def __getattr__(self, name: str) -> Any:
+        # e.g. cancel(), once the call exists
+        stream = self.__dict__.get("_stream")
+        if stream is None:
+            raise AttributeError(name)
+        return getattr(stream, name)

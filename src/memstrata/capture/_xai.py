@@ -18,22 +18,21 @@ captured.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
 import threading
-import time
 import weakref
-from collections.abc import Awaitable, Callable, Iterable
-from datetime import datetime
+from collections.abc import Callable, Iterable
+from datetime import timedelta
 from typing import Any
 
 from xai_sdk.chat import Response, assistant, system, user
 from xai_sdk.proto import chat_pb2
 
 from .._time import utcnow
-from ._capture import Capture, Exchange, Recalled, elapsed_ms
-from ._streams import AsyncStreamProxy, StreamProxy
+from ._capture import Capture, Exchange, Recalled
+from ._streams import ObjectProxy
+from ._wrap import Endpoint, capturing
 
 __all__ = ["inject", "last_user_text", "wrap_async", "wrap_sync"]
 
@@ -112,17 +111,21 @@ def inject(request: Any, recalled: Recalled) -> Any:
     return copy
 
 
-def _prepare(reg: _Registration, request: Any) -> tuple[Recalled | None, Any]:
+def _prepare(reg: _Registration, capture: Capture, request: Any) -> tuple[Recalled | None, Any]:
     if not reg.active:  # a chat made while registered, used after unregister
         return None, request
-    try:
-        recalled = reg.capture.before(last_user_text(request.messages))
-        if recalled is None or not (recalled.block or recalled.history):
-            return recalled, request
-        return recalled, inject(request, recalled)
-    except Exception:  # fail open: the call goes out as the caller made it
-        log.exception("memstrata: could not add memory to an xAI request")
-        return None, request
+    recalled = capture.before(_user(request))
+    if recalled is None or not (recalled.block or recalled.history):
+        return recalled, request
+    return recalled, inject(request, recalled)
+
+
+def _user(request: Any) -> str | None:
+    return last_user_text(request.messages)
+
+
+def _model(request: Any) -> str | None:
+    return request.model or None
 
 
 # -- the answer ----------------------------------------------------------------------------
@@ -175,169 +178,78 @@ def _describe(exc: BaseException) -> str:
     return " ".join(f"{type(exc).__name__}: {exc}".split())
 
 
-class _Call:
-    """One captured call: what was asked, when, and how to hand the outcome over."""
+def _result(
+    recalled: Recalled,
+    request: Any,
+    result: Any,
+    latency_ms: float,
+    partial: bool = False,
+    error: str | None = None,
+) -> Exchange:
+    response = Response(result, _index(request))  # reads; the SDK's own stays as it is
+    return Exchange(
+        provider="xai",
+        attribution=recalled.attribution,
+        user_text=_user(request),  # the caller's request, not the copy with memory in it
+        answer=response.content,
+        model=response.proto.model or _model(request),
+        tool_calls=_tool_calls(response),
+        usage=_usage(response.usage),
+        latency_ms=latency_ms,
+        partial=partial,
+        error=error,
+        started=utcnow() - timedelta(milliseconds=latency_ms),  # when the call went out
+    )
 
-    def __init__(self, capture: Capture, recalled: Recalled, request: Any) -> None:
-        self.capture = capture
-        self.recalled = recalled
-        self.request = request  # the caller's request, not the copy with memory in it
-        self.started: datetime = utcnow()
-        self.start = time.perf_counter()
 
-    def done(
+class _Chunks:
+    """The SDK's own accumulator rebuilds text, tool calls and usage from the chunks."""
+
+    def __init__(self) -> None:
+        self._response = Response(chat_pb2.GetChatCompletionResponse(), None)
+
+    def add(self, chunk: Any) -> None:
+        self._response.process_chunk(chunk)
+
+    def exchange(
         self,
-        response: Response | None,
-        partial: bool = False,
-        error: str | None = None,
-    ) -> None:
-        try:
-            self.capture.after(
-                Exchange(
-                    provider="xai",
-                    attribution=self.recalled.attribution,
-                    user_text=last_user_text(self.request.messages),
-                    answer=response.content if response is not None else "",
-                    model=(response.proto.model if response is not None else "")
-                    or self.request.model
-                    or None,
-                    tool_calls=_tool_calls(response) if response is not None else [],
-                    usage=_usage(response.usage) if response is not None else None,
-                    latency_ms=elapsed_ms(self.start),
-                    partial=partial and error is None,
-                    error=error,
-                    started=self.started,
-                )
-            )
-        except Exception:  # an unexpected answer shape must not fail the caller's call
-            log.exception("memstrata: could not read an xAI response")
-
-    def answered(self, result: Any) -> None:
-        try:
-            response = Response(result, _index(self.request))  # reads; the SDK's stays as is
-        except Exception:
-            log.exception("memstrata: could not read an xAI response")
-            return
-        self.done(response)
-
-    def failed(self, exc: BaseException) -> None:
-        self.done(None, error=_describe(exc))
-
-    def stream_parts(self) -> tuple[Callable[[Any], None], Callable[[bool, str | None], None]]:
-        # The SDK's own accumulator rebuilds text, tool calls and usage from the chunks.
-        acc = Response(chat_pb2.GetChatCompletionResponse(), _index(self.request))
-
-        def finish(partial: bool, error: str | None) -> None:
-            self.done(acc, partial, " ".join(error.split()) if error else None)
-
-        return acc.process_chunk, finish
+        recalled: Recalled,
+        request: Any,
+        latency_ms: float,
+        partial: bool,
+        error: str | None,
+    ) -> Exchange:
+        # .proto holds all chunks so far; _result reads it as it reads a whole answer.
+        return _result(recalled, request, self._response.proto, latency_ms, partial, error)
 
 
 # -- the per-chat stubs ----------------------------------------------------------------------
 
 
-class _Stub:
-    """Stands in for one chat's gRPC stub; every RPC but the two completions passes through."""
+class _Stub(ObjectProxy):
+    """Stands in for one chat's gRPC stub (a ``ChatStub`` to ``isinstance``): the two
+    completion RPCs go through the capturing wrapper, every other RPC passes through."""
 
     def __init__(self, inner: Any, reg: _Registration) -> None:
-        self._inner = inner
-        self._reg = reg
+        super().__init__(inner)
+        self._self_reg = reg
+        wrap = functools.partial(capturing, endpoint=reg.endpoint, capture=reg.capture)
+        self._self_sample = wrap(inner.GetCompletion, is_async=reg.is_async, streams=False)
+        # The SDK iterates the stream inside chat.stream(); when the caller stops early, the
+        # SDK's generator is closed and drops it, which the proxy records as a partial
+        # answer. The async stream is called without await: recall waits for its first read.
+        self._self_stream = wrap(
+            inner.GetCompletionChunk,
+            is_async=reg.is_async,
+            streams=True,
+            opens_on_read=reg.is_async,
+        )
 
-    def __getattr__(self, name: str) -> Any:
-        inner = self.__dict__.get("_inner")  # absent while copy/pickle rebuild the object
-        if inner is None:
-            raise AttributeError(name)
-        return getattr(inner, name)
+    def GetCompletion(self, *args: Any, **kwargs: Any) -> Any:
+        return self._self_sample(*args, **kwargs)
 
-
-class _SyncStub(_Stub):
-    def GetCompletion(self, request: Any, *args: Any, **kwargs: Any) -> Any:
-        recalled, sent = _prepare(self._reg, request)
-        if recalled is None:
-            return self._inner.GetCompletion(request, *args, **kwargs)
-        call = _Call(self._reg.capture, recalled, request)
-        try:
-            result = self._inner.GetCompletion(sent, *args, **kwargs)
-        except Exception as exc:
-            call.failed(exc)
-            raise
-        call.answered(result)
-        return result
-
-    def GetCompletionChunk(self, request: Any, *args: Any, **kwargs: Any) -> Any:
-        recalled, sent = _prepare(self._reg, request)
-        if recalled is None:
-            return self._inner.GetCompletionChunk(request, *args, **kwargs)
-        call = _Call(self._reg.capture, recalled, request)
-        try:
-            stream = self._inner.GetCompletionChunk(sent, *args, **kwargs)
-        except Exception as exc:
-            call.failed(exc)
-            raise
-        # The SDK iterates this inside chat.stream(); when the caller stops early, the SDK's
-        # generator is closed and drops it, which the proxy records as a partial answer.
-        return StreamProxy(stream, *call.stream_parts())
-
-
-class _AsyncStub(_Stub):
-    async def GetCompletion(self, request: Any, *args: Any, **kwargs: Any) -> Any:
-        # The SDK awaits what GetCompletion returns: a coroutine serves as well as the call.
-        recalled, sent = await asyncio.to_thread(_prepare, self._reg, request)
-        if recalled is None:
-            return await self._inner.GetCompletion(request, *args, **kwargs)
-        call = _Call(self._reg.capture, recalled, request)
-        try:
-            result = await self._inner.GetCompletion(sent, *args, **kwargs)
-        except Exception as exc:
-            call.failed(exc)
-            raise
-        call.answered(result)
-        return result
-
-    def GetCompletionChunk(self, request: Any, *args: Any, **kwargs: Any) -> Any:
-        # Called without await and read with ``async for``: recall (blocking, kept off the
-        # event loop) can only run at the first read, so the RPC starts there too.
-        async def open_stream() -> Any:
-            recalled, sent = await asyncio.to_thread(_prepare, self._reg, request)
-            if recalled is None:
-                return self._inner.GetCompletionChunk(request, *args, **kwargs)
-            call = _Call(self._reg.capture, recalled, request)
-            try:
-                stream = self._inner.GetCompletionChunk(sent, *args, **kwargs)
-            except Exception as exc:
-                call.failed(exc)
-                raise
-            return AsyncStreamProxy(stream, *call.stream_parts())
-
-        return _OpenedOnFirstRead(open_stream)
-
-
-class _OpenedOnFirstRead:
-    """An async iterator that opens its stream when first read."""
-
-    def __init__(self, open_stream: Callable[[], Awaitable[Any]]) -> None:
-        self._open: Callable[[], Awaitable[Any]] | None = open_stream
-        self._stream: Any = None
-        self._it: Any = None
-
-    def __aiter__(self) -> _OpenedOnFirstRead:
-        return self
-
-    async def __anext__(self) -> Any:
-        if self._it is None:
-            if self._open is None:  # opening failed before: the stream is over
-                raise StopAsyncIteration
-            opener, self._open = self._open, None
-            self._stream = await opener()
-            self._it = self._stream.__aiter__()
-        return await self._it.__anext__()
-
-    def __getattr__(self, name: str) -> Any:
-        # e.g. cancel(), once the call exists
-        stream = self.__dict__.get("_stream")
-        if stream is None:
-            raise AttributeError(name)
-        return getattr(stream, name)
+    def GetCompletionChunk(self, *args: Any, **kwargs: Any) -> Any:
+        return self._self_stream(*args, **kwargs)
 
 
 # -- registration ----------------------------------------------------------------------------
@@ -346,14 +258,25 @@ class _OpenedOnFirstRead:
 class _Registration:
     """One registered client: its capture, whether it still is, the chats it instrumented."""
 
-    def __init__(self, capture: Capture) -> None:
+    def __init__(self, capture: Capture, is_async: bool) -> None:
         self.capture = capture
+        self.is_async = is_async
         self.active = True
+        self.endpoint = Endpoint(
+            "xai",
+            functools.partial(_prepare, self),
+            _user,
+            _result,
+            _Chunks,
+            model=_model,
+            positional=True,  # a stub's RPC takes the request message first
+            error_text=_describe,
+        )
         self._chats: weakref.WeakSet[Any] = weakref.WeakSet()
         self._lock = threading.Lock()
 
-    def attach(self, chat: Any, stub_type: type[_Stub]) -> None:
-        chat._stub = stub_type(chat._stub, self)
+    def attach(self, chat: Any) -> None:
+        chat._stub = _Stub(chat._stub, self)
         with self._lock:
             self._chats.add(chat)
 
@@ -364,21 +287,21 @@ class _Registration:
             self._chats.clear()
         for chat in chats:
             stub = chat.__dict__.get("_stub")
-            if isinstance(stub, _Stub) and stub._reg is self:
-                chat._stub = stub._inner  # the SDK's stub again
+            if isinstance(stub, _Stub) and stub._self_reg is self:
+                chat._stub = stub.__wrapped__  # the SDK's stub again
 
 
-def _wrap(client: Any, capture: Capture, stub_type: type[_Stub]) -> Callable[[], None]:
+def _wrap(client: Any, capture: Capture, is_async: bool) -> Callable[[], None]:
     chats = client.chat
     original = chats.create
-    reg = _Registration(capture)
+    reg = _Registration(capture, is_async)
 
     @functools.wraps(original)
     def create(*args: Any, **kwargs: Any) -> Any:
         chat = original(*args, **kwargs)
         if reg.active:
             try:
-                reg.attach(chat, stub_type)
+                reg.attach(chat)
             except Exception:  # fail open: the chat works, just without memory
                 log.exception("memstrata: could not instrument an xAI chat")
         return chat
@@ -395,8 +318,8 @@ def _wrap(client: Any, capture: Capture, stub_type: type[_Stub]) -> Callable[[],
 
 
 def wrap_sync(client: Any, capture: Capture) -> Callable[[], None]:
-    return _wrap(client, capture, _SyncStub)
+    return _wrap(client, capture, is_async=False)
 
 
 def wrap_async(client: Any, capture: Capture) -> Callable[[], None]:
-    return _wrap(client, capture, _AsyncStub)
+    return _wrap(client, capture, is_async=True)
