@@ -68,12 +68,10 @@ def _open(module: Any, path: str) -> tuple[Any, str]:
 
 def _accept(module: Any, path: str, texts: Sequence[str]) -> Callable[[int], None]:
     mem, session = _open(module, path)
-    counter = iter(range(10**9))
 
-    def call(i: int) -> None:
-        k = next(counter)
-        text = texts[k % len(texts)]
-        mem.add_messages(session, [{"id": f"m{k}", "role": "user", "content": text}])
+    def call(i: int) -> None:  # i is unique per side: each message a new one
+        text = texts[i % len(texts)]
+        mem.add_messages(session, [{"id": f"m{i}", "role": "user", "content": text}])
 
     return call
 
