@@ -1,0 +1,96 @@
+"""``mem.facts``: the facts extracted from a project's messages, and their asyncio face."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from ._checks import check_id, check_paging
+from ._governance import item_filters
+from .errors import NotFoundError
+from .recall._rows import fact_from_row
+from .store import LayerStore
+from .types import Fact
+
+if TYPE_CHECKING:
+    from .api import FactsAPI
+
+__all__ = ["AsyncFacts", "Facts"]
+
+
+class Facts:
+    """``mem.facts``: the facts extracted from a user's messages, with provenance."""
+
+    STATUSES = ("active", "superseded")
+
+    def __init__(self, store: LayerStore, project_id: str) -> None:
+        self._store = store
+        self._project_id = project_id
+
+    def list(
+        self,
+        *,
+        user_id: str | None = None,
+        status: str | Sequence[str] | None = None,
+        since: datetime | str | None = None,
+        until: datetime | str | None = None,
+        metadata_filters: dict[str, Any] | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> list[Fact]:
+        """Facts in extraction order. ``since``/``until`` bound when a fact happened (or
+        was observed); ``metadata_filters`` match the metadata of its source messages."""
+        check_paging(limit, offset)
+        if user_id is not None:
+            check_id(user_id, "user_id")
+        filters = item_filters(
+            status=status,
+            allowed=self.STATUSES,
+            since=since,
+            until=until,
+            metadata_filters=metadata_filters,
+        )
+        rows = self._store.list_facts(
+            self._project_id, user_id, limit=limit, offset=offset, filters=filters
+        )
+        return [fact_from_row(r) for r in rows]
+
+    def get(self, fact_id: str) -> Fact:
+        rows = self._store.get_facts(self._project_id, [check_id(fact_id, "fact_id")])
+        if not rows:
+            raise NotFoundError(f"no fact {fact_id!r}")
+        return fact_from_row(rows[0])
+
+
+class AsyncFacts:
+    """``AsyncMemory.facts``: the same methods as coroutines."""
+
+    def __init__(self, facts: FactsAPI) -> None:
+        self._facts = facts
+
+    async def list(
+        self,
+        *,
+        user_id: str | None = None,
+        status: str | Sequence[str] | None = None,
+        since: datetime | str | None = None,
+        until: datetime | str | None = None,
+        metadata_filters: dict[str, Any] | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> list[Fact]:
+        return await asyncio.to_thread(
+            self._facts.list,
+            user_id=user_id,
+            status=status,
+            since=since,
+            until=until,
+            metadata_filters=metadata_filters,
+            limit=limit,
+            offset=offset,
+        )
+
+    async def get(self, fact_id: str) -> Fact:
+        return await asyncio.to_thread(self._facts.get, fact_id)

@@ -1,0 +1,84 @@
+"""``mem.messages``: the stored messages of a project, and their asyncio face."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+from ._checks import check_id, check_paging
+from .errors import NotFoundError, ValidationError
+from .recall._rows import message_from_row
+from .store import SessionStore
+from .types import Message
+
+if TYPE_CHECKING:
+    from .api import MessagesAPI
+
+__all__ = ["AsyncMessages", "Messages"]
+
+
+class Messages:
+    """``mem.messages``: stored messages with their processing status."""
+
+    def __init__(self, store: SessionStore, project_id: str) -> None:
+        self._store = store
+        self._project_id = project_id
+
+    def get(self, message_id: str) -> Message:
+        row = self._store.get_message(self._project_id, check_id(message_id, "message_id"))
+        if row is None:
+            raise NotFoundError(f"no message {message_id!r}")
+        return message_from_row(row)
+
+    def list(
+        self,
+        *,
+        user_id: str | None = None,
+        session_id: str | None = None,
+        status: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> list[Message]:
+        if status is not None and status not in ("pending", "processed", "failed"):
+            raise ValidationError("invalid status", [f"status: got {status!r}"])
+        check_paging(limit, offset)
+        for name, value in (("user_id", user_id), ("session_id", session_id)):
+            if value is not None:
+                check_id(value, name)
+        rows = self._store.list_messages(
+            self._project_id,
+            user_id=user_id,
+            session_id=session_id,
+            status=status,
+            limit=limit,
+            offset=offset,
+        )
+        return [message_from_row(r) for r in rows]
+
+
+class AsyncMessages:
+    """``AsyncMemory.messages``: the same methods as coroutines."""
+
+    def __init__(self, messages: MessagesAPI) -> None:
+        self._messages = messages
+
+    async def get(self, message_id: str) -> Message:
+        return await asyncio.to_thread(self._messages.get, message_id)
+
+    async def list(
+        self,
+        *,
+        user_id: str | None = None,
+        session_id: str | None = None,
+        status: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> list[Message]:
+        return await asyncio.to_thread(
+            self._messages.list,
+            user_id=user_id,
+            session_id=session_id,
+            status=status,
+            limit=limit,
+            offset=offset,
+        )
