@@ -2,7 +2,8 @@
 
 Signatures are compared with ``inspect.signature``: parameter names, kinds, defaults and
 annotations (evaluated to types), for every public method of every face. AsyncMemory must
-be Memory's exact mirror, AsyncMemoryClient MemoryClient's; each satisfies its protocol
+be Memory's exact mirror (made by ``in_thread``, or written out where it returns something
+else: sessions, views), AsyncMemoryClient MemoryClient's; each satisfies its protocol
 (``memstrata.api``) structurally, where an implementation may take more than the protocol
 asks: a wider parameter type (``Mapping`` for ``dict``), a default where the protocol has
 none, extra parameters with defaults (``actor``).

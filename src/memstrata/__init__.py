@@ -20,7 +20,7 @@ __version__ = "0.1.0"
 
 _EXPORTS = {
     "Memory": "memstrata.memory",
-    "AsyncMemory": "memstrata.memory",
+    "AsyncMemory": "memstrata._async_memory",
     "MemoryAPI": "memstrata.api",
     "AsyncMemoryAPI": "memstrata.api",
     "connect": "memstrata.client._remote",
@@ -78,6 +78,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from ._async_memory import AsyncMemory
     from .api import AsyncMemoryAPI, MemoryAPI
     from .client._remote import connect
     from .config import Settings
@@ -92,7 +93,7 @@ if TYPE_CHECKING:
         StoreError,
         ValidationError,
     )
-    from .memory import AsyncMemory, Memory
+    from .memory import Memory
     from .types import (
         AddResult,
         AsyncSession,

@@ -1,46 +1,158 @@
 """``AsyncMemory``: every face and method of ``Memory``, with its signature, as coroutines.
 
-SQLite and the local model block, so each call runs the sync ``Memory``'s in a worker
-thread (``asyncio.to_thread``) and the event loop stays free. ``tests/test_api.py`` checks
-that every public method here has the signature of its sync counterpart.
+SQLite and the local model block, so each call runs the sync face's method in a worker
+thread (``asyncio.to_thread``) and the event loop stays free. The mirror is made, not
+written: :func:`in_thread` turns a sync method into the coroutine method with the same
+signature, for ``inspect``, ``help()`` and type checkers alike. Only what returns
+something else than the sync face (sessions, ``for_project``) is written out.
+``tests/test_api.py`` checks the mirror against ``Memory``.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Coroutine
 from contextlib import AbstractContextManager
-from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Concatenate, Literal, ParamSpec, TypeVar
 
-from ._facts import AsyncFacts
-from ._messages import AsyncMessages
-from ._projects import AsyncApiKeys, AsyncProjects
-from ._sessions import AsyncSessions
-from ._summaries import AsyncSummaries
-from ._topics import AsyncTopics
-from ._webhooks import AsyncWebhooks
-from .types import (
-    AddResult,
-    AuditRecord,
-    Hit,
-    MemoryContext,
-    MessageInput,
-    ProcessingStatus,
-    RecallConfig,
-    Summary,
-)
+from ._facts import Facts
+from ._messages import Messages
+from ._projects import ApiKeys, Projects
+from ._summaries import Summaries
+from ._topics import Topics
+from ._webhooks import Webhooks
+from .memory import Memory
+from .types import AsyncSession
 
 if TYPE_CHECKING:
+    from .api import SessionsAPI
     from .capture import Attribution, Capture
     from .config import Settings
     from .embed import Embedder
     from .hooks import Hooks
     from .llm import ChatModel
-    from .memory import Memory
     from .store import Store
 
-__all__ = ["AsyncMemory"]
+__all__ = ["AsyncMemory", "in_thread"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def in_thread(
+    method: Callable[Concatenate[Any, P], R],
+) -> Callable[Concatenate[Any, P], Coroutine[Any, Any, R]]:
+    """``method`` of a sync face as a coroutine method of its asyncio face, which holds
+    the sync face (embedded, or a RemoteMemory's) in ``_sync``: the same signature, the
+    same call, run in a worker thread."""
+    name = method.__name__
+
+    @functools.wraps(method)
+    async def call(self: Any, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        return await asyncio.to_thread(getattr(self._sync, name), *args, **kwargs)
+
+    return call
+
+
+class _Face:
+    def __init__(self, sync: Any) -> None:
+        self._sync = sync  # the sync face: Memory's, or a RemoteMemory's
+
+
+class AsyncSessions:
+    """``AsyncMemory.sessions``: sessions come back as :class:`~memstrata.types.AsyncSession`,
+    bound to the AsyncMemory."""
+
+    def __init__(self, sessions: SessionsAPI, owner: AsyncMemory) -> None:
+        self._sync = sessions
+        self._owner = owner
+
+    async def create(
+        self,
+        user_id: str,
+        *,
+        title: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        session_id: str | None = None,
+    ) -> AsyncSession:
+        s = await asyncio.to_thread(
+            self._sync.create, user_id, title=title, metadata=metadata, session_id=session_id
+        )
+        return AsyncSession(s, self._owner)
+
+    async def get(self, session_id: str) -> AsyncSession:
+        return AsyncSession(await asyncio.to_thread(self._sync.get, session_id), self._owner)
+
+    async def list(
+        self, *, user_id: str | None = None, limit: int = 100, offset: int = 0
+    ) -> list[AsyncSession]:
+        rows = await asyncio.to_thread(self._sync.list, user_id=user_id, limit=limit, offset=offset)
+        return [AsyncSession(s, self._owner) for s in rows]
+
+
+class AsyncMessages(_Face):
+    """``AsyncMemory.messages``: ``Memory.messages`` as coroutines."""
+
+    get = in_thread(Messages.get)
+    list = in_thread(Messages.list)
+
+
+class AsyncFacts(_Face):
+    """``AsyncMemory.facts``: ``Memory.facts`` as coroutines."""
+
+    list = in_thread(Facts.list)
+    get = in_thread(Facts.get)
+
+
+class AsyncSummaries(_Face):
+    """``AsyncMemory.summaries``: ``Memory.summaries`` as coroutines."""
+
+    list = in_thread(Summaries.list)
+    get = in_thread(Summaries.get)
+    history = in_thread(Summaries.history)
+
+
+class AsyncTopics(_Face):
+    """``AsyncMemory.topics``: ``Memory.topics`` as coroutines (``merge`` only over an
+    embedded Memory, as synchronously)."""
+
+    list = in_thread(Topics.list)
+    get = in_thread(Topics.get)
+    merge = in_thread(Topics.merge)
+
+
+class AsyncWebhooks(_Face):
+    """``AsyncMemory.webhooks``: ``Memory.webhooks`` as coroutines (``wait`` only over an
+    embedded Memory, as synchronously)."""
+
+    create = in_thread(Webhooks.create)
+    list = in_thread(Webhooks.list)
+    get = in_thread(Webhooks.get)
+    update = in_thread(Webhooks.update)
+    enable = in_thread(Webhooks.enable)
+    disable = in_thread(Webhooks.disable)
+    delete = in_thread(Webhooks.delete)
+    rotate_secret = in_thread(Webhooks.rotate_secret)
+    deliveries = in_thread(Webhooks.deliveries)
+    wait = in_thread(Webhooks.wait)
+
+
+class AsyncProjects(_Face):
+    """``AsyncMemory.projects``: ``Memory.projects`` as coroutines."""
+
+    create = in_thread(Projects.create)
+    get = in_thread(Projects.get)
+    list = in_thread(Projects.list)
+
+
+class AsyncApiKeys(_Face):
+    """``AsyncMemory.keys``: ``Memory.keys`` as coroutines."""
+
+    create = in_thread(ApiKeys.create)
+    list = in_thread(ApiKeys.list)
+    revoke = in_thread(ApiKeys.revoke)
+    verify = in_thread(ApiKeys.verify)
 
 
 class AsyncMemory:
@@ -64,11 +176,9 @@ class AsyncMemory:
         embedder_mismatch: Literal["error", "reindex"] = "error",
         **options: Any,
     ) -> None:
-        from .memory import Memory
-
         # Only what was given: with an http(s) URL, Memory(...) is a RemoteMemory, which
         # takes settings or options, not both.
-        given = {
+        given: dict[str, Any] = {
             k: v
             for k, v in (
                 ("api_key", api_key),
@@ -85,7 +195,7 @@ class AsyncMemory:
         self._attach(Memory(database_url, **given, **options))
 
     def _attach(self, sync: Memory) -> None:
-        self.sync = sync
+        self.sync = self._sync = sync  # _sync: where in_thread finds the sync methods
         self.sessions = AsyncSessions(sync.sessions, self)
         self.messages = AsyncMessages(sync.messages)
         self.facts = AsyncFacts(sync.facts)
@@ -142,132 +252,22 @@ class AsyncMemory:
         """``Memory.for_project`` as an AsyncMemory: the same engine, another project."""
         return _AsyncProjectView(self.sync.for_project(project_id))
 
-    # -- write -------------------------------------------------------------------------
+    # -- I/O ---------------------------------------------------------------------------
 
-    async def add_messages(
-        self,
-        session_id: str,
-        messages: Sequence[MessageInput | dict[str, Any]],
-        *,
-        sync: bool = False,
-    ) -> AddResult:
-        return await asyncio.to_thread(self.sync.add_messages, session_id, messages, sync=sync)
-
-    async def wait(self, timeout: float | None = None) -> None:
-        await asyncio.to_thread(self.sync.wait, timeout)
-
-    async def retry_failed(self, user_id: str | None = None) -> int:
-        return await asyncio.to_thread(self.sync.retry_failed, user_id)
-
-    async def reindex(self, *, batch_size: int = 256, progress: Any = None) -> int:
-        return await asyncio.to_thread(self.sync.reindex, batch_size=batch_size, progress=progress)
-
-    # -- read --------------------------------------------------------------------------
-
-    async def get_memory(
-        self,
-        session_id: str,
-        query: str | None = None,
-        *,
-        details: bool = False,
-        recall_config: RecallConfig | dict[str, Any] | None = None,
-        metadata_filters: dict[str, Any] | None = None,
-    ) -> MemoryContext:
-        return await asyncio.to_thread(
-            self.sync.get_memory,
-            session_id,
-            query,
-            details=details,
-            recall_config=recall_config,
-            metadata_filters=metadata_filters,
-        )
-
-    async def search(
-        self,
-        query: str,
-        *,
-        user_id: str,
-        limit: int = 10,
-        filters: dict[str, Any] | None = None,
-        session_id: str | None = None,
-        since: datetime | str | None = None,
-        until: datetime | str | None = None,
-        roles: Sequence[str] | None = None,
-        event_types: Sequence[str] | None = None,
-        as_of: datetime | str | None = None,
-        layers: Sequence[str] | None = None,
-        include_superseded: bool | None = None,
-        recall_config: RecallConfig | dict[str, Any] | None = None,
-    ) -> list[Hit]:
-        return await asyncio.to_thread(
-            self.sync.search,
-            query,
-            user_id=user_id,
-            limit=limit,
-            filters=filters,
-            session_id=session_id,
-            since=since,
-            until=until,
-            roles=roles,
-            event_types=event_types,
-            as_of=as_of,
-            layers=layers,
-            include_superseded=include_superseded,
-            recall_config=recall_config,
-        )
-
-    async def stats(self) -> dict[str, Any]:
-        return await asyncio.to_thread(self.sync.stats)
-
-    # -- governance --------------------------------------------------------------------
-
-    async def set_status(
-        self, summary_id: str, status: str, *, reason: str, actor: str | None = None
-    ) -> Summary:
-        return await asyncio.to_thread(
-            self.sync.set_status, summary_id, status, reason=reason, actor=actor
-        )
-
-    async def forget(
-        self,
-        *,
-        user_id: str,
-        message_ids: Sequence[str] | None = None,
-        session_id: str | None = None,
-        topic_id: str | None = None,
-        reason: str | None = None,
-        actor: str | None = None,
-    ) -> dict[str, int]:
-        return await asyncio.to_thread(
-            self.sync.forget,
-            user_id=user_id,
-            message_ids=message_ids,
-            session_id=session_id,
-            topic_id=topic_id,
-            reason=reason,
-            actor=actor,
-        )
-
-    async def erase_user(
-        self, user_id: str, *, reason: str | None = None, actor: str | None = None
-    ) -> dict[str, int]:
-        return await asyncio.to_thread(self.sync.erase_user, user_id, reason=reason, actor=actor)
-
-    async def export_user(self, user_id: str) -> dict[str, Any]:
-        return await asyncio.to_thread(self.sync.export_user, user_id)
-
-    async def audit(
-        self, *, user_id: str | None = None, limit: int = 100, offset: int = 0
-    ) -> list[AuditRecord]:
-        return await asyncio.to_thread(self.sync.audit, user_id=user_id, limit=limit, offset=offset)
-
-    async def processing_status(self, session_id: str) -> ProcessingStatus:
-        return await asyncio.to_thread(self.sync.processing_status, session_id)
-
-    # -- lifetime ----------------------------------------------------------------------
-
-    async def close(self, timeout: float | None = None) -> None:
-        await asyncio.to_thread(self.sync.close, timeout)
+    add_messages = in_thread(Memory.add_messages)
+    wait = in_thread(Memory.wait)
+    retry_failed = in_thread(Memory.retry_failed)
+    reindex = in_thread(Memory.reindex)
+    get_memory = in_thread(Memory.get_memory)
+    search = in_thread(Memory.search)
+    stats = in_thread(Memory.stats)
+    set_status = in_thread(Memory.set_status)
+    forget = in_thread(Memory.forget)
+    erase_user = in_thread(Memory.erase_user)
+    export_user = in_thread(Memory.export_user)
+    audit = in_thread(Memory.audit)
+    processing_status = in_thread(Memory.processing_status)
+    close = in_thread(Memory.close)
 
     async def __aenter__(self) -> AsyncMemory:
         return self

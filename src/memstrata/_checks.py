@@ -15,7 +15,7 @@ from pydantic import ValidationError as PydanticValidationError
 from ._strings import UNICODE_RULE, text_problem, value_problem
 from ._time import Timestamp
 from .errors import ValidationError
-from .types import ID_PATTERN, ROLES
+from .types import ID_PATTERN, ROLES, RecallConfig
 
 _ID_RE = re.compile(ID_PATTERN)
 _TIMESTAMP: TypeAdapter[datetime] = TypeAdapter(Timestamp)
@@ -134,3 +134,19 @@ def pydantic_problems(exc: PydanticValidationError, prefix: str) -> list[str]:
         shown = "" if err["type"] in ("missing", "extra_forbidden") else f" (got {given!r:.60})"
         problems.append(f"{prefix}{loc}: {msg}{shown}")
     return problems
+
+
+def check_recall_config(value: RecallConfig | dict[str, Any] | None) -> RecallConfig:
+    """A ``recall_config`` argument as a ``RecallConfig`` (the defaults for ``None``)."""
+    if value is None:
+        return RecallConfig()
+    if isinstance(value, RecallConfig):
+        return value
+    if not isinstance(value, dict):
+        raise ValidationError("invalid recall_config", ["recall_config: expected an object"])
+    try:
+        return RecallConfig.model_validate(value)
+    except PydanticValidationError as exc:
+        raise ValidationError(
+            "invalid recall_config", pydantic_problems(exc, "recall_config")
+        ) from None

@@ -1,11 +1,10 @@
-"""``mem.facts``: the facts extracted from a project's messages, and their asyncio face."""
+"""``mem.facts``: the facts extracted from a project's messages."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ._checks import check_id, check_paging
 from ._governance import item_filters
@@ -14,10 +13,7 @@ from .recall._rows import fact_from_row
 from .store import LayerStore
 from .types import Fact
 
-if TYPE_CHECKING:
-    from .api import FactsAPI
-
-__all__ = ["AsyncFacts", "Facts"]
+__all__ = ["Facts"]
 
 
 class Facts:
@@ -62,35 +58,3 @@ class Facts:
         if not rows:
             raise NotFoundError(f"no fact {fact_id!r}")
         return fact_from_row(rows[0])
-
-
-class AsyncFacts:
-    """``AsyncMemory.facts``: the same methods as coroutines."""
-
-    def __init__(self, facts: FactsAPI) -> None:
-        self._facts = facts
-
-    async def list(
-        self,
-        *,
-        user_id: str | None = None,
-        status: str | Sequence[str] | None = None,
-        since: datetime | str | None = None,
-        until: datetime | str | None = None,
-        metadata_filters: dict[str, Any] | None = None,
-        limit: int = 100,
-        offset: int = 0,
-    ) -> list[Fact]:
-        return await asyncio.to_thread(
-            self._facts.list,
-            user_id=user_id,
-            status=status,
-            since=since,
-            until=until,
-            metadata_filters=metadata_filters,
-            limit=limit,
-            offset=offset,
-        )
-
-    async def get(self, fact_id: str) -> Fact:
-        return await asyncio.to_thread(self._facts.get, fact_id)

@@ -1,9 +1,6 @@
-"""``mem.messages``: the stored messages of a project, and their asyncio face."""
+"""``mem.messages``: the stored messages of a project."""
 
 from __future__ import annotations
-
-import asyncio
-from typing import TYPE_CHECKING
 
 from ._checks import check_id, check_paging
 from .errors import NotFoundError, ValidationError
@@ -11,10 +8,7 @@ from .recall._rows import message_from_row
 from .store import SessionStore
 from .types import Message
 
-if TYPE_CHECKING:
-    from .api import MessagesAPI
-
-__all__ = ["AsyncMessages", "Messages"]
+__all__ = ["Messages"]
 
 
 class Messages:
@@ -54,31 +48,3 @@ class Messages:
             offset=offset,
         )
         return [message_from_row(r) for r in rows]
-
-
-class AsyncMessages:
-    """``AsyncMemory.messages``: the same methods as coroutines."""
-
-    def __init__(self, messages: MessagesAPI) -> None:
-        self._messages = messages
-
-    async def get(self, message_id: str) -> Message:
-        return await asyncio.to_thread(self._messages.get, message_id)
-
-    async def list(
-        self,
-        *,
-        user_id: str | None = None,
-        session_id: str | None = None,
-        status: str | None = None,
-        limit: int = 100,
-        offset: int = 0,
-    ) -> list[Message]:
-        return await asyncio.to_thread(
-            self._messages.list,
-            user_id=user_id,
-            session_id=session_id,
-            status=status,
-            limit=limit,
-            offset=offset,
-        )

@@ -1,10 +1,8 @@
-"""``mem.projects`` and ``mem.keys``: the tenants of a store and their API keys, with
-their asyncio faces. Neither is scoped to the facade's project: the server's operator
-manages every tenant through them."""
+"""``mem.projects`` and ``mem.keys``: the tenants of a store and their API keys. Neither is
+scoped to the facade's project: the server's operator manages every tenant through them."""
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import secrets
 import time
@@ -16,7 +14,7 @@ from .errors import NotFoundError
 from .store import ApiKeyRow, GovernanceStore, ProjectRow
 from .types import ApiKey, Project
 
-__all__ = ["ApiKeys", "AsyncApiKeys", "AsyncProjects", "Projects", "key_hash"]
+__all__ = ["ApiKeys", "Projects", "key_hash"]
 
 KEY_PREFIX = "ms_"
 # last_used_at is a hint for operators, not a log: one write per key per minute at most.
@@ -119,38 +117,3 @@ class ApiKeys:
 
 def _age_seconds(iso: str) -> float:
     return time.time() - datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
-
-
-class AsyncProjects:
-    """``AsyncMemory.projects``: the same methods as coroutines."""
-
-    def __init__(self, projects: Projects) -> None:
-        self._projects = projects
-
-    async def create(self, name: str, *, project_id: str | None = None) -> Project:
-        return await asyncio.to_thread(self._projects.create, name, project_id=project_id)
-
-    async def get(self, project_id: str) -> Project:
-        return await asyncio.to_thread(self._projects.get, project_id)
-
-    async def list(self) -> list[Project]:
-        return await asyncio.to_thread(self._projects.list)
-
-
-class AsyncApiKeys:
-    """``AsyncMemory.keys``: the same methods as coroutines."""
-
-    def __init__(self, keys: ApiKeys) -> None:
-        self._keys = keys
-
-    async def create(self, project_id: str, *, name: str | None = None) -> tuple[ApiKey, str]:
-        return await asyncio.to_thread(self._keys.create, project_id, name=name)
-
-    async def list(self, project_id: str | None = None) -> list[ApiKey]:
-        return await asyncio.to_thread(self._keys.list, project_id)
-
-    async def revoke(self, key_id: str) -> ApiKey:
-        return await asyncio.to_thread(self._keys.revoke, key_id)
-
-    async def verify(self, secret: str) -> ApiKey | None:
-        return await asyncio.to_thread(self._keys.verify, secret)

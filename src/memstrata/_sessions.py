@@ -1,8 +1,7 @@
-"""``mem.sessions``: conversation threads of a project, and their asyncio face."""
+"""``mem.sessions``: conversation threads of a project."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from ._checks import check_id, check_metadata, check_paging, check_storable, new_id
@@ -10,9 +9,9 @@ from ._time import now_iso
 from .errors import ConflictError, NotFoundError, ValidationError
 from .recall import parse_ts
 from .store import SessionRow, SessionStore
-from .types import AsyncSession, Session
+from .types import Session
 
-__all__ = ["AsyncSessions", "Sessions"]
+__all__ = ["Sessions"]
 
 
 class Sessions:
@@ -84,36 +83,3 @@ class Sessions:
             check_id(user_id, "user_id")
         rows = self._store.list_sessions(self._project_id, user_id, limit, offset)
         return [self._bind(r) for r in rows]
-
-
-class AsyncSessions:
-    """``AsyncMemory.sessions``: the same methods as coroutines; sessions come back as
-    :class:`~memstrata.types.AsyncSession` bound to ``owner``."""
-
-    def __init__(self, sessions: Sessions, owner: Any) -> None:
-        self._sessions = sessions
-        self._owner = owner
-
-    async def create(
-        self,
-        user_id: str,
-        *,
-        title: str | None = None,
-        metadata: dict[str, Any] | None = None,
-        session_id: str | None = None,
-    ) -> AsyncSession:
-        s = await asyncio.to_thread(
-            self._sessions.create, user_id, title=title, metadata=metadata, session_id=session_id
-        )
-        return AsyncSession(s, self._owner)
-
-    async def get(self, session_id: str) -> AsyncSession:
-        return AsyncSession(await asyncio.to_thread(self._sessions.get, session_id), self._owner)
-
-    async def list(
-        self, *, user_id: str | None = None, limit: int = 100, offset: int = 0
-    ) -> list[AsyncSession]:
-        rows = await asyncio.to_thread(
-            self._sessions.list, user_id=user_id, limit=limit, offset=offset
-        )
-        return [AsyncSession(s, self._owner) for s in rows]

@@ -1,12 +1,10 @@
-"""``mem.summaries``: a project's long-term memory with status, evidence and history, and
-its asyncio face."""
+"""``mem.summaries``: a project's long-term memory with status, evidence and history."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ._checks import check_id, check_paging
 from ._governance import item_filters
@@ -15,10 +13,7 @@ from .recall._rows import summary_from_row
 from .store import LayerStore
 from .types import Summary
 
-if TYPE_CHECKING:
-    from .api import SummariesAPI
-
-__all__ = ["AsyncSummaries", "Summaries"]
+__all__ = ["Summaries"]
 
 
 class Summaries:
@@ -73,38 +68,3 @@ class Summaries:
         """Every version of a summary: text, status, confidence, evidence, reason, when."""
         self.get(summary_id)
         return self._store.summary_history(self._project_id, summary_id)
-
-
-class AsyncSummaries:
-    """``AsyncMemory.summaries``: the same methods as coroutines."""
-
-    def __init__(self, summaries: SummariesAPI) -> None:
-        self._summaries = summaries
-
-    async def list(
-        self,
-        *,
-        user_id: str | None = None,
-        status: str | Sequence[str] | None = None,
-        since: datetime | str | None = None,
-        until: datetime | str | None = None,
-        metadata_filters: dict[str, Any] | None = None,
-        limit: int = 100,
-        offset: int = 0,
-    ) -> list[Summary]:
-        return await asyncio.to_thread(
-            self._summaries.list,
-            user_id=user_id,
-            status=status,
-            since=since,
-            until=until,
-            metadata_filters=metadata_filters,
-            limit=limit,
-            offset=offset,
-        )
-
-    async def get(self, summary_id: str) -> Summary:
-        return await asyncio.to_thread(self._summaries.get, summary_id)
-
-    async def history(self, summary_id: str) -> list[dict[str, Any]]:
-        return await asyncio.to_thread(self._summaries.history, summary_id)

@@ -1,9 +1,6 @@
-"""``mem.topics``: the entry points that group a user's summaries, and their asyncio face."""
+"""``mem.topics``: the entry points that group a user's summaries."""
 
 from __future__ import annotations
-
-import asyncio
-from typing import Any
 
 from ._checks import check_id
 from .errors import NotFoundError
@@ -11,7 +8,7 @@ from .recall._rows import topic_from_row
 from .store import LayerStore
 from .types import Topic
 
-__all__ = ["AsyncTopics", "Topics"]
+__all__ = ["Topics"]
 
 
 class Topics:
@@ -47,20 +44,3 @@ class Topics:
             raise NotFoundError(
                 f"no active topic {exc.args[0]!r} for user {user_id!r} (or the same topic twice)"
             ) from None
-
-
-class AsyncTopics:
-    """``AsyncMemory.topics``: the same methods as coroutines (``merge`` needs an embedded
-    Memory underneath, as it does synchronously)."""
-
-    def __init__(self, topics: Any) -> None:
-        self._topics = topics
-
-    async def list(self, *, user_id: str) -> list[Topic]:
-        return await asyncio.to_thread(self._topics.list, user_id=user_id)
-
-    async def get(self, topic_id: str) -> Topic:
-        return await asyncio.to_thread(self._topics.get, topic_id)
-
-    async def merge(self, source_id: str, into: str, *, user_id: str) -> int:
-        return await asyncio.to_thread(self._topics.merge, source_id, into, user_id=user_id)

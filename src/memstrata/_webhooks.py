@@ -9,7 +9,6 @@ and sent in the background with retries. docs/webhooks.md has the payloads.
 
 from __future__ import annotations
 
-import asyncio
 import ipaddress
 from collections.abc import Callable
 from datetime import timedelta
@@ -26,7 +25,7 @@ from .hooks._ssrf import TargetRefused, forbidden_reason, parse_target
 from .store import WebhookDeliveryRow, WebhookRow, WebhookStore
 from .types import Webhook, WebhookDelivery
 
-__all__ = ["MAX_GRACE_SECONDS", "MAX_TIMEOUT_MS", "MIN_TIMEOUT_MS", "AsyncWebhooks", "Webhooks"]
+__all__ = ["MAX_GRACE_SECONDS", "MAX_TIMEOUT_MS", "MIN_TIMEOUT_MS", "Webhooks"]
 
 MIN_TIMEOUT_MS = 100
 MAX_TIMEOUT_MS = 30_000
@@ -326,83 +325,3 @@ class Webhooks:
         for good); without worker threads they are sent in the calling thread."""
         self._check_open()
         self._delivery.wait(self._project_id, timeout)
-
-
-class AsyncWebhooks:
-    """``AsyncMemory.webhooks``: the same methods as coroutines, over the sync face
-    underneath (an embedded Memory's, which has ``wait``, or a RemoteMemory's)."""
-
-    def __init__(self, webhooks: Any) -> None:
-        self._w = webhooks
-
-    async def create(
-        self,
-        *,
-        resource: str,
-        event: str,
-        target_url: str,
-        mode: str = "sync",
-        name: str | None = None,
-        timeout_ms: int | None = None,
-        enabled: bool = True,
-    ) -> tuple[Webhook, str]:
-        return await asyncio.to_thread(
-            self._w.create,
-            resource=resource,
-            event=event,
-            target_url=target_url,
-            mode=mode,
-            name=name,
-            timeout_ms=timeout_ms,
-            enabled=enabled,
-        )
-
-    async def list(self, *, limit: int = 100, offset: int = 0) -> list[Webhook]:
-        return await asyncio.to_thread(self._w.list, limit=limit, offset=offset)
-
-    async def get(self, hook_id: str) -> Webhook:
-        return await asyncio.to_thread(self._w.get, hook_id)
-
-    async def update(
-        self,
-        hook_id: str,
-        *,
-        name: str | None = None,
-        resource: str | None = None,
-        event: str | None = None,
-        target_url: str | None = None,
-        mode: str | None = None,
-        timeout_ms: int | None = None,
-        enabled: bool | None = None,
-    ) -> Webhook:
-        return await asyncio.to_thread(
-            self._w.update,
-            hook_id,
-            name=name,
-            resource=resource,
-            event=event,
-            target_url=target_url,
-            mode=mode,
-            timeout_ms=timeout_ms,
-            enabled=enabled,
-        )
-
-    async def enable(self, hook_id: str) -> Webhook:
-        return await asyncio.to_thread(self._w.enable, hook_id)
-
-    async def disable(self, hook_id: str) -> Webhook:
-        return await asyncio.to_thread(self._w.disable, hook_id)
-
-    async def delete(self, hook_id: str) -> None:
-        await asyncio.to_thread(self._w.delete, hook_id)
-
-    async def rotate_secret(self, hook_id: str, *, grace_seconds: int = 0) -> str:
-        return await asyncio.to_thread(self._w.rotate_secret, hook_id, grace_seconds=grace_seconds)
-
-    async def deliveries(
-        self, hook_id: str, *, limit: int = 100, offset: int = 0
-    ) -> list[WebhookDelivery]:
-        return await asyncio.to_thread(self._w.deliveries, hook_id, limit=limit, offset=offset)
-
-    async def wait(self, timeout: float | None = None) -> None:
-        await asyncio.to_thread(self._w.wait, timeout)

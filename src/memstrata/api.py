@@ -65,6 +65,9 @@ __all__ = [
 
 _M = TypeVar("_M")
 
+# In each protocol ``list`` comes after every method annotated with ``list[...]``: type
+# checkers resolve that name in the class body, where the method would shadow the builtin.
+
 
 class SessionsAPI(Protocol):
     """``mem.sessions``: conversation threads; sessions come back bound to the memory."""
@@ -122,6 +125,10 @@ class FactsAPI(Protocol):
 class SummariesAPI(Protocol):
     """``mem.summaries``: long-term memory with status, evidence and history."""
 
+    def get(self, summary_id: str) -> Summary: ...
+
+    def history(self, summary_id: str) -> list[dict[str, Any]]: ...
+
     def list(
         self,
         *,
@@ -133,10 +140,6 @@ class SummariesAPI(Protocol):
         limit: int = 100,
         offset: int = 0,
     ) -> list[Summary]: ...
-
-    def get(self, summary_id: str) -> Summary: ...
-
-    def history(self, summary_id: str) -> list[dict[str, Any]]: ...
 
 
 class TopicsAPI(Protocol):
@@ -161,8 +164,6 @@ class WebhooksAPI(Protocol):
         timeout_ms: int | None = None,
         enabled: bool = True,
     ) -> tuple[Webhook, str]: ...
-
-    def list(self, *, limit: int = 100, offset: int = 0) -> list[Webhook]: ...
 
     def get(self, hook_id: str) -> Webhook: ...
 
@@ -191,18 +192,31 @@ class WebhooksAPI(Protocol):
         self, hook_id: str, *, limit: int = 100, offset: int = 0
     ) -> list[WebhookDelivery]: ...
 
+    def list(self, *, limit: int = 100, offset: int = 0) -> list[Webhook]: ...
+
 
 @runtime_checkable
 class MemoryAPI(Protocol):
     """A memory: sessions, messages and their recall, the derived layers, webhooks and
     governance (see the module docstring for who satisfies it)."""
 
-    sessions: SessionsAPI
-    messages: MessagesAPI
-    facts: FactsAPI
-    summaries: SummariesAPI
-    topics: TopicsAPI
-    webhooks: WebhooksAPI
+    @property
+    def sessions(self) -> SessionsAPI: ...
+
+    @property
+    def messages(self) -> MessagesAPI: ...
+
+    @property
+    def facts(self) -> FactsAPI: ...
+
+    @property
+    def summaries(self) -> SummariesAPI: ...
+
+    @property
+    def topics(self) -> TopicsAPI: ...
+
+    @property
+    def webhooks(self) -> WebhooksAPI: ...
 
     def add_messages(
         self,
@@ -332,6 +346,10 @@ class AsyncFactsAPI(Protocol):
 class AsyncSummariesAPI(Protocol):
     """``SummariesAPI`` as coroutines."""
 
+    async def get(self, summary_id: str) -> Summary: ...
+
+    async def history(self, summary_id: str) -> list[dict[str, Any]]: ...
+
     async def list(
         self,
         *,
@@ -343,10 +361,6 @@ class AsyncSummariesAPI(Protocol):
         limit: int = 100,
         offset: int = 0,
     ) -> list[Summary]: ...
-
-    async def get(self, summary_id: str) -> Summary: ...
-
-    async def history(self, summary_id: str) -> list[dict[str, Any]]: ...
 
 
 class AsyncTopicsAPI(Protocol):
@@ -371,8 +385,6 @@ class AsyncWebhooksAPI(Protocol):
         timeout_ms: int | None = None,
         enabled: bool = True,
     ) -> tuple[Webhook, str]: ...
-
-    async def list(self, *, limit: int = 100, offset: int = 0) -> list[Webhook]: ...
 
     async def get(self, hook_id: str) -> Webhook: ...
 
@@ -401,17 +413,30 @@ class AsyncWebhooksAPI(Protocol):
         self, hook_id: str, *, limit: int = 100, offset: int = 0
     ) -> list[WebhookDelivery]: ...
 
+    async def list(self, *, limit: int = 100, offset: int = 0) -> list[Webhook]: ...
+
 
 @runtime_checkable
 class AsyncMemoryAPI(Protocol):
     """``MemoryAPI`` for asyncio code: the same members, the methods as coroutines."""
 
-    sessions: AsyncSessionsAPI
-    messages: AsyncMessagesAPI
-    facts: AsyncFactsAPI
-    summaries: AsyncSummariesAPI
-    topics: AsyncTopicsAPI
-    webhooks: AsyncWebhooksAPI
+    @property
+    def sessions(self) -> AsyncSessionsAPI: ...
+
+    @property
+    def messages(self) -> AsyncMessagesAPI: ...
+
+    @property
+    def facts(self) -> AsyncFactsAPI: ...
+
+    @property
+    def summaries(self) -> AsyncSummariesAPI: ...
+
+    @property
+    def topics(self) -> AsyncTopicsAPI: ...
+
+    @property
+    def webhooks(self) -> AsyncWebhooksAPI: ...
 
     async def add_messages(
         self,

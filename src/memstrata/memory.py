@@ -19,12 +19,8 @@ from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import ValidationError as PydanticValidationError
-
-from ._async_memory import AsyncMemory
 from ._checks import check_id as _check_id
-from ._checks import check_storable, read_time
-from ._checks import pydantic_problems as _pydantic_problems
+from ._checks import check_recall_config, check_storable, read_time
 from ._engine import Engine
 from ._facts import Facts
 from ._governance import Governance
@@ -56,7 +52,7 @@ from .types import (
     Summary,
 )
 
-__all__ = ["AsyncMemory", "Memory"]
+__all__ = ["Memory"]  # and AsyncMemory, through __getattr__ below
 
 log = logging.getLogger("memstrata")
 
@@ -297,7 +293,7 @@ class Memory:
             if len(query) > self.settings.max_content_chars:
                 raise ValidationError("invalid query", ["query: too long"])
             check_storable(query, "query")
-        config = self._recall_config(recall_config)
+        config = check_recall_config(recall_config)
         if "token_budget" not in config.model_fields_set:
             config = config.model_copy(update={"token_budget": self.settings.token_budget})
         session = self._store.get_session(self.project_id, _check_id(session_id, "session_id"))
@@ -312,21 +308,6 @@ class Memory:
             filters=filters,
             details=details,
         )
-
-    @staticmethod
-    def _recall_config(value: RecallConfig | dict[str, Any] | None) -> RecallConfig:
-        if value is None:
-            return RecallConfig()
-        if isinstance(value, RecallConfig):
-            return value
-        if not isinstance(value, dict):
-            raise ValidationError("invalid recall_config", ["recall_config: expected an object"])
-        try:
-            return RecallConfig.model_validate(value)
-        except PydanticValidationError as exc:
-            raise ValidationError(
-                "invalid recall_config", _pydantic_problems(exc, "recall_config")
-            ) from None
 
     def search(
         self,
@@ -400,7 +381,7 @@ class Memory:
             until=window[1],
             metadata=parse_metadata_filters(filters, "filters"),
         )
-        config = self._recall_config(recall_config)
+        config = check_recall_config(recall_config)
         options = search_options(
             config,
             as_of=window[2],
@@ -493,3 +474,12 @@ class _ProjectView(Memory):
 
     def close(self, timeout: float | None = None) -> None:
         """Nothing: the Memory this view came from closes the engine."""
+
+
+def __getattr__(name: str) -> Any:
+    # The asyncio face builds on Memory; it stays importable from here, as it always was.
+    if name == "AsyncMemory":
+        from ._async_memory import AsyncMemory
+
+        return AsyncMemory
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
