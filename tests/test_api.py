@@ -316,3 +316,21 @@ def test_importing_the_protocols_stays_out_of_import_memstrata() -> None:
     code = "import sys, memstrata\nprint('memstrata.api' in sys.modules)\n"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False"]
+
+
+def test_a_view_keeps_its_opener_so_exit_still_finishes_the_work(tmp_path: Path) -> None:
+    db = tmp_path / "m.db"
+    script = f"""
+import gc
+from memstrata import Memory
+view = Memory({str(db)!r}, embedder="hash").for_project("p2")  # the opener is not kept
+gc.collect()
+view.sessions.create("u1", session_id="s1").add_messages(
+    [{{"role": "user", "content": "I moved to Berlin last May"}}]
+)
+"""  # interpreter exit: the opener's atexit hook finishes the queued work, then closes
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    with Memory(str(db), embedder="hash", workers=0) as mem:
+        (message,) = mem.for_project("p2").messages.list(session_id="s1")
+        assert message.status == "processed"

@@ -201,7 +201,7 @@ class Memory:
         closing the Memory it came from closes every view.
         """
         self._check_open()
-        return _ProjectView(engine=self._engine, project_id=project_id)
+        return _ProjectView(engine=self._engine, project_id=project_id, opener=self)
 
     def close(self, timeout: float | None = None) -> None:
         """Finish this process's queued work (bounded by ``timeout``), then release files.
@@ -467,10 +467,12 @@ class _ProjectView(Memory):
     """``Memory.for_project``: a Memory over another Memory's engine, in ``project_id``.
 
     The engine is its opener's: closing the view does nothing, and closing the opener
-    closes the view too (its calls then raise ``ProcessingError``)."""
+    closes the view too (its calls then raise ``ProcessingError``). The view keeps its
+    opener alive, so that interpreter exit still closes the engine under it."""
 
-    def __init__(self, *, engine: Engine, project_id: str) -> None:
+    def __init__(self, *, engine: Engine, project_id: str, opener: Memory) -> None:
         self._attach(engine, _check_id(project_id, "project_id"))
+        self._opener = opener
 
     def close(self, timeout: float | None = None) -> None:
         """Nothing: the Memory this view came from closes the engine."""
