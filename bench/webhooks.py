@@ -116,7 +116,7 @@ def run(batches: int) -> dict[str, Any]:
                 )
         # workers=0 keeps batches in this thread; this sender runs as it would beside a
         # worker. The other async store's deliveries wait until the rounds are over.
-        stores["async sent"]._webhook_engine.outbox.start()
+        stores["async sent"]._engine.webhook_engine.outbox.start()
         sessions = {name: m.sessions.create(user_id="u") for name, m in stores.items()}
         sender = WebhookHttp(AllowList.parse("127.0.0.1"))
         plain = httpx.Client()
@@ -140,7 +140,7 @@ def run(batches: int) -> dict[str, Any]:
                         times[name].append(time.perf_counter() - t0)
         sender.close()
         plain.close()
-        stores["async queued"]._webhook_engine.outbox.start()
+        stores["async queued"]._engine.webhook_engine.outbox.start()
         counts = {"delivered": 0, "failed": 0, "retrying": 0}
         for name in ("async queued", "async sent"):
             stores[name].webhooks.wait(timeout=120)

@@ -108,7 +108,7 @@ def test_the_captured_user_turn_reuses_the_recall_query_vector(
         )
     assert mem.llm.flush(5)
     mem.wait()
-    embedder = mem._embedder
+    embedder = mem.embedder
     assert embedder.recent_hits == 1  # type: ignore[attr-defined]
     [hit] = mem.search("Any snack ideas?", user_id="ana", limit=1)
     assert hit.text == "Any snack ideas?" and hit.signals["vector"] == pytest.approx(1.0)

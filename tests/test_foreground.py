@@ -114,14 +114,14 @@ class _WatchingEmbedder:
 def test_recalls_mark_themselves_running(make_memory: Callable[..., Memory]) -> None:
     emb = _WatchingEmbedder()
     mem = make_memory(embedder=emb)
-    emb.gate = mem._foreground
+    emb.gate = mem._engine.foreground
     s = mem.sessions.create(user_id="u1", session_id="s1")
     s.add_messages([{"role": "user", "content": "I moved to Berlin last May"}], sync=True)
     emb.query_busy.clear()
     mem.search("where does the user live", user_id="u1")
     s.get_memory("where does the user live")
     assert emb.query_busy == [True, True]
-    assert not mem._foreground.busy
+    assert not mem._engine.foreground.busy
 
 
 def test_a_recall_that_never_ends_delays_a_batch_boundedly(
@@ -129,13 +129,13 @@ def test_a_recall_that_never_ends_delays_a_batch_boundedly(
 ) -> None:
     mem = make_memory()
     s = mem.sessions.create(user_id="u1", session_id="s1")
-    with mem._foreground.hold():  # e.g. a recall stuck on a slow backend
+    with mem._engine.foreground.hold():  # e.g. a recall stuck on a slow backend
         t0 = time.perf_counter()
         s.add_messages([{"role": "user", "content": "I moved to Berlin last May"}])
         mem.wait(timeout=10)
         elapsed = time.perf_counter() - t0
     assert mem.facts.list(user_id="u1")
-    gate = mem._foreground
+    gate = mem._engine.foreground
     assert gate.paused >= 2  # the batch waited at more than one safe point ...
     assert BATCH_PAUSE_SECONDS * 0.9 <= gate.waited <= BATCH_PAUSE_SECONDS + 0.05  # ... its budget
     assert elapsed < 5

@@ -306,7 +306,7 @@ def test_a_worker_whose_queue_fails_starts_again(
     while rows(pg_url, "SELECT status FROM messages") != [("processed",)]:
         assert time.monotonic() < deadline, "nothing processed the message"
         time.sleep(0.1)
-    assert mem._pool.running  # type: ignore[attr-defined]
+    assert mem._engine.queue.running
 
 
 def test_a_caller_without_workers_does_its_own_work_not_everyones(

@@ -232,13 +232,13 @@ def test_the_anchor_search_keeps_the_recalls_candidate_pool(
     candidates than the recall it serves (a capture recall keeps its pool small for speed)."""
     _dinners_around_a_move(mem)
     asked: list[int] = []
-    store_search = mem._store.vector_messages
+    store_search = mem.store.vector_messages
 
     def recording(*args: Any, **kwargs: Any) -> Any:
         asked.append(args[4])  # (project, user, query vector, embedder, n, filters)
         return store_search(*args, **kwargs)
 
-    monkeypatch.setattr(mem._store, "vector_messages", recording)
+    monkeypatch.setattr(mem.store, "vector_messages", recording)
     ctx = mem.get_memory(
         "s",
         "Where did we have dinner before the move to Porto?",
@@ -262,7 +262,7 @@ def test_speaker_names_steer_recall_to_the_speaker(make_memory: Any, local_embed
     for who, expected in (("Caroline", "lake"), ("Melanie", "portraits")):
         hits = mem.search(f"What did {who} paint?", user_id="conv", layers=["message"])
         assert expected in hits[0].text and hits[0].name == who
-    assert mem._store.speaker_names(mem.project_id, "conv") == ["Caroline", "Melanie"]
+    assert mem.store.speaker_names(mem.project_id, "conv") == ["Caroline", "Melanie"]
     with pytest.raises(ValidationError, match="name"):
         s.add_messages([{"role": "user", "name": "", "content": "x"}])
 
@@ -436,16 +436,16 @@ def test_briefs_order_turns_that_share_a_timestamp(mem: Memory) -> None:
         + [{"role": "user", "content": "last, later", "timestamp": "2025-05-02T10:00:00Z"}],
         sync=True,
     )
-    store = mem._store
+    store = mem.store
     pks = [m.pk for m in store.list_messages(mem.project_id, session_id="batch", limit=10)]
     briefs, _, _ = store.recall_briefs(
-        mem.project_id, "bo", pks, neighbours=True, embedder=mem._embedder.id
+        mem.project_id, "bo", pks, neighbours=True, embedder=mem.embedder.id
     )
     order = [None, *pks, None]
     for i, pk in enumerate(pks, start=1):
         brief = briefs[pk]
         assert (brief.prev_pk, brief.next_pk) == (order[i - 1], order[i + 1])
         assert brief.session_id == "batch" and not brief.superseded  # nothing superseded
-        assert brief.vector is not None and len(brief.vector) == 4 * mem._embedder.dim
+        assert brief.vector is not None and len(brief.vector) == 4 * mem.embedder.dim
     # another user's items are never described
     assert store.recall_briefs(mem.project_id, "someone-else", pks) == ({}, {}, {})

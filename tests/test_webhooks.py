@@ -947,7 +947,7 @@ def test_forget_and_erase_remove_logged_content(
     s = mem.sessions.create(user_id="u")
     s.add_messages(_messages(TURNS[:1]), sync=True)
     s.add_messages(_messages(TURNS[2:3]), sync=True)
-    mem.webhooks._m._webhook_engine.outbox.run_once()  # one failed attempt, retry in 60 s
+    mem._engine.webhook_engine.outbox.run_once()  # one failed attempt, retry in 60 s
     assert len(mem.webhooks.deliveries(sync_hook.id)) == 2
     assert mem.store.webhook_outbox_counts()["queued"] == 2
 

@@ -1,10 +1,11 @@
 """memstrata: layered, traceable long-term memory for LLM applications.
 
->>> from memstrata import Memory
+>>> from memstrata import Memory, connect
 >>> mem = Memory()                                   # ./memstrata.db, local embedder
 >>> s = mem.sessions.create(user_id="u1")
 >>> s.add_messages([{"role": "user", "content": "I moved to Berlin"}])
 >>> mem.search("Where does the user live?", user_id="u1")
+>>> remote = connect("http://127.0.0.1:8000", api_key="ms_...")  # a memstrata server's
 
 Names are resolved lazily so that ``import memstrata`` stays fast and needs no model,
 database driver or provider SDK until one is used.
@@ -19,7 +20,11 @@ __version__ = "0.1.0"
 
 _EXPORTS = {
     "Memory": "memstrata.memory",
-    "AsyncMemory": "memstrata.memory",
+    "AsyncMemory": "memstrata._async_memory",
+    "MemoryAPI": "memstrata.api",
+    "AsyncMemoryAPI": "memstrata.api",
+    "connect": "memstrata.client._remote",
+    "AsyncSession": "memstrata.types",
     "AddResult": "memstrata.types",
     "Fact": "memstrata.types",
     "Hit": "memstrata.types",
@@ -45,6 +50,8 @@ _EXPORTS = {
 __all__ = [
     "AddResult",
     "AsyncMemory",
+    "AsyncMemoryAPI",
+    "AsyncSession",
     "ConfigError",
     "ConflictError",
     "EmbedderMismatchError",
@@ -52,6 +59,7 @@ __all__ = [
     "Fact",
     "Hit",
     "Memory",
+    "MemoryAPI",
     "MemoryContext",
     "MemstrataError",
     "Message",
@@ -66,9 +74,13 @@ __all__ = [
     "Topic",
     "ValidationError",
     "__version__",
+    "connect",
 ]
 
 if TYPE_CHECKING:
+    from ._async_memory import AsyncMemory
+    from .api import AsyncMemoryAPI, MemoryAPI
+    from .client._remote import connect
     from .config import Settings
     from .errors import (
         ConfigError,
@@ -81,9 +93,10 @@ if TYPE_CHECKING:
         StoreError,
         ValidationError,
     )
-    from .memory import AsyncMemory, Memory
+    from .memory import Memory
     from .types import (
         AddResult,
+        AsyncSession,
         Fact,
         Hit,
         MemoryContext,

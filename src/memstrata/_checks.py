@@ -7,14 +7,17 @@ same words, for the fields of a whole request.
 
 from __future__ import annotations
 
+import json
 import re
 import secrets
 import time
 from typing import Any, TypeGuard
 
-from ._strings import text_problem
+from pydantic import ValidationError as PydanticValidationError
+
+from ._strings import UNICODE_RULE, text_problem, value_problem
 from .errors import ValidationError
-from .types import ID_PATTERN
+from .types import ID_PATTERN, ROLES
 
 _ID_RE = re.compile(ID_PATTERN)
 ID_RULE = (
@@ -65,6 +68,13 @@ def check_text(value: Any, name: str, *, max_len: int = 200) -> str:
     return value
 
 
+def optional_text(value: Any, name: str, *, max_len: int, required: bool = False) -> str | None:
+    """``check_text`` of ``value``, which may be ``None`` unless ``required``."""
+    if value is None and not required:
+        return None
+    return check_text(value, name, max_len=max_len)
+
+
 def check_storable(value: str, name: str) -> str:
     """``value``, if every store can hold it (no NUL, no lone surrogate; see _strings)."""
     problem = text_problem(value)
@@ -87,3 +97,45 @@ def check_paging(
     if problems:
         raise error("invalid paging", problems)
     return limit, offset
+
+
+def check_metadata(metadata: Any, where: str, *, max_bytes: int) -> dict[str, Any]:
+    """``metadata`` (``{}`` for ``None``), if it is a JSON object every store can hold."""
+    if metadata is None:
+        return {}
+    if not isinstance(metadata, dict):
+        raise ValidationError("invalid metadata", [f"{where}: expected an object"])
+    try:
+        # allow_nan=False: NaN and Infinity are not JSON (PostgreSQL's JSONB refuses them).
+        dumped = json.dumps(metadata, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ValidationError("invalid metadata", [f"{where}: not JSON ({exc})"]) from None
+    # NUL and lone surrogates (see _strings) in any key or value: refused on every store.
+    found = value_problem(metadata, dumped)
+    if found is not None:
+        raise ValidationError("invalid metadata", [f"{where}{found[0]}: {found[1]}"])
+    size = len(dumped.encode())
+    if size > max_bytes:
+        raise ValidationError(
+            "invalid metadata",
+            [f"{where}: {size} bytes of JSON; the limit is {max_bytes}"],
+        )
+    return metadata
+
+
+def pydantic_problems(exc: PydanticValidationError, prefix: str) -> list[str]:
+    """pydantic's errors as the facade's problem lines, each under ``prefix``."""
+    problems = []
+    for err in exc.errors():
+        loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"])
+        msg = err["msg"]
+        if err["type"] == "literal_error" and err["loc"][-1:] == ("role",):
+            msg = f"must be one of {', '.join(repr(r) for r in ROLES)}"
+        if err["type"] == "extra_forbidden":
+            msg = "unknown field"
+        if err["type"] == "string_unicode":  # pydantic-core's own refusal of a lone surrogate
+            msg = UNICODE_RULE
+        given = err.get("input")
+        shown = "" if err["type"] in ("missing", "extra_forbidden") else f" (got {given!r:.60})"
+        problems.append(f"{prefix}{loc}: {msg}{shown}")
+    return problems

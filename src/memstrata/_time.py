@@ -12,7 +12,7 @@ import re
 from datetime import datetime, timedelta, timezone
 from decimal import ROUND_HALF_EVEN, Decimal
 from functools import lru_cache
-from typing import Annotated, Any
+from typing import Annotated, Any, overload
 
 from pydantic import AfterValidator, BeforeValidator
 
@@ -87,6 +87,12 @@ def _format(value: datetime) -> str:
     return f"{value.year:04d}{value.strftime(_FORMAT[2:])}"
 
 
+@overload
+def to_iso(value: datetime) -> str: ...
+@overload
+def to_iso(value: None) -> None: ...
+@overload
+def to_iso(value: datetime | None) -> str | None: ...
 def to_iso(value: datetime | None) -> str | None:
     return None if value is None else _format(as_utc(value))
 

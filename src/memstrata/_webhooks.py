@@ -9,25 +9,23 @@ and sent in the background with retries. docs/webhooks.md has the payloads.
 
 from __future__ import annotations
 
-import asyncio
 import ipaddress
+from collections.abc import Callable
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ._checks import check_id, check_paging, new_id
 from ._strings import text_problem
 from ._time import now_iso, to_iso, utcnow
 from .errors import NotFoundError, ValidationError
 from .hooks import HOOK_POINTS
+from .hooks._engine import WebhookEngine
 from .hooks._signing import new_secret
 from .hooks._ssrf import TargetRefused, forbidden_reason, parse_target
-from .store import WebhookDeliveryRow, WebhookRow
+from .store import WebhookDeliveryRow, WebhookRow, WebhookStore
 from .types import Webhook, WebhookDelivery
 
-if TYPE_CHECKING:
-    from .memory import Memory
-
-__all__ = ["MAX_GRACE_SECONDS", "MAX_TIMEOUT_MS", "MIN_TIMEOUT_MS", "AsyncWebhooks", "Webhooks"]
+__all__ = ["MAX_GRACE_SECONDS", "MAX_TIMEOUT_MS", "MIN_TIMEOUT_MS", "Webhooks"]
 
 MIN_TIMEOUT_MS = 100
 MAX_TIMEOUT_MS = 30_000
@@ -77,10 +75,25 @@ def _delivery(row: WebhookDeliveryRow) -> WebhookDelivery:
 
 
 class Webhooks:
-    """Create, list, change and delete the project's webhooks; read their delivery log."""
+    """Create, list, change and delete the project's webhooks; read their delivery log.
 
-    def __init__(self, memory: Memory) -> None:
-        self._m = memory
+    ``delivery`` is the engine that calls them (its allow-list judges literal target
+    addresses); ``check_open`` raises once the Memory is closed."""
+
+    def __init__(
+        self,
+        store: WebhookStore,
+        project_id: str,
+        *,
+        delivery: WebhookEngine,
+        check_open: Callable[[], None],
+        default_timeout_ms: int,
+    ) -> None:
+        self._store = store
+        self._project_id = project_id
+        self._delivery = delivery
+        self._check_open = check_open
+        self._default_timeout_ms = default_timeout_ms
 
     # -- validation --------------------------------------------------------------------
 
@@ -128,7 +141,7 @@ class Webhooks:
             addr = ipaddress.ip_address(target.host)
         except ValueError:
             return []
-        allow = self._m._webhook_engine.allow
+        allow = self._delivery.allow
         reason = forbidden_reason(addr)
         if reason is None or allow.permits_address(addr):
             return []
@@ -136,7 +149,7 @@ class Webhooks:
 
     def _row(self, hook_id: str) -> WebhookRow:
         check_id(hook_id, "hook_id")
-        row = self._m._store.get_webhook(self._m.project_id, hook_id)
+        row = self._store.get_webhook(self._project_id, hook_id)
         if row is None:
             raise NotFoundError(f"no webhook {hook_id!r}")
         return row
@@ -160,14 +173,14 @@ class Webhooks:
         verifies each delivery's ``webhook-signature`` with it. Webhooks at one point run
         in creation order, after the point's in-process hooks.
         """
-        self._m._check_open()
+        self._check_open()
         fields: dict[str, Any] = {
             "resource": resource,
             "event": event,
             "target_url": target_url,
             "mode": mode,
             "name": f"{resource}.{event}" if name is None else name,
-            "timeout_ms": self._m.settings.webhook_timeout_ms if timeout_ms is None else timeout_ms,
+            "timeout_ms": self._default_timeout_ms if timeout_ms is None else timeout_ms,
             "enabled": enabled,
         }
         problems = self._check(fields)
@@ -175,11 +188,11 @@ class Webhooks:
             raise ValidationError("invalid webhook", problems)
         secret = new_secret()
         now = now_iso()
-        row = self._m._store.create_webhook(
+        row = self._store.create_webhook(
             WebhookRow(
                 pk=0,
                 id=new_id("wh"),
-                project_id=self._m.project_id,
+                project_id=self._project_id,
                 name=fields["name"].strip(),
                 resource=resource,
                 event=event,
@@ -196,13 +209,13 @@ class Webhooks:
 
     def list(self, *, limit: int = 100, offset: int = 0) -> list[Webhook]:
         """The project's webhooks in creation order."""
-        self._m._check_open()
+        self._check_open()
         check_paging(limit, offset)
-        rows = self._m._store.list_webhooks(self._m.project_id, limit=limit, offset=offset)
+        rows = self._store.list_webhooks(self._project_id, limit=limit, offset=offset)
         return [_webhook(r) for r in rows]
 
     def get(self, hook_id: str) -> Webhook:
-        self._m._check_open()
+        self._check_open()
         return _webhook(self._row(hook_id))
 
     def update(
@@ -219,7 +232,7 @@ class Webhooks:
     ) -> Webhook:
         """Change some of a webhook's fields (``None`` leaves a field as it is). Batches
         that start after the change see it."""
-        self._m._check_open()
+        self._check_open()
         current = self._row(hook_id)
         changes = {
             k: v
@@ -246,7 +259,7 @@ class Webhooks:
         for key in ("name", "target_url"):
             if key in changes:
                 changes[key] = changes[key].strip()
-        row = self._m._store.update_webhook(self._m.project_id, hook_id, changes)
+        row = self._store.update_webhook(self._project_id, hook_id, changes)
         if row is None:
             raise NotFoundError(f"no webhook {hook_id!r}")
         return _webhook(row)
@@ -260,9 +273,9 @@ class Webhooks:
 
     def delete(self, hook_id: str) -> None:
         """Delete the webhook with its delivery log and queued deliveries."""
-        self._m._check_open()
-        if not isinstance(hook_id, str) or not self._m._store.delete_webhook(
-            self._m.project_id, hook_id
+        self._check_open()
+        if not isinstance(hook_id, str) or not self._store.delete_webhook(
+            self._project_id, hook_id
         ):
             raise NotFoundError(f"no webhook {hook_id!r}")
 
@@ -274,7 +287,7 @@ class Webhooks:
         until then (a second signature in ``webhook-signature``), so receivers can switch
         secrets without rejecting a delivery; 0 (the default, for a leaked secret) stops
         the old one at once. Rotating again ends an earlier grace period."""
-        self._m._check_open()
+        self._check_open()
         if (
             isinstance(grace_seconds, bool)
             or not isinstance(grace_seconds, int)
@@ -292,7 +305,7 @@ class Webhooks:
             "previous_secret": old.secret if grace_seconds else None,
             "previous_secret_until": to_iso(until) if grace_seconds else None,
         }
-        if self._m._store.update_webhook(self._m.project_id, hook_id, changes) is None:
+        if self._store.update_webhook(self._project_id, hook_id, changes) is None:
             raise NotFoundError(f"no webhook {hook_id!r}")
         return secret
 
@@ -301,55 +314,14 @@ class Webhooks:
     ) -> list[WebhookDelivery]:
         """The webhook's delivery attempts, newest first: when, status, HTTP status,
         latency, reason, and the start of the request and the answer."""
-        self._m._check_open()
+        self._check_open()
         check_paging(limit, offset)
         self._row(hook_id)
-        rows = self._m._store.list_webhook_deliveries(self._m.project_id, hook_id, limit, offset)
+        rows = self._store.list_webhook_deliveries(self._project_id, hook_id, limit, offset)
         return [_delivery(r) for r in rows]
 
     def wait(self, timeout: float | None = None) -> None:
         """Block until the project's async deliveries are settled (delivered or failed
         for good); without worker threads they are sent in the calling thread."""
-        self._m._check_open()
-        self._m._webhook_engine.wait(self._m.project_id, timeout)
-
-
-class AsyncWebhooks:
-    """``AsyncMemory.webhooks``: the same methods as coroutines."""
-
-    def __init__(self, webhooks: Webhooks) -> None:
-        self._w = webhooks
-
-    async def create(self, **kwargs: Any) -> tuple[Webhook, str]:
-        return await _thread(self._w.create, **kwargs)
-
-    async def list(self, **kwargs: Any) -> list[Webhook]:
-        return await _thread(self._w.list, **kwargs)
-
-    async def get(self, hook_id: str) -> Webhook:
-        return await _thread(self._w.get, hook_id)
-
-    async def update(self, hook_id: str, **kwargs: Any) -> Webhook:
-        return await _thread(self._w.update, hook_id, **kwargs)
-
-    async def enable(self, hook_id: str) -> Webhook:
-        return await _thread(self._w.enable, hook_id)
-
-    async def disable(self, hook_id: str) -> Webhook:
-        return await _thread(self._w.disable, hook_id)
-
-    async def delete(self, hook_id: str) -> None:
-        await _thread(self._w.delete, hook_id)
-
-    async def rotate_secret(self, hook_id: str, *, grace_seconds: int = 0) -> str:
-        return await _thread(self._w.rotate_secret, hook_id, grace_seconds=grace_seconds)
-
-    async def deliveries(self, hook_id: str, **kwargs: Any) -> list[WebhookDelivery]:
-        return await _thread(self._w.deliveries, hook_id, **kwargs)
-
-    async def wait(self, timeout: float | None = None) -> None:
-        await _thread(self._w.wait, timeout)
-
-
-async def _thread(fn: Any, *args: Any, **kwargs: Any) -> Any:
-    return await asyncio.to_thread(fn, *args, **kwargs)
+        self._check_open()
+        self._delivery.wait(self._project_id, timeout)

@@ -38,6 +38,7 @@ __all__ = [
     "ROLES",
     "AddResult",
     "ApiKey",
+    "AsyncSession",
     "AuditRecord",
     "Fact",
     "Hit",
@@ -400,6 +401,54 @@ class Session(BaseModel):
     def processing_status(self) -> ProcessingStatus:
         """How far this session's messages are through the write pipeline."""
         return self._bound().processing_status(self.id)
+
+
+class AsyncSession:
+    """A session of an ``AsyncMemory`` or an ``AsyncMemoryClient``: the :class:`Session`
+    data (``data``; its fields read through) with ``Session``'s methods as coroutines."""
+
+    def __init__(self, session: Session, owner: Any) -> None:
+        self.data = session
+        self._owner = owner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.data, name)
+
+    def __repr__(self) -> str:
+        return f"AsyncSession({self.data!r})"
+
+    async def add_messages(
+        self, messages: list[MessageInput | dict[str, Any]], *, sync: bool = False
+    ) -> AddResult:
+        result: AddResult = await self._owner.add_messages(self.data.id, messages, sync=sync)
+        return result
+
+    async def get_memory(
+        self,
+        query: str | None = None,
+        *,
+        details: bool = False,
+        recall_config: RecallConfig | dict[str, Any] | None = None,
+        metadata_filters: dict[str, Any] | None = None,
+    ) -> MemoryContext:
+        context: MemoryContext = await self._owner.get_memory(
+            self.data.id,
+            query,
+            details=details,
+            recall_config=recall_config,
+            metadata_filters=metadata_filters,
+        )
+        return context
+
+    async def messages(self, *, limit: int = 100, status: str | None = None) -> list[Message]:
+        listed: list[Message] = await self._owner.messages.list(
+            session_id=self.data.id, limit=limit, status=status
+        )
+        return listed
+
+    async def processing_status(self) -> ProcessingStatus:
+        status: ProcessingStatus = await self._owner.processing_status(self.data.id)
+        return status
 
 
 class MessageState(BaseModel):

@@ -17,7 +17,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, Protocol, get_args
 
 from .._time import utcnow
 from ..errors import ValidationError
@@ -27,10 +27,18 @@ from ._pauses import collector_pauses
 from ._scope import Attribution, check, current
 
 if TYPE_CHECKING:
-    from ..memory import Memory
-    from ..types import Message, RecallConfig
+    from ..config import Settings
+    from ..types import MemoryContext, Message, RecallConfig
 
-__all__ = ["CAPTURE_RECALL", "MEMORY_PREAMBLE", "Capture", "Exchange", "Injection", "Recalled"]
+__all__ = [
+    "CAPTURE_RECALL",
+    "MEMORY_PREAMBLE",
+    "Capture",
+    "CaptureTarget",
+    "Exchange",
+    "Injection",
+    "Recalled",
+]
 
 Injection = Literal["user", "system"]
 
@@ -96,11 +104,43 @@ CAPTURE_RECALL = {
 }
 
 
-class Capture:
-    """``mem.llm``: register clients; attribution defaults; the background writer."""
+class _SessionCreator(Protocol):
+    def create(self, user_id: str, *, session_id: str) -> Any: ...
 
-    def __init__(self, memory: Memory) -> None:
+
+class CaptureTarget(Protocol):
+    """What capture uses of a memory: its capture settings, the scoped session, recall
+    before a call and the exchange's messages after it. An embedded ``Memory`` and a
+    ``RemoteMemory`` both are one."""
+
+    settings: Settings
+
+    @property
+    def sessions(self) -> _SessionCreator: ...
+
+    def get_memory(
+        self, session_id: str, query: str, *, recall_config: RecallConfig
+    ) -> MemoryContext: ...
+
+    def add_messages(self, session_id: str, messages: list[dict[str, Any]]) -> Any: ...
+
+
+class Capture:
+    """``mem.llm``: register clients; attribution defaults; the background writer.
+
+    An embedded memory also passes ``await_model(timeout)``, which waits for its embedding
+    model to load, and ``before_store()``, which lets the recalls running now go first."""
+
+    def __init__(
+        self,
+        memory: CaptureTarget,
+        *,
+        await_model: Callable[[float], None] | None = None,
+        before_store: Callable[[], object] | None = None,
+    ) -> None:
         self._m = memory
+        self._await_model_load = await_model
+        self._before_store = before_store
         s = memory.settings
         self.recall = s.capture_recall
         self.recall_timeout = s.capture_recall_timeout_ms / 1000
@@ -153,10 +193,8 @@ class Capture:
         # that is done would outlast its bound (50 ms), so the first calls of a process, and
         # every call of a short script, would go out without memory: registering, usually
         # done at start-up, waits for the load instead.
-        if self.recall or self.inject_history:
-            await_warm_up = getattr(self._m, "_await_warm_up", None)  # a remote memory has none
-            if await_warm_up is not None:
-                await_warm_up(MODEL_LOAD_WAIT_SECONDS)
+        if (self.recall or self.inject_history) and self._await_model_load is not None:
+            self._await_model_load(MODEL_LOAD_WAIT_SECONDS)
 
     def unregister(self, client: Any) -> None:
         """Restore ``client``'s original methods (no-op if it was not registered here)."""
@@ -420,9 +458,8 @@ class Capture:
             if m["process_id"] is None:
                 del m["process_id"]
         # The next call's recall is likely running now: store after it (bounded wait).
-        foreground = getattr(self._m, "_foreground", None)  # a remote memory has none
-        if foreground is not None:
-            foreground.pause()
+        if self._before_store is not None:
+            self._before_store()
         self._m.add_messages(sid, messages)
 
 

@@ -2,8 +2,8 @@
 
 Every method is the sync client's as a coroutine, built from the same request
 descriptions (``_calls``), so both send the same requests and return the same types.
-Sessions come back as :class:`AsyncSession`, whose ``add_messages`` / ``get_memory`` are
-coroutines.
+Sessions come back as :class:`~memstrata.types.AsyncSession` (``AsyncMemory``'s too),
+whose ``add_messages`` / ``get_memory`` are coroutines.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import httpx
 from ..errors import ProcessingError
 from ..types import (
     AddResult,
+    AsyncSession,
     AuditRecord,
     Fact,
     Hit,
@@ -44,48 +45,6 @@ __all__ = ["AsyncMemoryClient", "AsyncSession"]
 
 T = TypeVar("T")
 Item = TypeVar("Item", Fact, Summary)
-
-
-class AsyncSession:
-    """A session of an :class:`AsyncMemoryClient`: the :class:`~memstrata.types.Session`
-    data (``data``; its fields read through) with coroutine methods."""
-
-    def __init__(self, session: Session, client: AsyncMemoryClient) -> None:
-        self.data = session
-        self._client = client
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.data, name)
-
-    def __repr__(self) -> str:
-        return f"AsyncSession({self.data!r})"
-
-    async def add_messages(
-        self, messages: Sequence[MessageInput | Mapping[str, Any]], *, sync: bool = False
-    ) -> AddResult:
-        return await self._client.add_messages(self.data.id, messages, sync=sync)
-
-    async def get_memory(
-        self,
-        query: str | Mapping[str, Any] | None = None,
-        *,
-        details: bool = False,
-        recall_config: RecallConfig | Mapping[str, Any] | None = None,
-        metadata_filters: Mapping[str, Any] | None = None,
-    ) -> MemoryContext:
-        return await self._client.get_memory(
-            self.data.id,
-            query,
-            details=details,
-            recall_config=recall_config,
-            metadata_filters=metadata_filters,
-        )
-
-    async def messages(self, *, limit: int = 100, status: str | None = None) -> list[Message]:
-        return await self._client.messages.list(session_id=self.data.id, limit=limit, status=status)
-
-    async def processing_status(self) -> ProcessingStatus:
-        return await self._client.processing_status(self.data.id)
 
 
 class _Sessions:
@@ -217,7 +176,27 @@ class _Webhooks:
     async def get(self, hook_id: str) -> Webhook:
         return await self._c._send(calls.get_webhook(hook_id))
 
-    async def update(self, hook_id: str, **fields: Any) -> Webhook:
+    async def update(
+        self,
+        hook_id: str,
+        *,
+        name: str | None = None,
+        resource: str | None = None,
+        event: str | None = None,
+        target_url: str | None = None,
+        mode: str | None = None,
+        timeout_ms: int | None = None,
+        enabled: bool | None = None,
+    ) -> Webhook:
+        fields = {
+            "name": name,
+            "resource": resource,
+            "event": event,
+            "target_url": target_url,
+            "mode": mode,
+            "timeout_ms": timeout_ms,
+            "enabled": enabled,
+        }
         return await self._c._send(calls.update_webhook(hook_id, fields))
 
     async def enable(self, hook_id: str) -> Webhook:

@@ -29,9 +29,19 @@ from ._sync import MemoryClient, default_base_url
 if TYPE_CHECKING:
     from ..capture import Attribution, Capture
 
-__all__ = ["RemoteMemory"]
+__all__ = ["RemoteMemory", "connect"]
 
 log = logging.getLogger("memstrata")
+
+
+def connect(url: str, *, api_key: str | None = None, **options: Any) -> RemoteMemory:
+    """The memory a memstrata server at ``url`` holds: ``RemoteMemory(url, api_key=...)``.
+
+    ``api_key`` defaults to ``MEMSTRATA_API_KEY``; ``options`` are ``RemoteMemory``'s (HTTP
+    timeouts and retries, ``settings`` or capture settings). The same as
+    ``Memory("http://...", api_key=...)``, said explicitly.
+    """
+    return RemoteMemory(url, api_key=api_key, **options)
 
 
 def _close_at_exit(ref: weakref.ReferenceType[RemoteMemory]) -> None:

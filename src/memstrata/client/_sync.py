@@ -204,7 +204,28 @@ class _Webhooks:
     def get(self, hook_id: str) -> Webhook:
         return self._c._send(calls.get_webhook(hook_id))
 
-    def update(self, hook_id: str, **fields: Any) -> Webhook:
+    def update(
+        self,
+        hook_id: str,
+        *,
+        name: str | None = None,
+        resource: str | None = None,
+        event: str | None = None,
+        target_url: str | None = None,
+        mode: str | None = None,
+        timeout_ms: int | None = None,
+        enabled: bool | None = None,
+    ) -> Webhook:
+        """Change some fields (``None`` leaves a field as it is)."""
+        fields = {
+            "name": name,
+            "resource": resource,
+            "event": event,
+            "target_url": target_url,
+            "mode": mode,
+            "timeout_ms": timeout_ms,
+            "enabled": enabled,
+        }
         return self._c._send(calls.update_webhook(hook_id, fields))
 
     def enable(self, hook_id: str) -> Webhook:
