@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._checks import check_id, check_paging, check_text, optional_text
 from ._queries import ForgetScope, ItemQuery
-from ._time import now_iso, to_iso
+from ._time import now_iso, parse_stored, to_iso
 from .errors import NotFoundError, ValidationError
 from .recall._rows import fact_from_row, message_from_row, summary_from_row, topic_from_row
 from .store import AuditRow, ItemFilters, Store, parse_metadata_filters
@@ -31,12 +31,12 @@ def _audit(row: AuditRow) -> AuditRecord:
         id=row.pk,
         project_id=row.project_id,
         user_id=row.user_id,
-        action=row.action,  # type: ignore[arg-type]
+        action=row.action,
         target=row.target,
         actor=row.actor,
         reason=row.reason,
         details=row.details,
-        at=row.at,
+        at=parse_stored(row.at),
     )
 
 

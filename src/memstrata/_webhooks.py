@@ -1,4 +1,4 @@
-"""``mem.webhooks``: a project's stored webhooks (DESIGN §5) and their delivery log.
+"""``mem.webhooks``: a project's stored webhooks (docs/webhooks.md) and their delivery log.
 
 A webhook calls one hook point of the write pipeline (``fact``/``summary`` ×
 ``before_llm``/``after_llm``/``before_add``, ``topic.before_add``) over HTTP, signed the
@@ -9,14 +9,16 @@ and sent in the background with retries. docs/webhooks.md has the payloads.
 
 from __future__ import annotations
 
+import builtins
 import ipaddress
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 from ._checks import check_id, check_paging, new_id
 from ._strings import text_problem
-from ._time import now_iso, to_iso, utcnow
+from ._time import now_iso, parse_iso, parse_stored, to_iso, utcnow
+from ._vocabulary import WebhookEvent, WebhookMode, WebhookResource
 from .errors import NotFoundError, ValidationError
 from .hooks import HOOK_POINTS
 from .hooks._engine import WebhookEngine
@@ -35,21 +37,20 @@ _POINTS = ", ".join(sorted(f"{r}.{e}" for r, e in HOOK_POINTS))
 
 
 def _webhook(row: WebhookRow) -> Webhook:
+    grace = row.previous_secret_until if len(row.signing_secrets(now_iso())) > 1 else None
     return Webhook(
         id=row.id,
         project_id=row.project_id,
         name=row.name,
-        resource=row.resource,  # type: ignore[arg-type]
-        event=row.event,  # type: ignore[arg-type]
-        mode=row.mode,  # type: ignore[arg-type]
+        resource=row.resource,
+        event=row.event,
+        mode=row.mode,
         target_url=row.target_url,
         enabled=row.enabled,
         timeout_ms=row.timeout_ms,
-        created_at=row.created_at,  # type: ignore[arg-type]
-        updated_at=row.updated_at,  # type: ignore[arg-type]
-        rotation_grace_until=(  # type: ignore[arg-type]
-            row.previous_secret_until if len(row.signing_secrets(now_iso())) > 1 else None
-        ),
+        created_at=parse_stored(row.created_at),
+        updated_at=parse_stored(row.updated_at),
+        rotation_grace_until=parse_iso(grace),
     )
 
 
@@ -62,15 +63,15 @@ def _delivery(row: WebhookDeliveryRow) -> WebhookDelivery:
         message_ids=row.message_ids,
         resource=row.resource,
         event=row.event,
-        mode=row.mode,  # type: ignore[arg-type]
+        mode=row.mode,
         attempt=row.attempt,
-        status=row.status,  # type: ignore[arg-type]
+        status=row.status,
         http_status=row.http_status,
         latency_ms=row.latency_ms,
         reason=row.reason,
         request=row.request,
         response=row.response,
-        at=row.at,  # type: ignore[arg-type]
+        at=parse_stored(row.at),
     )
 
 
@@ -194,9 +195,10 @@ class Webhooks:
                 id=new_id("wh"),
                 project_id=self._project_id,
                 name=fields["name"].strip(),
-                resource=resource,
-                event=event,
-                mode=mode,
+                # _check has held them to their vocabularies.
+                resource=cast(WebhookResource, resource),
+                event=cast(WebhookEvent, event),
+                mode=cast(WebhookMode, mode),
                 target_url=target_url.strip(),
                 secret=secret,
                 enabled=enabled,
@@ -257,8 +259,9 @@ class Webhooks:
         if not changes:
             return _webhook(current)
         for key in ("name", "target_url"):
-            if key in changes:
-                changes[key] = changes[key].strip()
+            value = changes.get(key)
+            if isinstance(value, str):
+                changes[key] = value.strip()
         row = self._store.update_webhook(self._project_id, hook_id, changes)
         if row is None:
             raise NotFoundError(f"no webhook {hook_id!r}")
@@ -311,7 +314,7 @@ class Webhooks:
 
     def deliveries(
         self, hook_id: str, *, limit: int = 100, offset: int = 0
-    ) -> list[WebhookDelivery]:
+    ) -> builtins.list[WebhookDelivery]:
         """The webhook's delivery attempts, newest first: when, status, HTTP status,
         latency, reason, and the start of the request and the answer."""
         self._check_open()

@@ -335,7 +335,7 @@ class Memory:
         q = SearchQuery.build(
             arguments(locals()), what="search", max_chars=self.settings.max_content_chars
         )
-        filters = SearchFilters(
+        scope = SearchFilters(
             session_id=q.session_id,
             roles=tuple(q.roles or ()),
             event_types=tuple(q.event_types or ()),
@@ -350,7 +350,7 @@ class Memory:
             include_superseded=q.include_superseded,
         )
         return self._recaller.search(
-            self.project_id, q.user_id, q.query, limit=q.limit, filters=filters, options=options
+            self.project_id, q.user_id, q.query, limit=q.limit, filters=scope, options=options
         )
 
     # -- governance ----------------------------------------------------------------------

@@ -1,5 +1,5 @@
 """Capture: ``mem.llm.register(client)`` gives an existing LLM client recall before each
-call and capture after it (DESIGN §7). Adapters import their SDK lazily: ``import
+call and capture after it (docs/capture.md). Adapters import their SDK lazily: ``import
 memstrata`` never needs a provider package."""
 
 from __future__ import annotations

@@ -22,19 +22,27 @@ _KNOWN: tuple[tuple[str, tuple[str, ...], str, str], ...] = (
 )
 
 
-def adapter_for(client: Any) -> Callable[[Any, Any], Callable[[], None]]:
+Adapter = Callable[[Any, Any], Callable[[], None]]
+
+
+def _adapter(module: str, name: str) -> Adapter:
+    wrap: Adapter = getattr(importlib.import_module(module, __package__), name)
+    return wrap
+
+
+def adapter_for(client: Any) -> Adapter:
     """The function that wraps ``client`` and returns a restore callback."""
     # LiteLLM has no client class: the module itself is registered (its functions are
     # wrapped). Identity, not a name test: only the real, imported litellm module matches.
     if client is not None and client is _loaded("litellm"):
-        return importlib.import_module("._litellm", __package__).wrap
+        return _adapter("._litellm", "wrap")
     for module, names, adapter, fn in _KNOWN:
         sdk = _loaded(module)
         if sdk is None:
             continue
         classes = tuple(getattr(sdk, n) for n in names if hasattr(sdk, n))
         if classes and isinstance(client, classes):
-            return getattr(importlib.import_module(adapter, __package__), fn)
+            return _adapter(adapter, fn)
     from ._frameworks import named_hint
 
     hint = named_hint(client)

@@ -61,8 +61,9 @@ def _query(messages: Sequence[Any]) -> str | None:
 
 
 def _asked(messages: Sequence[Any]) -> str | None:
-    last = messages[-1] if messages else None
-    return _text(last.content) or None if getattr(last, "role", None) == "user" else None
+    if not messages or not _is_user(messages[-1]):
+        return None
+    return _text(messages[-1].content) or None
 
 
 def _is_user(message: Any) -> bool:
@@ -74,7 +75,11 @@ def _inject(messages: Sequence[Any], block: str, injection: str) -> list[Any]:
     if injection == "user" and into_user_message(out, block, _is_user):
         return out
     first = out[0] if out else None
-    if getattr(first, "role", None) in ("system", "developer") and isinstance(first.content, str):
+    if (
+        first is not None
+        and getattr(first, "role", None) in ("system", "developer")
+        and isinstance(first.content, str)
+    ):
         out[0] = first.model_copy(update={"content": f"{first.content}\n\n{block}"})
     else:
         out.insert(0, Message(role="system", content=block))

@@ -55,7 +55,7 @@ def _prepare(capture: Capture, kwargs: dict[str, Any]) -> tuple[Recalled | None,
         block = None
     if block:
         sent["system"] = _system(kwargs.get("system"), block)
-    if recalled.history and turns is not None:
+    if recalled.history and turns is not None and messages is not None:
         earlier = earlier_turns(recalled, messages)
         # The API wants the first turn to be the user's: drop a leading assistant turn.
         while earlier and earlier[0]["role"] != "user":

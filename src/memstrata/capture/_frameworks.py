@@ -107,7 +107,8 @@ def _is_bedrock_runtime(obj: Any) -> bool:
     base = getattr(sys.modules.get("botocore.client"), "BaseClient", None)
     if not isinstance(base, type) or not isinstance(obj, base):
         return False
-    return getattr(obj.meta.service_model, "service_name", None) == "bedrock-runtime"
+    model = getattr(getattr(obj, "meta", None), "service_model", None)
+    return getattr(model, "service_name", None) == "bedrock-runtime"
 
 
 def _spec_for(obj: Any) -> _Spec | None:

@@ -113,8 +113,9 @@ def _prepare(
 def _model_name(model: BaseChatModel, message: Any) -> str | None:
     meta = getattr(message, "response_metadata", None) or {}
     for key in ("model_name", "model", "model_id"):
-        if isinstance(meta.get(key), str):
-            return meta[key]
+        named = meta.get(key)
+        if isinstance(named, str):
+            return named
     for attr in ("model_name", "model", "model_id"):
         value = getattr(model, attr, None)
         if isinstance(value, str):

@@ -85,7 +85,8 @@ def _resolve(cls: type, name: str) -> Callable[..., Any]:
     for klass in cls.__mro__:
         if name in vars(klass):
             attr = vars(klass)[name]
-            return getattr(attr, _ORIGINAL, attr)  # never wrap one of our own wrappers
+            found: Callable[..., Any] = getattr(attr, _ORIGINAL, attr)  # never wrap our own
+            return found
     raise AttributeError(f"{cls.__qualname__} has no method {name}")
 
 

@@ -199,7 +199,11 @@ def _responses_prepare(
         earlier = earlier_turns(recalled, items, _TEXT_PARTS)
         if earlier:
             current = sent.get("input", given)
-            turns = [{"role": "user", "content": current}] if isinstance(current, str) else current
+            turns = (
+                [{"role": "user", "content": current}]
+                if isinstance(current, str)
+                else list(current or ())
+            )
             sent["input"] = [*earlier, *turns]
     return recalled, sent
 

@@ -9,6 +9,7 @@ whose ``add_messages`` / ``get_memory`` are coroutines.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -213,7 +214,7 @@ class _Webhooks:
 
     async def deliveries(
         self, hook_id: str, *, limit: int = 100, offset: int = 0
-    ) -> list[WebhookDelivery]:
+    ) -> builtins.list[WebhookDelivery]:
         return await self._c._send(calls.webhook_deliveries(hook_id, limit, offset))
 
 

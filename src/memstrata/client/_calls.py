@@ -44,6 +44,7 @@ from ._errors import ValidationError
 from ._http import MAX_PAGE, Call, path_segment
 
 Q = TypeVar("Q", bound=Query)
+M = TypeVar("M", bound=BaseModel)
 
 
 def check_id(value: Any, name: str) -> str:
@@ -276,7 +277,7 @@ def list_topics(user_id: str | None) -> Call[list[Topic]]:
     return Call("GET", _user_path(user_id, "topics"), _parse_list(Topic), paged=(MAX_LIMIT, 0))
 
 
-def get_item(what: str, item_id: str, model: type[BaseModel]) -> Call[Any]:
+def get_item(what: str, item_id: str, model: type[M]) -> Call[M]:
     name = {"facts": "fact_id", "summaries": "summary_id", "topics": "topic_id"}[what]
     iid = path_segment(check_id(item_id, name))
     return Call("GET", f"/api/{what}/{iid}", model.model_validate)

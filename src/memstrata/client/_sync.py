@@ -12,6 +12,7 @@ embedded ``Memory`` do. Every answer is one of memstrata's public types.
 
 from __future__ import annotations
 
+import builtins
 import os
 import threading
 import time
@@ -242,7 +243,7 @@ class _Webhooks:
 
     def deliveries(
         self, hook_id: str, *, limit: int = 100, offset: int = 0
-    ) -> list[WebhookDelivery]:
+    ) -> builtins.list[WebhookDelivery]:
         return self._c._send(calls.webhook_deliveries(hook_id, limit, offset))
 
 

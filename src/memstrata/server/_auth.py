@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import hmac
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import Depends, Request
 from fastapi.security import APIKeyHeader
 
+from ..memory import Memory
+from ..types import ApiKey
 from ._errors import ApiError
 
 __all__ = ["Admin", "Caller", "CallerDep", "require_admin"]
@@ -46,12 +48,12 @@ def _secret(header: str | None) -> str | None:
 class Caller:
     """The authenticated project: the Memory view to act on and the key that opened it."""
 
-    memory: Any
-    key: Any
+    memory: Memory
+    key: ApiKey
 
     @property
     def project_id(self) -> str:
-        return str(self.key.project_id)
+        return self.key.project_id
 
     @property
     def actor(self) -> str:
@@ -69,7 +71,7 @@ def _caller(
             "missing or malformed Authorization header; send `Api-Key <key>` or `Bearer <key>`",
             headers=_CHALLENGE,
         )
-    memory = request.app.state.memory
+    memory: Memory = request.app.state.memory
     key = memory.keys.verify(secret)
     if key is None:
         # One answer for unknown, revoked and malformed keys: nothing to probe.

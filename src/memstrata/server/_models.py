@@ -1,6 +1,6 @@
 """Wire models of the REST API: the envelope, request bodies and the data they carry.
 
-Every response is an :class:`Envelope` ``{success, data, message, error}`` (DESIGN §4), so a
+Every response is an :class:`Envelope` ``{success, data, message, error}`` (docs/server.md), so a
 client written for GUMem reads ``data`` the same way on every route. Data models reuse the
 engine's public nouns (``Fact``, ``Summary``, ``MemoryContext`` ...) so the wire names are
 the Python API's names. The bodies of search, context and forget are the engine's own query

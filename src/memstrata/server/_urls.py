@@ -46,8 +46,8 @@ def _path_problems(request: Request, raw_path: bytes) -> list[tuple[str, str]]:
     # Bad bytes decode to U+DC80..U+DCFF here, so the route's own pattern says which
     # path parameter holds them.
     text = path.decode("utf-8", "surrogateescape")
-    route = request.scope.get("route")
-    found = route.path_regex.match(text) if hasattr(route, "path_regex") else None
+    pattern = getattr(request.scope.get("route"), "path_regex", None)
+    found = pattern.match(text) if pattern is not None else None
     names = [
         name
         for name, value in (found.groupdict() if found else {}).items()
