@@ -232,12 +232,14 @@ def _conforms(
     proto: Callable[..., Any],
     where: str,
     bound: dict[Any, Any] | None = None,
+    protocol_bound: dict[Any, Any] | None = None,
 ) -> None:
-    """``impl`` takes every call ``proto`` describes, with the same meaning (``bound``: the
-    type arguments of ``impl``'s generic class, see ``_bindings``)."""
+    """``impl`` takes every call ``proto`` describes, with the same meaning (``bound`` and
+    ``protocol_bound``: the type arguments of ``impl``'s and ``proto``'s generic classes,
+    see ``_bindings``)."""
     isig, psig = inspect.signature(impl), inspect.signature(proto)
     ihints = {k: _bind(v, bound or {}) for k, v in _hints(impl).items()}
-    phints = _hints(proto)
+    phints = {k: _bind(v, protocol_bound or {}) for k, v in _hints(proto).items()}
     iparams = [p for p in isig.parameters.values() if p.name != "self"]
     pparams = [p for p in psig.parameters.values() if p.name != "self"]
     var_pos = next((p for p in iparams if p.kind is p.VAR_POSITIONAL), None)
@@ -266,14 +268,18 @@ def _conforms(
 
 
 def _protocol_members(proto: type) -> tuple[dict[str, Any], dict[str, Callable[..., Any]]]:
-    """A protocol's attributes (name: type) and methods."""
+    """A protocol's attributes (name: type) and methods, its protocol bases' included
+    (``FactsAPI`` takes ``list`` from ``ItemsAPI[Fact]``)."""
     attributes = _hints(proto)
-    methods = {}
-    for name, value in vars(proto).items():
-        if isinstance(value, property):
-            attributes[name] = _hints(value.fget)["return"]
-        elif inspect.isfunction(value) and (not name.startswith("_") or name in CONTEXT):
-            methods[name] = value
+    methods: dict[str, Callable[..., Any]] = {}
+    for base in reversed(proto.__mro__):
+        if not getattr(base, "_is_protocol", False) or base in (typing.Protocol, typing.Generic):
+            continue
+        for name, value in vars(base).items():
+            if isinstance(value, property):
+                attributes[name] = _hints(value.fget)["return"]
+            elif inspect.isfunction(value) and (not name.startswith("_") or name in CONTEXT):
+                methods[name] = value
     return attributes, methods
 
 
@@ -285,10 +291,11 @@ def _assert_satisfies(obj: Any, proto: type, where: str) -> None:
             _assert_satisfies(getattr(obj, name), kind, f"{where}.{name}")
         else:
             assert isinstance(getattr(obj, name), kind), f"{where}.{name} is no {kind}"
+    protocol_bound = _bindings(proto)
     for name, fn in methods.items():
         impl = inspect.getattr_static(type(obj), name, None)
         assert inspect.isfunction(impl), f"{where} has no method {name}"
-        _conforms(impl, fn, f"{where}.{name}", _bindings(type(obj)))
+        _conforms(impl, fn, f"{where}.{name}", _bindings(type(obj)), protocol_bound)
 
 
 def test_every_memory_satisfies_its_protocol(
@@ -321,6 +328,16 @@ def test_the_protocol_check_sees_a_missing_parameter(remote: RemoteMemory) -> No
 
     with pytest.raises(AssertionError, match="parameter user_id missing"):
         _assert_satisfies(Narrow(), api.TopicsAPI, "Narrow")
+
+    class NoStatus:  # what FactsAPI takes from ItemsAPI[Fact] is checked too
+        def list(self, *, user_id: str | None = None) -> list[Any]:
+            return []
+
+        def get(self, fact_id: str) -> Any:
+            return None
+
+    with pytest.raises(AssertionError, match="parameter status missing"):
+        _assert_satisfies(NoStatus(), api.FactsAPI, "NoStatus")
     assert _accepts(typing.Mapping[str, Any], dict[str, Any])
     assert not _accepts(dict[str, Any], typing.Mapping[str, Any])
     assert not _accepts(str, str | None)

@@ -14,16 +14,16 @@ import asyncio
 import functools
 from collections.abc import Callable, Coroutine
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any, Concatenate, Literal, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar
 
-from ._facts import Facts
+from ._items import Facts, Item, Row, Summaries
 from ._messages import Messages
 from ._projects import ApiKeys, Projects
-from ._summaries import Summaries
 from ._topics import Topics
 from ._webhooks import Webhooks
 from .memory import Memory
-from .types import AsyncSession
+from .store import FactRow, SummaryRow
+from .types import AsyncSession, Fact, Summary
 
 if TYPE_CHECKING:
     from .api import SessionsAPI
@@ -31,7 +31,6 @@ if TYPE_CHECKING:
     from .config import Settings
     from .embed import Embedder
     from .hooks import Hooks
-    from .llm import ChatModel
     from .store import Store
 
 __all__ = ["AsyncMemory", "in_thread"]
@@ -53,6 +52,18 @@ def in_thread(
         return await asyncio.to_thread(getattr(self._sync, name), *args, **kwargs)
 
     return call
+
+
+def _arguments_of(
+    opener: Callable[P, Any],  # a class: its __init__ gives the signature
+) -> Callable[[Callable[..., None]], Callable[Concatenate[Any, P], None]]:
+    """Gives an ``__init__`` that passes its arguments on to ``opener`` the signature of
+    ``opener``'s, for type checkers, ``inspect`` and ``help()`` alike."""
+
+    def take(init: Callable[..., None]) -> Callable[Concatenate[Any, P], None]:
+        return functools.wraps(opener.__init__)(init)
+
+    return take
 
 
 class _Face:
@@ -98,14 +109,20 @@ class AsyncMessages(_Face):
     list = in_thread(Messages.list)
 
 
-class AsyncFacts(_Face):
+class _AsyncItems(_Face, Generic[Item, Row]):
+    # Generic as the sync face is, so a check of the mirror's types reads ``list[Item]``
+    # with the face's own item type.
+    pass
+
+
+class AsyncFacts(_AsyncItems[Fact, FactRow]):
     """``AsyncMemory.facts``: ``Memory.facts`` as coroutines."""
 
     list = in_thread(Facts.list)
     get = in_thread(Facts.get)
 
 
-class AsyncSummaries(_Face):
+class AsyncSummaries(_AsyncItems[Summary, SummaryRow]):
     """``AsyncMemory.summaries``: ``Memory.summaries`` as coroutines."""
 
     list = in_thread(Summaries.list)
@@ -163,36 +180,9 @@ class AsyncMemory:
     ``llm``, ``scope``, ``hooks`` and ``for_project`` are not I/O and stay plain calls.
     """
 
-    def __init__(
-        self,
-        database_url: str | None = None,
-        *,
-        api_key: str | None = None,
-        project_id: str | None = None,
-        embedder: str | Embedder | None = None,
-        llm: str | ChatModel | None = None,
-        workers: int | None = None,
-        settings: Settings | None = None,
-        embedder_mismatch: Literal["error", "reindex"] = "error",
-        **options: Any,
-    ) -> None:
-        # Only what was given: with an http(s) URL, Memory(...) is a RemoteMemory, which
-        # takes settings or options, not both.
-        given: dict[str, Any] = {
-            k: v
-            for k, v in (
-                ("api_key", api_key),
-                ("project_id", project_id),
-                ("embedder", embedder),
-                ("llm", llm),
-                ("workers", workers),
-                ("settings", settings),
-            )
-            if v is not None
-        }
-        if embedder_mismatch != "error":
-            given["embedder_mismatch"] = embedder_mismatch
-        self._attach(Memory(database_url, **given, **options))
+    @_arguments_of(Memory)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._attach(Memory(*args, **kwargs))
 
     def _attach(self, sync: Memory) -> None:
         self.sync = self._sync = sync  # _sync: where in_thread finds the sync methods

@@ -7,16 +7,17 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._checks import check_id, check_paging, check_text, optional_text
+from ._convert import from_row
 from ._queries import ForgetScope, ItemQuery
-from ._time import now_iso, parse_stored, to_iso
+from ._time import now_iso, to_iso
 from .errors import NotFoundError, ValidationError
 from .recall._rows import fact_from_row, message_from_row, summary_from_row, topic_from_row
 from .store import AuditRow, ItemFilters, Store, parse_metadata_filters
 from .types import AuditRecord, Fact, MessageState, ProcessingStatus, Summary, Topic
 
 if TYPE_CHECKING:
+    from ._items import Summaries
     from ._sessions import Sessions
-    from ._summaries import Summaries
 
 __all__ = ["SETTABLE_STATUSES", "Governance", "item_filters"]
 
@@ -27,17 +28,7 @@ T = TypeVar("T")
 
 
 def _audit(row: AuditRow) -> AuditRecord:
-    return AuditRecord(
-        id=row.pk,
-        project_id=row.project_id,
-        user_id=row.user_id,
-        action=row.action,
-        target=row.target,
-        actor=row.actor,
-        reason=row.reason,
-        details=row.details,
-        at=parse_stored(row.at),
-    )
+    return from_row(AuditRecord, row, rename={"id": "pk"})
 
 
 def item_filters(query: ItemQuery) -> ItemFilters:

@@ -9,6 +9,7 @@ import time
 from datetime import datetime
 
 from ._checks import check_id, new_id, optional_text
+from ._convert import from_row
 from ._time import now_iso
 from .errors import NotFoundError
 from .store import ApiKeyRow, GovernanceStore, ProjectRow
@@ -26,22 +27,11 @@ def key_hash(secret: str) -> str:
 
 
 def _project(row: ProjectRow) -> Project:
-    # model_validate: the row's times are ISO strings, which the model parses.
-    return Project.model_validate({"id": row.id, "name": row.name, "created_at": row.created_at})
+    return from_row(Project, row)
 
 
 def _key(row: ApiKeyRow) -> ApiKey:
-    return ApiKey.model_validate(
-        {
-            "id": row.id,
-            "project_id": row.project_id,
-            "name": row.name,
-            "prefix": row.prefix,
-            "created_at": row.created_at,
-            "revoked_at": row.revoked_at,
-            "last_used_at": row.last_used_at,
-        }
-    )
+    return from_row(ApiKey, row)
 
 
 class Projects:

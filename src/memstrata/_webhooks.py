@@ -16,8 +16,9 @@ from datetime import timedelta
 from typing import Any, cast
 
 from ._checks import check_id, check_paging, new_id
+from ._convert import from_row
 from ._strings import text_problem
-from ._time import now_iso, parse_iso, parse_stored, to_iso, utcnow
+from ._time import now_iso, parse_iso, to_iso, utcnow
 from ._vocabulary import WebhookEvent, WebhookMode, WebhookResource
 from .errors import NotFoundError, ValidationError
 from .hooks import HOOK_POINTS
@@ -38,41 +39,11 @@ _POINTS = ", ".join(sorted(f"{r}.{e}" for r, e in HOOK_POINTS))
 
 def _webhook(row: WebhookRow) -> Webhook:
     grace = row.previous_secret_until if len(row.signing_secrets(now_iso())) > 1 else None
-    return Webhook(
-        id=row.id,
-        project_id=row.project_id,
-        name=row.name,
-        resource=row.resource,
-        event=row.event,
-        mode=row.mode,
-        target_url=row.target_url,
-        enabled=row.enabled,
-        timeout_ms=row.timeout_ms,
-        created_at=parse_stored(row.created_at),
-        updated_at=parse_stored(row.updated_at),
-        rotation_grace_until=parse_iso(grace),
-    )
+    return from_row(Webhook, row, rotation_grace_until=parse_iso(grace))
 
 
 def _delivery(row: WebhookDeliveryRow) -> WebhookDelivery:
-    return WebhookDelivery(
-        id=row.id,
-        hook_id=row.hook_id,
-        project_id=row.project_id,
-        user_id=row.user_id,
-        message_ids=row.message_ids,
-        resource=row.resource,
-        event=row.event,
-        mode=row.mode,
-        attempt=row.attempt,
-        status=row.status,
-        http_status=row.http_status,
-        latency_ms=row.latency_ms,
-        reason=row.reason,
-        request=row.request,
-        response=row.response,
-        at=parse_stored(row.at),
-    )
+    return from_row(WebhookDelivery, row)
 
 
 class Webhooks:

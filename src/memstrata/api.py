@@ -23,6 +23,7 @@ more (any ``Mapping`` for a ``dict``, and GUMem's dict forms).
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Sequence
 from datetime import datetime
 from types import TracebackType
@@ -48,6 +49,7 @@ from .types import (
 
 __all__ = [
     "AsyncFactsAPI",
+    "AsyncItemsAPI",
     "AsyncMemoryAPI",
     "AsyncMessagesAPI",
     "AsyncSessionsAPI",
@@ -55,6 +57,7 @@ __all__ = [
     "AsyncTopicsAPI",
     "AsyncWebhooksAPI",
     "FactsAPI",
+    "ItemsAPI",
     "MemoryAPI",
     "MessagesAPI",
     "SessionsAPI",
@@ -64,6 +67,7 @@ __all__ = [
 ]
 
 _M = TypeVar("_M")
+_Item = TypeVar("_Item")
 
 # In each protocol ``list`` comes after every method annotated with ``list[...]``: type
 # checkers resolve that name in the class body, where the method would shadow the builtin.
@@ -104,8 +108,8 @@ class MessagesAPI(Protocol):
     ) -> list[Message]: ...
 
 
-class FactsAPI(Protocol):
-    """``mem.facts``: facts extracted from messages, with provenance."""
+class ItemsAPI(Protocol[_Item]):
+    """What ``mem.facts`` and ``mem.summaries`` share: a user's items of one layer."""
 
     def list(
         self,
@@ -117,29 +121,21 @@ class FactsAPI(Protocol):
         metadata_filters: dict[str, Any] | None = None,
         limit: int = 100,
         offset: int = 0,
-    ) -> list[Fact]: ...
+    ) -> list[_Item]: ...
+
+
+class FactsAPI(ItemsAPI[Fact], Protocol):
+    """``mem.facts``: facts extracted from messages, with provenance."""
 
     def get(self, fact_id: str) -> Fact: ...
 
 
-class SummariesAPI(Protocol):
+class SummariesAPI(ItemsAPI[Summary], Protocol):
     """``mem.summaries``: long-term memory with status, evidence and history."""
 
     def get(self, summary_id: str) -> Summary: ...
 
-    def history(self, summary_id: str) -> list[dict[str, Any]]: ...
-
-    def list(
-        self,
-        *,
-        user_id: str | None = None,
-        status: str | Sequence[str] | None = None,
-        since: datetime | str | None = None,
-        until: datetime | str | None = None,
-        metadata_filters: dict[str, Any] | None = None,
-        limit: int = 100,
-        offset: int = 0,
-    ) -> list[Summary]: ...
+    def history(self, summary_id: str) -> builtins.list[dict[str, Any]]: ...
 
 
 class TopicsAPI(Protocol):
@@ -325,8 +321,8 @@ class AsyncMessagesAPI(Protocol):
     ) -> list[Message]: ...
 
 
-class AsyncFactsAPI(Protocol):
-    """``FactsAPI`` as coroutines."""
+class AsyncItemsAPI(Protocol[_Item]):
+    """``ItemsAPI`` as coroutines."""
 
     async def list(
         self,
@@ -338,29 +334,21 @@ class AsyncFactsAPI(Protocol):
         metadata_filters: dict[str, Any] | None = None,
         limit: int = 100,
         offset: int = 0,
-    ) -> list[Fact]: ...
+    ) -> list[_Item]: ...
+
+
+class AsyncFactsAPI(AsyncItemsAPI[Fact], Protocol):
+    """``FactsAPI`` as coroutines."""
 
     async def get(self, fact_id: str) -> Fact: ...
 
 
-class AsyncSummariesAPI(Protocol):
+class AsyncSummariesAPI(AsyncItemsAPI[Summary], Protocol):
     """``SummariesAPI`` as coroutines."""
 
     async def get(self, summary_id: str) -> Summary: ...
 
-    async def history(self, summary_id: str) -> list[dict[str, Any]]: ...
-
-    async def list(
-        self,
-        *,
-        user_id: str | None = None,
-        status: str | Sequence[str] | None = None,
-        since: datetime | str | None = None,
-        until: datetime | str | None = None,
-        metadata_filters: dict[str, Any] | None = None,
-        limit: int = 100,
-        offset: int = 0,
-    ) -> list[Summary]: ...
+    async def history(self, summary_id: str) -> builtins.list[dict[str, Any]]: ...
 
 
 class AsyncTopicsAPI(Protocol):

@@ -21,14 +21,13 @@ from typing import Any, Literal
 
 from ._checks import check_id as _check_id
 from ._engine import Engine
-from ._facts import Facts
 from ._governance import Governance
 from ._ingest import add_messages
+from ._items import Facts, Summaries
 from ._messages import Messages
 from ._projects import ApiKeys, Projects
 from ._queries import ContextQuery, SearchQuery, arguments
 from ._sessions import Sessions
-from ._summaries import Summaries
 from ._topics import Topics
 from ._webhooks import Webhooks
 from .capture import Attribution, Capture

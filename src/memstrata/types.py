@@ -13,6 +13,7 @@ from typing import Any, Literal, Protocol
 
 from pydantic import (
     AliasChoices,
+    AliasGenerator,
     BaseModel,
     ConfigDict,
     Field,
@@ -20,6 +21,7 @@ from pydantic import (
     StrictStr,
     field_validator,
 )
+from pydantic.alias_generators import to_pascal
 
 from ._strings import CheckedStrings
 from ._time import Timestamp
@@ -225,94 +227,40 @@ class RecallConfig(_Input):
     for GUMem works unchanged; they take effect as soon as those layers hold data.
     """
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
-
-    message_recent_limit: int = Field(
-        default=6,
-        ge=0,
-        le=200,
-        validation_alias=AliasChoices("message_recent_limit", "MessageRecentLimit"),
-    )
-    message_semantic_top_k: int = Field(
-        default=8,
-        ge=0,
-        le=200,
-        validation_alias=AliasChoices("message_semantic_top_k", "MessageSemanticTopK"),
-    )
-    message_semantic_min_score: float = Field(
-        default=0.0,
-        ge=-1.0,
-        le=1.0,
-        validation_alias=AliasChoices("message_semantic_min_score", "MessageSemanticMinScore"),
-    )
-    observation_recent_limit: int = Field(
-        default=0,
-        ge=0,
-        le=200,
-        validation_alias=AliasChoices("observation_recent_limit", "ObservationRecentLimit"),
-    )
-    observation_semantic_top_k: int = Field(
-        default=8,
-        ge=0,
-        le=200,
-        validation_alias=AliasChoices("observation_semantic_top_k", "ObservationSemanticTopK"),
-    )
-    observation_semantic_min_score: float = Field(
-        default=0.0,
-        ge=-1.0,
-        le=1.0,
-        validation_alias=AliasChoices(
-            "observation_semantic_min_score", "ObservationSemanticMinScore"
+    # Each key also by its PascalCase name (GUMem's): MessageRecentLimit ...
+    model_config = ConfigDict(
+        extra="forbid",
+        populate_by_name=True,
+        alias_generator=AliasGenerator(
+            validation_alias=lambda name: AliasChoices(name, to_pascal(name))
         ),
     )
-    proposition_top_k: int = Field(
-        default=8,
-        ge=0,
-        le=200,
-        validation_alias=AliasChoices("proposition_top_k", "PropositionTopK"),
-    )
-    topic_top_k: int = Field(
-        default=3, ge=0, le=50, validation_alias=AliasChoices("topic_top_k", "TopicTopK")
-    )
-    observation_context_top_k: int = Field(
-        default=3,
-        ge=0,
-        le=50,
-        validation_alias=AliasChoices("observation_context_top_k", "ObservationContextTopK"),
-    )
+
+    message_recent_limit: int = Field(default=6, ge=0, le=200)
+    message_semantic_top_k: int = Field(default=8, ge=0, le=200)
+    message_semantic_min_score: float = Field(default=0.0, ge=-1.0, le=1.0)
+    observation_recent_limit: int = Field(default=0, ge=0, le=200)
+    observation_semantic_top_k: int = Field(default=8, ge=0, le=200)
+    observation_semantic_min_score: float = Field(default=0.0, ge=-1.0, le=1.0)
+    proposition_top_k: int = Field(default=8, ge=0, le=200)
+    topic_top_k: int = Field(default=3, ge=0, le=50)
+    observation_context_top_k: int = Field(default=3, ge=0, le=50)
     long_term_rrf_k: int = Field(
         default=60,
         ge=1,
         le=1000,
         validation_alias=AliasChoices("long_term_rrf_k", "LongTermRrfK", "LongTermRRFK"),
     )
-    enable_long_term_rerank: bool = Field(
-        default=False,
-        validation_alias=AliasChoices("enable_long_term_rerank", "EnableLongTermRerank"),
+    enable_long_term_rerank: bool = False
+    enable_long_term_recall: bool = True
+    query_router: Literal["single_hop_direct", "single_hop_parallel", "multi_hop_chain"] = (
+        "single_hop_direct"
     )
-    enable_long_term_recall: bool = Field(
-        default=True,
-        validation_alias=AliasChoices("enable_long_term_recall", "EnableLongTermRecall"),
-    )
-    query_router: Literal["single_hop_direct", "single_hop_parallel", "multi_hop_chain"] = Field(
-        default="single_hop_direct", validation_alias=AliasChoices("query_router", "QueryRouter")
-    )
-    token_budget: int = Field(
-        default=800, ge=50, le=32_000, validation_alias=AliasChoices("token_budget", "TokenBudget")
-    )
+    token_budget: int = Field(default=800, ge=50, le=32_000)
     # memstrata's own keys.
-    fusion: Literal["score", "rrf"] = Field(
-        default="score", validation_alias=AliasChoices("fusion", "Fusion")
-    )
-    include_superseded: bool = Field(
-        default=False, validation_alias=AliasChoices("include_superseded", "IncludeSuperseded")
-    )
-    candidate_pool: int | None = Field(
-        default=None,
-        ge=5,
-        le=5000,
-        validation_alias=AliasChoices("candidate_pool", "CandidatePool"),
-    )
+    fusion: Literal["score", "rrf"] = "score"
+    include_superseded: bool = False
+    candidate_pool: int | None = Field(default=None, ge=5, le=5000)
 
 
 class _MessageLister(Protocol):

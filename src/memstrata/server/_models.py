@@ -96,16 +96,7 @@ class SessionData(BaseModel):
 
     @classmethod
     def of(cls, s: Session) -> SessionData:
-        return cls(
-            id=s.id,
-            session_id=s.id,
-            project_id=s.project_id,
-            user_id=s.user_id,
-            title=s.title,
-            metadata=s.metadata,
-            created_at=s.created_at,
-            updated_at=s.updated_at,
-        )
+        return cls(**s.model_dump(), session_id=s.id)
 
 
 class CreateSession(RequestBody):
