@@ -55,10 +55,11 @@ def in_thread(
 
 
 def _arguments_of(
-    opener: Callable[P, Any],  # a class: its __init__ gives the signature
+    opener: Callable[P, Any],
 ) -> Callable[[Callable[..., None]], Callable[Concatenate[Any, P], None]]:
-    """Gives an ``__init__`` that passes its arguments on to ``opener`` the signature of
-    ``opener``'s, for type checkers, ``inspect`` and ``help()`` alike."""
+    """For an ``__init__`` that passes its arguments on to the class ``opener``: the
+    parameters of ``opener``'s own ``__init__``, for type checkers, ``inspect`` and
+    ``help()`` alike."""
 
     def take(init: Callable[..., None]) -> Callable[Concatenate[Any, P], None]:
         return functools.wraps(opener.__init__)(init)
