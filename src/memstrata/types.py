@@ -37,6 +37,8 @@ from ._vocabulary import (
 )
 
 __all__ = [
+    "CORRECTS",
+    "NOTE_EVENT",
     "ROLES",
     "AddResult",
     "ApiKey",
@@ -62,6 +64,13 @@ Role = Literal["user", "assistant", "system", "tool"]
 ROLES: tuple[str, ...] = ("user", "assistant", "system", "tool")
 Layer = Literal["topic", "summary", "fact", "message"]
 SearchLayer = Literal["summary", "fact", "message"]  # what search ranks (topics lead to these)
+
+# A message with this ``event_type`` is a memory note: something to remember said outright
+# (an agent's ``add_memory``), whose sentences the pipeline takes as facts as they stand,
+# in the third person or the first. ``metadata[CORRECTS]`` on a note names the summary it
+# corrects, which the note's summary then supersedes (docs/pipeline.md).
+NOTE_EVENT = "memory"
+CORRECTS = "corrects"
 
 # Identifiers appear in URLs, logs and SQL parameters: printable, no whitespace.
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@/+=-]{0,199}$"
