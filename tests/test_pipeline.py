@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -446,6 +447,63 @@ def test_bad_hook_answers_are_skipped_and_logged(
     assert "not messages of this batch" in failed["inject"]
     assert "unknown summary" in failed["bad-summary"] or "outside" in failed["bad-summary"]
     assert "bad-topic" in failed
+
+
+def test_a_summary_hook_passing_on_a_chain_of_this_batchs_summaries(make_memory: Any) -> None:
+    # One chunk adds a summary and the next supersedes it: a summary.before_add hook that
+    # passes the list on names the first by the id it was sent, which validation replaces
+    # with a fresh one; the second must follow, or the store supersedes an unknown summary.
+    from memstrata.testing import ChatCall, ScriptedChatModel
+
+    def respond(call: ChatCall) -> dict[str, Any]:
+        if call.user.startswith("CONTEXT"):
+            ids = re.findall(r"^\[([^\]]+)\] \(", call.user.split("MESSAGES:")[1], re.M)
+            return {
+                "facts": [
+                    {"text": f"User said {i}.", "kind": "fact", "source_ids": [i], "confidence": 1}
+                    for i in ids
+                ]
+            }
+        if call.user.startswith("EXISTING SUMMARIES"):
+            known, new = call.user.split("NEW FACTS:")
+            summaries = re.findall(r"^\[(s_[^\]]+)\]", known, re.M)
+            fact_ids = re.findall(r"^\[(f_[^\]]+)\]", new, re.M)
+            if summaries:
+                return {
+                    "decisions": [
+                        {
+                            "fact_ids": fact_ids,
+                            "action": "supersede",
+                            "summary_id": summaries[0],
+                            "text": "User said b.",
+                        }
+                    ]
+                }
+            return {"decisions": [{"fact_ids": fact_ids, "action": "add", "text": "User said a."}]}
+        return {"assignments": []}
+
+    mem = make_memory(
+        llm=ScriptedChatModel(respond=respond), consolidate_chunk_facts=1, job_max_attempts=1
+    )
+    sent: list[list[dict[str, Any]]] = []
+
+    def pass_on(payload: dict[str, Any]) -> Any:
+        sent.append(payload["data"]["propositions"])
+        return {"data": {"propositions": payload["data"]["propositions"]}}
+
+    mem.hooks.register("summary", "before_add", pass_on)
+    s = mem.sessions.create(user_id="u")
+    s.add_messages(
+        [{"id": "a", "role": "user", "content": "a"}, {"id": "b", "role": "user", "content": "b"}],
+        sync=True,
+    )
+    (first, second) = sent[0]
+    assert second["action"] == "supersede" and second["supersedes"] == first["id"]
+    assert all(d.ok for d in mem.hooks.deliveries)
+    by_text = {x.text: x for x in mem.summaries.list(user_id="u")}
+    old, new = by_text["User said a."], by_text["User said b."]
+    assert old.id != first["id"]  # validation gave it a fresh id ...
+    assert (old.status, old.superseded_by, new.status) == ("superseded", new.id, "active")
 
 
 def test_hooks_validate_registration(mem: Memory) -> None:

@@ -416,6 +416,7 @@ class Pipeline:
             return []
         candidates = self._candidates(batch, facts)
         existing = {s.id: s for rows in candidates.values() for s, _ in rows}
+        stored = set(existing)  # what hooks may strengthen or supersede besides their own
         if self.llm is None:
             writes = self._consolidate_offline(facts, candidates)
             # A strengthened summary keeps its words, which summary.before_add carries.
@@ -438,12 +439,12 @@ class Pipeline:
             ctx,
             [_summary_wire(w) for w in writes],
             validate=lambda items: _validated_summaries(
-                items, fact_ids, set(existing), facts, self.model_id
+                items, fact_ids, stored, facts, self.model_id
             ),
             extra={"observations": [_fact_wire(f.draft, f.write.id) for f in facts]},
         )
         if replaced is not None:
-            writes = _validated_summaries(replaced, fact_ids, set(existing), facts, self.model_id)
+            writes = _validated_summaries(replaced, fact_ids, stored, facts, self.model_id)
         observed = {f.write.id: f.write.observed_at for f in facts}
         for w in writes:
             w.observed_at = max((at for f in w.fact_ids if (at := observed.get(f))), default=None)
@@ -872,13 +873,18 @@ class _SummaryItem(CheckedStrings):
 def _validated_summaries(
     items: list[Any],
     fact_ids: set[str],
-    existing: set[str],
+    stored: set[str],
     facts: Sequence[_NewFact],
     model: str,
 ) -> list[SummaryWrite]:
+    """A hook's summary changes, checked like the engine's own: ``stored`` are the summaries
+    the batch saw. A summary an item creates gets a fresh id, and a later item naming it by
+    the id the hook gave it (the engine's own id, when a hook passes the list on) is pointed
+    at the fresh one: the store only knows the fresh id (docs/webhooks.md)."""
     by_fact = {f.write.id: f.write for f in facts}
     out: list[SummaryWrite] = []
-    created: set[str] = set()
+    created: dict[str, str] = {}  # the hook's id of a summary created here -> its fresh id
+    fresh: set[str] = set()
     for i, raw in enumerate(items):
         try:
             item = _SummaryItem.model_validate(raw)
@@ -889,17 +895,20 @@ def _validated_summaries(
         foreign = [f for f in item.fact_ids if f not in fact_ids]
         if foreign:
             raise ValueError(f"propositions[{i}] cites facts outside this batch: {foreign[:3]}")
-        if item.action == "strengthen" and item.id not in existing | created:
-            raise ValueError(f"propositions[{i}] strengthens unknown summary {item.id!r}")
-        if item.action == "supersede" and item.supersedes not in existing | created:
-            raise ValueError(f"propositions[{i}] supersedes unknown summary {item.supersedes!r}")
+        named = item.id if item.action == "strengthen" else item.supersedes
+        target = created.get(named, named) if named is not None else None
+        if item.action != "add" and (target is None or target not in stored | fresh):
+            verb = "strengthens" if item.action == "strengthen" else "supersedes"
+            raise ValueError(f"propositions[{i}] {verb} unknown summary {named!r}")
         message_ids = list(dict.fromkeys(m for f in item.fact_ids for m in by_fact[f].message_ids))
         if item.action == "strengthen":
-            assert item.id is not None  # checked above: it names a known summary
-            sid = item.id
+            assert target is not None  # checked above: it names a known summary
+            sid = target
         else:
             sid = new_id("s")
-            created.add(sid)
+            fresh.add(sid)
+            if item.id is not None and item.id not in stored:
+                created[item.id] = sid
         out.append(
             SummaryWrite(
                 action=item.action,
@@ -911,7 +920,7 @@ def _validated_summaries(
                 model=model,
                 prompt_version="hook",
                 reason="set by a before_add hook",
-                supersedes=item.supersedes if item.action == "supersede" else None,
+                supersedes=target if item.action == "supersede" else None,
                 labels=[str(x) for x in item.labels][:10],
             )
         )
