@@ -6,7 +6,7 @@ is pure and deterministic: the same batch always gives the same drafts, and a fa
 says more than its message did. Only wording changes: the first person becomes "User", and
 relative dates get their absolute date appended (see ``_dates``).
 
-Rules, in the order they apply to a user message (behaviour events are handled apart):
+Rules, in the order they apply to a user message (notes and behaviour events: see below):
 
 1. Split into sentences: ``. ! ?`` followed by a space (not after "Dr.", "e.g.", ...),
    Chinese ``。！？`` and line breaks.
@@ -46,7 +46,17 @@ followed, as the next message of the same session, by a user message that starts
 yes / right / correct / exactly / that's right / 对 / 是的 / 没错 and carries no "but / not /
 actually" -> a fact citing both messages (confidence 0.8, label ``confirmed``).
 
-Behaviour events (``event_type`` set) become one ``behaviour`` fact per group: same type
+Memory notes (``event_type`` ``"memory"``, ``types.NOTE_EVENT``: something to remember said
+outright, e.g. by an agent's ``add_memory``) are taken as they stand: every sentence of a
+user's note is a fact. Rules 1-4 and 6 apply (questions and filler dropped, markers
+stripped, first person rewritten), rule 5 does not: a note need not speak in the first
+person ("User prefers tea over coffee.", "Prefers window seats." are kept as written). The
+kind is read with rule 7's first-person cues as if the note said "I" ("User lives in
+Berlin" is ``identity``), confidence as in rule 8. Labels: ``note``, and ``correction`` when
+a marker says so or the note names the summary it corrects (``metadata[types.CORRECTS]``).
+A note in another role's name gives no fact, and a note is never a behaviour event.
+
+Behaviour events (other ``event_type``s) become one ``behaviour`` fact per group: same type
 and same normalised content, counted ("searched for "x" 3 times"). Groups of the same type
 and page whose contents share most of their words (related searches) are merged into one
 fact listing each content, so a user refining a search gives one memory, not five.
@@ -61,10 +71,18 @@ from datetime import datetime, timezone
 
 from ..store import MessageRow
 from ..store._text import _CJK, _CJK_RUN, _STOPWORDS, _TOKEN, fts_query_terms
+from ..types import CORRECTS, NOTE_EVENT
 from ._dates import DateSpan, resolve_dates
 from ._drafts import MAX_FACT_CHARS, FactDraft
 
-__all__ = ["extract_facts", "is_correction", "split_sentences", "topic_for"]
+__all__ = [
+    "correction_target",
+    "extract_facts",
+    "is_correction",
+    "is_note",
+    "split_sentences",
+    "topic_for",
+]
 
 DIRECT_CONFIDENCE = 0.9
 HEDGED_CONFIDENCE = 0.6
@@ -552,10 +570,60 @@ def _is_filler(sentence: str, chinese: bool) -> bool:
     return bool((_ZH_FILLER if chinese else _FILLER).match(s)) or not re.search(r"\w", s)
 
 
+_USER_SUBJECT = re.compile(
+    r"\b(?:the\s+)?user(?P<owner>['’]s)?\b(?:(?P<space>\s+)(?P<verb>[A-Za-z]+(?:['’]t)?)\b)?", _I
+)
+_FIRST_FORMS = {
+    "is": "am",
+    "isn't": "am not",
+    "has": "have",
+    "hasn't": "haven't",
+    "does": "do",
+    "doesn't": "don't",
+    "was": "was",
+    "wasn't": "wasn't",
+}
+
+
+def _first_form(verb: str) -> str:
+    """The first-person present of a third-person verb ("prefers" -> "prefer")."""
+    low = verb.lower().replace("’", "'")
+    if low in _FIRST_FORMS:
+        return _FIRST_FORMS[low]
+    if _is_adverb(verb):
+        return verb  # "User always books aisle seats": the verb comes later
+    if low.endswith("ies") and len(low) > 4:
+        return verb[:-3] + "y"
+    if low.endswith(("sses", "shes", "ches", "xes", "zes", "oes")):
+        return verb[:-2]
+    if low.endswith("s") and not low.endswith(("ss", "us", "is")) and len(low) > 2:
+        return verb[:-1]
+    return verb
+
+
+def _first_person_view(text: str, chinese: bool) -> str:
+    """A note about "the user" as the user would say it, only to read its kind with the
+    first-person cues (``_kind``): "User lives in Berlin" reads as "I live in Berlin"."""
+    if chinese:
+        return text.replace("用户", "我")
+
+    def first(m: re.Match[str]) -> str:
+        if m.group("owner"):
+            return "my" + (m.group("space") or "") + (m.group("verb") or "")
+        if m.group("verb") is None:
+            return "I"
+        return f"I{m.group('space')}{_first_form(m.group('verb'))}"
+
+    return _USER_SUBJECT.sub(first, text)
+
+
 def _user_fact(
-    sentence: str, reference: datetime | None
+    sentence: str, reference: datetime | None, *, note: bool = False
 ) -> tuple[str, str, float, DateSpan, bool] | None:
-    """(text, kind, confidence, dates, correction) for one user sentence, or None to drop it."""
+    """(text, kind, confidence, dates, correction) for one user sentence, or None to drop it.
+
+    A ``note``'s sentence is meant to be remembered whatever its grammatical person, so it
+    need not be about the user in the first person; its kind is read as if it were."""
     chinese = _is_chinese(sentence)
     if _is_question(sentence, chinese):
         embedded = (_ZH_EMBEDDED if chinese else _EMBEDDED).search(sentence)
@@ -580,14 +648,14 @@ def _user_fact(
             or _SUBJECTLESS_PAST.match(body)
             or _SUBJECTLESS_ING.match(body)
         )
-    if not about_user and not marked:
+    if not about_user and not marked and not note:
         return None
     span = (
         resolve_dates(body, reference)
         if reference is not None
         else DateSpan(None, None, None, body, ())
     )
-    kind = _kind(body, span, reference)
+    kind = _kind(_first_person_view(body, chinese) if note else body, span, reference)
     text = span.resolved_text
     if chinese:
         if _ZH_IMPERATIVE.match(text):
@@ -806,6 +874,10 @@ def extract_facts(messages: Sequence[MessageRow]) -> list[FactDraft]:
     out: list[tuple[int, FactDraft]] = []
     events: list[tuple[int, MessageRow]] = []
     for index, message in enumerate(messages):
+        if is_note(message):
+            if message.role == "user":
+                out.extend((index, d) for d in _sentence_facts(message, note=True))
+            continue
         if message.event_type:
             events.append((index, message))
             continue
@@ -814,32 +886,53 @@ def extract_facts(messages: Sequence[MessageRow]) -> list[FactDraft]:
             if reply is not None and reply.role == "user" and _confirms(reply):
                 out.extend((index, d) for d in _assistant_facts(message, reply))
             continue
-        if message.role != "user":
-            continue
-        reference = _parse_ts(message.ts)
-        for sentence in split_sentences(message.content):
-            result = _user_fact(sentence, reference)
-            if result is None:
-                continue
-            text, kind, confidence, span, correction = result
-            out.append(
-                (
-                    index,
-                    FactDraft(
-                        text=text,
-                        kind=kind,
-                        message_ids=[message.id],
-                        confidence=confidence,
-                        occurred_at=span.occurred_at,
-                        valid_from=span.valid_from,
-                        valid_to=span.valid_to,
-                        labels=["correction"] if correction else [],
-                    ),
-                )
-            )
+        if message.role == "user":
+            out.extend((index, d) for d in _sentence_facts(message, note=False))
     out.extend(_behaviour_facts(events))
     out.sort(key=lambda pair: pair[0])  # stable: sentences keep their order
     return [draft for _, draft in out]
+
+
+def _sentence_facts(message: MessageRow, *, note: bool) -> list[FactDraft]:
+    """The facts of a user turn or of a memory note, one per sentence kept."""
+    reference = _parse_ts(message.ts)
+    corrects = note and correction_target(message) is not None
+    drafts = []
+    for sentence in split_sentences(message.content):
+        result = _user_fact(sentence, reference, note=note)
+        if result is None:
+            continue
+        text, kind, confidence, span, correction = result
+        labels = ["note"] if note else []
+        if correction or corrects:
+            labels.append("correction")
+        drafts.append(
+            FactDraft(
+                text=text,
+                kind=kind,
+                message_ids=[message.id],
+                confidence=confidence,
+                occurred_at=span.occurred_at,
+                valid_from=span.valid_from,
+                valid_to=span.valid_to,
+                labels=labels,
+            )
+        )
+    return drafts
+
+
+def is_note(message: MessageRow) -> bool:
+    """Whether ``message`` is a memory note (``types.NOTE_EVENT``, spelled in any case).
+
+    Only the user's notes give facts; a note in another role's name gives none."""
+    return message.event_type is not None and _event_type(message.event_type) == NOTE_EVENT
+
+
+def correction_target(message: MessageRow) -> str | None:
+    """The id of the summary a note says it corrects (``metadata[types.CORRECTS]``), if it
+    names one: a non-blank string."""
+    target = message.metadata.get(CORRECTS) if is_note(message) else None
+    return target.strip() if isinstance(target, str) and target.strip() else None
 
 
 def _next_turn(messages: Sequence[MessageRow], index: int) -> MessageRow | None:
