@@ -58,6 +58,8 @@ SUPERSEDE_SIMILARITY = 0.45
 # background throughput at most this much per batch, whatever the read traffic.
 BATCH_PAUSE_SECONDS = 0.1
 CANDIDATES_PER_FACT = 3
+# The ``model`` of what the rules made: everything offline, and notes with an LLM too.
+RULES = "heuristic"
 
 
 def embedding_text(message: MessageRow) -> str:
@@ -143,6 +145,16 @@ class _NewFact:
     draft: FactDraft
 
 
+def _in_message_order(drafts: list[FactDraft], messages: Sequence[MessageRow]) -> list[FactDraft]:
+    """``drafts`` ordered by their first source message (stable: a message's drafts keep
+    their order)."""
+    position = {m.id: i for i, m in enumerate(messages)}
+    last = len(messages)
+    return sorted(
+        drafts, key=lambda d: min((position.get(m, last) for m in d.message_ids), default=last)
+    )
+
+
 def _draft_problems(drafts: Sequence[FactDraft], batch_ids: set[str]) -> list[str]:
     return [f"facts[{i}]: {p}" for i, d in enumerate(drafts) for p in d.problems(batch_ids)]
 
@@ -180,7 +192,7 @@ class Pipeline:
 
     @property
     def model_id(self) -> str:
-        return self.llm.id if self.llm is not None else "heuristic"
+        return self.llm.id if self.llm is not None else RULES
 
     def __call__(self, batch: ClaimedBatch) -> None:
         calls: list[CallWrite] = []
@@ -232,7 +244,8 @@ class Pipeline:
         pause()
         drafts = self._extract(batch, ctx, calls)
         pause()
-        facts = self._fact_writes(drafts, {m.id: m.ts for m in batch.messages})
+        notes = {m.id for m in batch.messages if heuristics.is_note(m)}
+        facts = self._fact_writes(drafts, {m.id: m.ts for m in batch.messages}, notes)
         pause()
         summaries = self._consolidate(batch, ctx, facts, calls)
         pause()
@@ -299,10 +312,16 @@ class Pipeline:
         if self.llm is None:
             drafts = heuristics.extract_facts(batch.messages)
         else:
-            drafts = []
-            for start in range(0, len(batch.messages), self.extract_chunk):
-                chunk = batch.messages[start : start + self.extract_chunk]
+            # A note is already what the model would make of it (a fact as it stands), so
+            # the rules take it and the model is not asked to rephrase it.
+            notes = [m for m in batch.messages if heuristics.is_note(m)]
+            turns = [m for m in batch.messages if not heuristics.is_note(m)]
+            drafts = heuristics.extract_facts(notes)
+            for start in range(0, len(turns), self.extract_chunk):
+                chunk = turns[start : start + self.extract_chunk]
                 drafts.extend(self._extract_llm(batch, chunk, ctx, calls))
+            if notes and turns:
+                drafts = _in_message_order(drafts, batch.messages)
         problems = _draft_problems(drafts, batch_ids)
         if problems:
             # The engine's own output breaking its rules is a bug or a confused model: fail
@@ -362,11 +381,18 @@ class Pipeline:
         )
         return drafts
 
-    def _fact_writes(self, drafts: Sequence[FactDraft], times: dict[str, str]) -> list[_NewFact]:
+    def _fact_writes(
+        self, drafts: Sequence[FactDraft], times: dict[str, str], notes: set[str]
+    ) -> list[_NewFact]:
+        """The facts to store; those resting on ``notes`` alone were the rules' work (the
+        model never sees a note as a message to extract from)."""
         if not drafts:
             return []
         vectors = self.embedder.embed([d.text for d in drafts])
-        version = EXTRACT.version if self.llm is not None else HEURISTIC_VERSION
+
+        def ruled(d: FactDraft) -> bool:
+            return self.llm is None or all(m in notes for m in d.message_ids)
+
         return [
             _NewFact(
                 FactWrite(
@@ -375,8 +401,8 @@ class Pipeline:
                     kind=d.checked_kind,
                     message_ids=d.message_ids,
                     confidence=float(d.confidence),
-                    model=self.model_id,
-                    prompt_version=version,
+                    model=RULES if ruled(d) else self.model_id,
+                    prompt_version=HEURISTIC_VERSION if ruled(d) else EXTRACT.version,
                     vector=vectors[i],
                     occurred_at=_iso(d.occurred_at),
                     observed_at=max((times[m] for m in d.message_ids if m in times), default=None),
