@@ -28,6 +28,7 @@ from ..embed import Embedder
 from ..hooks import HookContext, Hooks
 from ..llm import CallLog, ChatModel, LLMError, complete_json
 from ..store import (
+    CURRENT_SUMMARY,
     CallWrite,
     ClaimedBatch,
     FactWrite,
@@ -39,6 +40,7 @@ from ..store import (
     SummaryWrite,
     TopicWrite,
 )
+from ..types import CORRECTS
 from . import _heuristics as heuristics
 from ._drafts import FactDraft
 from .prompts import CONSOLIDATE, EXTRACT, HEURISTIC_VERSION, TOPICS, Prompt
@@ -58,7 +60,8 @@ SUPERSEDE_SIMILARITY = 0.45
 # background throughput at most this much per batch, whatever the read traffic.
 BATCH_PAUSE_SECONDS = 0.1
 CANDIDATES_PER_FACT = 3
-# The ``model`` of what the rules made: everything offline, and notes with an LLM too.
+# The ``model`` of what the rules made: everything offline, and notes and the summaries
+# they correct by id with an LLM too.
 RULES = "heuristic"
 
 
@@ -143,6 +146,26 @@ class _Topics(CheckedStrings):
 class _NewFact:
     write: FactWrite
     draft: FactDraft
+
+
+def _target_problem(row: SummaryRow | None, user_id: str) -> str | None:
+    """Why the summary a note corrects cannot be superseded by it (None: it can). A
+    deprioritized summary can: recall still presents it, so the correction must retire it."""
+    if row is None:
+        return "is no summary of this project"
+    if row.user_id != user_id:
+        return "is another user's summary"
+    if row.status not in CURRENT_SUMMARY:
+        return f"is {row.status}"
+    return None
+
+
+def _joined(texts: Sequence[str]) -> str:
+    """Sentences as one text: spaced, except after a Chinese full stop."""
+    out = ""
+    for text in texts:
+        out += text if not out or out.endswith(("。", "！", "？")) else " " + text
+    return out
 
 
 def _in_message_order(drafts: list[FactDraft], messages: Sequence[MessageRow]) -> list[FactDraft]:
@@ -438,22 +461,33 @@ class Pipeline:
         facts: Sequence[_NewFact],
         calls: list[CallWrite],
     ) -> list[SummaryWrite]:
+        # A note that names the summary it corrects supersedes it before anything else is
+        # decided (no similarity or model second-guesses the caller), so the batch's other
+        # facts build on the corrected memory: never on the retired summary.
+        corrections, corrected, usual = self._corrections(batch, facts)
         if not facts:
             return []
-        candidates = self._candidates(batch, facts)
+        retired = set(corrected)
+        candidates = {
+            fid: [(s, sim) for s, sim in rows if s.id not in retired]
+            for fid, rows in self._candidates(batch, usual).items()
+        }
         existing = {s.id: s for rows in candidates.values() for s, _ in rows}
-        stored = set(existing)  # what hooks may strengthen or supersede besides their own
+        # What hooks may strengthen or supersede besides the summaries they create.
+        stored = set(existing) | retired
         if self.llm is None:
-            writes = self._consolidate_offline(facts, candidates)
+            vectors = {f.write.id: f.write.vector for f in facts}
+            earlier = [(w, vectors[w.fact_ids[0]]) for w in corrections]
+            writes = corrections + self._consolidate_offline(usual, candidates, earlier)
             # A strengthened summary keeps its words, which summary.before_add carries.
             kept = [existing.get(w.id) for w in writes if w.action == "strengthen"]
             ctx.quoted.update(m for row in kept if row is not None for m in row.message_ids)
         else:
             # Every candidate is quoted to the model, and so in summary.before_llm.
             ctx.quoted.update(m for row in existing.values() for m in row.message_ids)
-            writes = []
-            for start in range(0, len(facts), self.consolidate_chunk):
-                chunk = facts[start : start + self.consolidate_chunk]
+            writes = list(corrections)
+            for start in range(0, len(usual), self.consolidate_chunk):
+                chunk = usual[start : start + self.consolidate_chunk]
                 known = self._chunk_candidates(chunk, candidates, writes, facts)
                 writes.extend(self._consolidate_llm(ctx, chunk, known, calls))
             existing.update(
@@ -476,6 +510,80 @@ class Pipeline:
             w.observed_at = max((at for f in w.fact_ids if (at := observed.get(f))), default=None)
         self._embed_summaries(writes, {sid: s.text for sid, s in existing.items()})
         return writes
+
+    def _corrections(
+        self, batch: ClaimedBatch, facts: Sequence[_NewFact]
+    ) -> tuple[list[SummaryWrite], dict[str, SummaryRow], list[_NewFact]]:
+        """The supersessions notes ask for by id (``types.CORRECTS``), the stored summaries
+        they retire, and the facts left to consolidate as usual, in order.
+
+        A note's facts become one summary (the note is one memory, as ``update_memory``
+        wrote it) superseding the summary it names, if that is a current summary of this
+        user; a later note naming the same summary supersedes the earlier note's summary,
+        so the newest correction holds. A note naming anything else is logged and its
+        facts are consolidated as usual: a caller's stale id must not fail the batch.
+        """
+        notes = {
+            m.id: m
+            for m in batch.messages
+            if m.role == "user" and heuristics.is_note(m) and CORRECTS in m.metadata
+        }
+        groups: dict[str, list[_NewFact]] = {}
+        for f in facts:
+            note = next((m for m in f.write.message_ids if m in notes), None)
+            if note is not None:
+                groups.setdefault(note, []).append(f)
+        for nid in notes:
+            if nid not in groups:
+                log.info(
+                    "note %s of user %s corrects a summary but gave no fact", nid, batch.user_id
+                )
+        if not groups:
+            return [], {}, list(facts)
+        targets = {nid: heuristics.correction_target(notes[nid]) for nid in groups}
+        named = sorted({t for t in targets.values() if t is not None})
+        rows = {s.id: s for s in self.store.get_summaries(batch.project_id, named)}
+        writes: list[SummaryWrite] = []
+        corrected: dict[str, SummaryRow] = {}
+        latest: dict[str, str] = {}  # a corrected summary -> the summary now in its place
+        for nid, group in groups.items():
+            target = targets[nid]
+            row = rows.get(target) if target is not None else None
+            problem = _target_problem(row, batch.user_id)
+            if row is None or problem is not None:
+                log.info(
+                    "note %s of user %s corrects %.80r, which %s: consolidated as usual",
+                    nid,
+                    batch.user_id,
+                    notes[nid].metadata[CORRECTS],
+                    problem,
+                )
+                continue
+            target = row.id
+            fact_ids = [f.write.id for f in group]
+            first = group[0].write
+            write = SummaryWrite(
+                action="supersede",
+                id=new_id("s"),
+                text=_joined([f.write.text for f in group]),
+                confidence=max(f.write.confidence for f in group),
+                fact_ids=fact_ids,
+                message_ids=list(dict.fromkeys(m for f in group for m in f.write.message_ids)),
+                model=RULES,
+                prompt_version=HEURISTIC_VERSION,
+                reason=f"corrected by message {nid} ({', '.join(fact_ids)})",
+                # One fact's text is the summary's, and so is its vector.
+                vector=first.vector if len(group) == 1 else None,
+                supersedes=latest.get(target, target),
+                valid_from=first.valid_from or first.occurred_at,
+                valid_to=first.valid_to,
+                labels=sorted({f.write.kind for f in group}),
+            )
+            writes.append(write)
+            corrected[target] = row
+            latest[target] = write.id
+        used = {fid for w in writes for fid in w.fact_ids}
+        return writes, corrected, [f for f in facts if f.write.id not in used]
 
     def _chunk_candidates(
         self,
@@ -514,11 +622,14 @@ class Pipeline:
         self,
         facts: Sequence[_NewFact],
         candidates: dict[str, list[tuple[SummaryRow, float]]],
+        earlier: Sequence[tuple[SummaryWrite, np.ndarray]] = (),
     ) -> list[SummaryWrite]:
+        """The summary changes of ``facts``, after the batch's ``earlier`` ones (each with
+        the vector it is compared by)."""
         writes: list[SummaryWrite] = []
         # Summaries created or changed in this batch, so later facts can build on them.
-        pending: dict[str, tuple[SummaryWrite, np.ndarray]] = {}
-        retired: set[str] = set()
+        pending: dict[str, tuple[SummaryWrite, np.ndarray]] = {w.id: (w, v) for w, v in earlier}
+        retired: set[str] = {w.supersedes for w, _ in earlier if w.supersedes}
         for f in facts:
             w, d = f.write, f.draft
             options: list[tuple[str, str, float, float, list[str]]] = [
