@@ -19,7 +19,7 @@ from fakes.openai_server import FakeOpenAIServer
 from fakes.webhook_receiver import WebhookReceiver
 from memstrata import Memory
 from memstrata.embed import make_embedder
-from memstrata.pipeline._pipeline import SUPERSEDE_SIMILARITY
+from memstrata.pipeline._pipeline import SUPERSEDE_SIMILARITY, embedding_text
 from memstrata.types import CORRECTS, NOTE_EVENT, Summary
 
 LATTE = "I love oat milk lattes every morning."
@@ -74,6 +74,18 @@ def test_notes_in_any_person_become_facts_not_behaviour(make_memory: Any) -> Non
     assert all(f.model == "heuristic" for f in facts)
     assert {m.status for m in mem.messages.list(session_id=s.id)} == {"processed"}
     assert set(summaries(mem)) == {f.text for f in facts}
+
+
+def test_a_note_reads_as_a_note_in_recall_and_is_embedded_as_said(make_memory: Any) -> None:
+    mem = make_memory()
+    s = mem.sessions.create(user_id="u")
+    s.add_messages([note("I'm allergic to peanuts.", id="n1")], sync=True)
+    block = s.get_memory("peanuts").formatted_context
+    assert "note: I'm allergic to peanuts." in block  # the history line
+    assert '"I\'m allergic to peanuts." (note, ' in block  # the summary's quoted evidence
+    assert "event memory" not in block
+    (row,) = mem.store.get_messages(mem.project_id, ["n1"]).values()
+    assert embedding_text(row) == "I'm allergic to peanuts."  # no "memory:" label to embed
 
 
 def test_a_note_in_another_roles_name_gives_no_fact(make_memory: Any) -> None:

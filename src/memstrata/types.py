@@ -8,6 +8,7 @@ an error rather than silently dropped data. Output models (``Message``, ``Hit``,
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Any, Literal, Protocol
 
@@ -71,6 +72,14 @@ SearchLayer = Literal["summary", "fact", "message"]  # what search ranks (topics
 # corrects, which the note's summary then supersedes (docs/pipeline.md).
 NOTE_EVENT = "memory"
 CORRECTS = "corrects"
+
+
+def is_note_event(event_type: str | None) -> bool:
+    """Whether a message's ``event_type`` makes it a memory note (in any case or spacing)."""
+    return (
+        event_type is not None and re.sub(r"[\s\-]+", "_", event_type.strip().lower()) == NOTE_EVENT
+    )
+
 
 # Identifiers appear in URLs, logs and SQL parameters: printable, no whitespace.
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@/+=-]{0,199}$"

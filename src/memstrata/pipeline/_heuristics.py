@@ -71,7 +71,7 @@ from datetime import datetime, timezone
 
 from ..store import MessageRow
 from ..store._text import _CJK, _CJK_RUN, _STOPWORDS, _TOKEN, fts_query_terms
-from ..types import CORRECTS, NOTE_EVENT
+from ..types import CORRECTS, is_note_event
 from ._dates import DateSpan, resolve_dates
 from ._drafts import MAX_FACT_CHARS, FactDraft
 
@@ -925,7 +925,7 @@ def is_note(message: MessageRow) -> bool:
     """Whether ``message`` is a memory note (``types.NOTE_EVENT``, spelled in any case).
 
     Only the user's notes give facts; a note in another role's name gives none."""
-    return message.event_type is not None and _event_type(message.event_type) == NOTE_EVENT
+    return is_note_event(message.event_type)
 
 
 def correction_target(message: MessageRow) -> str | None:

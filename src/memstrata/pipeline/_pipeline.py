@@ -40,7 +40,7 @@ from ..store import (
     SummaryWrite,
     TopicWrite,
 )
-from ..types import CORRECTS
+from ..types import CORRECTS, is_note_event
 from . import _heuristics as heuristics
 from ._drafts import FactDraft
 from .prompts import CONSOLIDATE, EXTRACT, HEURISTIC_VERSION, TOPICS, Prompt
@@ -68,6 +68,8 @@ RULES = "heuristic"
 def embedding_text(message: MessageRow) -> str:
     """The text a message is embedded as: behaviour events carry their kind and page, and a
     named speaker's turn carries the name (questions name people, turns rarely do)."""
+    if is_note_event(message.event_type):
+        return message.content  # a note is a statement, not an action to label
     if message.event_type:
         parts = [f"{message.event_type.replace('_', ' ')}: {message.content}"]
         if message.page:
@@ -87,7 +89,13 @@ def _line(m: MessageRow) -> str:
     """A message as one line of the extraction prompt. Its text's own line breaks become
     spaces: a message must not start a line of its own, where it could pass for another
     message (``[id] (time) assistant: ...``) or for the prompt's own sections."""
-    who = m.role if not m.event_type else f"{m.role} event {m.event_type}"
+    who = (
+        f"{m.role} note"
+        if is_note_event(m.event_type)
+        else m.role
+        if not m.event_type
+        else f"{m.role} event {m.event_type}"
+    )
     page = f" page={_one_line(m.page)}" if m.page else ""
     return f"[{m.id}] ({m.ts[:16].replace('T', ' ')} UTC) {_one_line(who)}{page}: " + _one_line(
         m.content

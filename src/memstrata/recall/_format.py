@@ -30,7 +30,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 
-from ..types import Hit, Message
+from ..types import Hit, Message, is_note_event
 from ._escape import ROLE_WORDS, escape_label, escape_quote, escape_text
 from ._tokens import estimate_tokens, truncate_to_tokens
 
@@ -79,6 +79,8 @@ def _fit(text: str, room: int, escape: Callable[[str], str] = escape_text) -> st
 
 
 def _who(role: str | None, name: str | None, event_type: str | None) -> str:
+    if is_note_event(event_type):
+        return "note"  # something to remember, said outright (an agent's add_memory)
     if event_type:
         return f"event {escape_label(event_type)}"
     role = role or "user"

@@ -1,0 +1,360 @@
+"""The MCP face, driven by the official SDK's own client: in process (the tools on both
+stores), over stdio (a real ``memstrata mcp`` process) and over streamable HTTP (a real
+``memstrata serve``): what each tool returns, corrections and forgetting, bad arguments as
+tool errors, and that neither another project's key nor a tool argument reaches another
+user's memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import secrets
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import httpx2
+import pytest
+from mcp import Client, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+from mcp.types import CallToolResult
+
+from memstrata import Memory
+from memstrata.mcp import MemoryTools
+from memstrata.mcp._server import PROFILE_URI, build_server
+from server_proc import ServerProcess
+
+pytestmark = pytest.mark.slow
+
+TOOLS = {
+    "add_memory",
+    "search_memories",
+    "get_context",
+    "list_memories",
+    "get_memory",
+    "update_memory",
+    "delete_memory",
+    "forget",
+    "list_topics",
+}
+ADMIN = "admin-" + secrets.token_hex(8)
+
+
+def _data(result: CallToolResult) -> dict[str, Any]:
+    assert not result.is_error, result.content
+    assert result.structured_content is not None
+    # The same data as text, for hosts that read only content blocks.
+    assert json.loads(result.content[0].text) == result.structured_content  # type: ignore[union-attr]
+    return result.structured_content
+
+
+def _error(result: CallToolResult) -> str:
+    assert result.is_error, result.structured_content
+    text: str = result.content[0].text  # type: ignore[union-attr]
+    return text
+
+
+async def _call(c: Client, tool: str, **arguments: Any) -> dict[str, Any]:
+    return _data(await c.call_tool(tool, arguments))
+
+
+# -- scenarios, each run over every transport ------------------------------------------------
+
+
+async def remember_search_and_explain(c: Client) -> str:
+    listed = await c.list_tools()
+    assert {t.name for t in listed.tools} == TOOLS
+    assert all(t.description and len(t.description) > 60 for t in listed.tools)
+    search = next(t for t in listed.tools if t.name == "search_memories")
+    assert "user_id" not in search.input_schema["properties"]  # the connection names the user
+
+    added = await _call(c, "add_memory", text="I'm allergic to peanuts.", wait=True)
+    assert added["processed"] is True
+    (message_id,) = added["message_ids"]
+    (learned,) = added["learned"]["summaries"]
+    assert "peanut" in learned["text"].lower()
+
+    found = (await _call(c, "search_memories", query="peanuts allergy", limit=5))["results"]
+    top = next(h for h in found if h["id"] == learned["id"])
+    assert top["layer"] == "summary" and top["date"]
+    assert message_id in top["message_ids"]
+    assert top["sources"][0]["content"] == "I'm allergic to peanuts."
+
+    item = await _call(c, "get_memory", memory_id=learned["id"])
+    assert item["memory"]["status"] == "active"
+    assert [m["content"] for m in item["messages"]] == ["I'm allergic to peanuts."]
+    assert item["facts"] and all(message_id in f["message_ids"] for f in item["facts"])
+    assert [v["version"] for v in item["history"]] == [1]
+
+    context = await _call(c, "get_context", query="Which snacks should I avoid buying?")
+    assert "peanut" in context["formatted_context"].lower()
+    topics = (await _call(c, "list_topics"))["topics"]
+    assert sum(t["memories"] for t in topics) >= 1
+    listed_memories = await _call(c, "list_memories")
+    ids = [m["id"] for t in listed_memories["topics"] for m in t["memories"]]
+    assert learned["id"] in ids + [m["id"] for m in listed_memories["unfiled"]]
+
+    profile = await c.read_resource(PROFILE_URI)
+    assert "peanuts" in profile.contents[0].text  # type: ignore[union-attr]
+    return str(learned["id"])
+
+
+async def correct_then_forget(c: Client) -> None:
+    added = await _call(c, "add_memory", text="I live in Berlin.", wait=True)
+    (old,) = added["learned"]["summaries"]
+    corrected = await _call(c, "update_memory", memory_id=old["id"], text="I moved to Lisbon.")
+    assert corrected["corrected"]["id"] == old["id"]
+    assert corrected["corrected"]["status"] == "superseded"
+    new = corrected["memory"]
+    assert corrected["corrected"]["superseded_by"] == new["id"] and "Lisbon" in new["text"]
+
+    current = (await _call(c, "search_memories", query="where does the user live"))["results"]
+    assert old["id"] not in [h["id"] for h in current]
+    assert new["id"] in [h["id"] for h in current]
+    history = await _call(c, "search_memories", query="Berlin", include_superseded=True)
+    assert old["id"] in [h["id"] for h in history["results"]]
+    superseded = await _call(c, "list_memories", status="superseded")
+    everything = [m for t in superseded["topics"] for m in t["memories"]] + superseded["unfiled"]
+    assert [m["id"] for m in everything] == [old["id"]]
+    versions = (await _call(c, "get_memory", memory_id=old["id"]))["history"]
+    assert versions[-1]["status"] == "superseded"
+
+    deleted = await _call(c, "delete_memory", memory_id=new["id"], reason="user asked")
+    assert deleted["deleted"]["messages"] == 1
+    gone = _error(await c.call_tool("get_memory", {"memory_id": new["id"]}))
+    assert f"no memory {new['id']!r}" in gone
+    session = corrected_session = added["session_id"]
+    assert corrected_session.startswith("mcp-")
+    forgotten = await _call(c, "forget", session_id=session)
+    assert forgotten["deleted"]["messages"] >= 1
+    left = await _call(c, "search_memories", query="where does the user live Berlin Lisbon")
+    assert left["results"] == []
+
+
+async def refuse_bad_arguments(c: Client) -> None:
+    bad = _error(await c.call_tool("search_memories", {"query": "", "limit": 0}))
+    assert "invalid search" in bad
+    assert "query: expected a non-empty string" in bad
+    assert "limit: expected an integer from 1 to 1000 (got 0)" in bad
+    assert "limit" in _error(await c.call_tool("search_memories", {"query": "x", "limit": "ten"}))
+    assert "layer" in _error(await c.call_tool("search_memories", {"query": "x", "layer": "all"}))
+    assert "since" in _error(await c.call_tool("search_memories", {"query": "x", "since": "May"}))
+    assert "memory_id" in _error(await c.call_tool("get_memory", {"memory_id": ""}))
+    assert "no memory 's_nothing'" in _error(
+        await c.call_tool("get_memory", {"memory_id": "s_nothing"})
+    )
+    assert "give session_id or topic_id" in _error(await c.call_tool("forget", {}))
+    both = _error(await c.call_tool("forget", {"session_id": "s", "topic_id": "t_x"}))
+    assert "give exactly one of" in both
+    assert "status" in _error(await c.call_tool("list_memories", {"status": "gone"}))
+    assert "offset" in _error(await c.call_tool("list_memories", {"offset": -1}))
+    added = await _call(c, "add_memory", text="I play the cello.", wait=True)
+    message_id = added["message_ids"][0]
+    not_summary = _error(
+        await c.call_tool("update_memory", {"memory_id": message_id, "text": "I play piano."})
+    )
+    assert "is not a summary" in not_summary
+    assert "text" in _error(await c.call_tool("add_memory", {}))
+    # No traceback, no exception class names: what the model reads is the reason.
+    for text in (bad, not_summary):
+        assert "Traceback" not in text and "ValidationError" not in text
+
+
+async def stay_with_the_connections_user(c: Client, others_memory_id: str) -> None:
+    """Whatever the model puts in the arguments, the connection's user is the only one."""
+    result = await c.call_tool("search_memories", {"query": "peanuts", "user_id": "u-other"})
+    hits = [] if result.is_error else result.structured_content["results"]  # type: ignore[index]
+    assert all("peanut" not in h["text"].lower() for h in hits)
+    assert "no memory" in _error(await c.call_tool("get_memory", {"memory_id": others_memory_id}))
+    assert "no memory" in _error(
+        await c.call_tool("delete_memory", {"memory_id": others_memory_id})
+    )
+    assert "no memory" in _error(
+        await c.call_tool("update_memory", {"memory_id": others_memory_id, "text": "x"})
+    )
+
+
+def _run(scenario: Callable[[], Awaitable[Any]]) -> Any:
+    return asyncio.run(asyncio.wait_for(scenario(), timeout=240))
+
+
+# -- in process, on both stores --------------------------------------------------------------
+
+
+@asynccontextmanager
+async def _inproc(mem: Memory, user_id: str) -> AsyncIterator[Client]:
+    tools = MemoryTools(mem, user_id)
+    async with Client(build_server(lambda _request: tools), read_timeout_seconds=60) as c:
+        yield c
+
+
+def test_tools_in_process(make_memory: Callable[..., Memory]) -> None:
+    mem = make_memory()
+
+    async def scenario() -> None:
+        async with _inproc(mem, "u1") as c:
+            others = await remember_search_and_explain(c)
+        async with _inproc(mem, "u2") as c:
+            await stay_with_the_connections_user(c, others)
+            assert (await _call(c, "list_topics"))["topics"] == []
+        async with _inproc(mem, "u1") as c:
+            await correct_then_forget(c)
+            await refuse_bad_arguments(c)
+        # Deletions through MCP are audited with the tools' actor.
+        actions = {(r.action, r.actor) for r in mem.audit(user_id="u1")}
+        assert ("forget", "mcp") in actions
+
+    _run(scenario)
+
+
+def test_a_user_id_that_is_no_id_is_refused_before_serving(tmp_path: Path) -> None:
+    with (
+        Memory(str(tmp_path / "m.db"), embedder="hash", workers=0) as mem,
+        pytest.raises(ValueError, match="user_id"),
+    ):
+        MemoryTools(mem, "two words")
+
+
+# -- stdio: a real `memstrata mcp` process ---------------------------------------------------
+
+
+def _stdio(db_url: str, *args: str) -> StdioServerParameters:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSTRATA_")}
+    return StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "memstrata", "--embedder", "hash", "mcp", "--database-url", db_url, *args],
+        env=env,
+    )
+
+
+def test_stdio_process(db_url: str) -> None:
+    async def scenario() -> None:
+        async with Client(_stdio(db_url, "--user-id", "u1"), read_timeout_seconds=60) as c:
+            others = await remember_search_and_explain(c)
+            async with Client(_stdio(db_url, "--user-id", "u2"), read_timeout_seconds=60) as c2:
+                await stay_with_the_connections_user(c2, others)
+            await correct_then_forget(c)
+            await refuse_bad_arguments(c)
+
+    _run(scenario)
+
+
+def test_stdio_needs_a_user(tmp_path: Path) -> None:
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSTRATA_")}
+    cmd = [sys.executable, "-m", "memstrata", "mcp", "--database-url", f"{tmp_path}/m.db"]
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 2
+    assert "--user-id or MEMSTRATA_MCP_USER_ID" in done.stderr
+    bad = subprocess.run([*cmd, "--user-id", "a b"], capture_output=True, text=True, env=env)
+    assert bad.returncode == 2 and "user_id" in bad.stderr and not bad.stdout
+
+
+# -- streamable HTTP: a real `memstrata serve` -----------------------------------------------
+
+
+class Served:
+    def __init__(self, proc: ServerProcess) -> None:
+        self.proc = proc
+        self.url = proc.url
+        self.key = proc.bootstrap_key()
+
+    def key_of_new_project(self, project_id: str) -> str:
+        admin = {"Authorization": f"Bearer {ADMIN}"}
+        with httpx.Client(base_url=self.url, headers=admin, timeout=60) as a:
+            assert a.post("/admin/projects", json={"name": project_id, "project_id": project_id})
+            r = a.post(f"/admin/projects/{project_id}/keys", json={"name": "mcp tests"})
+            assert r.status_code == 201, r.text
+            return str(r.json()["data"]["secret"])
+
+    @asynccontextmanager
+    async def connect(
+        self, path: str = "/mcp/users/u1", key: str | None = None, **headers: str
+    ) -> AsyncIterator[Client]:
+        headers["Authorization"] = f"Api-Key {key or self.key}"
+        async with httpx2.AsyncClient(headers=headers, timeout=60) as http:
+            transport = streamable_http_client(self.url + path, http_client=http)
+            async with Client(transport, read_timeout_seconds=60) as c:
+                yield c
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory, module_db_url: str) -> Iterator[Served]:
+    proc = ServerProcess(
+        tmp_path_factory.mktemp("mcp-server"),
+        db_url=module_db_url,
+        env={"MEMSTRATA_ADMIN_TOKEN": ADMIN},
+    ).start()
+    try:
+        yield Served(proc)
+    finally:
+        proc.stop()
+
+
+def test_http_tools(served: Served) -> None:
+    other_key = served.key_of_new_project("elsewhere")
+
+    async def scenario() -> None:
+        async with served.connect() as c:
+            others = await remember_search_and_explain(c)
+        async with served.connect("/mcp/users/u2") as c:
+            await stay_with_the_connections_user(c, others)
+        # Another project's key, the same user id: another project's memory, which is empty.
+        async with served.connect(key=other_key) as c:
+            await stay_with_the_connections_user(c, others)
+            assert (await _call(c, "list_memories"))["count"] == 0
+        # The user in a header instead of the URL.
+        async with served.connect("/mcp", **{"X-Memstrata-User-Id": "u1"}) as c:
+            hits = await _call(c, "search_memories", query="peanuts")
+            assert others in [h["id"] for h in hits["results"]]
+            await correct_then_forget(c)
+            await refuse_bad_arguments(c)
+
+    _run(scenario)
+    with httpx.Client(base_url=served.url, timeout=30) as api:
+        audit = api.get(
+            "/api/audit",
+            params={"user_id": "u1"},
+            headers={"Authorization": f"Api-Key {served.key}"},
+        ).json()["data"]["items"]
+    assert {r["actor"].split(":", 1)[0] for r in audit} == {"mcp"}  # mcp:api_key:<key id>
+    log = [json.loads(line) for line in served.proc.stderr().splitlines() if '"path"' in line]
+    mcp_lines = [e for e in log if e["path"] == "/mcp/users/{user_id}"]
+    assert mcp_lines and {e["project_id"] for e in mcp_lines} == {"default", "elsewhere"}
+
+
+@pytest.mark.parametrize(
+    ("path", "headers", "status", "says"),
+    [
+        ("/mcp/users/u1", {}, 401, "missing or malformed Authorization"),
+        (
+            "/mcp/users/u1",
+            {"Authorization": "Api-Key ms_wrong_key_0123456789abcdef"},
+            401,
+            "invalid",
+        ),
+        ("/mcp/users/u1", {"Authorization": "Basic dTE6cHc="}, 401, "malformed"),
+        ("/mcp", {"key": ""}, 400, "no user"),
+        ("/mcp/users/u1", {"key": "", "X-Memstrata-User-Id": "u2"}, 400, "names user"),
+        ("/mcp/users/a%20b", {"key": ""}, 400, "user_id"),
+    ],
+)
+def test_http_refuses_before_mcp(
+    served: Served, path: str, headers: dict[str, str], status: int, says: str
+) -> None:
+    if "key" in headers:
+        headers = {k: v for k, v in headers.items() if k != "key"}
+        headers["Authorization"] = f"Api-Key {served.key}"
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+    accept = {"Accept": "application/json, text/event-stream"}
+    r = httpx.post(served.url + path, json=body, headers={**accept, **headers}, timeout=30)
+    assert r.status_code == status, r.text
+    assert says in r.json()["error"]["detail"]
+    if status == 401:
+        assert "Api-Key" in r.headers["www-authenticate"]
