@@ -1,8 +1,10 @@
-"""``memstrata`` command line: demo, serve, import, search, stats, worker, reindex, retry-failed."""
+"""``memstrata`` command line: demo, serve, mcp, import, search, stats, worker, reindex,
+retry-failed."""
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import logging
 import os
@@ -359,6 +361,34 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- mcp -----------------------------------------------------------------------------------
+
+
+def _cmd_mcp(args: argparse.Namespace) -> int:
+    user = args.user_id or os.environ.get("MEMSTRATA_MCP_USER_ID")
+    if not user:
+        raise MemstrataError(
+            "memstrata mcp serves one user: give --user-id or MEMSTRATA_MCP_USER_ID"
+        )
+    if importlib.util.find_spec("mcp") is None:
+        raise MemstrataError("memstrata mcp needs the mcp package: pip install 'memstrata[mcp]'")
+    from .mcp import serve_stdio
+    from .memory import Memory
+
+    # stdout is the protocol's: everything else goes to stderr (logging's default).
+    mem = Memory(
+        args.database_url or args.db,
+        api_key=args.api_key,
+        embedder=args.embedder,
+        project_id=args.project,
+    )
+    try:
+        serve_stdio(mem, user)
+    finally:
+        mem.close()
+    return 0
+
+
 # -- demo ----------------------------------------------------------------------------------
 
 DEMO_USER = "alex"
@@ -475,6 +505,20 @@ def _parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--database-url", help="same as --db")
     s.set_defaults(func=_cmd_serve)
+
+    s = sub.add_parser(
+        "mcp",
+        help="serve one user's memory to an MCP host over stdio (embedded, or a server's)",
+    )
+    s.add_argument(
+        "--user-id", help="the user whose memory this is (default: $MEMSTRATA_MCP_USER_ID)"
+    )
+    s.add_argument(
+        "--database-url",
+        help="same as --db; an http(s):// URL uses a memstrata server, with --api-key",
+    )
+    s.add_argument("--api-key", help="the server's project API key (default: $MEMSTRATA_API_KEY)")
+    s.set_defaults(func=_cmd_mcp)
 
     s = sub.add_parser("projects", help="create or list projects (tenants of the server)")
     acts = s.add_subparsers(dest="action", required=True)

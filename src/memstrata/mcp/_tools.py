@@ -226,16 +226,23 @@ class MemoryTools:
         return out
 
     def _learned(self, text: str, message_ids: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
-        """The facts and summaries that cite the new message: found by searching for the
-        note's own words, which is what they were drawn from."""
+        """The summaries and facts that cite the new message. The summaries are found by
+        searching for the note's own words, which they were drawn from; their facts by
+        their evidence (search shows a summary in place of the facts it covers)."""
         new = set(message_ids)
         hits = self.memory.search(
-            text, user_id=self.user_id, layers=["fact", "summary"], limit=_LEARNED_SEARCH
+            text, user_id=self.user_id, layers=["summary"], limit=_LEARNED_SEARCH
         )
-        cited = [h for h in hits if new.intersection(h.message_ids)]
+        summaries = [h for h in hits if new.intersection(h.message_ids)]
+        facts: dict[str, str] = {}
+        for summary in summaries:
+            for fid in self.memory.summaries.get(summary.id).fact_ids:
+                fact = self.memory.facts.get(fid)
+                if new.intersection(fact.message_ids):
+                    facts[fact.id] = fact.text
         return {
-            "facts": [{"id": h.id, "text": h.text} for h in cited if h.layer == "fact"],
-            "summaries": [{"id": h.id, "text": h.text} for h in cited if h.layer == "summary"],
+            "facts": [{"id": fid, "text": text} for fid, text in facts.items()],
+            "summaries": [{"id": h.id, "text": h.text} for h in summaries],
         }
 
     def search_memories(
@@ -352,7 +359,7 @@ class MemoryTools:
                 "which search_memories and list_memories return; facts and messages are "
                 "evidence and are never edited"
             )
-        if old.status != "active":
+        if old.status not in ("active", "deprioritized"):  # what recall presents as current
             after = f" by {old.superseded_by}" if old.superseded_by else ""
             raise ToolRefused(f"memory {memory_id!r} is {old.status}{after}; correct a current one")
         correction = {

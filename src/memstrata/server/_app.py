@@ -7,7 +7,9 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import Depends, FastAPI
+from starlette.routing import Route
 
+from ..mcp._http import McpEndpoint
 from . import (
     _routes_actions,
     _routes_admin,
@@ -56,6 +58,7 @@ def create_app(memory: Any = None, settings: ServerSettings | None = None) -> Fa
         try:
             yield
         finally:
+            await mcp.aclose()
             if owned:
                 app.state.memory.close()
 
@@ -81,6 +84,10 @@ def create_app(memory: Any = None, settings: ServerSettings | None = None) -> Fa
         _routes_webhooks,
     ):
         app.include_router(module.router)
+    # MCP over streamable HTTP: /mcp/users/{user_id} (or /mcp with the user in a header).
+    mcp = McpEndpoint(lambda: app.state.memory)
+    for path in ("/mcp/users/{user_id:path}", "/mcp"):
+        app.router.routes.append(Route(path, endpoint=mcp, methods=["GET", "POST", "DELETE"]))
     # Added last = outermost: the request id exists before the body limit can refuse.
     app.add_middleware(BodyLimit, max_body_bytes=settings.max_body_bytes)
     app.add_middleware(RequestContext)

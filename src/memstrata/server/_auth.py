@@ -19,7 +19,7 @@ from ..memory import Memory
 from ..types import ApiKey
 from ._errors import ApiError
 
-__all__ = ["Admin", "Caller", "CallerDep", "require_admin"]
+__all__ = ["Admin", "Caller", "CallerDep", "authenticate", "require_admin"]
 
 # Declared as a security scheme so the OpenAPI document says how to authenticate.
 _AUTH_HEADER = APIKeyHeader(
@@ -61,9 +61,9 @@ class Caller:
         return f"api_key:{self.key.id}"
 
 
-def _caller(
-    request: Request, authorization: Annotated[str | None, Depends(_AUTH_HEADER)]
-) -> Caller:
+def authenticate(memory: Memory, authorization: str | None) -> Caller:
+    """The caller an ``Authorization`` header names (``ApiError`` 401 if none): the REST
+    routes' dependency and the MCP endpoint both ask this."""
     secret = _secret(authorization)
     if secret is None:
         raise ApiError(
@@ -71,13 +71,19 @@ def _caller(
             "missing or malformed Authorization header; send `Api-Key <key>` or `Bearer <key>`",
             headers=_CHALLENGE,
         )
-    memory: Memory = request.app.state.memory
     key = memory.keys.verify(secret)
     if key is None:
         # One answer for unknown, revoked and malformed keys: nothing to probe.
         raise ApiError(401, "invalid or revoked API key", headers=_CHALLENGE)
-    request.state.project_id = key.project_id
     return Caller(memory=memory.for_project(key.project_id), key=key)
+
+
+def _caller(
+    request: Request, authorization: Annotated[str | None, Depends(_AUTH_HEADER)]
+) -> Caller:
+    caller = authenticate(request.app.state.memory, authorization)
+    request.state.project_id = caller.project_id
+    return caller
 
 
 CallerDep = Annotated[Caller, Depends(_caller)]

@@ -47,6 +47,7 @@ _CODES = {
     415: "unsupported_media_type",
     422: "validation_error",
     500: "internal_error",
+    501: "not_implemented",
     503: "unavailable",
 }
 
