@@ -161,9 +161,8 @@ def main() -> None:
     args = p.parse_args()
 
     import httpx2
-    from mcp.client.streamable_http import streamable_http_client
-
     from mcp import Client, StdioServerParameters
+    from mcp.client.streamable_http import streamable_http_client
 
     questions = locomo_questions(args.questions, seed=1)
     figures: dict[str, dict[str, Any]] = {}

@@ -329,6 +329,27 @@ def test_http_tools(served: Served) -> None:
     assert mcp_lines and {e["project_id"] for e in mcp_lines} == {"default", "elsewhere"}
 
 
+def test_stdio_against_the_server(served: Served) -> None:
+    """``memstrata mcp`` with an http(s) URL and a key: the tools over the remote memory."""
+
+    async def scenario() -> None:
+        params = _stdio(served.url, "--user-id", "u-remote", "--api-key", served.key)
+        async with Client(params, read_timeout_seconds=60) as c:
+            added = await _call(c, "add_memory", text="I collect vinyl records.", wait=True)
+            (summary,) = added["learned"]["summaries"]
+            hits = (await _call(c, "search_memories", query="vinyl records"))["results"]
+            assert summary["id"] in [h["id"] for h in hits]
+            item = await _call(c, "get_memory", memory_id=summary["id"])
+            assert item["messages"][0]["content"] == "I collect vinyl records."
+
+    _run(scenario)
+    with httpx.Client(base_url=served.url, timeout=30) as api:
+        listed = api.get(
+            "/api/users/u-remote/summaries", headers={"Authorization": f"Api-Key {served.key}"}
+        ).json()["data"]["items"]
+    assert [s["text"] for s in listed] == ["User collects vinyl records."]
+
+
 @pytest.mark.parametrize(
     ("path", "headers", "status", "says"),
     [
