@@ -379,3 +379,29 @@ def test_http_refuses_before_mcp(
     assert says in r.json()["error"]["detail"]
     if status == 401:
         assert "Api-Key" in r.headers["www-authenticate"]
+
+
+def test_http_without_the_sdk_says_how_to_install_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fastapi.testclient import TestClient
+
+    import memstrata.mcp._http as endpoint
+    from memstrata.server import create_app
+
+    def without_sdk() -> None:
+        raise ModuleNotFoundError("No module named 'mcp'", name="mcp")
+
+    monkeypatch.setattr(endpoint, "_build_manager", without_sdk)  # as if mcp were not installed
+    with Memory(str(tmp_path / "m.db"), embedder="hash", workers=0) as mem:
+        mem.projects.create("default", project_id="default")
+        _, secret = mem.keys.create("default")
+        with TestClient(create_app(mem)) as api:
+            r = api.post(
+                "/mcp/users/u1",
+                json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+                headers={"Authorization": f"Api-Key {secret}"},
+            )
+            assert api.get("/healthz").status_code == 200  # the REST API is unaffected
+    assert r.status_code == 501
+    assert "pip install 'memstrata[mcp]'" in r.json()["error"]["detail"]
