@@ -25,9 +25,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import re
-import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -51,14 +48,15 @@ from _common import (
 # the script. The folder leaves sys.path once _common is imported.
 _HERE = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
+sys.path.insert(0, str(REPO_ROOT / "tests"))  # the suite's real `memstrata serve` process
 
 from memstrata import Memory  # noqa: E402
 from memstrata.mcp import MemoryTools  # noqa: E402
 from memstrata.mcp._tools import default_session  # noqa: E402
+from server_proc import ServerProcess  # noqa: E402
 
 USER = "locomo-user"
 _CLI = ("-m", "memstrata")
-_KEY = re.compile(r"\bms_[A-Za-z0-9_-]{20,}")
 
 
 def _load(db: str, embedder: str) -> int:
@@ -116,40 +114,9 @@ async def _over_mcp(client: Any, questions: list[str], warmup: int) -> dict[str,
         }
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSTRATA_")}
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT / "src"), env.get("PYTHONPATH", "")])
-    return env
-
-
-def _serve(db: str, embedder: str, workdir: Path) -> tuple[subprocess.Popen[bytes], str, str]:
-    import httpx
-
-    port = _free_port()
-    out = workdir / "serve.out"
-    cmd = [sys.executable, *_CLI, "--embedder", embedder, "serve", "--no-worker"]
-    cmd += ["--port", str(port), "--database-url", db]
-    with open(out, "wb") as stdout, open(workdir / "serve.err", "wb") as stderr:
-        proc = subprocess.Popen(cmd, stdout=stdout, stderr=stderr, env=_env())
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                break
-        except httpx.TransportError:
-            time.sleep(0.1)
-    keys = _KEY.findall(out.read_text())
-    if not keys:
-        proc.kill()
-        raise SystemExit(f"memstrata serve printed no key:\n{out.read_text()}")
-    return proc, url, keys[0]
+    # The developer's MEMSTRATA_* variables must not change what is measured (as server_proc).
+    return {k: v for k, v in os.environ.items() if not k.startswith("MEMSTRATA_")}
 
 
 def main() -> None:
@@ -215,21 +182,21 @@ def main() -> None:
             timings["stdio"] = asyncio.run(_over_mcp(Client(stdio), questions, args.warmup))
         print(f"(other processes used {load[0]:.0%} of the CPU during the stdio run)")
 
-        proc, url, key = _serve(db, args.embedder, Path(tmp))
+        server = ServerProcess(Path(tmp), db_url=db, embedder=args.embedder).start("--no-worker")
         try:
 
             async def over_http() -> dict[str, list[float]]:
-                headers = {"Authorization": f"Api-Key {key}"}
+                headers = {"Authorization": f"Api-Key {server.bootstrap_key()}"}
+                url = f"{server.url}/mcp/users/{USER}"
                 async with httpx2.AsyncClient(headers=headers, timeout=60) as http:
-                    transport = streamable_http_client(f"{url}/mcp/users/{USER}", http_client=http)
+                    transport = streamable_http_client(url, http_client=http)
                     return await _over_mcp(Client(transport), questions, args.warmup)
 
             with other_load() as load:
                 timings["http"] = asyncio.run(over_http())
             print(f"(other processes used {load[0]:.0%} of the CPU during the HTTP run)")
         finally:
-            proc.terminate()
-            proc.wait(timeout=60)
+            server.stop()
 
     for tool in ("search_memories", "get_context"):
         print(f"\n{tool} ({len(questions)} LoCoMo questions, after {args.warmup} warm-up calls)")

@@ -23,6 +23,8 @@ import pytest
 # tests/fakes is importable as `fakes` from every test module.
 sys.path.insert(0, str(Path(__file__).parent))
 
+from fakes.memory_model import MemoryModel
+from fakes.openai_server import FakeOpenAIServer
 from memstrata import Memory
 from memstrata.embed import make_embedder
 
@@ -199,3 +201,17 @@ def make_memory(db_url: str) -> Iterator[Callable[..., Memory]]:
 def mem(make_memory: Callable[..., Memory]) -> Memory:
     """A Memory on a fresh store with the hashing embedder and one worker thread."""
     return make_memory()
+
+
+@pytest.fixture
+def model() -> MemoryModel:
+    """The scripted pipeline model (facts, summaries, topics) ``openai_server`` answers with."""
+    return MemoryModel()
+
+
+@pytest.fixture
+def openai_server(model: MemoryModel) -> Iterator[FakeOpenAIServer]:
+    """A loopback fake OpenAI server answering chat calls with ``model``."""
+    with FakeOpenAIServer() as server:
+        server.chat_script = model
+        yield server

@@ -302,18 +302,6 @@ def test_the_correction_label_alone_still_supersedes_a_related_summary(make_memo
 # -- with a model ---------------------------------------------------------------------------
 
 
-@pytest.fixture
-def model() -> MemoryModel:
-    return MemoryModel()
-
-
-@pytest.fixture
-def openai_server(model: MemoryModel) -> Iterator[FakeOpenAIServer]:
-    with FakeOpenAIServer() as server:
-        server.chat_script = model
-        yield server
-
-
 def _llm_memory(make_memory: Any, server: FakeOpenAIServer) -> Memory:
     memory: Memory = make_memory(
         llm="openai:fake-chat", llm_base_url=server.base_url, llm_api_key="k"

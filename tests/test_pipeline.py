@@ -7,7 +7,6 @@ import json
 import re
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -66,18 +65,6 @@ def _messages(rows: list[tuple[str, str, str]]) -> list[dict[str, Any]]:
 
 def _sql(mem: Memory, query: str, *args: Any) -> list[tuple[Any, ...]]:
     return dbsql.rows(mem.settings.database_url, query, *args)
-
-
-@pytest.fixture
-def model() -> MemoryModel:
-    return MemoryModel()
-
-
-@pytest.fixture
-def openai_server(model: MemoryModel) -> Iterator[FakeOpenAIServer]:
-    with FakeOpenAIServer() as server:
-        server.chat_script = model
-        yield server
 
 
 def _llm_memory(make_memory: Any, server: Any, local_embedder: Any, **kw: Any) -> Memory:

@@ -73,11 +73,6 @@ def receiver() -> Iterator[WebhookReceiver]:
 
 
 @pytest.fixture
-def model() -> MemoryModel:
-    return MemoryModel()
-
-
-@pytest.fixture
 def llm(model: MemoryModel) -> Iterator[FakeOpenAIServer]:
     with FakeOpenAIServer() as server:
         server.chat_script = model

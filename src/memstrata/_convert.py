@@ -62,8 +62,10 @@ def from_row(
 ) -> M:
     """``model`` of ``row``: each field from the row's attribute of the same name (or the
     one ``rename`` names), times parsed; ``given`` values are taken as they are."""
-    renames = tuple(sorted(rename.items())) if rename else ()
-    key = (model, type(row), renames, tuple(sorted(given)))
+    # Insertion order, not sorted: a call site always passes the same names in the same
+    # order, and a plan per order is only a second entry of the cache.
+    renames = tuple(rename.items()) if rename else ()
+    key = (model, type(row), renames, tuple(given))
     plan = _plans.get(key)
     if plan is None:
         plan = _plans[key] = _plan(model, type(row), renames, set(given))

@@ -74,11 +74,14 @@ NOTE_EVENT = "memory"
 CORRECTS = "corrects"
 
 
+def event_key(event_type: str) -> str:
+    """An event type as compared: lower case, spaces and dashes as underscores."""
+    return re.sub(r"[\s\-]+", "_", event_type.strip().lower())
+
+
 def is_note_event(event_type: str | None) -> bool:
     """Whether a message's ``event_type`` makes it a memory note (in any case or spacing)."""
-    return (
-        event_type is not None and re.sub(r"[\s\-]+", "_", event_type.strip().lower()) == NOTE_EVENT
-    )
+    return event_type is not None and event_key(event_type) == NOTE_EVENT
 
 
 # Identifiers appear in URLs, logs and SQL parameters: printable, no whitespace.

@@ -54,10 +54,10 @@ def _identify(ctx: ServerRequestContext[Any, Any]) -> MemoryTools:
     return tools
 
 
-def _user_of(scope: Scope) -> str:
+def _user_of(request: Request) -> str:
     """The user a request names: ``/mcp/users/{user_id}``, or the header on ``/mcp``."""
-    named = scope.get("path_params", {}).get("user_id")
-    header = Request(scope).headers.get(USER_HEADER)
+    named = request.path_params.get("user_id")
+    header = request.headers.get(USER_HEADER)
     if named is not None and header is not None and header != named:
         raise ApiError(400, f"the URL names user {named!r} and {USER_HEADER} {header!r}")
     user = named if named is not None else header
@@ -90,12 +90,13 @@ class McpEndpoint:
         # FastAPI's router sets for its own routes only.
         by_user = "user_id" in scope.get("path_params", {})
         scope.setdefault("route", _BY_USER if by_user else _BY_HEADER)
+        request = Request(scope)
         try:
-            header = Request(scope).headers.get("authorization")
+            header = request.headers.get("authorization")
             caller: Caller = await anyio.to_thread.run_sync(authenticate, self._memory(), header)
-            user = _user_of(scope)
+            user = _user_of(request)
         except ApiError as exc:
-            await error_response(Request(scope), exc.status, exc.detail, headers=exc.headers)(
+            await error_response(request, exc.status, exc.detail, headers=exc.headers)(
                 scope, receive, send
             )
             return
@@ -105,7 +106,7 @@ class McpEndpoint:
             manager = await self._ready()
         except ModuleNotFoundError as exc:
             detail = f"MCP needs the mcp package ({exc.name}): pip install 'memstrata[mcp]'"
-            await error_response(Request(scope), 501, detail)(scope, receive, send)
+            await error_response(request, 501, detail)(scope, receive, send)
             return
         await manager.handle_request(scope, receive, send)
 

@@ -71,7 +71,7 @@ from datetime import datetime, timezone
 
 from ..store import MessageRow
 from ..store._text import _CJK, _CJK_RUN, _STOPWORDS, _TOKEN, fts_query_terms
-from ..types import CORRECTS, is_note_event
+from ..types import CORRECTS, event_key, is_note_event
 from ._dates import DateSpan, resolve_dates
 from ._drafts import MAX_FACT_CHARS, FactDraft
 
@@ -776,10 +776,6 @@ _EVENT_VERBS_ZH = {
 _EVENT_LABEL = re.compile(r"^(?P<label>[A-Za-z][A-Za-z _-]{0,30}?)\s*:\s*(?=\S)")
 
 
-def _event_type(raw: str) -> str:
-    return re.sub(r"[\s\-]+", "_", raw.strip().lower())
-
-
 def _event_content(event_type: str, content: str) -> str:
     """The event's content without a label repeating its type ("Clicked: X" -> "X")."""
     content = " ".join(content.split())
@@ -813,7 +809,7 @@ def _related(a: _EventGroup, b: _EventGroup) -> bool:
 def _behaviour_facts(events: list[tuple[int, MessageRow]]) -> list[tuple[int, FactDraft]]:
     groups: dict[tuple[str, str, str | None], _EventGroup] = {}
     for index, message in events:
-        etype = _event_type(message.event_type or "")
+        etype = event_key(message.event_type or "")
         content = _event_content(etype, message.content)
         if not content:
             continue
