@@ -320,7 +320,12 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         import uvicorn
     except ModuleNotFoundError:
         raise MemstrataError("the server needs uvicorn: pip install 'memstrata[server]'") from None
-    settings = load_server_settings(host=args.host, port=args.port)
+    settings = load_server_settings(
+        host=args.host,
+        port=args.port,
+        proxy_upstream=args.proxy_upstream,
+        proxy_anthropic_upstream=args.proxy_anthropic_upstream,
+    )
     from .memory import Memory
 
     mem = Memory(
@@ -337,6 +342,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         print(f"memstrata serving {url}", flush=True)
         print(f"  store {mem.store.url}; embedder {mem.embedder.name}; {workers}", flush=True)
         print(f"  llm: {mem.mode}", flush=True)
+        _print_proxy(settings, url)
         if key is not None:
             print(
                 "Bootstrap API key of project 'default' (shown once; only its hash is stored):\n"
@@ -347,15 +353,71 @@ def _cmd_serve(args: argparse.Namespace) -> int:
                 flush=True,
             )
         _access_logging()
-        config = uvicorn.Config(
-            app,
-            host=settings.host,
-            port=settings.port,
-            log_config=None,
-            access_log=False,  # ours is structured, with request ids
-            server_header=False,
+        _run(uvicorn, app, settings, access_log=False)  # ours is structured, with request ids
+    finally:
+        mem.close()
+    return 0
+
+
+def _run(uvicorn: Any, app: Any, settings: Any, *, access_log: bool) -> None:
+    config = uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_config=None,
+        access_log=access_log,
+        server_header=False,
+    )
+    uvicorn.Server(config).run()
+
+
+def _print_proxy(settings: Any, url: str) -> None:
+    upstream = settings.proxy_upstream
+    anthropic = settings.proxy_anthropic_upstream or upstream
+    if upstream:
+        print(f"  proxy: {url}/v1 (OpenAI-compatible) -> {upstream}", flush=True)
+    if anthropic:
+        print(f"  proxy: {url} (Anthropic-compatible) -> {anthropic}", flush=True)
+
+
+# -- proxy ---------------------------------------------------------------------------------
+
+
+def _cmd_proxy(args: argparse.Namespace) -> int:
+    from .proxy import create_proxy_app
+    from .server import load_server_settings
+
+    try:
+        import uvicorn
+    except ModuleNotFoundError:
+        raise MemstrataError("the proxy needs uvicorn: pip install 'memstrata[server]'") from None
+    settings = load_server_settings(
+        host=args.host,
+        port=args.port,
+        proxy_upstream=args.upstream,
+        proxy_anthropic_upstream=args.anthropic_upstream,
+        proxy_require_user=False if args.allow_no_user else None,
+    )
+    if not (settings.proxy_upstream or settings.proxy_anthropic_upstream):
+        raise MemstrataError(
+            "memstrata proxy needs an upstream: --upstream URL (or MEMSTRATA_PROXY_UPSTREAM)"
         )
-        uvicorn.Server(config).run()
+    from .memory import Memory
+
+    mem = Memory(
+        args.database_url or args.db,
+        api_key=args.api_key,
+        embedder=args.embedder,
+        project_id=args.project,
+    )
+    try:
+        app = create_proxy_app(mem, settings)
+        url = f"http://{settings.host}:{settings.port}"
+        # Memory(url) is a RemoteMemory for an http(s) URL.
+        where = mem.store.url if isinstance(mem, Memory) else "a memstrata server"
+        print(f"memstrata proxy on {url}; memory: {where}", flush=True)
+        _print_proxy(settings, url)
+        _run(uvicorn, app, settings, access_log=True)
     finally:
         mem.close()
     return 0
@@ -504,7 +566,43 @@ def _parser() -> argparse.ArgumentParser:
         help="API only: queued messages are processed by a separate `memstrata worker`",
     )
     s.add_argument("--database-url", help="same as --db")
+    s.add_argument(
+        "--proxy-upstream",
+        help="mount the memory proxy on /v1, forwarding to this OpenAI-compatible URL "
+        "(default: $MEMSTRATA_PROXY_UPSTREAM)",
+    )
+    s.add_argument(
+        "--proxy-anthropic-upstream",
+        help="the proxy's upstream of /v1/messages (default: the --proxy-upstream URL)",
+    )
     s.set_defaults(func=_cmd_serve)
+
+    s = sub.add_parser(
+        "proxy",
+        help="an OpenAI/Anthropic-compatible proxy that gives any client memory (see docs)",
+    )
+    s.add_argument(
+        "--upstream",
+        help="OpenAI-compatible upstream base URL, e.g. https://api.openai.com or "
+        "http://127.0.0.1:11434 (default: $MEMSTRATA_PROXY_UPSTREAM)",
+    )
+    s.add_argument(
+        "--anthropic-upstream",
+        help="upstream of /v1/messages, e.g. https://api.anthropic.com (default: --upstream)",
+    )
+    s.add_argument("--host", help="interface to bind (default: $MEMSTRATA_HOST or 127.0.0.1)")
+    s.add_argument("--port", type=int, help="TCP port (default: $MEMSTRATA_PORT or 8000)")
+    s.add_argument(
+        "--allow-no-user",
+        action="store_true",
+        help="relay requests without X-Memstrata-User-Id without memory (default: 400)",
+    )
+    s.add_argument(
+        "--database-url",
+        help="same as --db; an http(s):// URL uses a memstrata server, with --api-key",
+    )
+    s.add_argument("--api-key", help="the server's project API key (default: $MEMSTRATA_API_KEY)")
+    s.set_defaults(func=_cmd_proxy)
 
     s = sub.add_parser(
         "mcp",

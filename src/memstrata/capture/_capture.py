@@ -76,6 +76,9 @@ class Recalled:
     # Where the block goes: "user", into the turn recall searched with (after its text),
     # or "system", the provider's system slot (the adapters' docstrings say where exactly).
     injection: Injection = "user"
+    # Recall was attempted but gave up (timed out or failed): the call went on without
+    # memory. The proxy says so in a response header.
+    skipped: bool = False
 
 
 _STOP = object()
@@ -310,7 +313,7 @@ class Capture:
             )
         except Exception:
             log.exception("memstrata: recall failed; the call goes on without memory")
-        return Recalled(who)
+        return Recalled(who, skipped=True)
 
     def after(self, exchange: Exchange) -> None:
         """Queue the exchange for storage and return at once. Never raises."""

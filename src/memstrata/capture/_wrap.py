@@ -22,10 +22,13 @@ __all__ = [
     "Accumulator",
     "Endpoint",
     "Unpack",
+    "captured",
     "capturing",
     "error_text",
+    "failed",
     "prepared",
     "restore",
+    "stream_parts",
     "wrap_method",
 ]
 
@@ -94,7 +97,7 @@ def prepared(endpoint: Endpoint, capture: Capture, request: Any) -> tuple[Recall
         return None, request
 
 
-def _failed(
+def failed(
     endpoint: Endpoint,
     capture: Capture,
     recalled: Recalled,
@@ -117,7 +120,7 @@ def _failed(
         log.exception("memstrata: could not capture a failed %s call", endpoint.provider)
 
 
-def _captured(
+def captured(
     endpoint: Endpoint,
     capture: Capture,
     recalled: Recalled,
@@ -131,7 +134,7 @@ def _captured(
         log.exception("memstrata: could not read a %s response", endpoint.provider)
 
 
-def _stream_parts(
+def stream_parts(
     endpoint: Endpoint, capture: Capture, recalled: Recalled, request: Any, start: float
 ) -> tuple[Callable[[Any], None], Callable[[bool, BaseException | None], None]]:
     acc = endpoint.accumulator()
@@ -160,9 +163,9 @@ def _answered(
         return result
     answer, repack = unpacked
     if proxy is None:
-        _captured(endpoint, capture, recalled, request, answer, start)
+        captured(endpoint, capture, recalled, request, answer, start)
         return repack(answer)
-    return repack(proxy(answer, *_stream_parts(endpoint, capture, recalled, request, start)))
+    return repack(proxy(answer, *stream_parts(endpoint, capture, recalled, request, start)))
 
 
 def capturing(
@@ -206,7 +209,7 @@ def capturing(
             try:
                 result = send(args, kwargs, sent)
             except Exception as exc:
-                _failed(endpoint, capture, recalled, request, exc, start)
+                failed(endpoint, capture, recalled, request, exc, start)
                 raise
             proxy = StreamProxy if streamed(kwargs) else None
             return _answered(endpoint, capture, recalled, request, result, start, proxy)
@@ -226,7 +229,7 @@ def capturing(
             if not opens_on_read:
                 result = await result
         except Exception as exc:
-            _failed(endpoint, capture, recalled, request, exc, start)
+            failed(endpoint, capture, recalled, request, exc, start)
             raise
         proxy = AsyncStreamProxy if streamed(kwargs) else None
         return _answered(endpoint, capture, recalled, request, result, start, proxy)

@@ -10,6 +10,7 @@ from fastapi import Depends, FastAPI
 from starlette.routing import Route
 
 from ..mcp._http import McpEndpoint
+from ..proxy import ProjectMemories, build_proxy
 from . import (
     _routes_actions,
     _routes_admin,
@@ -59,6 +60,7 @@ def create_app(memory: Any = None, settings: ServerSettings | None = None) -> Fa
             yield
         finally:
             await mcp.aclose()
+            await proxy.aclose()  # stores what it captured while the memory is still open
             if owned:
                 app.state.memory.close()
 
@@ -88,7 +90,21 @@ def create_app(memory: Any = None, settings: ServerSettings | None = None) -> Fa
     mcp = McpEndpoint(lambda: app.state.memory)
     for path in ("/mcp/users/{user_id:path}", "/mcp"):
         app.router.routes.append(Route(path, endpoint=mcp, methods=["GET", "POST", "DELETE"]))
+    # The memory proxy: /v1/chat/completions, /v1/responses, /v1/messages (docs/proxy.md).
+    proxy = build_proxy(
+        settings,
+        ProjectMemories(
+            lambda: app.state.memory,
+            check_timeout=lambda: app.state.memory.settings.capture_recall_timeout_ms / 1000,
+            strict=settings.proxy_upstream_api_key is not None,
+        ),
+    )
+    app.router.routes.extend(proxy.routes())
     # Added last = outermost: the request id exists before the body limit can refuse.
-    app.add_middleware(BodyLimit, max_body_bytes=settings.max_body_bytes)
+    app.add_middleware(
+        BodyLimit,
+        max_body_bytes=settings.max_body_bytes,
+        by_prefix={"/v1/": settings.proxy_max_body_bytes},
+    )
     app.add_middleware(RequestContext)
     return app

@@ -22,14 +22,25 @@ def _too_large(limit: int) -> str:
 
 
 class BodyLimit:
-    def __init__(self, app: ASGIApp, max_body_bytes: int) -> None:
+    def __init__(
+        self, app: ASGIApp, max_body_bytes: int, by_prefix: dict[str, int] | None = None
+    ) -> None:
         self.app = app
-        self.limit = max_body_bytes
+        self.default = max_body_bytes
+        # Paths with a limit of their own (the proxy's /v1/: prompts carry images inline).
+        self.by_prefix = sorted((by_prefix or {}).items(), key=lambda kv: -len(kv[0]))
+
+    def _limit(self, path: str) -> int:
+        for prefix, limit in self.by_prefix:
+            if path.startswith(prefix):
+                return limit
+        return self.default
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        limit = self._limit(scope.get("path", ""))
         declared = None
         for name, value in scope.get("headers", ()):
             if name == b"content-length":
@@ -38,11 +49,9 @@ class BodyLimit:
                 except ValueError:
                     declared = None
                 break
-        if declared is not None and declared > self.limit:
+        if declared is not None and declared > limit:
             request_id = scope.get("state", {}).get("request_id")
-            body = json.dumps(
-                error_body(413, _too_large(self.limit), request_id=request_id)
-            ).encode()
+            body = json.dumps(error_body(413, _too_large(limit), request_id=request_id)).encode()
             await send(
                 {
                     "type": "http.response.start",
@@ -59,7 +68,6 @@ class BodyLimit:
             return
 
         received = 0
-        limit = self.limit
 
         async def counting_receive() -> Message:
             nonlocal received

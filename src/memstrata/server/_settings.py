@@ -34,6 +34,42 @@ class ServerSettings(BaseSettings):
         le=1 << 30,
         description="Largest request body accepted; larger ones are refused with 413.",
     )
+    proxy_upstream: str | None = Field(
+        default=None,
+        description="Memory proxy: base URL of the OpenAI-compatible upstream of "
+        "/v1/chat/completions, /v1/responses and every other /v1 path, e.g. "
+        "`https://api.openai.com` or `http://127.0.0.1:11434` (Ollama); unset, the proxy's "
+        "routes answer 501.",
+    )
+    proxy_anthropic_upstream: str | None = Field(
+        default=None,
+        description="Memory proxy: base URL of /v1/messages' upstream, e.g. "
+        "`https://api.anthropic.com` (default: proxy_upstream).",
+    )
+    proxy_upstream_api_key: SecretStr | None = Field(
+        default=None,
+        description="Memory proxy: the provider key sent upstream instead of the caller's "
+        "(then `memstrata serve` requires a memstrata key on every proxied request, "
+        "`/v1` paths without memory included).",
+    )
+    proxy_require_user: bool = Field(
+        default=True,
+        description="Memory proxy: refuse (400) a chat, responses or messages request "
+        "without X-Memstrata-User-Id; false relays it without memory.",
+    )
+    proxy_timeout_s: float = Field(
+        default=600.0,
+        gt=0,
+        le=3600,
+        description="Memory proxy: longest wait for the upstream's next byte.",
+    )
+    proxy_max_body_bytes: int = Field(
+        default=32 * 1_048_576,
+        ge=1024,
+        le=1 << 30,
+        description="Memory proxy: largest request body accepted on /v1 paths (images "
+        "travel inline); larger ones are refused with 413.",
+    )
 
 
 def load_server_settings(**overrides: Any) -> ServerSettings:
