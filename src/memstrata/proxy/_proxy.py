@@ -22,6 +22,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -64,6 +65,7 @@ KEY_HEADER = "x-memstrata-api-key"
 MEMORY_HEADER = "x-memstrata-memory"
 
 _METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
+_RECALL_THREADS = 64
 
 
 class Refused(Exception):
@@ -278,6 +280,10 @@ class MemoryProxy:
         self.require_user = require_user
         self._timeout = httpx.Timeout(timeout_s, connect=10.0)
         self._client: httpx.AsyncClient | None = None
+        # Each call's recall blocks a thread for up to its bound: a pool of the proxy's own,
+        # so that many concurrent calls neither queue behind asyncio's small default pool
+        # (min(32, cores + 4) threads) nor starve what else uses it.
+        self._pool = ThreadPoolExecutor(_RECALL_THREADS, thread_name_prefix="memstrata-proxy")
 
     def routes(self) -> list[Route]:
         memory = [Route(path, self._with_memory, methods=["POST"]) for path in _APIS]
@@ -289,6 +295,7 @@ class MemoryProxy:
             await self._client.aclose()
             self._client = None
         await asyncio.to_thread(self._captures.close)
+        self._pool.shutdown(wait=False, cancel_futures=True)
 
     # -- routes -------------------------------------------------------------------------
 
@@ -344,7 +351,9 @@ class MemoryProxy:
             return None, "off", raw
         if capture is None:
             return None, "skipped", raw
-        recalled, sent = await asyncio.to_thread(_prepare, api.endpoint, capture, who, body)
+        recalled, sent = await asyncio.get_running_loop().run_in_executor(
+            self._pool, _prepare, api.endpoint, capture, who, body
+        )
         if recalled is None:  # preparing failed (logged): the call goes as it came
             return None, "skipped", raw
         call = _Call(api.endpoint, capture, recalled, body)
