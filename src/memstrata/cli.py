@@ -353,19 +353,19 @@ def _cmd_serve(args: argparse.Namespace) -> int:
                 flush=True,
             )
         _access_logging()
-        _run(uvicorn, app, settings, access_log=False)  # ours is structured, with request ids
+        _run(uvicorn, app, settings)
     finally:
         mem.close()
     return 0
 
 
-def _run(uvicorn: Any, app: Any, settings: Any, *, access_log: bool) -> None:
+def _run(uvicorn: Any, app: Any, settings: Any) -> None:
     config = uvicorn.Config(
         app,
         host=settings.host,
         port=settings.port,
         log_config=None,
-        access_log=access_log,
+        access_log=False,  # ours is structured, with request ids
         server_header=False,
     )
     uvicorn.Server(config).run()
@@ -417,7 +417,8 @@ def _cmd_proxy(args: argparse.Namespace) -> int:
         where = mem.store.url if isinstance(mem, Memory) else "a memstrata server"
         print(f"memstrata proxy on {url}; memory: {where}", flush=True)
         _print_proxy(settings, url)
-        _run(uvicorn, app, settings, access_log=True)
+        _access_logging()
+        _run(uvicorn, app, settings)
     finally:
         mem.close()
     return 0

@@ -70,6 +70,7 @@ def create_proxy_app(memory: Memory, settings: ServerSettings) -> Starlette:
     from starlette.routing import Route
 
     from ..server._limits import BodyLimit
+    from ..server._logging import RequestContext
 
     proxy = build_proxy(settings, OneMemory(memory))
 
@@ -85,5 +86,8 @@ def create_proxy_app(memory: Memory, settings: ServerSettings) -> Starlette:
 
     app = Starlette(routes=[Route("/health", health), *proxy.routes()], lifespan=lifespan)
     app.add_middleware(BodyLimit, max_body_bytes=settings.proxy_max_body_bytes)
+    # Access logs as the server's: one JSON line, the route's template, never a header or
+    # the query string (a provider key can travel in either).
+    app.add_middleware(RequestContext)
     app.state.proxy = proxy
     return app

@@ -64,8 +64,11 @@ class RequestContext:
                 response_started = True
                 status = message["status"]
                 headers = list(message.get("headers", []))
-                headers.append((b"x-request-id", request_id.encode()))
-                message = {**message, "headers": headers}
+                # A response that names its own id keeps it: the proxy relays the
+                # upstream's, which the caller's SDK reports (a second one would be merged).
+                if not any(name.lower() == b"x-request-id" for name, _ in headers):
+                    headers.append((b"x-request-id", request_id.encode()))
+                    message = {**message, "headers": headers}
             await send(message)
 
         try:
