@@ -50,7 +50,11 @@ pytestmark = [
 ]
 
 SYSTEM = "Be brief."
-EARLIER = [("user", "Hello there."), ("assistant", "Hi! How can I help?")]
+# Words shared with the question: recall would find these turns, were they not in the request.
+EARLIER = [
+    ("user", "Hello there, I need snacks for a trip."),
+    ("assistant", "Happy to help with snacks for your trip."),
+]
 QUESTION = "Which snacks with peanuts can I have?"
 ANSWER = "Roasted chickpeas."
 BEDROCK_MODEL = "anthropic.claude-3-haiku-20240307-v1:0"
@@ -458,3 +462,35 @@ def test_hostile_memory_reaches_every_provider_escaped_in_one_block(
     assert mem.llm.flush(10)
     stored = [m.content for m in mem.messages.list(session_id="chat")]
     assert stored == [QUESTION, ANSWER]  # the block is never stored as the user's words
+
+
+@pytest.mark.parametrize("adapter", list(CALLS))
+def test_no_provider_is_sent_back_the_turns_its_request_carries(
+    make_memory: Any, servers: Servers, adapter: str
+) -> None:
+    """Each adapter hands recall the texts of its request's turns: the block holds other
+    memories (another session's, and this session's turns the request does not carry), not
+    the turns the request already has."""
+    mem = make_memory()
+    mem.sessions.create(user_id="ana", session_id="notes").add_messages(
+        [{"role": "user", "content": "I am allergic to peanuts."}], sync=True
+    )
+    not_sent = "Salted snacks with peanuts are my favourite trip snacks."
+    conversation = [not_sent, *(t for _, t in EARLIER), QUESTION]
+    mem.sessions.create(user_id="ana", session_id="chat").add_messages(
+        [{"role": r, "content": t} for r, t in [("user", not_sent), *EARLIER]], sync=True
+    )
+    # Without the request's turns left out, recall would quote them back.
+    config = {**mem.llm.recall_config, "message_recent_limit": 0}
+    unfiltered = mem.get_memory("chat", QUESTION, recall_config=config).formatted_context
+    assert all(t in unfiltered for _, t in EARLIER)
+    with mem.scope(user_id="ana", session_id="chat"):
+        system, turns = CALLS[adapter](mem, servers)
+    block = assert_one_safe_block("\n\n".join([system, *(t for _, t in turns)]), shown=())
+    assert "allergic to peanuts" in block and not_sent in block
+    if adapter == "openai-responses-string":  # a string input: the request has one turn
+        assert QUESTION not in block and all(t in block for _, t in EARLIER)
+    else:
+        assert not any(t in block for t in conversation[1:])
+    # What the request carries reached the provider once, as the caller's turns.
+    assert [t for _, t in turns if t.startswith(EARLIER[0][1])] == [EARLIER[0][1]]

@@ -576,3 +576,82 @@ def test_a_user_turn_of_unknown_shape_gets_the_block_in_the_system_slot() -> Non
         {"role": "system", "content": recalled.block},
         {"role": "user", "content": 42},
     ]
+
+
+QUESTIONS = [
+    "What about food?",
+    "What about food on the train?",
+    "What about food at the hotel?",
+    "What about food for the kids?",
+    "What about food near the beach?",
+    "What about food after the hike?",
+    "What about food with peanuts?",
+]
+
+
+def test_a_conversation_is_not_recalled_back_into_its_own_requests(
+    mem: Memory, openai_server: FakeOpenAIServer
+) -> None:
+    """Issue 24: in a 7-turn conversation the block listed the caller's own turns of the
+    session, which the request's messages held already. Each request's block now leaves them
+    out, and still recalls memory of another session."""
+    openai_server.chat_script = lambda body: (
+        f"Food tip: {body['messages'][-1]['content'].split(chr(10))[0].lower()} Pack food."
+    )
+    client = mem.llm.register(_client(openai_server))
+    messages: list[dict[str, str]] = []
+    with mem.scope(user_id="ana"):  # the capture session: llm-ana
+        for question in QUESTIONS:
+            messages.append({"role": "user", "content": question})
+            reply = client.chat.completions.create(model="m", messages=messages)
+            messages.append({"role": "assistant", "content": reply.choices[0].message.content})
+            assert mem.llm.flush(5)
+    stored = _stored(mem, "llm-ana")
+    assert [c for _, c in stored] == [m["content"] for m in messages]
+    requests = openai_server.chat_requests()
+    assert len(requests) == len(QUESTIONS)
+    for n, body in enumerate(requests):
+        sent = body["messages"]
+        carried = [m["content"] for m in messages[: 2 * n]]  # the turns before this one
+        assert [m["content"] for m in sent[:-1]] == carried  # sent as the caller gave them
+        asked, block = sent[-1]["content"].split("\n\n", 1)
+        assert asked == QUESTIONS[n] and block.startswith(MEMORY_PREAMBLE)
+        assert "allergic to peanuts" in block  # the other session's memory
+        assert not [t for t in carried if t in block], (n, block)
+    # Without leaving them out, the same recall would have quoted this conversation back.
+    config = {**mem.llm.recall_config, "message_recent_limit": 0}
+    again = mem.get_memory("llm-ana", QUESTIONS[-1], recall_config=config).formatted_context
+    assert sum(m["content"] in again for m in messages) >= 3
+
+
+def test_a_long_request_still_gets_its_memory(make_memory: Any, server: FakeOpenAIServer) -> None:
+    """Turns beyond get_memory's limits (more than it takes, longer than a message can be,
+    text no store could hold) are not passed on: recall is not refused for them."""
+    mem = make_memory(max_content_chars=80)
+    mem.sessions.create(user_id="ana", session_id="notes").add_messages(
+        [{"role": "user", "content": "I am allergic to peanuts."}], sync=True
+    )
+    mem.sessions.create(user_id="ana", session_id="chat").add_messages(
+        [{"role": "user", "content": "Peanut snacks, please."}], sync=True
+    )
+    client = mem.llm.register(_client(server))
+    earlier = [{"role": "user", "content": f"Turn {i} about snacks."} for i in range(1200)]
+    earlier += [
+        {"role": "user", "content": "snacks " * 20},  # longer than max_content_chars
+        {"role": "assistant", "content": "Peanut snacks, please."},  # the latest turns count
+    ]
+    with mem.scope(user_id="ana", session_id="chat"):
+        client.chat.completions.create(
+            model="m", messages=[*earlier, {"role": "user", "content": "Peanut snacks?"}]
+        )
+    block = server.chat_requests()[-1]["messages"][-1]["content"].split("\n\n", 1)[1]
+    assert block.startswith(MEMORY_PREAMBLE) and "allergic to peanuts" in block
+    assert "Peanut snacks, please." not in block
+    # What the adapters hand over is taken as it comes (text no store could hold too).
+    with mem.scope(user_id="ana", session_id="chat"):
+        recalled = mem.llm.before(
+            "Peanut snacks?", ["Peanut snacks \ud800", "Peanut snacks, please."]
+        )
+    assert recalled is not None and recalled.block is not None
+    assert "allergic to peanuts" in recalled.block
+    assert "Peanut snacks, please." not in recalled.block

@@ -160,6 +160,41 @@ def test_gumem_sdk_forms(client: MemoryClient) -> None:
     assert client.health()["status"] == "ok"
 
 
+def test_get_memory_sends_the_texts_the_prompt_carries(
+    client: MemoryClient, server: ServerProcess
+) -> None:
+    s = client.sessions.create(user_id="eve")
+    grown = ["I grow tomatoes on my balcony.", "I grow basil in the kitchen."]
+    s.add_messages([{"role": "user", "content": t} for t in grown], sync=True)
+    config = {"MessageRecentLimit": 0}
+    plain = s.get_memory("what do I grow", recall_config=config)
+    assert all(t in plain.formatted_context for t in grown)
+    ctx = s.get_memory("what do I grow", recall_config=config, exclude_texts=grown[:1])
+    assert grown[0] not in ctx.formatted_context and grown[1] in ctx.formatted_context
+    # GUMem's form: beside the query in the dict.
+    gumem = s.get_memory(
+        {"query": "what do I grow", "recall_config": config, "exclude_texts": grown[1:]}
+    )
+    assert grown[1] not in gumem.formatted_context and grown[0] in gumem.formatted_context
+
+    async def from_async() -> str:
+        async with AsyncMemoryClient(api_key=server.bootstrap_key(), base_url=server.url) as c:
+            ctx = await c.get_memory(
+                s.id, "what do I grow", recall_config=config, exclude_texts=grown
+            )
+            return ctx.formatted_context
+
+    assert not any(t in asyncio.run(from_async()) for t in grown)
+    # Refused before sending, by the engine's rules; the server's own limit on length.
+    with pytest.raises(ValidationError, match=r"exclude_texts: expected a list"):
+        s.get_memory("x", exclude_texts="I grow tomatoes")  # type: ignore[arg-type]
+    with pytest.raises(ValidationError, match=r"exclude_texts\[0\]"):
+        s.get_memory("x", exclude_texts=[3])  # type: ignore[list-item]
+    with pytest.raises(ValidationError) as long:
+        s.get_memory("x", exclude_texts=["x" * (MAX_CONTENT + 1)])
+    assert long.value.status_code == 422 and long.value.problems[0].startswith("exclude_texts[0]")
+
+
 def test_async_round_trip(server: ServerProcess) -> None:
     async def scenario() -> None:
         async with AsyncMemoryClient(api_key=server.bootstrap_key(), base_url=server.url) as c:
@@ -638,6 +673,22 @@ def test_capture_recalls_from_and_writes_to_the_server(
             model="gpt-test", messages=[{"role": "user", "content": "Where does my sister live?"}]
         )
     assert "Porto" in llm.chat_requests()[-1]["messages"][0]["content"]
+
+    # A follow-up in cap-1 carries the first exchange: its block does not repeat it, which
+    # the same recall without the request's turns would.
+    follow = [
+        *question,
+        {"role": "assistant", "content": "Noted!"},
+        {"role": "user", "content": "And a snack with peanuts for Lena in Porto?"},
+    ]
+    config = {**remote.llm.recall_config, "message_recent_limit": 0}
+    unfiltered = remote.get_memory("cap-1", follow[-1]["content"], recall_config=config)
+    assert question[0]["content"] in unfiltered.formatted_context
+    with remote.scope(user_id="cap", session_id="cap-1"):
+        client.chat.completions.create(model="gpt-test", messages=follow)
+    block = llm.chat_requests()[-1]["messages"][-1]["content"].split("\n\n", 1)[1]
+    assert block.startswith(MEMORY_PREAMBLE) and "allergic to peanuts" in block
+    assert question[0]["content"] not in block
 
 
 def test_capture_with_an_async_client(remote: RemoteMemory, llm: FakeOpenAIServer) -> None:

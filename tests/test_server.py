@@ -21,6 +21,7 @@ import pytest
 
 from hostile import ESCAPED, HOSTILE, assert_one_safe_block
 from memstrata import Memory
+from memstrata._queries import MAX_EXCLUDE_TEXTS
 from memstrata.recall._format import MEMORY_CLOSE, MEMORY_HEADER, MEMORY_OPEN
 from server_proc import ServerProcess, client
 
@@ -522,6 +523,34 @@ def test_context_get_and_post(srv: Srv) -> None:
         assert fields(e) == {"details"}
         err(c.get("/api/sessions/missing/context"), 404)
         err(c.post("/api/sessions/missing/context", json={}), 404)
+
+
+def test_context_leaves_out_the_texts_the_prompt_carries(srv: Srv) -> None:
+    with srv.api() as c:
+        notes = session(c, "carry-user")
+        said = [_msg("I love sailing on the lake"), _msg("I love skiing in the Alps")]
+        ok(c.post(f"/api/sessions/{notes}/messages", json={"messages": said, "sync": True}))
+        sid = session(c, "carry-user")
+        turns = [_msg("What do I love to do?"), {"role": "assistant", "content": "You love it."}]
+        ok(c.post(f"/api/sessions/{sid}/messages", json={"messages": turns, "sync": True}))
+        body = {"query": "what do I love", "details": True}
+        plain = ok(c.post(f"/api/sessions/{sid}/context", json=body))
+        assert "What do I love to do?" in plain["formatted_context"]
+        carried = [" What do I love to do? ", "You love it.", "I love skiing in the Alps"]
+        data = ok(c.post(f"/api/sessions/{sid}/context", json={**body, "exclude_texts": carried}))
+        text = data["formatted_context"]
+        assert "sailing" in text and not any(t.strip() in text for t in carried)
+        assert data["history"] == []  # both of this session's turns are in the prompt
+        assert not {m["text"] for m in data["matches"]} & {t.strip() for t in carried}
+
+        for given, field in [
+            ("What do I love to do?", "exclude_texts"),
+            ([1, "ok"], "exclude_texts[0]"),
+            (["x" * (MAX_CONTENT + 1)], "exclude_texts[0]"),
+            (["ok"] * (MAX_EXCLUDE_TEXTS + 1), "exclude_texts"),
+        ]:
+            r = c.post(f"/api/sessions/{sid}/context", json={"query": "x", "exclude_texts": given})
+            assert fields(err(r, 422, "validation_error")) == {field}, given
 
 
 def test_user_actions(srv: Srv) -> None:

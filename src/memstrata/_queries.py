@@ -42,6 +42,7 @@ from .types import ID_PATTERN, ROLES, RecallConfig, Role, SearchLayer
 
 __all__ = [
     "FACT_STATUSES",
+    "MAX_EXCLUDE_TEXTS",
     "MESSAGE_STATUSES",
     "SEARCH_LAYERS",
     "SUMMARY_STATUSES",
@@ -69,6 +70,8 @@ SUMMARY_STATUSES: tuple[str, ...] = get_args(SummaryStatus)
 MESSAGE_STATUSES: tuple[str, ...] = get_args(MessageStatus)
 REASON_MAX = 2000
 MAX_FORGET_IDS = 10_000
+# get_memory's exclude_texts: the turns of one prompt (each at most max_content_chars).
+MAX_EXCLUDE_TEXTS = 1000
 # GUMem's docs put the metadata filters inside the recall config; they are taken out of it.
 _METADATA_KEYS = ("MetadataFilters", "metadata_filters")
 
@@ -214,6 +217,14 @@ Reason = Annotated[
 ]
 _FORGET_IDS = _many(f"expected a list of 1 to {MAX_FORGET_IDS} ids", 1, MAX_FORGET_IDS)
 EventType = Annotated[str, Field(min_length=1, max_length=64), WrapValidator(_short_text(1, 64))]
+# Each text at most max_content_chars, as the query (the engine's limit, given by Query.build).
+ExcludeTexts = Annotated[
+    tuple[Annotated[str, WrapValidator(_text("expected a string", blank=True))], ...],
+    Field(max_length=MAX_EXCLUDE_TEXTS),
+    WrapValidator(
+        _many(f"expected a list of at most {MAX_EXCLUDE_TEXTS} strings", 0, MAX_EXCLUDE_TEXTS)
+    ),
+]
 
 
 # -- errors -------------------------------------------------------------------------------
@@ -376,6 +387,13 @@ class _Recall(Query):
     )
     metadata_filters: JsonObject | None = Field(
         default=None, description='Metadata filters, e.g. `{"channel": "web"}`.'
+    )
+    exclude_texts: ExcludeTexts = Field(
+        default=(),
+        description="Texts the prompt already carries, e.g. the request's own turns: a message "
+        "whose content equals one of them (leading and trailing whitespace aside) is left out "
+        "of the matches, the quotes under summaries and facts and the `history`; the slot of a "
+        f"match left out goes to the next memory. At most {MAX_EXCLUDE_TEXTS}.",
     )
 
     @model_validator(mode="before")

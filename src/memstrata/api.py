@@ -230,6 +230,7 @@ class MemoryAPI(Protocol):
         details: bool = False,
         recall_config: RecallConfig | dict[str, Any] | None = None,
         metadata_filters: dict[str, Any] | None = None,
+        exclude_texts: Sequence[str] = (),
     ) -> MemoryContext: ...
 
     def search(
@@ -442,6 +443,7 @@ class AsyncMemoryAPI(Protocol):
         details: bool = False,
         recall_config: RecallConfig | dict[str, Any] | None = None,
         metadata_filters: dict[str, Any] | None = None,
+        exclude_texts: Sequence[str] = (),
     ) -> MemoryContext: ...
 
     async def search(

@@ -280,8 +280,15 @@ class Memory:
         details: bool = False,
         recall_config: RecallConfig | dict[str, Any] | None = None,
         metadata_filters: dict[str, Any] | None = None,
+        exclude_texts: Sequence[str] = (),
     ) -> MemoryContext:
-        """What to put before the next model call in this session."""
+        """What to put before the next model call in this session.
+
+        ``exclude_texts`` are texts the prompt already carries (the request's own turns,
+        say): a message whose content equals one of them, leading and trailing whitespace
+        aside, is left out of the block, the matches and the history, and the slot of a
+        match left out goes to the next memory (see docs/api.md#recall).
+        """
         self._check_open()
         q = ContextQuery.build(
             arguments(locals()), what="get_memory", max_chars=self.settings.max_content_chars
@@ -300,6 +307,7 @@ class Memory:
             config=config,
             filters=filters,
             details=q.details,
+            exclude_texts=q.exclude_texts,
         )
 
     def search(

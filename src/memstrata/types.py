@@ -9,6 +9,7 @@ an error rather than silently dropped data. Output models (``Message``, ``Hit``,
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, Literal, Protocol
 
@@ -308,6 +309,7 @@ class _SessionOwner(Protocol):
         details: bool = ...,
         recall_config: RecallConfig | dict[str, Any] | None = ...,
         metadata_filters: dict[str, Any] | None = ...,
+        exclude_texts: Sequence[str] = ...,
     ) -> MemoryContext: ...
 
     def processing_status(self, session_id: str) -> ProcessingStatus: ...
@@ -353,6 +355,7 @@ class Session(BaseModel):
         details: bool = False,
         recall_config: RecallConfig | dict[str, Any] | None = None,
         metadata_filters: dict[str, Any] | None = None,
+        exclude_texts: Sequence[str] = (),
     ) -> MemoryContext:
         """Recall what matters for ``query`` in this session; see ``Memory.get_memory``."""
         return self._bound().get_memory(
@@ -361,6 +364,7 @@ class Session(BaseModel):
             details=details,
             recall_config=recall_config,
             metadata_filters=metadata_filters,
+            exclude_texts=exclude_texts,
         )
 
     def messages(self, *, limit: int = 100, status: str | None = None) -> list[Message]:
@@ -399,6 +403,7 @@ class AsyncSession:
         details: bool = False,
         recall_config: RecallConfig | dict[str, Any] | None = None,
         metadata_filters: dict[str, Any] | None = None,
+        exclude_texts: Sequence[str] = (),
     ) -> MemoryContext:
         context: MemoryContext = await self._owner.get_memory(
             self.data.id,
@@ -406,6 +411,7 @@ class AsyncSession:
             details=details,
             recall_config=recall_config,
             metadata_filters=metadata_filters,
+            exclude_texts=exclude_texts,
         )
         return context
 

@@ -30,7 +30,7 @@ from agno.models.response import ModelResponse
 
 from ._capture import Capture, Exchange, Recalled, elapsed_ms
 from ._layers import Wrapper, bind, bound, outer
-from ._shapes import into_user_message
+from ._shapes import into_user_message, turn_texts
 
 __all__ = ["wrap"]
 
@@ -144,7 +144,7 @@ def _error(exc: BaseException | None) -> str | None:
 
 def _recall(capture: Capture, messages: Sequence[Any]) -> Recalled | None:
     try:
-        return capture.before(_query(messages))
+        return capture.before(_query(messages), turn_texts(messages, _text))
     except Exception:  # before() never raises; reading the messages might
         log.exception("memstrata: could not prepare an Agno call")
         return None

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ._capture import Capture, Exchange, Recalled, elapsed_ms
-from ._shapes import earlier_turns, into_user_turn, last_user_text, usage_dict
+from ._shapes import earlier_turns, into_user_turn, last_user_text, turn_texts, usage_dict
 from ._streams import ObjectProxy
 from ._wrap import Endpoint, error_text, prepared, restore, wrap_method
 
@@ -39,7 +39,7 @@ def _system(system: Any, block: str) -> Any:
 
 def _prepare(capture: Capture, kwargs: dict[str, Any]) -> tuple[Recalled | None, dict[str, Any]]:
     messages = kwargs.get("messages")
-    recalled = capture.before(last_user_text(messages))
+    recalled = capture.before(last_user_text(messages), turn_texts(messages))
     if recalled is None:
         return None, kwargs
     sent = dict(kwargs)

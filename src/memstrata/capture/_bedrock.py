@@ -32,7 +32,7 @@ from typing import Any
 
 from ._anthropic import _system as anthropic_system
 from ._capture import Capture, Exchange, Recalled
-from ._shapes import into_user_turn
+from ._shapes import into_user_turn, turn_texts
 from ._wrap import Endpoint, Unpack, restore, wrap_method
 
 __all__ = ["wrap"]
@@ -118,7 +118,7 @@ def _converse_prepare(
     capture: Capture, kwargs: dict[str, Any]
 ) -> tuple[Recalled | None, dict[str, Any]]:
     messages = kwargs.get("messages")
-    recalled = capture.before(_last_user(messages))
+    recalled = capture.before(_last_user(messages), turn_texts(messages, _block_text))
     if recalled is None:
         return None, kwargs
     sent = dict(kwargs)
@@ -255,7 +255,7 @@ def _invoke_prepare(
     if body is None:
         return None, kwargs
     messages = body["messages"]
-    recalled = capture.before(_last_user(messages))
+    recalled = capture.before(_last_user(messages), turn_texts(messages, _block_text))
     if recalled is None or not (recalled.block or recalled.history):
         return recalled, kwargs
     sent_body = dict(body)

@@ -12,13 +12,15 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal, Protocol, get_args
 
+from .._queries import MAX_EXCLUDE_TEXTS
+from .._strings import text_problem
 from .._time import utcnow
 from ..errors import ValidationError
 from ..recall._format import MEMORY_HEADER, MEMORY_OPEN, without_history
@@ -122,7 +124,12 @@ class CaptureTarget(Protocol):
     def sessions(self) -> _SessionCreator: ...
 
     def get_memory(
-        self, session_id: str, query: str, *, recall_config: RecallConfig
+        self,
+        session_id: str,
+        query: str,
+        *,
+        recall_config: RecallConfig,
+        exclude_texts: Sequence[str] = (),
     ) -> MemoryContext: ...
 
     def add_messages(self, session_id: str, messages: list[dict[str, Any]]) -> Any: ...
@@ -290,9 +297,11 @@ class Capture:
             who = Attribution(who.user_id, f"llm-{who.user_id}"[:200], who.process_id)
         return who
 
-    def before(self, query: str | None) -> Recalled | None:
-        """Attribution and recalled memory for a call about to be made. Never raises; gives
-        up on recall after ``capture_recall_timeout_ms``."""
+    def before(self, query: str | None, carried: Sequence[str] = ()) -> Recalled | None:
+        """Attribution and recalled memory for a call about to be made. ``carried``: the
+        texts of the request's user and assistant turns as the caller sent them (without
+        the memory block), which recall leaves out of the block: the request holds them
+        already. Never raises; gives up on recall after ``capture_recall_timeout_ms``."""
         if inside(self):  # a registered framework around this call captures it
             return None
         try:
@@ -305,7 +314,8 @@ class Capture:
         if not (self.recall or self.inject_history) or not query:
             return Recalled(who)
         try:
-            return self._result(self._pool().submit(self._recall, who, query))
+            texts = self._exclusions(carried)
+            return self._result(self._pool().submit(self._recall, who, query, texts))
         except FutureTimeout:
             log.warning(
                 "memstrata: recall took longer than %d ms; the call goes on without memory",
@@ -377,9 +387,18 @@ class Capture:
         self._validated = (config, validated)
         return validated
 
-    def _recall(self, who: Attribution, query: str) -> Recalled:
+    def _exclusions(self, carried: Sequence[str]) -> tuple[str, ...]:
+        """``carried`` within get_memory's rules: each text once, stripped; none longer than
+        a stored message can be or that no store could hold (neither is any message's);
+        of a longer conversation, its latest MAX_EXCLUDE_TEXTS."""
+        most = self._m.settings.max_content_chars
+        texts = (t.strip() for t in carried if isinstance(t, str))
+        kept = [t for t in texts if t and len(t) <= most and text_problem(t) is None]
+        return tuple(dict.fromkeys(reversed(kept)))[:MAX_EXCLUDE_TEXTS][::-1]
+
+    def _recall(self, who: Attribution, query: str, carried: tuple[str, ...]) -> Recalled:
         sid = self._session(who)
-        ctx = self._m.get_memory(sid, query, recall_config=self._config())
+        ctx = self._m.get_memory(sid, query, recall_config=self._config(), exclude_texts=carried)
         text = ctx.formatted_context if self.recall else None
         if text and ctx.history:
             text = without_history(text)  # the history goes in as turns

@@ -30,7 +30,7 @@ from typing import Any
 from google.genai import types
 
 from ._capture import Capture, Exchange, Recalled
-from ._shapes import field, usage_dict
+from ._shapes import field, said, usage_dict
 from ._wrap import Endpoint, restore, wrap_method
 
 __all__ = ["inject", "last_user_text", "wrap"]
@@ -221,7 +221,8 @@ def inject(kwargs: dict[str, Any], recalled: Recalled) -> dict[str, Any]:
 
 def _prepare(capture: Capture, kwargs: dict[str, Any]) -> tuple[Recalled | None, dict[str, Any]]:
     try:
-        recalled = capture.before(last_user_text(kwargs.get("contents")))
+        contents = kwargs.get("contents")
+        recalled = capture.before(last_user_text(contents), said(_turns(contents)))
     except Exception:  # fail open: the call goes out as the caller made it, uncaptured
         log.exception("memstrata: could not read a Gemini call; it is not captured")
         return None, kwargs

@@ -34,7 +34,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 
 from ._capture import Capture, Exchange, Recalled, elapsed_ms
 from ._layers import Wrapper, bind, bound, outer
-from ._shapes import into_user_message
+from ._shapes import into_user_message, said
 
 __all__ = ["wrap"]
 
@@ -60,6 +60,10 @@ def _query(messages: Sequence[BaseMessage]) -> str | None:
         if isinstance(m, HumanMessage):
             return _text(m.content) or None
     return None
+
+
+def _said(messages: Sequence[BaseMessage]) -> tuple[str, ...]:
+    return said((_ROLES.get(m.type), _text(m.content)) for m in messages)
 
 
 def _asked(messages: Sequence[BaseMessage]) -> str | None:
@@ -101,7 +105,7 @@ def _prepare(
 ) -> tuple[Recalled | None, list[BaseMessage] | None]:
     """Recall for the call; the messages to send (None: the caller's, unchanged)."""
     try:
-        recalled = capture.before(_query(messages))
+        recalled = capture.before(_query(messages), _said(messages))
         if recalled is None or not (recalled.block or recalled.history):
             return recalled, None
         return recalled, _inject(messages, recalled)

@@ -16,7 +16,15 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ._capture import Capture, Exchange, Recalled
-from ._shapes import earlier_turns, field, into_user_turn, last_user_text, text_of, usage_dict
+from ._shapes import (
+    earlier_turns,
+    field,
+    into_user_turn,
+    last_user_text,
+    text_of,
+    turn_texts,
+    usage_dict,
+)
 from ._wrap import Endpoint, restore, wrap_method
 
 __all__ = ["CHAT", "chat_endpoint", "wrap_async", "wrap_sync"]
@@ -70,7 +78,7 @@ def _chat_prepare(
     capture: Capture, kwargs: dict[str, Any]
 ) -> tuple[Recalled | None, dict[str, Any]]:
     messages = kwargs.get("messages")
-    recalled = capture.before(_last_user(messages))
+    recalled = capture.before(_last_user(messages), turn_texts(messages, _text))
     if recalled is None or not isinstance(messages, Sequence):
         return recalled, kwargs
     if recalled.block or recalled.history:
@@ -174,7 +182,7 @@ def _responses_prepare(
     capture: Capture, kwargs: dict[str, Any]
 ) -> tuple[Recalled | None, dict[str, Any]]:
     given = kwargs.get("input")
-    recalled = capture.before(_last_user(given))
+    recalled = capture.before(_last_user(given), turn_texts(given, _text))
     if recalled is None:
         return None, kwargs
     sent = dict(kwargs)

@@ -27,7 +27,7 @@ import dataclasses
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any
 
 from pydantic import BaseModel
@@ -43,6 +43,7 @@ from pydantic_ai.messages import (
 
 from ._capture import Capture, Exchange, Recalled, elapsed_ms
 from ._layers import Wrapper, bind, bound, outer
+from ._shapes import said
 
 __all__ = ["wrap"]
 
@@ -73,6 +74,15 @@ def _query(messages: Sequence[Any]) -> str | None:
         if text:
             return text
     return None
+
+
+def _turns(messages: Any) -> Iterator[tuple[str, str | None]]:
+    """A message history as (role, text): requests' user prompts, responses' text."""
+    for m in messages if isinstance(messages, Sequence) else ():
+        if isinstance(m, ModelRequest):
+            yield "user", _user_prompt(m)
+        elif isinstance(m, ModelResponse):
+            yield "assistant", _text(m)
 
 
 def _calls(responses: Sequence[Any], skip: str | None = None) -> list[dict[str, Any]]:
@@ -161,7 +171,10 @@ class _Run:
     async def __aenter__(self) -> Any:
         kwargs = self._kwargs
         # Recall blocks (bounded by the recall timeout): keep it off the event loop.
-        recalled = await asyncio.to_thread(self._capture.before, _prompt_text(self._prompt))
+        prompt = _prompt_text(self._prompt)
+        history = self._kwargs.get("message_history")
+        carried = said([*_turns(history), ("user", prompt)])
+        recalled = await asyncio.to_thread(self._capture.before, prompt, carried)
         if recalled is not None and recalled.block:
             try:
                 instructions = _with_instruction(kwargs.get("instructions"), recalled.block)
@@ -262,7 +275,7 @@ def _prepare(
 ) -> tuple[Recalled | None, list[Any], Any]:
     """Recall for the request; the messages and parameters to send."""
     try:
-        recalled = capture.before(_query(messages))
+        recalled = capture.before(_query(messages), said(_turns(messages)))
         if recalled is None or not recalled.block:
             return recalled, messages, parameters
         if recalled.injection == "user":

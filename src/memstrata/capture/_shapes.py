@@ -3,7 +3,7 @@ the provider, read the same way."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from ._capture import Recalled
@@ -14,10 +14,15 @@ __all__ = [
     "into_user_message",
     "into_user_turn",
     "last_user_text",
+    "said",
     "text_of",
+    "turn_texts",
     "usage_dict",
     "with_block",
 ]
+
+# The turns whose text capture stores (the user's and the model's), in memstrata's roles.
+_SPOKEN = ("user", "assistant")
 
 
 def field(obj: Any, name: str) -> Any:
@@ -43,6 +48,24 @@ def last_user_text(items: Any, kinds: Sequence[str] = ("text",)) -> str | None:
         if field(m, "role") == "user":
             return text_of(field(m, "content"), kinds) or None
     return None
+
+
+def said(turns: Iterable[tuple[Any, str | None]]) -> tuple[str, ...]:
+    """The non-blank texts of the user's and the assistant's turns among ``(role, text)``
+    pairs (roles in memstrata's words): what a request carries already, which recall leaves
+    out of the block (``Capture.before``'s second argument)."""
+    return tuple(text for role, text in turns if role in _SPOKEN and text and text.strip())
+
+
+def turn_texts(items: Any, text: Callable[[Any], str] = text_of) -> tuple[str, ...]:
+    """``said`` of a chat-shaped request: turns (dicts or objects) with a ``role`` and a
+    ``content`` that ``text`` reads (a bare string is one user turn), in the caller's list
+    as it was sent, before any memory is put into it."""
+    if isinstance(items, str):
+        return said([("user", items)])
+    if not isinstance(items, Sequence):
+        return ()
+    return said((field(m, "role"), text(field(m, "content"))) for m in items)
 
 
 def with_block(content: Any, block: str, part: dict[str, Any]) -> Any:

@@ -31,6 +31,7 @@ from xai_sdk.proto import chat_pb2
 
 from .._time import utcnow
 from ._capture import Capture, Exchange, Recalled
+from ._shapes import said
 from ._streams import ObjectProxy
 from ._wrap import Endpoint, capturing
 
@@ -44,6 +45,7 @@ _TURNS: dict[str, tuple[int, Callable[..., Any]]] = {
     "user": (chat_pb2.MessageRole.ROLE_USER, user),
     "assistant": (chat_pb2.MessageRole.ROLE_ASSISTANT, assistant),
 }
+_ROLE_NAMES = {role: name for name, (role, _) in _TURNS.items()}
 
 
 # -- the request ---------------------------------------------------------------------------
@@ -114,7 +116,7 @@ def inject(request: Any, recalled: Recalled) -> Any:
 def _prepare(reg: _Registration, capture: Capture, request: Any) -> tuple[Recalled | None, Any]:
     if not reg.active:  # a chat made while registered, used after unregister
         return None, request
-    recalled = capture.before(_user(request))
+    recalled = capture.before(_user(request), _said(request))
     if recalled is None or not (recalled.block or recalled.history):
         return recalled, request
     return recalled, inject(request, recalled)
@@ -122,6 +124,10 @@ def _prepare(reg: _Registration, capture: Capture, request: Any) -> tuple[Recall
 
 def _user(request: Any) -> str | None:
     return last_user_text(request.messages)
+
+
+def _said(request: Any) -> tuple[str, ...]:
+    return said((_ROLE_NAMES.get(m.role), _text(m)) for m in request.messages)
 
 
 def _model(request: Any) -> str | None:

@@ -295,15 +295,17 @@ class MemoryCalls:
         details: bool = False,
         recall_config: RecallConfig | Mapping[str, Any] | None = None,
         metadata_filters: Mapping[str, Any] | None = None,
+        exclude_texts: Sequence[str] = (),
     ) -> Call[MemoryContext]:
-        """What to put before the next model call in this session. GUMem's form
-        ``get_memory(session_id, {"query": ..., "details": True})`` works too."""
+        """What to put before the next model call in this session; ``exclude_texts``: texts
+        the prompt carries already, whose messages are left out (see ``Memory.get_memory``).
+        GUMem's form ``get_memory(session_id, {"query": ..., "details": True})`` works too."""
         fields = arguments(locals())
         asked = fields.pop("query")
         if isinstance(asked, Mapping):
             # GUMem's SDK form: session.get_memory({"query": ..., "details": True, ...}); the
-            # keyword arguments given beside it win.
-            given = {k: v for k, v in fields.items() if v is not None and v is not False}
+            # keyword arguments given beside it (not left at their defaults) win.
+            given = {k: v for k, v in fields.items() if v not in (None, False, ())}
             fields = {**fields, **asked, **given}
         else:
             fields["query"] = asked

@@ -139,6 +139,16 @@ def _signals(cand: Candidate, window: dict[Key, float] | None) -> dict[str, floa
     return out
 
 
+def _carried_texts(texts: Sequence[str]) -> frozenset[str]:
+    """``get_memory``'s ``exclude_texts`` as they are compared: stripped, blanks dropped."""
+    return frozenset(t for t in (x.strip() for x in texts) if t)
+
+
+def _carried(row: MessageRow, carried: frozenset[str]) -> bool:
+    """The prompt holds this message already (its content is one of the texts it carries)."""
+    return bool(carried) and row.content.strip() in carried
+
+
 def _words(text: str) -> list[str]:
     return [w.casefold() for w in _WORD.findall(text)]
 
@@ -443,14 +453,19 @@ class Recaller:
         options: SearchOptions | None = None,
         exclude: Sequence[str] = (),
         rows: dict[str, StoredRow] | None = None,
+        carried: frozenset[str] = frozenset(),
     ) -> list[Hit]:
         """Ranked hits of every layer asked for, each with its provenance message ids.
-        ``rows``, when given, receives the stored row of each hit by id."""
+        ``rows``, when given, receives the stored row of each hit by id. Messages whose id
+        is in ``exclude``, or whose stripped content is in ``carried``, are passed over:
+        the next-ranked items take their places."""
         opts = options or SearchOptions()
         if limit <= 0 or not query.strip():
             return []
         with self._foreground():
-            return self._search(project_id, user_id, query, limit, filters, opts, exclude, rows)
+            return self._search(
+                project_id, user_id, query, limit, filters, opts, exclude, rows, carried
+            )
 
     @contextmanager
     def _foreground(self) -> Iterator[None]:
@@ -475,6 +490,7 @@ class Recaller:
         opts: SearchOptions,
         exclude: Sequence[str],
         rows: dict[str, StoredRow] | None,
+        carried: frozenset[str],
     ) -> list[Hit]:
         as_of = opts.as_of or utcnow()
         intent = parse_time_intent(query, as_of)
@@ -482,11 +498,14 @@ class Recaller:
         if opts.router == "single_hop_parallel":
             variants += [r.text for r in rewrite_query(query)]
         n = opts.per_layer or max(60, limit * 2) + len(exclude)
+        # The prompt's own turns are likely among the best candidates (the same conversation):
+        # as many more candidates as they could take, at most twice as many in all.
+        n += min(len(carried), n)
         opts = replace(opts, as_of=as_of)
         scored = self._score(project_id, user_id, query, variants, n, filters, opts, intent)
         if opts.router == "multi_hop_chain" and scored:
             scored = self._chain(project_id, user_id, query, scored, n, filters, opts, intent)
-        return self._hits(scored, limit, exclude, opts, query, rows)
+        return self._hits(scored, limit, exclude, opts, query, rows, carried)
 
     def _score(
         self,
@@ -651,6 +670,7 @@ class Recaller:
         opts: SearchOptions,
         query: str,
         rows: dict[str, StoredRow] | None = None,
+        carried: frozenset[str] = frozenset(),
     ) -> list[Hit]:
         skip = set(exclude)
         ranked = sorted(scored.items(), key=lambda kv: (-kv[1].score, kv[0]))
@@ -680,6 +700,8 @@ class Recaller:
             for _, x in chosen:
                 if x.row is None:
                     continue  # forgotten since it was ranked
+                if isinstance(x.row, MessageRow) and _carried(x.row, carried):
+                    continue  # the prompt holds it already (known once its row is read)
                 s = round(x.score, 6)
                 # The row's type is its layer's.
                 if isinstance(x.row, MessageRow):
@@ -703,11 +725,16 @@ class Recaller:
         config: RecallConfig,
         filters: SearchFilters,
         details: bool,
+        exclude_texts: Sequence[str] = (),
     ) -> MemoryContext:
         """``get_memory``: the session's recent turns and what recall finds for ``query``,
-        formatted within the token budget."""
+        formatted within the token budget. A message whose content is one of
+        ``exclude_texts`` (stripped) is in the prompt already: it is left out of the history,
+        the matches (the next-ranked take its slot) and the quotes (the next source message
+        takes its place), before anything is formatted."""
+        carried = _carried_texts(exclude_texts)
         with self._foreground():
-            return self._context(project_id, session, query, config, filters, details)
+            return self._context(project_id, session, query, config, filters, details, carried)
 
     def _context(
         self,
@@ -717,6 +744,7 @@ class Recaller:
         config: RecallConfig,
         filters: SearchFilters,
         details: bool,
+        carried: frozenset[str],
     ) -> MemoryContext:
         history_rows = (
             self.store.list_messages(
@@ -728,7 +756,9 @@ class Recaller:
             if config.message_recent_limit
             else []
         )
-        history = [message_from_row(r) for r in reversed(history_rows)]
+        # The last message_recent_limit turns, less those the prompt carries (no older turns
+        # come in instead: the history is the session's latest turns).
+        history = [message_from_row(r) for r in reversed(history_rows) if not _carried(r, carried)]
         user_id = session.user_id
         matches: list[Hit] = []
         found: dict[str, StoredRow] = {}  # stored rows of the hits, not read twice
@@ -752,8 +782,9 @@ class Recaller:
                     limit=sum(caps.values()),
                     filters=filters,
                     options=search_options(config, layers=layers, min_similarity=floors),
-                    exclude=[m.id for m in history],
+                    exclude=[r.id for r in history_rows],
                     rows=found,
+                    carried=carried,
                 )
                 taken = dict.fromkeys(caps, 0)
                 best = hits[0].score if hits else 0.0
@@ -781,7 +812,7 @@ class Recaller:
         topics = [t for _, t in sorted(topic_rank.values(), key=lambda x: (-x[0], x[1].name))][
             : config.topic_top_k
         ]
-        evidence = self._evidence(project_id, matches, config.observation_context_top_k)
+        evidence = self._evidence(project_id, matches, config.observation_context_top_k, carried)
         fact_rows = [
             r for h in matches if h.layer == "fact" and isinstance(r := found[h.id], FactRow)
         ]
@@ -827,18 +858,21 @@ class Recaller:
         )
 
     def _evidence(
-        self, project_id: str, matches: Sequence[Hit], per_item: int
+        self, project_id: str, matches: Sequence[Hit], per_item: int, carried: frozenset[str]
     ) -> dict[str, list[Message]]:
-        """Source messages quoted under each summary and fact (best-matching first)."""
+        """Source messages quoted under each summary and fact (best-matching first), less
+        those the prompt carries: as many more are read as could be left out."""
         out: dict[str, list[Message]] = {}
         if per_item <= 0:
             return out
-        quoted = {h.id: h.message_ids[:per_item] for h in matches if h.layer != "message"}
+        read = per_item + len(carried)
+        quoted = {h.id: h.message_ids[:read] for h in matches if h.layer != "message"}
         rows = self.store.get_messages(
             project_id, sorted({m for ids in quoted.values() for m in ids})
         )
         for item, ids in quoted.items():
-            out[item] = [message_from_row(rows[m]) for m in ids if m in rows]
+            kept = [rows[m] for m in ids if m in rows and not _carried(rows[m], carried)]
+            out[item] = [message_from_row(r) for r in kept[:per_item]]
         return out
 
 

@@ -151,6 +151,7 @@ def post_context(
         details=bool(body.details if body.details is not None else details),
         recall_config=body.recall_config,
         metadata_filters=body.metadata_filters,
+        exclude_texts=body.exclude_texts,
     )
     return Envelope(data=ctx)
 
