@@ -111,22 +111,34 @@ def _machine_busy_seconds() -> float | None:
     return (sum(values) - idle) / os.sysconf("SC_CLK_TCK")
 
 
+def _process_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` (0 when it cannot be read)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 @contextmanager
-def other_load() -> Iterator[list[float]]:
+def other_load(own_pids: Sequence[int] = ()) -> Iterator[list[float]]:
     """Share of the machine's CPU used by OTHER processes while the block ran (0..1).
 
-    Busy time of the whole machine (``/proc/stat``) minus this process's own CPU time,
-    over wall time x cores: a noise gauge, since the benchmark machine may be shared.
-    ``nan`` where ``/proc`` is unavailable.
+    Busy time of the whole machine (``/proc/stat``) minus this process's own CPU time (and
+    that of ``own_pids``, the benchmark's own subprocesses), over wall time x cores: a noise
+    gauge, since the benchmark machine may be shared. ``nan`` where ``/proc`` is unavailable.
     """
     box: list[float] = [float("nan")]
     busy0, own0, wall0 = _machine_busy_seconds(), os.times(), time.perf_counter()
+    kids0 = sum(_process_cpu_seconds(pid) for pid in own_pids)
     try:
         yield box
     finally:
         busy1, own1, wall1 = _machine_busy_seconds(), os.times(), time.perf_counter()
+        kids1 = sum(_process_cpu_seconds(pid) for pid in own_pids)
         if busy0 is not None and busy1 is not None and wall1 > wall0:
-            own = (own1.user + own1.system) - (own0.user + own0.system)
+            own = (own1.user + own1.system) - (own0.user + own0.system) + kids1 - kids0
             cores = os.cpu_count() or 1
             box[0] = min(1.0, max(0.0, (busy1 - busy0 - own) / ((wall1 - wall0) * cores)))
 
