@@ -39,6 +39,7 @@ request's tokens (mean over the turns). The issue measured 37% on average over 7
 the system placement, falling as the conversation grows.
 
     python bench/prefix.py            # the four runs (~20 s)
+    python bench/prefix.py --tools 8  # an agent: eight tool schemas in every request
     python bench/prefix.py --json --turns 10
 """
 
@@ -47,6 +48,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import html
+import json
 import re
 import shutil
 import sqlite3
@@ -71,6 +73,90 @@ from memstrata import Memory
 USER = "dana"
 SESSION = "saturday-planning"
 MODEL = "gpt-4o-mini"
+
+
+def _tool(name: str, description: str, **params: tuple[str, str]) -> dict[str, Any]:
+    properties = {k: {"type": kind, "description": text} for k, (kind, text) in params.items()}
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": description,
+            "parameters": {"type": "object", "properties": properties, "required": list(params)},
+        },
+    }
+
+
+# An agent's tools (--tools): what a planning assistant would be given. OpenAI renders
+# them into the prompt ahead of the messages, so they are part of the cached prefix.
+TOOLS = [
+    _tool(
+        "search_places",
+        "Search restaurants, cafes, shops, parks and venues near a location. Returns up to "
+        "ten results with name, address, opening hours, price level, rating and distance.",
+        query=("string", "What to look for, e.g. 'vegetarian brunch' or 'hardware store'."),
+        near=("string", "An address, neighbourhood or 'lat,lng' to search around."),
+        open_at=("string", "ISO 8601 time the place must be open at, if any."),
+        max_distance_km=("number", "Largest distance from `near`, in kilometres."),
+    ),
+    _tool(
+        "get_weather",
+        "The hourly weather forecast for a place and day: temperature, chance and amount "
+        "of rain, wind and UV index, for the next seven days at most.",
+        location=("string", "A city, address or 'lat,lng'."),
+        date=("string", "The day, ISO 8601 (YYYY-MM-DD)."),
+        units=("string", "'metric' or 'imperial'."),
+    ),
+    _tool(
+        "create_calendar_event",
+        "Add an event to the user's calendar. Fails if it overlaps an event marked busy "
+        "unless `allow_overlap` is true. Returns the event's id and link.",
+        title=("string", "A short title shown in the calendar."),
+        start=("string", "Start, ISO 8601 with time zone."),
+        end=("string", "End, ISO 8601 with time zone."),
+        location=("string", "Where, as an address or a place name."),
+        notes=("string", "Free text shown in the event's details."),
+        allow_overlap=("boolean", "Create it even if it overlaps a busy event."),
+    ),
+    _tool(
+        "list_calendar_events",
+        "The user's calendar events between two times, with title, time, place and whether "
+        "they are marked busy.",
+        start=("string", "From, ISO 8601 with time zone."),
+        end=("string", "Until, ISO 8601 with time zone."),
+    ),
+    _tool(
+        "directions",
+        "Route and travel time between two places by walking, cycling, public transport or "
+        "car, with departure and arrival times and the steps of the route.",
+        origin=("string", "Start address or place."),
+        destination=("string", "End address or place."),
+        mode=("string", "'walk', 'bike', 'transit' or 'drive'."),
+        depart_at=("string", "ISO 8601 departure time; now if omitted."),
+    ),
+    _tool(
+        "send_message",
+        "Send a text message to one of the user's contacts on their behalf. Always show the "
+        "user the exact text and ask before sending.",
+        contact=("string", "The contact's name as stored in the address book."),
+        text=("string", "The message, as the user approved it."),
+    ),
+    _tool(
+        "shopping_list",
+        "Read or change the user's shared shopping list: add or remove items, or list them.",
+        action=("string", "'add', 'remove' or 'list'."),
+        items=("array", "The items to add or remove, as short names."),
+    ),
+    _tool(
+        "book_table",
+        "Reserve a table at a restaurant that takes online bookings. Returns a confirmation "
+        "code or the nearest free times if the one asked for is taken.",
+        restaurant_id=("string", "The id search_places returned."),
+        time=("string", "ISO 8601 with time zone."),
+        party_size=("integer", "How many people, 1 to 20."),
+        notes=("string", "Dietary needs or seating wishes for the restaurant."),
+    ),
+]
 
 SYSTEM_PROMPT = """\
 You are Juniper, a warm, practical personal assistant inside a planning app. The person \
@@ -355,9 +441,11 @@ def _text(content: Any) -> str:
     return ""
 
 
-def render(messages: list[dict[str, Any]]) -> str:
-    """The prompt as a ChatML-style rendering: role and content per message, in order."""
-    return "".join(
+def render(messages: list[dict[str, Any]], tools: list[Any] | None = None) -> str:
+    """The prompt as a ChatML-style rendering: the tools' schemas first (as JSON), then role
+    and content per message, in order."""
+    head = f"<|im_start|>tools\n{json.dumps(tools)}<|im_end|>\n" if tools else ""
+    return head + "".join(
         f"<|im_start|>{m.get('role')}\n{_text(m.get('content'))}<|im_end|>\n" for m in messages
     )
 
@@ -425,7 +513,7 @@ def measure(bodies: list[dict[str, Any]], today: set[str]) -> list[dict[str, Any
     previous_block = 0
     for n, body in enumerate(bodies, 1):
         messages = body["messages"]
-        toks = tokens(render(messages))
+        toks = tokens(render(messages, body.get("tools")))
         block, texts = block_of(messages)
         items = item_texts(block) if block else []
         repeats = sum(1 for t, _ in items if len(t) >= 12 and any(t in x for x in texts))
@@ -443,6 +531,8 @@ def measure(bodies: list[dict[str, Any]], today: set[str]) -> list[dict[str, Any
             row["reused_share"] = shared / len(previous)
             outside = len(previous) - previous_block
             row["reused_outside_block_share"] = min(shared, outside) / outside
+            # What the provider bills at its cache rate: the share of this request.
+            row["cached_share"] = shared / len(toks)
         rows.append(row)
         previous, previous_block = toks, row["block_tokens"]
     return rows
@@ -536,7 +626,8 @@ def converse(
             messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM_PROMPT}]
             for user_text, _ in TURNS[: args.turns]:
                 messages.append({"role": "user", "content": user_text})
-                answer = client.chat.completions.create(model=MODEL, messages=messages)
+                extra = {"tools": TOOLS[: args.tools]} if args.tools else {}
+                answer = client.chat.completions.create(model=MODEL, messages=messages, **extra)
                 messages.append({"role": "assistant", "content": answer.choices[0].message.content})
                 # The user reads and types: the exchange is stored and processed meanwhile.
                 mem.llm.flush(30)
@@ -544,6 +635,19 @@ def converse(
     finally:
         mem.close()
     return [body for body in server.chat_requests() if isinstance(body, dict)]
+
+
+def _comparable(messages: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """A request's messages with each block's lines in sorted order: two runs store the
+    same items at different instants and with other ids, so items of one day may swap
+    places between runs (recall orders them by time, then id)."""
+    out = []
+    for m in messages:
+        content = _BLOCK.sub(
+            lambda b: "\n".join(sorted(b.group(0).splitlines())), _text(m.get("content"))
+        )
+        out.append((str(m.get("role")), content))
+    return out
 
 
 def _mean(values: list[float]) -> float:
@@ -562,6 +666,7 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "reused_min": min((r["reused_share"] for r in later), default=float("nan")),
         "reused_last": later[-1]["reused_share"] if later else float("nan"),
         "reused_outside_block_mean": _mean([r["reused_outside_block_share"] for r in later]),
+        "cached_mean": _mean([r["cached_share"] for r in later]),
         "requests": len(rows),
         "requests_with_block": len(with_block),
         "block_tokens_mean": _mean([r["block_tokens"] for r in with_block]),
@@ -602,13 +707,18 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--turns", type=int, default=len(TURNS), help=f"at most {len(TURNS)}")
     p.add_argument("--embedder", default="local")
+    p.add_argument(
+        "--tools", type=int, default=0, help=f"send the first N of {len(TOOLS)} tool schemas"
+    )
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     args.turns = max(2, min(args.turns, len(TURNS)))
     info = machine_info()
     print(
         f"memstrata prefix stability: engine {engine_version()}, {args.turns} turns, system "
-        f"prompt {len(tokens(SYSTEM_PROMPT))} tokens, earlier session {len(EARLIER)} "
+        f"prompt {len(tokens(SYSTEM_PROMPT))} tokens, tools "
+        f"{len(tokens(json.dumps(TOOLS[: args.tools]))) if args.tools else 0} tokens, "
+        f"earlier session {len(EARLIER)} "
         f"messages, embedder {args.embedder}; tokens: the cl100k pre-tokenizer split"
     )
     results: dict[str, Any] = {"machine": info}
@@ -629,9 +739,13 @@ def main(argv: list[str] | None = None) -> None:
                 results[f"{via}/{injection}"] = {"summary": s, "turns": rows}
                 _print_run(f"{via}, injection={injection!r}", rows, s)
     for injection in ("user", "system"):
-        same = sent[f"capture/{injection}"] == sent[f"proxy/{injection}"]
+        capture, proxy = sent[f"capture/{injection}"], sent[f"proxy/{injection}"]
+        same = [_comparable(m) for m in capture] == [_comparable(m) for m in proxy]
         results[f"proxy_equals_capture/{injection}"] = same
-        print(f"\ninjection={injection!r}: the proxy's messages equal capture's: {same}")
+        print(
+            f"\ninjection={injection!r}: the proxy's messages equal capture's (a block's "
+            f"items of one instant in any order): {same}"
+        )
     print("\nsummary: share of the previous request's tokens a prefix cache could reuse")
     for key, r in results.items():
         if not isinstance(r, dict) or "summary" not in r:
@@ -642,7 +756,8 @@ def main(argv: list[str] | None = None) -> None:
             judged = "  target mean >= 90%: " + ("PASS" if s["reused_mean"] >= 0.9 else "MISS")
         print(
             f"  {key:16s} mean {s['reused_mean']:6.1%}  turns 2-8 {s['reused_mean_first_7']:6.1%}"
-            f"  last {s['reused_last']:6.1%}  block {s['block_tokens_mean']:4.0f} tokens, "
+            f"  last {s['reused_last']:6.1%}  cached share of each request "
+            f"{s['cached_mean']:6.1%}  block {s['block_tokens_mean']:4.0f} tokens, "
             f"{s['repeated_lines_mean']:.1f} of {s['block_lines_mean']:.1f} lines repeat "
             f"the request, {s['session_lines_mean']:.1f} dated today{judged}"
         )

@@ -351,9 +351,12 @@ class MemoryProxy:
             return None, "off", raw
         if capture is None:
             return None, "skipped", raw
-        recalled, sent = await asyncio.get_running_loop().run_in_executor(
-            self._pool, _prepare, api.endpoint, capture, who, body
-        )
+        if capture.recall or capture.inject_history:
+            recalled, sent = await asyncio.get_running_loop().run_in_executor(
+                self._pool, _prepare, api.endpoint, capture, who, body
+            )
+        else:  # nothing to wait for: no thread hop (on a busy machine, a wake-up costs)
+            recalled, sent = _prepare(api.endpoint, capture, who, body)
         if recalled is None:  # preparing failed (logged): the call goes as it came
             return None, "skipped", raw
         call = _Call(api.endpoint, capture, recalled, body)
