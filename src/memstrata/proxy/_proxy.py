@@ -348,7 +348,9 @@ class MemoryProxy:
         if recalled is None:  # preparing failed (logged): the call goes as it came
             return None, "skipped", raw
         call = _Call(api.endpoint, capture, recalled, body)
-        if sent is body:
+        # Nothing injected: the caller's bytes go. (The Responses and Anthropic endpoints
+        # return a copy of the request even when they put nothing into it.)
+        if sent is body or sent == body:
             return call, "skipped" if recalled.skipped else "none", raw
         encoded = json.dumps(sent, ensure_ascii=False, separators=(",", ":")).encode()
         return call, "injected", encoded
