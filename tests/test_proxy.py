@@ -10,6 +10,7 @@ record what reached them and what they answered, so "unchanged" means byte for b
 
 from __future__ import annotations
 
+import gzip
 import json
 import logging
 import re
@@ -531,6 +532,36 @@ def test_the_sdks_read_the_relayed_request_ids(proxy: Proxy) -> None:
         model="claude-fake", max_tokens=16, messages=[{"role": "user", "content": "Hi"}]
     )
     assert message._request_id == "req_ant456"
+
+
+@store_free
+def test_an_upstream_that_compresses_anyway_reaches_the_caller_readable(
+    mem: Memory, start_proxy: StartProxy
+) -> None:
+    """The proxy asks for an uncompressed answer; an upstream that gzips it all the same
+    still reaches the caller readable, captured or merely relayed."""
+    proxy = start_proxy(mem, proxy_require_user=False)
+    proxy.oai.answer_headers = {"Content-Encoding": "gzip"}
+    completion = {
+        "id": "chatcmpl-gz",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "gpt-fake",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": "Zipped hello."},
+                "finish_reason": "stop",
+            }
+        ],
+    }
+    for user in ("ana", None):
+        proxy.oai.respond_raw_next(gzip.compress(json.dumps(completion).encode()))
+        asked = ask(proxy, "chat", "Hello?", user_id=user)
+        assert asked.answer == "Zipped hello."
+        assert asked.memory == ("none" if user else "off")
+        assert proxy.oai.request_headers[-1]["accept-encoding"] == "identity"
+    assert [m.content for m in stored(mem, "llm-ana", 2)] == ["Hello?", "Zipped hello."]
 
 
 # -- upstream errors ----------------------------------------------------------------------------

@@ -397,7 +397,13 @@ class MemoryProxy:
         else:
             call.answered(content)
         relayed = Response(content, status_code=answer.status_code)
-        relayed.raw_headers.extend((k.encode("latin-1"), v.encode("latin-1")) for k, v in headers)
+        # The answer was read decoded: an upstream that compresses although asked not to
+        # is relayed uncompressed, without its content-encoding.
+        relayed.raw_headers.extend(
+            (k.encode("latin-1"), v.encode("latin-1"))
+            for k, v in headers
+            if k.lower() != "content-encoding"
+        )
         return relayed
 
     def _http(self) -> httpx.AsyncClient:
