@@ -489,9 +489,11 @@ def test_headers_cross_as_the_upstream_and_the_caller_need(proxy: Proxy) -> None
         organization="org-test",
         project="proj-test",
         headers={"X-Trace-Id": "trace-1", **memstrata_headers},
+        default_query={"api-version": "2024-10-21"},  # Azure-style: the query crosses too
     )
     for way in ("chat", "chat-stream", "responses", "responses-stream"):
         asked = ask(proxy, way, "Hello?", client=client)
+        assert proxy.oai.requests[-1][0].endswith("?api-version=2024-10-21")
         assert asked.headers["x-request-id"] == "req_abc123"
         assert asked.headers["x-ratelimit-remaining-requests"] == "99"
         assert asked.headers["x-ratelimit-reset-tokens"] == "6ms"
@@ -562,6 +564,70 @@ def test_an_upstream_that_compresses_anyway_reaches_the_caller_readable(
         assert asked.memory == ("none" if user else "off")
         assert proxy.oai.request_headers[-1]["accept-encoding"] == "identity"
     assert [m.content for m in stored(mem, "llm-ana", 2)] == ["Hello?", "Zipped hello."]
+
+
+@store_free
+def test_bodies_the_proxy_cannot_read_or_will_not_take(
+    mem: Memory, start_proxy: StartProxy
+) -> None:
+    proxy = start_proxy(mem, proxy_max_body_bytes=4096)
+    # Not JSON: sent as it came; the upstream says what is wrong.
+    r = httpx.post(
+        f"{proxy.url}/v1/chat/completions",
+        content=b"{not json",
+        headers={USER: "ana", "Content-Type": "application/json"},
+    )
+    assert r.status_code == 400 and r.headers[MEMORY] == "off"
+    assert r.json()["error"]["message"] == "body must be a JSON object"
+    assert proxy.oai.raw_requests == [b"{not json"]
+    # Over proxy_max_body_bytes: refused before anything is read or sent.
+    with pytest.raises(openai.APIStatusError) as raised:
+        ask(proxy, "chat", "x" * 5000)
+    assert raised.value.status_code == 413
+    with pytest.raises(anthropic.APIStatusError) as refused:
+        ask(proxy, "messages", "x" * 5000)
+    assert refused.value.status_code == 413
+    assert len(proxy.oai.requests) == 1 and not proxy.ant.requests
+
+
+@store_free
+def test_serve_spends_its_own_upstream_key_only_for_a_memstrata_key(
+    mem: Memory, oai: FakeOpenAIServer, ant: FakeAnthropicServer
+) -> None:
+    mem.projects.create("default", project_id="default")
+    _, key = mem.keys.create("default")
+    settings = load_server_settings(
+        proxy_upstream=oai.base_url,
+        proxy_anthropic_upstream=ant.base_url,
+        proxy_upstream_api_key="sk-proxy-OWN",
+        proxy_require_user=False,
+    )
+    with InProcessServer(create_app(mem, settings)) as server:
+        proxy = Proxy(server.url, mem, oai, ant)
+        # Without the memstrata key: refused, on the memory routes and every other path,
+        # with a user or without one.
+        for user in ("ana", None):
+            with pytest.raises(openai.AuthenticationError):
+                ask(proxy, "chat", "Hello?", user_id=user)
+            with pytest.raises(anthropic.AuthenticationError):
+                ask(proxy, "messages", "Hello?", user_id=user)
+        with pytest.raises(openai.AuthenticationError, match="x-memstrata-api-key"):
+            proxy.openai().models.list()
+        wrong = proxy.openai(headers={KEY: "ms_wrong_key_0123456789abcdef"})
+        with pytest.raises(openai.AuthenticationError, match="invalid"):
+            wrong.embeddings.create(model="text-embedding-fake", input="hello")
+        assert not oai.requests and not oai.get_requests and not ant.requests
+
+        mine = proxy.openai(headers={KEY: key})
+        assert ask(proxy, "chat", "Hello?", client=mine).memory == "none"
+        anonymous = proxy.openai(user=None, headers={KEY: key})
+        assert ask(proxy, "chat", "Hello?", client=anonymous).memory == "off"
+        mine.models.list()
+        ask(proxy, "messages-stream", "Hello?", client=proxy.anthropic(headers={KEY: key}))
+    assert [h["authorization"] for h in oai.request_headers] == ["Bearer sk-proxy-OWN"] * 2
+    assert oai.get_requests[-1][1]["authorization"] == "Bearer sk-proxy-OWN"
+    assert ant.request_headers[-1]["x-api-key"] == "sk-proxy-OWN"
+    assert "authorization" not in ant.request_headers[-1]
 
 
 # -- upstream errors ----------------------------------------------------------------------------
