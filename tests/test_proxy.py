@@ -430,6 +430,51 @@ def test_nothing_recalled_sends_the_request_as_it_came(mem: Memory, proxy: Proxy
     assert [m.content for m in stored(mem, "llm-ana", 2)] == ["Any snack with peanuts?", "Noted."]
 
 
+PIXEL = (  # a 1x1 PNG
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+)
+
+
+@store_free
+def test_content_shapes_keep_theirs_and_get_the_block_their_way(mem: Memory, proxy: Proxy) -> None:
+    seed(mem, "ana", "I am allergic to peanuts.")
+    question = "Are there peanuts in the snack on this picture?"
+    # Chat: a list of parts gets one more text part; the image part is sent as it came.
+    parts = [
+        {"type": "text", "text": question},
+        {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PIXEL}"}},
+    ]
+    reply = proxy.openai().chat.completions.with_raw_response.create(
+        model="gpt-fake", messages=[{"role": "user", "content": parts}]
+    )
+    assert reply.headers[MEMORY] == "injected"
+    sent = proxy.oai.chat_requests()[-1]["messages"][-1]["content"]
+    assert sent[:2] == parts and len(sent) == 3 and sent[2]["type"] == "text"
+    assert sent[2]["text"].startswith(MEMORY_PREAMBLE) and "peanuts" in sent[2]["text"]
+    # Anthropic: a list of blocks gets one more text block.
+    blocks = [
+        {"type": "text", "text": question},
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PIXEL}},
+    ]
+    proxy.anthropic().messages.create(
+        model="claude-fake", max_tokens=16, messages=[{"role": "user", "content": blocks}]
+    )
+    sent = proxy.ant.message_requests()[-1]["messages"][-1]["content"]
+    assert sent[:2] == blocks and len(sent) == 3 and sent[2]["type"] == "text"
+    assert sent[2]["text"].startswith(MEMORY_PREAMBLE)
+    # Responses: a string input stays one string.
+    proxy.openai().responses.create(model="gpt-fake", input=question, instructions=SYSTEM)
+    got = proxy.oai.responses_requests()[-1]
+    assert got["instructions"] == SYSTEM
+    block_of(got["input"], question)
+    # Text beyond ASCII, streamed in pieces, arrives and is stored whole.
+    proxy.oai.chat_replies.append("Café ☕ sans cacahuètes — 日本語のお菓子 🎉 ok.")
+    streamed = ask(proxy, "chat-stream", "Any snack without peanuts?")
+    assert streamed.answer == "Café ☕ sans cacahuètes — 日本語のお菓子 🎉 ok."
+    assert proxy.tee.received[-1] == proxy.oai.answers[-1]
+    assert stored(mem, "llm-ana", 8)[-1].content == streamed.answer
+
+
 # -- tools -------------------------------------------------------------------------------------
 
 CITY = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
