@@ -368,7 +368,19 @@ def _run(uvicorn: Any, app: Any, settings: Any) -> None:
         access_log=False,  # ours is structured, with request ids
         server_header=False,
     )
-    uvicorn.Server(config).run()
+    # uvicorn stops gracefully on SIGTERM, then raises the signal again for the handler it
+    # found when it started. With Python's default one the process would die there, before
+    # the command closes its Memory (which lets the workers finish the work in hand): this
+    # handler ends the command normally instead, its `finally` included.
+    previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    try:
+        uvicorn.Server(config).run()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _exit_on_sigterm(signum: int, frame: Any) -> None:
+    raise SystemExit(0)
 
 
 def _print_proxy(settings: Any, url: str) -> None:

@@ -231,38 +231,54 @@ class _RequestHandler(BaseHTTPRequestHandler):
         pass
 
     def _send(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
-        headers = {"Content-Type": "application/json", **(headers or {})}
+        fake = self.server.fake
+        headers = {"Content-Type": "application/json", **fake.answer_headers, **(headers or {})}
         self.send_response(status)
         self.send_header("Content-Length", str(len(body)))
         for key, value in headers.items():
             self.send_header(key, value)
         self.end_headers()
+        fake.answers.append(body)
         self.wfile.write(body)
 
     def do_GET(self) -> None:
-        payload = self.server.fake.error_body(404, f"no route GET {self.path}")
-        self._send(404, json.dumps(payload).encode())
+        fake = self.server.fake
+        fake.get_requests.append((self.path, {k.lower(): v for k, v in self.headers.items()}))
+        handler = fake._get_routes.get(_route_path(self.path))
+        if handler is None:
+            status, payload = 404, fake.error_body(404, f"no route GET {self.path}")
+        else:
+            status, payload = handler(self.path)
+        self._send(status, json.dumps(payload).encode())
 
     def _send_stream(self, status: int, stream: EventStream, headers: dict[str, str]) -> None:
         fake = self.server.fake
         self.send_response(status)
-        for key, value in {"Content-Type": "text/event-stream; charset=utf-8", **headers}.items():
+        content_type = {"Content-Type": "text/event-stream; charset=utf-8"}
+        for key, value in {**content_type, **fake.answer_headers, **headers}.items():
             self.send_header(key, value)
         self.send_header("Cache-Control", "no-cache")
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
         broken = stream.fail_after is not None
+        written: list[bytes] = []
+        with fake._lock:
+            fake.answers.append(b"")  # grows as the frames go out
+            slot = len(fake.answers) - 1
         try:
             for index, frame in enumerate(stream.frames[: stream.fail_after]):
                 if index and fake.chunk_delay > 0:
                     # Ends early when the server closes, so close() is not kept waiting.
                     fake._closing.wait(fake.chunk_delay)
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(frame), frame))
+                written.append(frame)
+                fake.answers[slot] = b"".join(written)
             if not broken:
                 self.wfile.write(b"0\r\n\r\n")  # the chunked body's terminator
                 return
         except OSError:  # the client went away mid-stream (closed the stream early)
             self.close_connection = True
+            fake.streams_abandoned += 1
             return
         # Injected breakage: cut the connection without the chunked body's terminator,
         # as a crashed upstream or a dropped proxy connection does.
@@ -279,6 +295,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
         except ValueError:
             body = None
         fake.requests.append((self.path, body))
+        fake.raw_requests.append(raw)
         fake.request_headers.append({k.lower(): v for k, v in self.headers.items()})
         with fake._in_flight():
             status, payload, headers = fake._dispatch(self.path, body)
@@ -293,8 +310,8 @@ class FakeHTTPServer:
 
     Use it as a context manager, or :meth:`start` / :meth:`close`. Every POST is recorded
     in ``requests`` as ``(path, parsed JSON body)`` (``None`` when the body is not JSON),
-    and its headers (lower-cased names) in ``request_headers``, before anything else
-    happens to it. Then, in this order:
+    its bytes in ``raw_requests`` and its headers (lower-cased names) in
+    ``request_headers``, before anything else happens to it. Then, in this order:
 
     1. the ``hold`` gate: while ``hold`` is cleared, POSTs wait (``held`` is set meanwhile);
     2. an injected delay (:meth:`delay_next`);
@@ -311,6 +328,9 @@ class FakeHTTPServer:
 
     Answers with an HTTP status >= 400 carry ``retry-after-ms: <retry_after_ms>`` (default
     1) so the SDKs retry at once instead of backing off for seconds; ``None`` omits it.
+    Every answer carries ``answer_headers`` too, and its body is recorded in ``answers``
+    as written (what a proxy in between must relay byte for byte). GETs are answered by
+    the routes of :meth:`route_get` (404 otherwise) and recorded in ``get_requests``.
     """
 
     #: Name of the thread running ``serve_forever`` (tests check it is gone after close).
@@ -319,7 +339,17 @@ class FakeHTTPServer:
     def __init__(self, *, port: int = 0, retry_after_ms: int | None = 1) -> None:
         self.retry_after_ms = retry_after_ms
         self.requests: list[tuple[str, Any]] = []
+        #: The bytes of each POST's body, as received (same order as ``requests``).
+        self.raw_requests: list[bytes] = []
         self.request_headers: list[dict[str, str]] = []
+        #: GETs as ``(path with query, headers)``; answered by :meth:`route_get` routes.
+        self.get_requests: list[tuple[str, dict[str, str]]] = []
+        #: The body of every answer as written (a stream's frames so far, joined).
+        self.answers: list[bytes] = []
+        #: Headers added to every answer (e.g. ``x-request-id``, rate-limit headers).
+        self.answer_headers: dict[str, str] = {}
+        #: Streamed answers whose client went away before their end.
+        self.streams_abandoned = 0
         #: Gate for POSTs: cleared -> requests wait until it is set again. Set initially.
         self.hold = threading.Event()
         self.hold.set()
@@ -340,6 +370,7 @@ class FakeHTTPServer:
         self._stream_failures: deque[int] = deque()
         self._closing = threading.Event()
         self._routes: dict[str, Handler] = {}
+        self._get_routes: dict[str, Callable[[str], tuple[int, Any]]] = {}
         self._fault: str | int | None = None
         self._server = _Server(("127.0.0.1", port), self)
         self._thread: threading.Thread | None = None
@@ -366,6 +397,17 @@ class FakeHTTPServer:
     def route(self, path: str, handler: Handler) -> None:
         """Serve POST ``path`` (query string ignored) with ``handler``."""
         self._routes[path] = handler
+
+    def route_get(self, path: str, handler: Callable[[str], tuple[int, Any]]) -> None:
+        """Serve GET ``path`` with ``handler``: the request's path and query -> (status,
+        JSON-serialisable body). GETs skip the gate, delays and scripted failures."""
+        self._get_routes[path] = handler
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait until no request is being answered (a stream whose client went away ends
+        at its next write); False if ``timeout`` ran out first."""
+        with self._idle:
+            return self._idle.wait_for(lambda: self._active == 0, timeout=timeout)
 
     def fail_next(self, n: int = 1, status: int = 500) -> None:
         """Answer the next ``n`` POSTs with HTTP ``status`` and the provider's error body."""

@@ -27,8 +27,8 @@ Usage::
         server.heal()                   # "wrong_schema" too), until healed
 
 Endpoints are a registry by path (:meth:`FakeOpenAIServer.route`); ``/v1/embeddings``,
-``/v1/chat/completions`` and ``/v1/responses`` (each plain or ``"stream": true``) are built
-in. The plumbing lives in :mod:`fakes._http`.
+``/v1/chat/completions`` and ``/v1/responses`` (each plain or ``"stream": true``) and
+``GET /v1/models`` are built in. The plumbing lives in :mod:`fakes._http`.
 """
 
 from __future__ import annotations
@@ -148,6 +148,7 @@ class FakeOpenAIServer(FakeHTTPServer):
         self.route("/v1/embeddings", self._embeddings)
         self.route("/v1/chat/completions", self._chat_completions)
         self.route("/v1/responses", self._responses)
+        self.route_get("/v1/models", self._models)
 
     @property
     def base_url(self) -> str:
@@ -181,6 +182,16 @@ class FakeOpenAIServer(FakeHTTPServer):
         return self.bodies("/v1/responses")
 
     # -- routes (run on the server's request threads) --
+
+    def _models(self, path: str) -> tuple[int, Any]:
+        names = ("gpt-fake", "gpt-fake-mini", "text-embedding-fake")
+        return 200, {
+            "object": "list",
+            "data": [
+                {"id": name, "object": "model", "created": 1700000000, "owned_by": "fake"}
+                for name in names
+            ],
+        }
 
     def _embeddings(self, body: dict[str, Any]) -> tuple[int, Any]:
         model = body.get("model")

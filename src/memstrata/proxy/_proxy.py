@@ -360,7 +360,9 @@ class MemoryProxy:
         if recalled is None:  # preparing failed (logged): the call goes as it came
             return None, "skipped", raw
         call = _Call(api.endpoint, capture, recalled, body)
-        if sent is body:
+        # Nothing injected: the caller's bytes go. (The Responses and Anthropic endpoints
+        # return a copy of the request even when they put nothing into it.)
+        if sent is body or sent == body:
             return call, "skipped" if recalled.skipped else "none", raw
         encoded = json.dumps(sent, ensure_ascii=False, separators=(",", ":")).encode()
         return call, "injected", encoded
@@ -407,7 +409,13 @@ class MemoryProxy:
         else:
             call.answered(content)
         relayed = Response(content, status_code=answer.status_code)
-        relayed.raw_headers.extend((k.encode("latin-1"), v.encode("latin-1")) for k, v in headers)
+        # The answer was read decoded: an upstream that compresses although asked not to
+        # is relayed uncompressed, without its content-encoding.
+        relayed.raw_headers.extend(
+            (k.encode("latin-1"), v.encode("latin-1"))
+            for k, v in headers
+            if k.lower() != "content-encoding"
+        )
         return relayed
 
     def _http(self) -> httpx.AsyncClient:
