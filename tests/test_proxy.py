@@ -1239,7 +1239,8 @@ def test_the_proxy_command(tmp_path: Path, oai: FakeOpenAIServer, ant: FakeAnthr
         assert proc.wait(30) == 0
     logs = out.read_text() + err.read_text()
     assert f"memstrata proxy on http://127.0.0.1:{port}" in logs
-    assert "POST /v1/chat/completions" in logs  # the access log
+    # The access log: one JSON line a request, the route's template, never a header.
+    assert '"method": "POST", "path": "/v1/chat/completions", "status": 200' in logs
     with Memory(f"sqlite:///{db}", embedder="hash", workers=0) as mem:
         messages = mem.messages.list(user_id="ana", limit=100)
         assert {m.content for m in messages} >= {
