@@ -18,6 +18,7 @@ sent them.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -27,7 +28,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
-import httpx
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -36,13 +36,17 @@ from starlette.types import Receive, Scope, Send
 from ..capture._anthropic import MESSAGES
 from ..capture._openai import CHAT, RESPONSES
 from ..capture._scope import Attribution, check, scope
-from ..capture._wrap import Endpoint, captured, failed, prepared, stream_parts
+from ..capture._wrap import Endpoint, captured, prepared, stream_parts
 from ..errors import ValidationError
 from ._json import view
 from ._sse import EventDecoder
-from ._upstream import Upstream, response_headers
+from ._upstream import Upstream, body_decoder, response_headers
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable
+
+    import aiohttp
+
     from ..capture._capture import Capture, Recalled
 
 __all__ = [
@@ -66,6 +70,10 @@ MEMORY_HEADER = "x-memstrata-memory"
 
 _METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
 _RECALL_THREADS = 64
+
+
+# What a handler returns when its caller has gone: nobody reads it.
+_GONE = Response(status_code=499)
 
 
 class Refused(Exception):
@@ -100,10 +108,6 @@ _APIS = {
     "/v1/responses": _Api(RESPONSES, anthropic=False),
     "/v1/messages": _Api(MESSAGES, anthropic=True),
 }
-
-
-class UpstreamError(Exception):
-    """What a captured exchange records when the upstream answered with an error."""
 
 
 def _error(status: int, message: str, *, anthropic: bool, kind: str) -> JSONResponse:
@@ -150,16 +154,18 @@ def _prepare(
 
 @dataclass
 class _Call:
-    """One proxied call with memory: what capture needs once the answer is in."""
+    """One proxied call with memory: what capture needs once the answer is in.
+
+    Only answers are captured (whole, or partial when the caller left a stream early). An
+    attempt the upstream refused or failed is not: each of an SDK's retries is a request of
+    its own here, so storing every failed attempt would store the user's turn once per try.
+    """
 
     endpoint: Endpoint
     capture: Capture
     recalled: Recalled
     body: dict[str, Any]
     start: float = 0.0
-
-    def failed(self, error: BaseException) -> None:
-        failed(self.endpoint, self.capture, self.recalled, self.body, error, self.start)
 
     def answered(self, raw: bytes) -> None:
         try:
@@ -168,6 +174,28 @@ class _Call:
             log.warning("memstrata: the upstream's answer is not JSON; the call is not captured")
             return
         captured(self.endpoint, self.capture, self.recalled, self.body, view(answer), self.start)
+
+
+async def _until_disconnect(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _unless_gone(request: Request, work: Awaitable[Any]) -> Any:
+    """``work``'s result, or None when the caller disconnects first (``work`` is then
+    cancelled: the upstream stops generating an answer nobody will read)."""
+    task = asyncio.ensure_future(work)
+    gone = asyncio.ensure_future(_until_disconnect(request.receive))
+    try:
+        await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+    if task.done():
+        return task.result()
+    task.cancel()
+    with contextlib.suppress(BaseException):
+        await task
+    return None
 
 
 class _Relay:
@@ -179,13 +207,13 @@ class _Relay:
 
     def __init__(
         self,
-        upstream: httpx.Response,
-        headers: list[tuple[str, str]],
+        upstream: aiohttp.ClientResponse,
+        headers: list[tuple[bytes, bytes]],
         on_chunk: Callable[[bytes], None] | None = None,
         finish: Callable[[bool, BaseException | None], None] | None = None,
     ) -> None:
         self.upstream = upstream
-        self.headers = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers]
+        self.headers = headers
         self.on_chunk = on_chunk
         self.finish = finish
 
@@ -195,8 +223,7 @@ class _Relay:
             async with anyio.create_task_group() as group:
 
                 async def watch() -> None:
-                    while (await receive())["type"] != "http.disconnect":
-                        pass
+                    await _until_disconnect(receive)
                     group.cancel_scope.cancel()
 
                 group.start_soon(watch)
@@ -205,8 +232,10 @@ class _Relay:
         finally:
             if self.finish is not None:
                 self._finish(not ended and error is None, error)
-            with anyio.CancelScope(shield=True):
-                await self.upstream.aclose()
+            if ended:
+                self.upstream.release()  # the connection is kept for the next call
+            else:
+                self.upstream.close()  # the upstream stops generating
         if error is not None:
             # Headers are sent: aborting the connection is how the client learns the
             # stream broke (a clean end would pass a truncated answer for a whole one).
@@ -214,20 +243,22 @@ class _Relay:
 
     async def _pump(self, send: Send) -> tuple[bool, BaseException | None]:
         """(whether the whole answer was relayed, the upstream's error if it broke)."""
+        import aiohttp
+
         try:
             await send(
                 {
                     "type": "http.response.start",
-                    "status": self.upstream.status_code,
+                    "status": self.upstream.status,
                     "headers": self.headers,
                 }
             )
-            async for chunk in self.upstream.aiter_raw():
+            async for chunk in self.upstream.content.iter_any():
                 if self.on_chunk is not None:
                     self.on_chunk(chunk)
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
-        except httpx.HTTPError as exc:
+        except (aiohttp.ClientError, TimeoutError) as exc:
             return False, exc
         except OSError:  # the client went away while a chunk was being sent
             return False, None
@@ -242,16 +273,17 @@ class _Relay:
 
 
 def _tap(
-    call: _Call,
+    call: _Call, decode: Callable[[bytes], bytes]
 ) -> tuple[Callable[[bytes], None], Callable[[bool, BaseException | None], None]]:
     """What reads a copy of the stream for capture: SSE events into the endpoint's
-    accumulator, and the exchange when the stream ends."""
+    accumulator, and the exchange when the stream ends. ``decode`` undoes a compression
+    the upstream applied although asked not to (the caller gets the bytes as sent)."""
     add, finish = stream_parts(call.endpoint, call.capture, call.recalled, call.body, call.start)
     decoder = EventDecoder()
 
     def on_chunk(chunk: bytes) -> None:
         try:
-            for event in decoder.feed(chunk):
+            for event in decoder.feed(decode(chunk)):
                 add(view(event))
         except Exception:  # an event we cannot read must not break the caller's stream
             log.exception("memstrata: could not read a proxied stream event")
@@ -278,8 +310,8 @@ class MemoryProxy:
         self._openai = openai
         self._anthropic = anthropic
         self.require_user = require_user
-        self._timeout = httpx.Timeout(timeout_s, connect=10.0)
-        self._client: httpx.AsyncClient | None = None
+        self._timeout_s = timeout_s
+        self._client: aiohttp.ClientSession | None = None
         # Each call's recall blocks a thread for up to its bound: a pool of the proxy's own,
         # so that many concurrent calls neither queue behind asyncio's small default pool
         # (min(32, cores + 4) threads) nor starve what else uses it.
@@ -292,7 +324,7 @@ class MemoryProxy:
     async def aclose(self) -> None:
         """Close the upstream connections and store what capture has queued."""
         if self._client is not None:
-            await self._client.aclose()
+            await self._client.close()
             self._client = None
         await asyncio.to_thread(self._captures.close)
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -375,62 +407,71 @@ class MemoryProxy:
         state: str,
         call: _Call | None,
     ) -> Response | _Relay:
-        client = self._http()
-        outgoing = client.build_request(
-            request.method,
-            upstream.target(request.url.path, request.url.query),
-            headers=upstream.headers(request.headers.items()),
-            content=raw,
-        )
+        import aiohttp
+
+        session = self._http()
         if call is not None:
             call.start = time.perf_counter()
         try:
-            answer = await client.send(outgoing, stream=True)
-        except httpx.HTTPError as exc:
-            if call is not None:
-                call.failed(exc)
+            # Until its headers arrive, a plain call's answer is the whole wait: a caller
+            # that gives up meanwhile cancels it (nothing is stored; its SDK retries).
+            answer: aiohttp.ClientResponse | None = await _unless_gone(
+                request,
+                session.request(
+                    request.method,
+                    upstream.target(request.url.path, request.url.query),
+                    headers=upstream.headers(request.headers.items()),
+                    data=raw,
+                    allow_redirects=False,
+                ),
+            )
+        except (aiohttp.ClientError, TimeoutError) as exc:
             return self._unreachable(request, upstream, exc)
-        headers = [*response_headers(answer.headers.multi_items()), (MEMORY_HEADER, state)]
+        if answer is None:
+            return _GONE
+        headers = [
+            *response_headers(answer.raw_headers),
+            (MEMORY_HEADER.encode(), state.encode()),
+        ]
+        decode = body_decoder(answer.headers.get("content-encoding"))
         streamed = answer.headers.get("content-type", "").startswith("text/event-stream")
-        if call is None or (streamed and answer.status_code < 400):
-            if call is None:
-                return _Relay(answer, headers)
-            return _Relay(answer, headers, *_tap(call))
+        if call is None or answer.status >= 400 or decode is None:
+            return _Relay(answer, headers)  # relayed as it comes, not captured
+        if streamed:
+            return _Relay(answer, headers, *_tap(call, decode))
         try:
-            content = await answer.aread()
-        except httpx.HTTPError as exc:
-            call.failed(exc)
+            content: bytes | None = await _unless_gone(request, answer.read())
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            answer.close()
             return self._unreachable(request, upstream, exc)
-        finally:
-            await answer.aclose()
-        if answer.status_code >= 400:
-            text = content[:500].decode("utf-8", "replace")
-            call.failed(UpstreamError(f"HTTP {answer.status_code}: {text}"))
-        else:
-            call.answered(content)
-        relayed = Response(content, status_code=answer.status_code)
-        # The answer was read decoded: an upstream that compresses although asked not to
-        # is relayed uncompressed, without its content-encoding.
-        relayed.raw_headers.extend(
-            (k.encode("latin-1"), v.encode("latin-1"))
-            for k, v in headers
-            if k.lower() != "content-encoding"
-        )
+        if content is None:
+            answer.close()
+            return _GONE
+        answer.release()
+        call.answered(decode(content))
+        relayed = Response(content, status_code=answer.status)
+        relayed.raw_headers.extend(headers)
         return relayed
 
-    def _http(self) -> httpx.AsyncClient:
+    def _http(self) -> aiohttp.ClientSession:
+        import aiohttp
+
         if self._client is None:
-            self._client = httpx.AsyncClient(
-                timeout=self._timeout,
-                follow_redirects=False,
-                limits=httpx.Limits(max_connections=200, max_keepalive_connections=50),
+            self._client = aiohttp.ClientSession(
+                # Bytes pass as the upstream sent them; capture decodes its own copy.
+                auto_decompress=False,
                 # The caller's request decides; never the proxy's environment.
                 trust_env=False,
+                timeout=aiohttp.ClientTimeout(
+                    total=None, sock_connect=10.0, sock_read=self._timeout_s
+                ),
+                connector=aiohttp.TCPConnector(limit=200, limit_per_host=0),
+                skip_auto_headers=("User-Agent",),
             )
         return self._client
 
     @staticmethod
-    def _unreachable(request: Request, upstream: Upstream, exc: Exception) -> JSONResponse:
+    def _unreachable(request: Request, upstream: Upstream, exc: BaseException) -> JSONResponse:
         reason = type(exc).__name__
         log.warning("memstrata: the upstream %s failed: %s", upstream.url, reason)
         return _error(

@@ -8,13 +8,14 @@ header.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import zlib
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from ..errors import ConfigError
 
-__all__ = ["Upstream", "base_url", "request_headers", "response_headers"]
+__all__ = ["Upstream", "base_url", "body_decoder", "request_headers", "response_headers"]
 
 # Hop-by-hop headers (RFC 9110 §7.6.1) and those the proxy sets itself: the body's length
 # changes when memory is injected, and the upstream is asked for an uncompressed answer
@@ -102,5 +103,23 @@ def request_headers(
     return out
 
 
-def response_headers(incoming: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
-    return [(name, value) for name, value in incoming if name not in _NOT_RETURNED]
+def response_headers(incoming: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """The upstream's response headers the caller gets, raw (names and duplicates kept)."""
+    return [(k, v) for k, v in incoming if k.decode("latin-1").lower() not in _NOT_RETURNED]
+
+
+def body_decoder(encoding: str | None) -> Callable[[bytes], bytes] | None:
+    """What undoes the upstream's ``Content-Encoding`` for capture's copy of the answer,
+    chunk by chunk: the proxy asks for none, but an upstream may compress anyway. None
+    for an encoding memstrata cannot read (the answer is then relayed, not captured)."""
+    encoding = (encoding or "identity").strip().lower()
+    if encoding == "identity":
+        return _same
+    if encoding in ("gzip", "x-gzip", "deflate"):
+        # wbits 47: a gzip or zlib header, whichever comes.
+        return zlib.decompressobj(wbits=47).decompress
+    return None
+
+
+def _same(data: bytes) -> bytes:
+    return data
