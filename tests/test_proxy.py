@@ -625,13 +625,25 @@ def test_bodies_the_proxy_cannot_read_or_will_not_take(
     assert r.status_code == 400 and r.headers[MEMORY] == "off"
     assert r.json()["error"]["message"] == "body must be a JSON object"
     assert proxy.oai.raw_requests == [b"{not json"]
-    # Over proxy_max_body_bytes: refused before anything is read or sent.
+    # Over proxy_max_body_bytes: refused before anything is read or sent, in the
+    # provider's error shape (the SDK's message says why).
     with pytest.raises(openai.APIStatusError) as raised:
         ask(proxy, "chat", "x" * 5000)
     assert raised.value.status_code == 413
+    assert "request body larger than 4096 bytes" in raised.value.message
     with pytest.raises(anthropic.APIStatusError) as refused:
         ask(proxy, "messages", "x" * 5000)
     assert refused.value.status_code == 413
+    assert refused.value.body["error"]["message"] == "request body larger than 4096 bytes"  # type: ignore[index]
+    # A body sent without a Content-Length grows past the limit while it streams in.
+    chunks = iter([b'{"model": "m", "messages": [{"role": "user", "content": "', b"x" * 5000])
+    r = httpx.post(
+        f"{proxy.url}/v1/chat/completions",
+        content=chunks,
+        headers={"X-Memstrata-User-Id": "ana", "Content-Type": "application/json"},
+    )
+    assert r.status_code == 413
+    assert r.json()["error"]["message"] == "request body larger than 4096 bytes"
     assert len(proxy.oai.requests) == 1 and not proxy.ant.requests
 
 

@@ -316,10 +316,7 @@ def _access_logging() -> None:
 def _cmd_serve(args: argparse.Namespace) -> int:
     from .server import create_app, load_server_settings
 
-    try:
-        import uvicorn
-    except ModuleNotFoundError:
-        raise MemstrataError("the server needs uvicorn: pip install 'memstrata[server]'") from None
+    uvicorn = _uvicorn("the server")
     settings = load_server_settings(
         host=args.host,
         port=args.port,
@@ -357,6 +354,14 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     finally:
         mem.close()
     return 0
+
+
+def _uvicorn(what: str) -> Any:
+    try:
+        import uvicorn
+    except ModuleNotFoundError:
+        raise MemstrataError(f"{what} needs uvicorn: pip install 'memstrata[server]'") from None
+    return uvicorn
 
 
 def _run(uvicorn: Any, app: Any, settings: Any) -> None:
@@ -399,10 +404,7 @@ def _cmd_proxy(args: argparse.Namespace) -> int:
     from .proxy import create_proxy_app
     from .server import load_server_settings
 
-    try:
-        import uvicorn
-    except ModuleNotFoundError:
-        raise MemstrataError("the proxy needs uvicorn: pip install 'memstrata[server]'") from None
+    uvicorn = _uvicorn("the proxy")
     settings = load_server_settings(
         host=args.host,
         port=args.port,

@@ -21,6 +21,7 @@ from ._proxy import (
     USER_HEADER,
     CaptureSource,
     MemoryProxy,
+    refusal,
 )
 from ._upstream import Upstream, base_url
 
@@ -41,6 +42,7 @@ __all__ = [
     "ProjectMemories",
     "build_proxy",
     "create_proxy_app",
+    "refusal",
 ]
 
 
@@ -91,7 +93,7 @@ def create_proxy_app(memory: Memory, settings: ServerSettings) -> Starlette:
             await proxy.aclose()
 
     app = Starlette(routes=[Route("/health", health), *proxy.routes()], lifespan=lifespan)
-    app.add_middleware(BodyLimit, max_body_bytes=settings.proxy_max_body_bytes)
+    app.add_middleware(BodyLimit, max_body_bytes=settings.proxy_max_body_bytes, refusal=refusal)
     # Access logs as the server's: one JSON line, the route's template, never a header or
     # the query string (a provider key can travel in either).
     app.add_middleware(RequestContext)

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -58,6 +59,7 @@ __all__ = [
     "CaptureSource",
     "MemoryProxy",
     "Refused",
+    "refusal",
 ]
 
 log = logging.getLogger("memstrata.proxy")
@@ -110,14 +112,36 @@ _APIS = {
 }
 
 
+def _error_body(message: str, *, anthropic: bool, kind: str) -> dict[str, Any]:
+    if anthropic:
+        return {"type": "error", "error": {"type": kind, "message": message}}
+    return {"error": {"message": message, "type": kind, "param": None, "code": None}}
+
+
 def _error(status: int, message: str, *, anthropic: bool, kind: str) -> JSONResponse:
     """An error the proxy itself answers, in the provider's shape, so the caller's SDK
     raises it with the message intact."""
-    if anthropic:
-        body: dict[str, Any] = {"type": "error", "error": {"type": kind, "message": message}}
-    else:
-        body = {"error": {"message": message, "type": kind, "param": None, "code": None}}
+    body = _error_body(message, anthropic=anthropic, kind=kind)
     return JSONResponse(body, status_code=status, headers={MEMORY_HEADER: "off"})
+
+
+def refusal(path: str, message: str) -> dict[str, Any] | None:
+    """A body refused before the proxy reads it (over the size limit), in the provider's
+    shape on the proxy's paths; None elsewhere (``server/_limits.py``)."""
+    if not path.startswith("/v1/"):
+        return None
+    return _error_body(message, anthropic=path == "/v1/messages", kind="invalid_request_error")
+
+
+async def _body(request: Request, anthropic: bool) -> bytes | JSONResponse:
+    """The request's body, or the provider-shaped 413 of a body that grew past the limit
+    while it streamed in (one with a Content-Length over it never gets here)."""
+    try:
+        return await request.body()
+    except HTTPException as exc:
+        return _error(
+            exc.status_code, str(exc.detail), anthropic=anthropic, kind="invalid_request_error"
+        )
 
 
 def _identity(request: Request) -> Attribution | None:
@@ -336,7 +360,9 @@ class MemoryProxy:
         upstream = self._anthropic if api.anthropic else self._openai
         if upstream is None:
             return self._unconfigured(api.anthropic)
-        raw = await request.body()
+        raw = await _body(request, api.anthropic)
+        if isinstance(raw, JSONResponse):
+            return raw
         try:
             who = _identity(request)
             if who is None and self.require_user:
@@ -360,7 +386,10 @@ class MemoryProxy:
                 await self._captures.capture_for(request)
             except Refused as exc:
                 return _error(exc.status, str(exc), anthropic=False, kind=exc.kind)
-        return await self._forward(request, upstream, await request.body(), "off", None)
+        raw = await _body(request, anthropic=False)
+        if isinstance(raw, JSONResponse):
+            return raw
+        return await self._forward(request, upstream, raw, "off", None)
 
     # -- internals -----------------------------------------------------------------------
 

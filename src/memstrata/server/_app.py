@@ -10,7 +10,7 @@ from fastapi import Depends, FastAPI
 from starlette.routing import Route
 
 from ..mcp._http import McpEndpoint
-from ..proxy import ProjectMemories, build_proxy
+from ..proxy import ProjectMemories, build_proxy, refusal
 from . import (
     _routes_actions,
     _routes_admin,
@@ -105,6 +105,7 @@ def create_app(memory: Any = None, settings: ServerSettings | None = None) -> Fa
         BodyLimit,
         max_body_bytes=settings.max_body_bytes,
         by_prefix={"/v1/": settings.proxy_max_body_bytes},
+        refusal=refusal,
     )
     app.add_middleware(RequestContext)
     return app

@@ -8,13 +8,18 @@ first byte over the limit, so a client cannot make the server buffer more than t
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from typing import Any
 
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ._errors import error_body
 
-__all__ = ["BodyLimit"]
+__all__ = ["BodyLimit", "Refusal"]
+
+# (path, message) -> the body of the 413 for that path, or None for memstrata's envelope.
+Refusal = Callable[[str, str], dict[str, Any] | None]
 
 
 def _too_large(limit: int) -> str:
@@ -23,10 +28,17 @@ def _too_large(limit: int) -> str:
 
 class BodyLimit:
     def __init__(
-        self, app: ASGIApp, max_body_bytes: int, by_prefix: dict[str, int] | None = None
+        self,
+        app: ASGIApp,
+        max_body_bytes: int,
+        by_prefix: dict[str, int] | None = None,
+        refusal: Refusal | None = None,
     ) -> None:
         self.app = app
         self.default = max_body_bytes
+        # A body of another shape for some paths (the proxy's: the provider's error shape,
+        # which the caller's SDK reads the message from); None: memstrata's envelope.
+        self.refusal = refusal
         # Paths with a limit of their own (the proxy's /v1/: prompts carry images inline).
         self.by_prefix = sorted((by_prefix or {}).items(), key=lambda kv: -len(kv[0]))
 
@@ -51,7 +63,11 @@ class BodyLimit:
                 break
         if declared is not None and declared > limit:
             request_id = scope.get("state", {}).get("request_id")
-            body = json.dumps(error_body(413, _too_large(limit), request_id=request_id)).encode()
+            message = _too_large(limit)
+            shaped = self.refusal(scope.get("path", ""), message) if self.refusal else None
+            if shaped is None:
+                shaped = error_body(413, message, request_id=request_id)
+            body = json.dumps(shaped).encode()
             await send(
                 {
                     "type": "http.response.start",
