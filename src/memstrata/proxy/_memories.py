@@ -32,6 +32,8 @@ log = logging.getLogger("memstrata.proxy")
 
 # How long capture may take to store what it has queued when the proxy stops.
 CLOSE_TIMEOUT_SECONDS = 10.0
+# The longest a key check may take before a proxy with an upstream key of its own refuses.
+STRICT_CHECK_SECONDS = 5.0
 
 
 class OneMemory:
@@ -75,10 +77,14 @@ class ProjectMemories:
                 kind="authentication_error",
             )
         memory = self._memory()
+        # Fail-open bounds the check like recall; a strict proxy refuses when the check
+        # fails, so a slow moment gets longer before a caller is turned away.
+        bound = self._check_timeout()
+        if self._strict:
+            bound = max(bound, STRICT_CHECK_SECONDS)
         try:
             caller = await asyncio.wait_for(
-                asyncio.to_thread(authenticate, memory, f"Bearer {secret}"),
-                timeout=self._check_timeout(),
+                asyncio.to_thread(authenticate, memory, f"Bearer {secret}"), timeout=bound
             )
         except ApiError as exc:
             raise Refused(
