@@ -8,10 +8,8 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from importlib.util import find_spec
 from typing import TYPE_CHECKING
 
-from ..errors import ConfigError
 from ._memories import OneMemory, ProjectMemories
 from ._proxy import (
     KEY_HEADER,
@@ -48,10 +46,6 @@ __all__ = [
 
 def build_proxy(settings: ServerSettings, captures: CaptureSource) -> MemoryProxy:
     """The proxy the ``proxy_*`` settings describe."""
-    if (settings.proxy_upstream or settings.proxy_anthropic_upstream) and find_spec(
-        "aiohttp"
-    ) is None:
-        raise ConfigError("the memory proxy needs aiohttp: pip install 'memstrata[server]'")
     key = settings.proxy_upstream_api_key
     secret = None if key is None else key.get_secret_value()
     openai = anthropic = None

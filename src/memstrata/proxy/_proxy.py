@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
+import httpx
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -45,8 +46,6 @@ from ._upstream import Upstream, body_decoder, response_headers
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable
-
-    import aiohttp
 
     from ..capture._capture import Capture, Recalled
 
@@ -200,6 +199,11 @@ class _Call:
         captured(self.endpoint, self.capture, self.recalled, self.body, view(answer), self.start)
 
 
+async def _raw_body(answer: httpx.Response) -> bytes:
+    """The answer's bytes as the upstream sent them (``aread`` would decode them)."""
+    return b"".join([chunk async for chunk in answer.aiter_raw()])
+
+
 async def _until_disconnect(receive: Receive) -> None:
     while (await receive())["type"] != "http.disconnect":
         pass
@@ -231,7 +235,7 @@ class _Relay:
 
     def __init__(
         self,
-        upstream: aiohttp.ClientResponse,
+        upstream: httpx.Response,
         headers: list[tuple[bytes, bytes]],
         on_chunk: Callable[[bytes], None] | None = None,
         finish: Callable[[bool, BaseException | None], None] | None = None,
@@ -256,10 +260,9 @@ class _Relay:
         finally:
             if self.finish is not None:
                 self._finish(not ended and error is None, error)
-            if ended:
-                self.upstream.release()  # the connection is kept for the next call
-            else:
-                self.upstream.close()  # the upstream stops generating
+            # Not read to its end: the connection is closed, so the upstream stops.
+            with anyio.CancelScope(shield=True):
+                await self.upstream.aclose()
         if error is not None:
             # Headers are sent: aborting the connection is how the client learns the
             # stream broke (a clean end would pass a truncated answer for a whole one).
@@ -267,22 +270,22 @@ class _Relay:
 
     async def _pump(self, send: Send) -> tuple[bool, BaseException | None]:
         """(whether the whole answer was relayed, the upstream's error if it broke)."""
-        import aiohttp
-
         try:
             await send(
                 {
                     "type": "http.response.start",
-                    "status": self.upstream.status,
+                    "status": self.upstream.status_code,
                     "headers": self.headers,
                 }
             )
-            async for chunk in self.upstream.content.iter_any():
+            # Raw: the bytes as the upstream sent them (compressed or not); every chunk
+            # that arrived before a break is relayed before the break is.
+            async for chunk in self.upstream.aiter_raw():
                 if self.on_chunk is not None:
                     self.on_chunk(chunk)
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
-        except (aiohttp.ClientError, TimeoutError) as exc:
+        except httpx.HTTPError as exc:
             return False, exc
         except OSError:  # the client went away while a chunk was being sent
             return False, None
@@ -335,7 +338,7 @@ class MemoryProxy:
         self._anthropic = anthropic
         self.require_user = require_user
         self._timeout_s = timeout_s
-        self._client: aiohttp.ClientSession | None = None
+        self._client: httpx.AsyncClient | None = None
         # Each call's recall blocks a thread for up to its bound: a pool of the proxy's own,
         # so that many concurrent calls neither queue behind asyncio's small default pool
         # (min(32, cores + 4) threads) nor starve what else uses it.
@@ -348,7 +351,7 @@ class MemoryProxy:
     async def aclose(self) -> None:
         """Close the upstream connections and store what capture has queued."""
         if self._client is not None:
-            await self._client.close()
+            await self._client.aclose()
             self._client = None
         await asyncio.to_thread(self._captures.close)
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -436,66 +439,56 @@ class MemoryProxy:
         state: str,
         call: _Call | None,
     ) -> Response | _Relay:
-        import aiohttp
-
-        session = self._http()
+        client = self._http()
+        outgoing = client.build_request(
+            request.method,
+            upstream.target(request.url.path, request.url.query),
+            headers=upstream.headers(request.headers.items()),
+            content=raw,
+        )
         if call is not None:
             call.start = time.perf_counter()
         try:
             # Until its headers arrive, a plain call's answer is the whole wait: a caller
             # that gives up meanwhile cancels it (nothing is stored; its SDK retries).
-            answer: aiohttp.ClientResponse | None = await _unless_gone(
-                request,
-                session.request(
-                    request.method,
-                    upstream.target(request.url.path, request.url.query),
-                    headers=upstream.headers(request.headers.items()),
-                    data=raw,
-                    allow_redirects=False,
-                ),
+            answer: httpx.Response | None = await _unless_gone(
+                request, client.send(outgoing, stream=True)
             )
-        except (aiohttp.ClientError, TimeoutError) as exc:
+        except httpx.HTTPError as exc:
             return self._unreachable(request, upstream, exc)
         if answer is None:
             return _GONE
         headers = [
-            *response_headers(answer.raw_headers),
+            *response_headers(answer.headers.raw),
             (MEMORY_HEADER.encode(), state.encode()),
         ]
         decode = body_decoder(answer.headers.get("content-encoding"))
         streamed = answer.headers.get("content-type", "").startswith("text/event-stream")
-        if call is None or answer.status >= 400 or decode is None:
+        if call is None or answer.status_code >= 400 or decode is None:
             return _Relay(answer, headers)  # relayed as it comes, not captured
         if streamed:
             return _Relay(answer, headers, *_tap(call, decode))
         try:
-            content: bytes | None = await _unless_gone(request, answer.read())
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            answer.close()
+            content: bytes | None = await _unless_gone(request, _raw_body(answer))
+        except httpx.HTTPError as exc:
             return self._unreachable(request, upstream, exc)
+        finally:
+            await answer.aclose()
         if content is None:
-            answer.close()
             return _GONE
-        answer.release()
         call.answered(decode(content))
-        relayed = Response(content, status_code=answer.status)
+        relayed = Response(content, status_code=answer.status_code)
         relayed.raw_headers.extend(headers)
         return relayed
 
-    def _http(self) -> aiohttp.ClientSession:
-        import aiohttp
-
+    def _http(self) -> httpx.AsyncClient:
         if self._client is None:
-            self._client = aiohttp.ClientSession(
-                # Bytes pass as the upstream sent them; capture decodes its own copy.
-                auto_decompress=False,
+            self._client = httpx.AsyncClient(
+                timeout=httpx.Timeout(self._timeout_s, connect=10.0),
+                follow_redirects=False,
+                limits=httpx.Limits(max_connections=200, max_keepalive_connections=50),
                 # The caller's request decides; never the proxy's environment.
                 trust_env=False,
-                timeout=aiohttp.ClientTimeout(
-                    total=None, sock_connect=10.0, sock_read=self._timeout_s
-                ),
-                connector=aiohttp.TCPConnector(limit=200, limit_per_host=0),
-                skip_auto_headers=("User-Agent",),
             )
         return self._client
 
