@@ -270,9 +270,11 @@ class _RequestHandler(BaseHTTPRequestHandler):
                 if index and fake.chunk_delay > 0:
                     # Ends early when the server closes, so close() is not kept waiting.
                     fake._closing.wait(fake.chunk_delay)
-                self.wfile.write(b"%x\r\n%s\r\n" % (len(frame), frame))
+                # Recorded before it goes out: a client that has a frame finds it recorded
+                # (after a failed write, the record holds one frame the client never got).
                 written.append(frame)
                 fake.answers[slot] = b"".join(written)
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(frame), frame))
             if not broken:
                 self.wfile.write(b"0\r\n\r\n")  # the chunked body's terminator
                 return

@@ -25,7 +25,6 @@ __all__ = [
     "captured",
     "capturing",
     "error_text",
-    "failed",
     "prepared",
     "restore",
     "stream_parts",
@@ -97,7 +96,7 @@ def prepared(endpoint: Endpoint, capture: Capture, request: Any) -> tuple[Recall
         return None, request
 
 
-def failed(
+def _failed(
     endpoint: Endpoint,
     capture: Capture,
     recalled: Recalled,
@@ -209,7 +208,7 @@ def capturing(
             try:
                 result = send(args, kwargs, sent)
             except Exception as exc:
-                failed(endpoint, capture, recalled, request, exc, start)
+                _failed(endpoint, capture, recalled, request, exc, start)
                 raise
             proxy = StreamProxy if streamed(kwargs) else None
             return _answered(endpoint, capture, recalled, request, result, start, proxy)
@@ -229,7 +228,7 @@ def capturing(
             if not opens_on_read:
                 result = await result
         except Exception as exc:
-            failed(endpoint, capture, recalled, request, exc, start)
+            _failed(endpoint, capture, recalled, request, exc, start)
             raise
         proxy = AsyncStreamProxy if streamed(kwargs) else None
         return _answered(endpoint, capture, recalled, request, result, start, proxy)
