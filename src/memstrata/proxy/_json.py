@@ -2,15 +2,16 @@
 
 Capture's endpoints (``capture/_openai.py``, ``_anthropic.py``) read a response or a stream
 chunk by attribute (``result.choices[0].message.content``), as the SDKs return pydantic
-objects. The proxy has the same answers as parsed JSON: :func:`view` makes them readable
-the same way, so the proxy uses capture's readers instead of a second copy of them.
+objects. The proxy has the same answers as JSON: :func:`loads` parses them into objects
+readable the same way, so the proxy uses capture's readers instead of a second copy.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-__all__ = ["Fields", "view"]
+__all__ = ["Fields", "loads"]
 
 
 class Fields(dict[str, Any]):
@@ -22,13 +23,9 @@ class Fields(dict[str, Any]):
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):  # copy, pickle and friends probe dunders
             raise AttributeError(name)
-        return view(self.get(name))
+        return self.get(name)
 
 
-def view(value: Any) -> Any:
-    """``value`` (parsed JSON) with every object in it a :class:`Fields`."""
-    if isinstance(value, dict):
-        return value if isinstance(value, Fields) else Fields(value)
-    if isinstance(value, list):
-        return [view(v) for v in value]
-    return value
+def loads(raw: bytes | str) -> Any:
+    """``raw`` parsed, every object in it a :class:`Fields` (built once, while parsing)."""
+    return json.loads(raw, object_hook=Fields)

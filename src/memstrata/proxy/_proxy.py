@@ -40,7 +40,7 @@ from ..capture._openai import CHAT, RESPONSES
 from ..capture._scope import Attribution, check, scope
 from ..capture._wrap import Endpoint, captured, prepared, stream_parts
 from ..errors import ValidationError
-from ._json import view
+from ._json import loads
 from ._sse import EventDecoder
 from ._upstream import Upstream, body_decoder, response_headers
 
@@ -192,11 +192,11 @@ class _Call:
 
     def answered(self, raw: bytes) -> None:
         try:
-            answer = json.loads(raw)
+            answer = loads(raw)
         except ValueError:
             log.warning("memstrata: the upstream's answer is not JSON; the call is not captured")
             return
-        captured(self.endpoint, self.capture, self.recalled, self.body, view(answer), self.start)
+        captured(self.endpoint, self.capture, self.recalled, self.body, answer, self.start)
 
 
 async def _raw_body(answer: httpx.Response) -> bytes:
@@ -311,7 +311,7 @@ def _tap(
     def on_chunk(chunk: bytes) -> None:
         try:
             for event in decoder.feed(decode(chunk)):
-                add(view(event))
+                add(event)
         except Exception:  # an event we cannot read must not break the caller's stream
             log.exception("memstrata: could not read a proxied stream event")
 

@@ -2,14 +2,15 @@
 
 The proxy relays an upstream's stream byte for byte; this decoder reads a copy of the same
 bytes to rebuild the answer for capture. Only ``data:`` lines matter here (OpenAI and
-Anthropic put the event's type inside its JSON); ``[DONE]`` and data that is not JSON are
-skipped.
+Anthropic put the event's type inside its JSON), parsed into objects capture reads by
+attribute; ``[DONE]`` and data that is not JSON are skipped.
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
+
+from ._json import loads
 
 __all__ = ["EventDecoder"]
 
@@ -40,6 +41,6 @@ class EventDecoder:
         if not data or data == b"[DONE]":
             return None
         try:
-            return json.loads(data)
+            return loads(data)
         except ValueError:
             return None
