@@ -28,6 +28,9 @@ from fakes.openai_server import FakeOpenAIServer
 from memstrata import Memory
 from memstrata.embed import make_embedder
 
+# The browser fixtures (page, phone_page, memstrata_server ...); tests/browser.py.
+pytest_plugins = ["browser"]
+
 REPO = Path(__file__).resolve().parent.parent
 
 # Read once, before the autouse fixture below hides MEMSTRATA_* variables from the tests.
