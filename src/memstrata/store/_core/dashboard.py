@@ -303,11 +303,12 @@ def activity(tx: Tx, project_id: str, since: float, until: float) -> ActivityCou
         window,
     )
     # A message failed for good keeps no time of its own: its job's finished_at is when.
-    # Failed jobs are few, and found through an index on the jobs' status.
+    # Failed jobs are few and found by their status; each one's messages by its job id
+    # (a join let SQLite's planner scan every message instead).
     failed = tx.all(
-        "SELECT j.finished_at, count(*) FROM jobs j JOIN messages m ON m.job_id = j.id "
-        "WHERE j.project_id = ? AND j.status = 'failed' AND j.finished_at >= ? "
-        "AND j.finished_at < ? AND m.status = 'failed' GROUP BY j.finished_at",
+        "SELECT j.finished_at, (SELECT count(*) FROM messages m WHERE m.job_id = j.id "
+        "AND m.status = 'failed') FROM jobs j WHERE j.project_id = ? AND j.status = 'failed' "
+        "AND j.finished_at >= ? AND j.finished_at < ?",
         (project_id, since, until),
     )
     failed_per_minute: dict[str, int] = {}
