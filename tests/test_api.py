@@ -31,8 +31,9 @@ from memstrata.config import Settings
 from memstrata.types import AsyncSession, MemoryContext, RecallConfig, Session
 
 FACES = ("sessions", "messages", "facts", "summaries", "topics", "webhooks")
-# Faces of the embedded memory only: projects and keys (the server's operator has them).
-ENGINE_FACES = ("projects", "keys")
+# Faces of the embedded memory only: projects and keys (the server's operator has them),
+# and what the dashboard reads and keeps.
+ENGINE_FACES = ("projects", "keys", "users", "dashboard_sessions")
 REMOTE_FACES = ("user_actions",)
 # Members that are no I/O, so AsyncMemory keeps them sync: capture, views, hooks.
 PLAIN = {"scope", "for_project"}

@@ -16,6 +16,8 @@ from collections.abc import Callable, Coroutine
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar
 
+from ._dashboard import Users
+from ._dashboard_sessions import DashboardSessions
 from ._items import Facts, Item, Row, Summaries
 from ._messages import Messages
 from ._projects import ApiKeys, Projects
@@ -173,6 +175,24 @@ class AsyncApiKeys(_Face):
     verify = in_thread(ApiKeys.verify)
 
 
+class AsyncUsers(_Face):
+    """``AsyncMemory.users``: ``Memory.users`` as coroutines (embedded only)."""
+
+    count = in_thread(Users.count)
+    list = in_thread(Users.list)
+
+
+class AsyncDashboardSessions(_Face):
+    """``AsyncMemory.dashboard_sessions``: ``Memory.dashboard_sessions`` as coroutines
+    (embedded only)."""
+
+    create = in_thread(DashboardSessions.create)
+    get = in_thread(DashboardSessions.get)
+    set_project = in_thread(DashboardSessions.set_project)
+    delete = in_thread(DashboardSessions.delete)
+    prune = in_thread(DashboardSessions.prune)
+
+
 class AsyncMemory:
     """``Memory`` for asyncio code: the same faces and methods, as coroutines.
 
@@ -197,6 +217,10 @@ class AsyncMemory:
         if hasattr(sync, "projects"):
             self.projects = AsyncProjects(sync.projects)
             self.keys = AsyncApiKeys(sync.keys)
+        # Nor what the dashboard reads: it runs beside the engine.
+        if hasattr(sync, "users"):
+            self.users = AsyncUsers(sync.users)
+            self.dashboard_sessions = AsyncDashboardSessions(sync.dashboard_sessions)
 
     # -- what is no I/O ----------------------------------------------------------------
 
@@ -252,6 +276,8 @@ class AsyncMemory:
     get_memory = in_thread(Memory.get_memory)
     search = in_thread(Memory.search)
     stats = in_thread(Memory.stats)
+    provenance = in_thread(Memory.provenance)
+    activity = in_thread(Memory.activity)
     set_status = in_thread(Memory.set_status)
     forget = in_thread(Memory.forget)
     erase_user = in_thread(Memory.erase_user)

@@ -11,8 +11,10 @@ __all__ = [
     "DeliveryStatus",
     "FactKind",
     "FactStatus",
+    "ItemKind",
     "MessageStatus",
     "SummaryStatus",
+    "UiSessionKind",
     "WebhookEvent",
     "WebhookMode",
     "WebhookResource",
@@ -27,3 +29,5 @@ WebhookResource = Literal["fact", "summary", "topic"]
 WebhookEvent = Literal["before_llm", "after_llm", "before_add"]
 WebhookMode = Literal["sync", "async"]
 DeliveryStatus = Literal["delivered", "failed", "retrying"]
+ItemKind = Literal["message", "fact", "summary", "topic"]  # the four layers' items
+UiSessionKind = Literal["key", "admin"]  # how a dashboard sign-in was made

@@ -3,8 +3,9 @@
 A ``Memory`` opens an :class:`~memstrata._engine.Engine` (store, models, pipeline, recall,
 queue, webhooks) from its settings and acts in one project through faces that each get what
 they need of the engine: ``sessions``, ``messages``, ``facts``, ``summaries``, ``topics``,
-``webhooks``, ``projects``, ``keys``, ``llm`` (capture), and governance. ``for_project``
-is another facade over the same engine.
+``webhooks``, ``projects``, ``keys``, ``llm`` (capture), and governance; for the
+dashboard ``users``, ``provenance``, ``activity`` and ``dashboard_sessions``.
+``for_project`` is another facade over the same engine.
 """
 
 from __future__ import annotations
@@ -20,6 +21,10 @@ from datetime import datetime
 from typing import Any, Literal
 
 from ._checks import check_id as _check_id
+from ._dashboard import Users
+from ._dashboard import activity as _activity
+from ._dashboard import provenance as _provenance
+from ._dashboard_sessions import DashboardSessions
 from ._engine import Engine
 from ._governance import Governance
 from ._ingest import add_messages
@@ -39,12 +44,14 @@ from .llm import ChatModel
 from .recall import search_options
 from .store import SearchFilters, Store, parse_metadata_filters
 from .types import (
+    ActivityBucket,
     AddResult,
     AuditRecord,
     Hit,
     MemoryContext,
     MessageInput,
     ProcessingStatus,
+    Provenance,
     RecallConfig,
     Summary,
 )
@@ -162,6 +169,8 @@ class Memory:
         )
         self.projects = Projects(store)
         self.keys = ApiKeys(store, self.projects)
+        self.users = Users(store, project_id)
+        self.dashboard_sessions = DashboardSessions(store)
         self._governance = Governance(
             store,
             project_id,
@@ -429,6 +438,24 @@ class Memory:
         data = self._store.stats(self.project_id)
         data["embedder_configured"] = self._engine.embedder.name
         return data
+
+    # -- what the dashboard reads (embedded only, like stats) -----------------------------
+
+    def provenance(self, item_id: str) -> Provenance:
+        """The message, fact, summary or topic ``item_id`` of this project with what it is
+        linked to, both ways: down to the messages it came from, up to the summaries and
+        topics built on it (see ``types.Provenance``). Superseded, deprioritized and
+        archived items are included, deleted ones never; ``NotFoundError`` if there is no
+        such item."""
+        self._check_open()
+        return _provenance(self._store, self.project_id, item_id)
+
+    def activity(self, *, hours: int = 48, bucket_minutes: int = 60) -> list[ActivityBucket]:
+        """This project's messages accepted, processed and failed for good per
+        ``bucket_minutes`` over the last ``hours``: every bucket (zeros included), oldest
+        first, the last one holding now."""
+        self._check_open()
+        return _activity(self._store, self.project_id, hours=hours, bucket_minutes=bucket_minutes)
 
 
 class _ProjectView(Memory):

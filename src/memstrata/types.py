@@ -31,8 +31,10 @@ from ._vocabulary import (
     AuditAction,
     DeliveryStatus,
     FactKind,
+    ItemKind,
     MessageStatus,
     SummaryStatus,
+    UiSessionKind,
     WebhookEvent,
     WebhookMode,
     WebhookResource,
@@ -42,10 +44,12 @@ __all__ = [
     "CORRECTS",
     "NOTE_EVENT",
     "ROLES",
+    "ActivityBucket",
     "AddResult",
     "ApiKey",
     "AsyncSession",
     "AuditRecord",
+    "DashboardSession",
     "Fact",
     "Hit",
     "MemoryContext",
@@ -54,10 +58,12 @@ __all__ = [
     "MessageState",
     "ProcessingStatus",
     "Project",
+    "Provenance",
     "RecallConfig",
     "Session",
     "Summary",
     "Topic",
+    "UserInfo",
     "Webhook",
     "WebhookDelivery",
 ]
@@ -543,3 +549,58 @@ class WebhookDelivery(BaseModel):
     request: str
     response: str
     at: datetime
+
+
+# -- what the dashboard reads (embedded only: Memory.users, provenance, activity) ----------
+
+
+class UserInfo(BaseModel):
+    """A user of the project (``mem.users.list``): their sessions and messages, and
+    when they were first and last active (session created; last message added or session
+    changed)."""
+
+    user_id: str
+    sessions: int
+    messages: int
+    first_seen: datetime
+    last_seen: datetime
+
+
+class Provenance(BaseModel):
+    """An item and what it is linked to both ways (``mem.provenance``). A message: the
+    facts drawn from it, the summaries citing it or those facts, their topics. A fact: its
+    messages, the summaries citing it, their topics. A summary: its facts, its messages
+    (and its facts'), its topics. A topic: its summaries. Superseded, deprioritized and
+    archived facts and summaries are included (their ``status`` says so), and merged
+    topics; deleted items never."""
+
+    kind: ItemKind
+    item: Message | Fact | Summary | Topic
+    messages: list[Message] = Field(default_factory=list)
+    facts: list[Fact] = Field(default_factory=list)
+    summaries: list[Summary] = Field(default_factory=list)
+    topics: list[Topic] = Field(default_factory=list)
+
+
+class ActivityBucket(BaseModel):
+    """Messages of the project in one interval from ``start`` (``mem.activity``):
+    accepted, processed, and failed for good."""
+
+    start: datetime
+    messages_added: int = 0
+    messages_processed: int = 0
+    messages_failed: int = 0
+
+
+class DashboardSession(BaseModel):
+    """A dashboard sign-in (``mem.dashboard_sessions``): with a project's API key
+    (``kind`` ``key``) or as the operator (``admin``; ``project_id`` None until one is
+    picked). ``csrf_token`` is what the signed-in pages post back."""
+
+    kind: UiSessionKind
+    key_id: str | None = None
+    project_id: str | None = None
+    csrf_token: str = Field(repr=False)
+    created_at: datetime
+    expires_at: datetime
+    last_seen: datetime

@@ -2,10 +2,11 @@
 
 Adapters (``sqlite/`` and ``postgres/``, both over the shared core in ``_core/``) implement
 it; the engine never issues SQL itself. The port is split by role (``_ports.py``: sessions
-and messages, jobs, layers, search, governance, webhooks, and the database itself), and
-each consumer declares the roles it uses; ``Store`` is their union. Rows cross the port as
-the small dataclasses of ``_rows.py``, what recall ranks on as those of ``_briefs.py``; the
-facade turns rows into the public pydantic types.
+and messages, jobs, layers, search, governance, webhooks, the dashboard, and the database
+itself), and each consumer declares the roles it uses; ``Store`` is their union. Rows cross
+the port as the small dataclasses of ``_rows.py`` (the dashboard's: ``_dashboard_rows.py``),
+what recall ranks on as those of ``_briefs.py``; the facade turns rows into the public
+pydantic types.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 
 from . import _briefs, _ports, _rows
 from ._briefs import *  # noqa: F403  (recall's briefs: MessageBrief, FactBrief, SummaryBrief)
+from ._dashboard_rows import ActivityCounts, ProvenanceRows, UiSessionRow, UserRow
 from ._filters import MetadataCondition, SearchFilters, parse_metadata_filters
 from ._ports import *  # noqa: F403  (the role protocols, Store, LeaseLostError)
 from ._ports import Store
@@ -21,10 +23,14 @@ from ._rows import *  # noqa: F403  (the row dataclasses)
 from ._webhook_rows import OutboxItem, OutboxWrite, WebhookDeliveryRow, WebhookRow
 
 __all__ = [
+    "ActivityCounts",
     "MetadataCondition",
     "OutboxItem",
     "OutboxWrite",
+    "ProvenanceRows",
     "SearchFilters",
+    "UiSessionRow",
+    "UserRow",
     "WebhookDeliveryRow",
     "WebhookRow",
     "open_store",

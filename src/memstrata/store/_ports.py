@@ -14,6 +14,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from ._briefs import Briefs
+from ._dashboard_rows import ActivityCounts, ProvenanceRows, UiSessionRow, UserRow
 from ._filters import SearchFilters
 from ._rows import (
     AddOutcome,
@@ -35,6 +36,7 @@ from ._webhook_rows import OutboxItem, WebhookDeliveryRow, WebhookRow
 
 __all__ = [
     "ROLES",
+    "DashboardStore",
     "GovernanceStore",
     "JobStore",
     "LayerStore",
@@ -369,6 +371,37 @@ class WebhookStore(Protocol):
 
 
 @runtime_checkable
+class DashboardStore(Protocol):
+    """What the dashboard reads (a project's users, an item's provenance both ways,
+    activity per minute) and its sign-in sessions: store/_core/dashboard.py."""
+
+    def list_users(
+        self, project_id: str, *, search: str | None = None, limit: int = 50, offset: int = 0
+    ) -> list[UserRow]: ...
+    def count_users(self, project_id: str, *, search: str | None = None) -> int: ...
+    def provenance(self, project_id: str, item_id: str) -> ProvenanceRows | None: ...
+    def activity(self, project_id: str, since: float, until: float) -> ActivityCounts: ...
+
+    # sign-ins: rows keyed by the SHA-256 of their token
+    def create_ui_session(self, row: UiSessionRow) -> bool:
+        """Store a sign-in; False if it names an API key that is unknown or revoked."""
+        ...
+
+    def get_ui_session(self, id_hash: str) -> UiSessionRow | None:
+        """The sign-in, unless it expired."""
+        ...
+
+    def touch_ui_session(self, id_hash: str, when: float) -> None: ...
+    def update_ui_session_project(self, id_hash: str, project_id: str | None) -> bool: ...
+    def delete_ui_session(self, id_hash: str) -> bool: ...
+    def delete_ui_sessions_of_key(self, key_id: str) -> int:
+        """End the sign-ins made with an API key (``revoke_api_key`` does it too)."""
+        ...
+
+    def prune_ui_sessions(self, now: float) -> int: ...
+
+
+@runtime_checkable
 class Store(
     MetaStore,
     SessionStore,
@@ -377,6 +410,7 @@ class Store(
     SearchStore,
     GovernanceStore,
     WebhookStore,
+    DashboardStore,
     Protocol,
 ):
     """Everything the engine needs from a database, and nothing more: every role."""

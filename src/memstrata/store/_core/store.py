@@ -38,8 +38,9 @@ from .. import (
     TopicRow,
 )
 from .._batches import processing_state
+from .._dashboard_rows import ActivityCounts, ProvenanceRows, UiSessionRow, UserRow
 from .._webhook_rows import OutboxItem, WebhookDeliveryRow, WebhookRow
-from . import governance, ingest, jobs, reads, recall, removal, webhooks
+from . import dashboard, governance, ingest, jobs, reads, recall, removal, webhooks
 from . import layers as _layers
 from .dialect import Dialect, Tx
 from .layers import FulltextColumns, LayerItem, LayerSearch, VectorRow
@@ -624,8 +625,12 @@ class SQLStore(ABC):
             return governance.list_api_keys(tx, project_id)
 
     def revoke_api_key(self, key_id: str) -> ApiKeyRow | None:
+        """Revoke a key; the dashboard sessions signed in with it end in the same
+        transaction (a revoked key must not keep a browser signed in)."""
         with self._transaction() as tx:
-            return governance.revoke_api_key(tx, key_id)
+            row = governance.revoke_api_key(tx, key_id)
+            dashboard.delete_ui_sessions_of_key(tx, key_id)
+            return row
 
     def touch_api_key(self, key_id: str, when: str) -> None:
         with self._transaction() as tx:
@@ -774,3 +779,62 @@ class SQLStore(ABC):
         """Async deliveries by state: ``queued``, ``running``, ``failed`` (for good)."""
         with self._query() as tx:
             return webhooks.outbox_counts(tx, project_id)
+
+    # -- the dashboard (see dashboard.py) ----------------------------------------------------
+    # Users, provenance both ways and activity, read for the dashboard; its sign-ins.
+
+    def list_users(
+        self, project_id: str, *, search: str | None = None, limit: int = 50, offset: int = 0
+    ) -> list[UserRow]:
+        """A page of the project's users (``search``: a case-insensitive part of the
+        id), most recently active first, then by id."""
+        with self._query() as tx:
+            return dashboard.list_users(tx, project_id, search, limit, offset)
+
+    def count_users(self, project_id: str, *, search: str | None = None) -> int:
+        with self._query() as tx:
+            return dashboard.count_users(tx, project_id, search)
+
+    def provenance(self, project_id: str, item_id: str) -> ProvenanceRows | None:
+        """The message, fact, summary or topic ``item_id`` of the project with what it is
+        linked to both ways (nothing deleted); None if there is none."""
+        with self._query() as tx:
+            return dashboard.provenance(tx, project_id, item_id)
+
+    def activity(self, project_id: str, since: float, until: float) -> ActivityCounts:
+        """The project's messages accepted, processed and failed for good per minute of
+        [since, until) (epoch seconds)."""
+        with self._query() as tx:
+            return dashboard.activity(tx, project_id, since, until)
+
+    def create_ui_session(self, row: UiSessionRow) -> bool:
+        """Store a sign-in; False if it names an API key that is unknown or revoked."""
+        with self._transaction() as tx:
+            return dashboard.create_ui_session(tx, row)
+
+    def get_ui_session(self, id_hash: str) -> UiSessionRow | None:
+        """The sign-in, unless it expired."""
+        with self._query() as tx:
+            return dashboard.get_ui_session(tx, id_hash, time.time())
+
+    def touch_ui_session(self, id_hash: str, when: float) -> None:
+        with self._transaction() as tx:
+            dashboard.touch_ui_session(tx, id_hash, when)
+
+    def update_ui_session_project(self, id_hash: str, project_id: str | None) -> bool:
+        """Set the project an unexpired sign-in acts in; False if there is none."""
+        with self._transaction() as tx:
+            return dashboard.update_ui_session_project(tx, id_hash, project_id, time.time())
+
+    def delete_ui_session(self, id_hash: str) -> bool:
+        with self._transaction() as tx:
+            return dashboard.delete_ui_session(tx, id_hash)
+
+    def delete_ui_sessions_of_key(self, key_id: str) -> int:
+        with self._transaction() as tx:
+            return dashboard.delete_ui_sessions_of_key(tx, key_id)
+
+    def prune_ui_sessions(self, now: float) -> int:
+        """Delete the sign-ins expired at ``now``: how many."""
+        with self._transaction() as tx:
+            return dashboard.prune_ui_sessions(tx, now)
