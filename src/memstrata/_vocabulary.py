@@ -12,6 +12,8 @@ __all__ = [
     "FactKind",
     "FactStatus",
     "MessageStatus",
+    "RecallOutcome",
+    "RecallSource",
     "SummaryStatus",
     "WebhookEvent",
     "WebhookMode",
@@ -27,3 +29,8 @@ WebhookResource = Literal["fact", "summary", "topic"]
 WebhookEvent = Literal["before_llm", "after_llm", "before_add"]
 WebhookMode = Literal["sync", "async"]
 DeliveryStatus = Literal["delivered", "failed", "retrying"]
+# The recall log (docs/recall.md#the-recall-log): which face recalled, and what came of it
+# (``injected``: a block went in; ``none``: nothing relevant; ``skipped``: the recall ran
+# past its bound or failed, so the call went on without memory).
+RecallSource = Literal["capture", "proxy", "rest"]
+RecallOutcome = Literal["injected", "none", "skipped"]
