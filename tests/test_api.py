@@ -32,7 +32,7 @@ from memstrata.types import AsyncSession, MemoryContext, RecallConfig, Session
 
 FACES = ("sessions", "messages", "facts", "summaries", "topics", "webhooks")
 # Faces of the embedded memory only: projects and keys (the server's operator has them).
-ENGINE_FACES = ("projects", "keys")
+ENGINE_FACES = ("projects", "keys", "recall_log")
 REMOTE_FACES = ("user_actions",)
 # Members that are no I/O, so AsyncMemory keeps them sync: capture, views, hooks.
 PLAIN = {"scope", "for_project"}

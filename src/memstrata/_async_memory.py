@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar
 from ._items import Facts, Item, Row, Summaries
 from ._messages import Messages
 from ._projects import ApiKeys, Projects
+from ._recall_log import RecallLog
 from ._topics import Topics
 from ._webhooks import Webhooks
 from .memory import Memory
@@ -173,6 +174,19 @@ class AsyncApiKeys(_Face):
     verify = in_thread(ApiKeys.verify)
 
 
+class AsyncRecallLog(_Face):
+    """``AsyncMemory.recall_log``: the embedded Memory's recall log."""
+
+    _sync: RecallLog
+    record = in_thread(RecallLog.record)
+    list = in_thread(RecallLog.list)
+    latency = in_thread(RecallLog.latency)
+
+    @property
+    def enabled(self) -> bool:
+        return self._sync.enabled
+
+
 class AsyncMemory:
     """``Memory`` for asyncio code: the same faces and methods, as coroutines.
 
@@ -197,6 +211,7 @@ class AsyncMemory:
         if hasattr(sync, "projects"):
             self.projects = AsyncProjects(sync.projects)
             self.keys = AsyncApiKeys(sync.keys)
+            self.recall_log = AsyncRecallLog(sync.recall_log)
 
     # -- what is no I/O ----------------------------------------------------------------
 

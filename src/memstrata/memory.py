@@ -3,8 +3,8 @@
 A ``Memory`` opens an :class:`~memstrata._engine.Engine` (store, models, pipeline, recall,
 queue, webhooks) from its settings and acts in one project through faces that each get what
 they need of the engine: ``sessions``, ``messages``, ``facts``, ``summaries``, ``topics``,
-``webhooks``, ``projects``, ``keys``, ``llm`` (capture), and governance. ``for_project``
-is another facade over the same engine.
+``webhooks``, ``projects``, ``keys``, ``llm`` (capture), ``recall_log``, and governance.
+``for_project`` is another facade over the same engine.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from ._items import Facts, Summaries
 from ._messages import Messages
 from ._projects import ApiKeys, Projects
 from ._queries import ContextQuery, SearchQuery, arguments
+from ._recall_log import RecallLog
 from ._sessions import Sessions
 from ._topics import Topics
 from ._webhooks import Webhooks
@@ -169,8 +170,14 @@ class Memory:
             sessions=self.sessions,
             summaries=self.summaries,
         )
+        self.recall_log = RecallLog(
+            store, project_id, recorder=engine.recall_log, check_open=engine.check_open
+        )
         self.llm = Capture(
-            self, await_model=engine.await_warm_up, before_store=engine.foreground.pause
+            self,
+            await_model=engine.await_warm_up,
+            before_store=engine.foreground.pause,
+            recall_log=self.recall_log if self.recall_log.enabled else None,
         )
 
     # -- housekeeping ------------------------------------------------------------------

@@ -107,7 +107,7 @@ def prune(tx: Tx, project_id: str | None, keep: int, older_than: float) -> int:
     """Delete records older than ``older_than`` (epoch seconds) and, per project (only
     ``project_id``'s if given), all but the newest ``keep``; the number deleted."""
     where, scope = ("WHERE project_id = ?", (project_id,)) if project_id is not None else ("", ())
-    deleted = tx.execute(
+    deleted: int = tx.execute(
         f"DELETE FROM recall_log {where}{' AND' if where else 'WHERE'} created_at < ?",
         (*scope, older_than),
     ).rowcount
@@ -131,6 +131,7 @@ def forget_recall_log(tx: Tx, project_id: str, user_id: str) -> int:
     memory text. Forgetting part of a memory deletes them all too: which records quoted
     the forgotten part cannot be told reliably from the text, and the log only serves a
     dashboard, so losing a forgotten user's recent log costs little."""
-    return tx.execute(
+    deleted: int = tx.execute(
         "DELETE FROM recall_log WHERE project_id = ? AND user_id = ?", (project_id, user_id)
     ).rowcount
+    return deleted
