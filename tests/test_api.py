@@ -32,8 +32,8 @@ from memstrata.types import AsyncSession, MemoryContext, RecallConfig, Session
 
 FACES = ("sessions", "messages", "facts", "summaries", "topics", "webhooks")
 # Faces of the embedded memory only: projects and keys (the server's operator has them),
-# and what the dashboard reads and keeps.
-ENGINE_FACES = ("projects", "keys", "users", "dashboard_sessions")
+# the recall log, and what the dashboard reads and keeps.
+ENGINE_FACES = ("projects", "keys", "recall_log", "users", "dashboard_sessions")
 REMOTE_FACES = ("user_actions",)
 # Members that are no I/O, so AsyncMemory keeps them sync: capture, views, hooks.
 PLAIN = {"scope", "for_project"}

@@ -35,6 +35,7 @@ from memstrata.store import (
     MessageBrief,
     MessageRow,
     OutboxWrite,
+    RecallRecordRow,
     SearchFilters,
     SessionRow,
     Store,
@@ -2502,3 +2503,95 @@ def test_concurrent_senders_never_take_the_same_delivery(store: Store) -> None:
         t.join(30)
     assert sorted(taken) == sorted(f"dl12-{i}" for i in range(12))
     assert store.webhook_outbox_counts() == {"queued": 0, "running": 12, "failed": 0}
+
+
+# -- the recall log --------------------------------------------------------------------------
+
+
+def recall_row(
+    user: str = "u1", at: float = 1_000_000.0, latency: float = 10.0, **kw: Any
+) -> RecallRecordRow:
+    values: dict[str, Any] = {
+        "project_id": P,
+        "user_id": user,
+        "session_id": "s1",
+        "source": "capture",
+        "request": "openai chat.completions",
+        "query": "where do I live?",
+        "outcome": "injected",
+        "formatted_context": "<memory>Berlin</memory>",
+        "hits": 2,
+        "latency_ms": latency,
+        "created_at": at,
+        **kw,
+    }
+    return RecallRecordRow(**values)
+
+
+def test_recall_records_are_listed_newest_first_per_project_and_user(store: Store) -> None:
+    store.add_recall_records(
+        [
+            recall_row(at=1.0, latency=1.5),
+            recall_row(at=3.0, user="u2", outcome="none", formatted_context="", hits=0),
+            recall_row(at=2.0, session_id=None, query=None, source="rest", request="POST /x"),
+            recall_row(at=4.0, project_id="other"),
+        ]
+    )
+    listed = store.list_recall_records(P)
+    assert [r.created_at for r in listed] == [3.0, 2.0, 1.0]
+    assert listed[2] == dataclasses.replace(recall_row(at=1.0, latency=1.5), pk=listed[2].pk)
+    assert (listed[1].session_id, listed[1].query, listed[1].source) == (None, None, "rest")
+    assert [r.created_at for r in store.list_recall_records(P, "u1")] == [2.0, 1.0]
+    assert [r.created_at for r in store.list_recall_records(P, limit=1, offset=1)] == [2.0]
+    assert [r.project_id for r in store.list_recall_records("other")] == ["other"]
+    store.add_recall_records([])  # nothing to write: no transaction
+
+
+def test_recall_latency_series_buckets_with_nearest_rank_percentiles(store: Store) -> None:
+    since = 1_000_000.0
+    rows = [recall_row(at=since + i, latency=float(i + 1)) for i in range(20)]  # 1..20 ms
+    rows.append(recall_row(at=since + 3600 + 5, latency=7.0, outcome="skipped"))
+    rows.append(recall_row(at=since - 1, latency=999.0))  # before the window
+    rows.append(recall_row(at=since + 2, latency=999.0, project_id="other"))
+    store.add_recall_records(rows)
+    first, second = store.recall_latency_series(P, since, 3600)
+    assert (first.bucket_start, first.count, first.skipped) == (since, 20, 0)
+    assert (first.p50_ms, first.p95_ms, first.max_ms) == (10.0, 19.0, 20.0)
+    assert (second.bucket_start, second.count, second.skipped) == (since + 3600, 1, 1)
+    assert second.p50_ms == second.p95_ms == second.max_ms == 7.0
+    assert store.recall_latency_series(P, since + 7200, 3600) == []
+
+
+def test_recall_log_is_pruned_by_count_per_project_and_by_age(store: Store) -> None:
+    store.add_recall_records([recall_row(at=float(t)) for t in range(1, 11)])
+    store.add_recall_records([recall_row(at=float(t), project_id="other") for t in range(1, 4)])
+    assert store.prune_recall_log(P, 4, older_than=0.0) == 6
+    assert [r.created_at for r in store.list_recall_records(P)] == [10.0, 9.0, 8.0, 7.0]
+    assert len(store.list_recall_records("other")) == 3  # another project's untouched
+    assert store.prune_recall_log(None, 100, older_than=8.5) == 5  # 7, 8 and other's 1-3
+    assert [r.created_at for r in store.list_recall_records(P)] == [10.0, 9.0]
+    assert store.list_recall_records("other") == []
+
+
+def test_erase_and_forget_delete_the_users_recall_records(store: Store) -> None:
+    ids = layered(store)
+    add(store, ["other user"], user="u2", sid="s2")
+    store.add_recall_records(
+        [recall_row(at=1.0), recall_row(at=2.0, session_id="s9"), recall_row(user="u2")]
+    )
+    store.add_recall_records([recall_row(project_id="other")])  # same user, another project
+    # Forgetting any part of the user's memory deletes all of the user's records.
+    assert store.forget(P, "u1", message_ids=[ids["m0"]], actor="a", reason=None) is not None
+    assert [r.user_id for r in store.list_recall_records(P)] == ["u2"]
+    store.add_recall_records([recall_row(at=3.0)])
+    # A scope that is not the user's forgets nothing, the log included.
+    assert store.forget(P, "u1", session_id="nope", actor="a", reason=None) is None
+    assert len(store.list_recall_records(P, "u1")) == 1
+    store.erase_user(P, "u1", actor="dpo", reason=None)
+    assert store.list_recall_records(P, "u1") == []
+    assert len(store.list_recall_records(P, "u2")) == 1
+    assert len(store.list_recall_records("other", "u1")) == 1
+    # A user known only to the log is erased from it too.
+    store.add_recall_records([recall_row(user="ghost")])
+    store.erase_user(P, "ghost", actor="dpo", reason=None)
+    assert store.list_recall_records(P, "ghost") == []

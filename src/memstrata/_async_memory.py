@@ -21,6 +21,7 @@ from ._dashboard_sessions import DashboardSessions
 from ._items import Facts, Item, Row, Summaries
 from ._messages import Messages
 from ._projects import ApiKeys, Projects
+from ._recall_log import RecallLog
 from ._topics import Topics
 from ._webhooks import Webhooks
 from .memory import Memory
@@ -191,6 +192,17 @@ class AsyncDashboardSessions(_Face):
     set_project = in_thread(DashboardSessions.set_project)
     delete = in_thread(DashboardSessions.delete)
     prune = in_thread(DashboardSessions.prune)
+class AsyncRecallLog(_Face):
+    """``AsyncMemory.recall_log``: the embedded Memory's recall log."""
+
+    _sync: RecallLog
+    record = in_thread(RecallLog.record)
+    list = in_thread(RecallLog.list)
+    latency = in_thread(RecallLog.latency)
+
+    @property
+    def enabled(self) -> bool:
+        return self._sync.enabled
 
 
 class AsyncMemory:
@@ -217,6 +229,7 @@ class AsyncMemory:
         if hasattr(sync, "projects"):
             self.projects = AsyncProjects(sync.projects)
             self.keys = AsyncApiKeys(sync.keys)
+            self.recall_log = AsyncRecallLog(sync.recall_log)
         # Nor what the dashboard reads: it runs beside the engine.
         if hasattr(sync, "users"):
             self.users = AsyncUsers(sync.users)

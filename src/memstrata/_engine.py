@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 from ._foreground import Foreground
+from ._recall_log import RecallRecorder
 from .config import Settings
 from .embed import Embedder, make_embedder
 from .errors import ConfigError, EmbedderMismatchError, EmbeddingError, ProcessingError
@@ -138,6 +139,16 @@ class Engine:
             raise
         self._my_jobs: set[int] = set()
         self._prune_at = 1024
+        # The recall log's buffer and writer (None: the log is off).
+        self.recall_log: RecallRecorder | None = (
+            RecallRecorder(
+                self.store,
+                max_entries=settings.recall_log_max_entries,
+                retention_hours=settings.recall_log_retention_hours,
+            )
+            if settings.recall_log
+            else None
+        )
         self.hooks.remote = self.webhook_engine = WebhookEngine(self.store, settings)
         self.queue.start()
         self.webhook_engine.start()
@@ -255,6 +266,8 @@ class Engine:
         )
         with self._lock:
             self._my_jobs.clear()
+        if self.recall_log is not None:
+            self.recall_log.flush()
 
     # -- lifetime ----------------------------------------------------------------------
 
@@ -276,6 +289,9 @@ class Engine:
             drain(timeout)
         with self._lock:
             self.closed = True
+        # Capture has stopped recalling: what its recalls logged is stored now.
+        if self.recall_log is not None:
+            self.recall_log.close()
         if self.queue.running and self._my_jobs:
             paused = paused_because(self.store)
             if paused:

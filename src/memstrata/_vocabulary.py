@@ -13,6 +13,8 @@ __all__ = [
     "FactStatus",
     "ItemKind",
     "MessageStatus",
+    "RecallOutcome",
+    "RecallSource",
     "SummaryStatus",
     "UiSessionKind",
     "WebhookEvent",
@@ -31,3 +33,8 @@ WebhookMode = Literal["sync", "async"]
 DeliveryStatus = Literal["delivered", "failed", "retrying"]
 ItemKind = Literal["message", "fact", "summary", "topic"]  # the four layers' items
 UiSessionKind = Literal["key", "admin"]  # how a dashboard sign-in was made
+# The recall log (docs/recall.md#the-recall-log): which face recalled, and what came of it
+# (``injected``: a block went in; ``none``: nothing relevant; ``skipped``: the recall ran
+# past its bound or failed, so the call went on without memory).
+RecallSource = Literal["capture", "proxy", "rest"]
+RecallOutcome = Literal["injected", "none", "skipped"]

@@ -14,12 +14,13 @@ these::
 
 Both are ``runtime_checkable`` (``isinstance(mem, MemoryAPI)``). What only one side has is
 left out: the embedded engine's ``reindex``, ``retry_failed``, ``stats``, ``for_project``,
-``topics.merge``, ``webhooks.wait``, projects, keys and in-process hooks, what the dashboard
-reads and keeps (``users``, ``provenance``, ``activity``, ``dashboard_sessions``), and the
-governance calls' ``actor`` (a server records the calling key); the client's ``health`` and
-``user_actions``. Capture (``llm``, ``scope``) is on ``Memory``, ``AsyncMemory`` and the
-remote memory. Parameters are typed as the embedded memory takes them; the remote one takes
-more (any ``Mapping`` for a ``dict``, and GUMem's dict forms).
+``topics.merge``, ``webhooks.wait``, ``recall_log`` (the log of recent recalls), projects,
+keys and in-process hooks, what the dashboard reads and keeps (``users``, ``provenance``,
+``activity``, ``dashboard_sessions``), and the governance calls' ``actor`` (a server
+records the calling key); the client's ``health`` and ``user_actions``. Capture (``llm``,
+``scope``) is on ``Memory``, ``AsyncMemory`` and the remote memory. Parameters are typed as
+the embedded memory takes them; the remote one takes more (any ``Mapping`` for a ``dict``,
+and GUMem's dict forms).
 """
 
 from __future__ import annotations

@@ -173,6 +173,24 @@ class Settings(BaseSettings):
         "mem.llm.attribution(...) defaults; unset, such calls are not captured.",
     )
 
+    recall_log: bool = Field(
+        default=True,
+        description="Keep a log of recent recalls made by capture, the proxy and the REST "
+        "context routes, with the memory text each injected (mem.recall_log).",
+    )
+    recall_log_max_entries: int = Field(
+        default=1000,
+        ge=1,
+        le=1_000_000,
+        description="Recall log: most records kept per project (the oldest go first).",
+    )
+    recall_log_retention_hours: float = Field(
+        default=168.0,
+        gt=0,
+        le=87_600,
+        description="Recall log: records older than this are deleted.",
+    )
+
     webhook_allow: str = Field(
         default="",
         description="Hosts and CIDRs webhooks may reach although they resolve to loopback, "

@@ -3,8 +3,8 @@
 A ``Memory`` opens an :class:`~memstrata._engine.Engine` (store, models, pipeline, recall,
 queue, webhooks) from its settings and acts in one project through faces that each get what
 they need of the engine: ``sessions``, ``messages``, ``facts``, ``summaries``, ``topics``,
-``webhooks``, ``projects``, ``keys``, ``llm`` (capture), and governance; for the
-dashboard ``users``, ``provenance``, ``activity`` and ``dashboard_sessions``.
+``webhooks``, ``projects``, ``keys``, ``llm`` (capture), ``recall_log``, and governance;
+for the dashboard ``users``, ``provenance``, ``activity`` and ``dashboard_sessions``.
 ``for_project`` is another facade over the same engine.
 """
 
@@ -32,6 +32,7 @@ from ._items import Facts, Summaries
 from ._messages import Messages
 from ._projects import ApiKeys, Projects
 from ._queries import ContextQuery, SearchQuery, arguments
+from ._recall_log import RecallLog
 from ._sessions import Sessions
 from ._topics import Topics
 from ._webhooks import Webhooks
@@ -178,8 +179,14 @@ class Memory:
             sessions=self.sessions,
             summaries=self.summaries,
         )
+        self.recall_log = RecallLog(
+            store, project_id, recorder=engine.recall_log, check_open=engine.check_open
+        )
         self.llm = Capture(
-            self, await_model=engine.await_warm_up, before_store=engine.foreground.pause
+            self,
+            await_model=engine.await_warm_up,
+            before_store=engine.foreground.pause,
+            recall_log=self.recall_log if self.recall_log.enabled else None,
         )
 
     # -- housekeeping ------------------------------------------------------------------
@@ -397,9 +404,11 @@ class Memory:
         Give exactly one scope: ``message_ids``, a ``session_id`` (the session goes too) or
         a ``topic_id`` (the messages its summaries came from). Every fact citing a removed
         message, every summary citing a removed fact or message, and every topic left
-        empty are removed with it, from rows, full-text indexes and vectors. Returns counts
-        by layer; an audit record keeps who, when, why and those counts.
+        empty are removed with it, from rows, full-text indexes and vectors, and so are all
+        of the user's recall log records. Returns counts by layer; an audit record keeps
+        who, when, why and those counts.
         """
+        self._store_recall_log()
         return self._governance.forget(
             user_id=user_id,
             message_ids=message_ids,
@@ -413,10 +422,17 @@ class Memory:
         self, user_id: str, *, reason: str | None = None, actor: str | None = None
     ) -> dict[str, int]:
         """Remove everything held about ``user_id``: sessions, messages, facts, summaries
-        with their history, topics, vectors, index entries and queued jobs. The audit
-        record of the erasure (who, when, counts) is all that remains. ``NotFoundError``
-        if nothing is held about the user."""
+        with their history, topics, vectors, index entries, queued jobs and recall log
+        records. The audit record of the erasure (who, when, counts) is all that remains.
+        ``NotFoundError`` if nothing is held about the user."""
+        self._store_recall_log()
         return self._governance.erase_user(user_id, reason=reason, actor=actor)
+
+    def _store_recall_log(self) -> None:
+        # Records still in this process's buffer would be written after the deletion and
+        # outlive it: they go to the store first, so the deletion takes them too.
+        if self._engine.recall_log is not None:
+            self._engine.recall_log.flush()
 
     def export_user(self, user_id: str) -> dict[str, Any]:
         """A user's whole memory as JSON-ready data: sessions, messages, facts, summaries

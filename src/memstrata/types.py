@@ -33,6 +33,8 @@ from ._vocabulary import (
     FactKind,
     ItemKind,
     MessageStatus,
+    RecallOutcome,
+    RecallSource,
     SummaryStatus,
     UiSessionKind,
     WebhookEvent,
@@ -60,6 +62,8 @@ __all__ = [
     "Project",
     "Provenance",
     "RecallConfig",
+    "RecallLatency",
+    "RecallRecord",
     "Session",
     "Summary",
     "Topic",
@@ -604,3 +608,37 @@ class DashboardSession(BaseModel):
     created_at: datetime
     expires_at: datetime
     last_seen: datetime
+class RecallRecord(BaseModel):
+    """One recall a face made before a model call (``mem.recall_log``): who asked, through
+    what, and the exact memory block injected. Holds memory text: erasing or forgetting
+    the user deletes it (docs/recall.md#the-recall-log)."""
+
+    project_id: str
+    user_id: str
+    session_id: str | None = None
+    # capture (mem.llm), proxy (the memory proxy) or rest (the context routes)
+    source: RecallSource
+    # what asked: e.g. "openai chat.completions", "POST /v1/messages",
+    # "POST /api/sessions/s1/context"
+    request: str
+    query: str | None = None
+    # injected: a block went in; none: nothing relevant; skipped: the recall ran past its
+    # bound or failed, and the call went on without memory
+    outcome: RecallOutcome
+    formatted_context: str = ""  # exactly what was injected; empty unless injected
+    hits: int = 0  # memory items the recall matched (summaries, facts, messages)
+    latency_ms: float  # the recall's wall time as the face saw it
+    created_at: datetime
+
+
+class RecallLatency(BaseModel):
+    """One time bucket of a project's recall latency (``mem.recall_log.latency``):
+    recalls that began in ``[bucket_start, bucket_start + bucket)``, skipped ones
+    included (their latency is the bound they ran into)."""
+
+    bucket_start: datetime
+    count: int
+    skipped: int
+    p50_ms: float
+    p95_ms: float
+    max_ms: float

@@ -144,7 +144,9 @@ def _error(exc: BaseException | None) -> str | None:
 
 def _recall(capture: Capture, messages: Sequence[Any]) -> Recalled | None:
     try:
-        return capture.before(_query(messages), turn_texts(messages, _text))
+        recalled = capture.before(_query(messages), turn_texts(messages, _text))
+        capture.log_recall(recalled, request="agno model response")
+        return recalled
     except Exception:  # before() never raises; reading the messages might
         log.exception("memstrata: could not prepare an Agno call")
         return None

@@ -212,7 +212,7 @@ def _result(
     return _from_message(recalled, kwargs, message, latency_ms)
 
 
-MESSAGES = Endpoint("anthropic", _prepare, _user, _result, _Events)
+MESSAGES = Endpoint("anthropic", _prepare, _user, _result, _Events, label="anthropic messages")
 
 
 def _wrap_stream_helper(messages: Any, capture: Capture) -> None:

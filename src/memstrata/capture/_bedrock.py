@@ -434,6 +434,7 @@ _CONVERSE = Endpoint(
     _converse_result,
     _ConverseEvents,
     model=_model_id,
+    label=f"{_PROVIDER} converse",
 )
 _INVOKE = Endpoint(
     _PROVIDER,
@@ -443,6 +444,7 @@ _INVOKE = Endpoint(
     _AnthropicChunks,
     model=_model_id,
     unpack=_read_body,
+    label=f"{_PROVIDER} invoke_model",
 )
 # name: (endpoint, whether it streams)
 _METHODS: dict[str, tuple[Endpoint, bool]] = {

@@ -8,6 +8,7 @@ A provider adapter (``_openai.py``, ...) wraps a client's generation methods and
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import queue
 import threading
@@ -29,6 +30,8 @@ from ._pauses import collector_pauses
 from ._scope import Attribution, check, current
 
 if TYPE_CHECKING:
+    from .._recall_log import RecallLog
+    from .._vocabulary import RecallSource
     from ..config import Settings
     from ..types import MemoryContext, Message, RecallConfig
 
@@ -81,6 +84,11 @@ class Recalled:
     # Recall was attempted but gave up (timed out or failed): the call went on without
     # memory. The proxy says so in a response header.
     skipped: bool = False
+    # For the recall log: what was asked, how many items matched, and how long the call
+    # waited for the recall (None: no recall was made, e.g. recall is off).
+    query: str | None = None
+    hits: int = 0
+    latency_ms: float | None = None
 
 
 _STOP = object()
@@ -130,6 +138,7 @@ class CaptureTarget(Protocol):
         *,
         recall_config: RecallConfig,
         exclude_texts: Sequence[str] = (),
+        details: bool = False,
     ) -> MemoryContext: ...
 
     def add_messages(self, session_id: str, messages: list[dict[str, Any]]) -> Any: ...
@@ -139,7 +148,8 @@ class Capture:
     """``mem.llm``: register clients; attribution defaults; the background writer.
 
     An embedded memory also passes ``await_model(timeout)``, which waits for its embedding
-    model to load, and ``before_store()``, which lets the recalls running now go first."""
+    model to load, ``before_store()``, which lets the recalls running now go first, and its
+    ``recall_log`` when recalls are to be logged (``log_recall``)."""
 
     def __init__(
         self,
@@ -147,8 +157,10 @@ class Capture:
         *,
         await_model: Callable[[float], None] | None = None,
         before_store: Callable[[], object] | None = None,
+        recall_log: RecallLog | None = None,
     ) -> None:
         self._m = memory
+        self._recall_log = recall_log
         self._await_model_load = await_model
         self._before_store = before_store
         s = memory.settings
@@ -313,9 +325,11 @@ class Capture:
             return None
         if not (self.recall or self.inject_history) or not query:
             return Recalled(who)
+        start = time.perf_counter()
         try:
             texts = self._exclusions(carried)
-            return self._result(self._pool().submit(self._recall, who, query, texts))
+            recalled = self._result(self._pool().submit(self._recall, who, query, texts))
+            return dataclasses.replace(recalled, query=query, latency_ms=elapsed_ms(start))
         except FutureTimeout:
             log.warning(
                 "memstrata: recall took longer than %d ms; the call goes on without memory",
@@ -323,7 +337,33 @@ class Capture:
             )
         except Exception:
             log.exception("memstrata: recall failed; the call goes on without memory")
-        return Recalled(who, skipped=True)
+        return Recalled(who, skipped=True, query=query, latency_ms=elapsed_ms(start))
+
+    def log_recall(
+        self, recalled: Recalled | None, *, request: str, source: RecallSource = "capture"
+    ) -> None:
+        """Add the recall ``before`` made to the recall log (when the memory keeps one):
+        ``request`` names what asked (``"openai chat.completions"``, the proxy's
+        ``"POST /v1/messages"``). A call without a recall is not logged. Never raises."""
+        if self._recall_log is None or recalled is None or recalled.latency_ms is None:
+            return
+        try:
+            who = recalled.attribution
+            assert who.user_id is not None  # resolve() gave the recall a user
+            injected = bool(recalled.block or recalled.history)
+            self._recall_log.record(
+                user_id=who.user_id,
+                session_id=who.session_id,
+                source=source,
+                request=request,
+                query=recalled.query,
+                outcome="skipped" if recalled.skipped else "injected" if injected else "none",
+                formatted_context=recalled.block or "",
+                hits=recalled.hits,
+                latency_ms=recalled.latency_ms,
+            )
+        except Exception:
+            log.exception("memstrata: could not log a recall")
 
     def after(self, exchange: Exchange) -> None:
         """Queue the exchange for storage and return at once. Never raises."""
@@ -398,12 +438,18 @@ class Capture:
 
     def _recall(self, who: Attribution, query: str, carried: tuple[str, ...]) -> Recalled:
         sid = self._session(who)
-        ctx = self._m.get_memory(sid, query, recall_config=self._config(), exclude_texts=carried)
+        # The matches (free in process) count the log's hits; a remote memory logs nothing
+        # and is not asked for them.
+        logged = self._recall_log is not None
+        ctx = self._m.get_memory(
+            sid, query, recall_config=self._config(), exclude_texts=carried, details=logged
+        )
         text = ctx.formatted_context if self.recall else None
         if text and ctx.history:
             text = without_history(text)  # the history goes in as turns
         history = tuple(ctx.history) if self.inject_history else ()
-        return Recalled(who, text or None, history, self._injection)
+        hits = len(ctx.matches or ()) if self.recall else 0
+        return Recalled(who, text or None, history, self._injection, hits=hits)
 
     def _discard_queue(self) -> int:
         dropped = 0

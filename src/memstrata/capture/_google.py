@@ -317,7 +317,9 @@ def _result(
     return acc.exchange(recalled, kwargs, latency_ms)
 
 
-GENERATE = Endpoint(_PROVIDER, _prepare, _user, _result, _Accumulator)
+GENERATE = Endpoint(
+    _PROVIDER, _prepare, _user, _result, _Accumulator, label=f"{_PROVIDER} generate_content"
+)
 
 
 # -- wrapping --------------------------------------------------------------------------

@@ -106,6 +106,7 @@ def _prepare(
     """Recall for the call; the messages to send (None: the caller's, unchanged)."""
     try:
         recalled = capture.before(_query(messages), _said(messages))
+        capture.log_recall(recalled, request="langchain chat model")
         if recalled is None or not (recalled.block or recalled.history):
             return recalled, None
         return recalled, _inject(messages, recalled)

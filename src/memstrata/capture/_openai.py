@@ -165,6 +165,7 @@ def chat_endpoint(provider: str) -> Endpoint:
         _chat_user,
         functools.partial(_chat_result, provider),
         functools.partial(_ChatChunks, provider),
+        label=f"{provider} chat.completions",
     )
 
 
@@ -283,7 +284,12 @@ class _ResponseEvents:
 
 
 RESPONSES = Endpoint(
-    "openai", _responses_prepare, _responses_user, _responses_result, _ResponseEvents
+    "openai",
+    _responses_prepare,
+    _responses_user,
+    _responses_result,
+    _ResponseEvents,
+    label="openai responses",
 )
 
 

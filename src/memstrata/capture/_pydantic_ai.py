@@ -276,6 +276,7 @@ def _prepare(
     """Recall for the request; the messages and parameters to send."""
     try:
         recalled = capture.before(_query(messages), said(_turns(messages)))
+        capture.log_recall(recalled, request="pydantic_ai model request")
         if recalled is None or not recalled.block:
             return recalled, messages, parameters
         if recalled.injection == "user":

@@ -13,10 +13,13 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ._capture import Capture, Exchange, Recalled, elapsed_ms
 from ._streams import AsyncStreamProxy, OpenedOnFirstRead, StreamProxy
+
+if TYPE_CHECKING:
+    from .._vocabulary import RecallSource
 
 __all__ = [
     "Accumulator",
@@ -86,14 +89,31 @@ class Endpoint:
     # body that must be read to be captured and then given back readable).
     unpack: Unpack = _itself
     error_text: Callable[[BaseException], str] = error_text
+    # What the recall log calls a call of this endpoint ("openai chat.completions");
+    # the provider's name if empty.
+    label: str = ""
 
 
-def prepared(endpoint: Endpoint, capture: Capture, request: Any) -> tuple[Recalled | None, Any]:
+def prepared(
+    endpoint: Endpoint,
+    capture: Capture,
+    request: Any,
+    *,
+    source: RecallSource = "capture",
+    label: str | None = None,
+) -> tuple[Recalled | None, Any]:
+    """Recall and inject for one call; the recall is logged as ``source``'s, under
+    ``label`` (the endpoint's own by default). The proxy passes its own: it runs the same
+    endpoints over a request body."""
     try:
-        return endpoint.prepare(capture, request)
+        recalled, sent = endpoint.prepare(capture, request)
     except Exception:  # fail open: the call goes out as the caller made it
         log.exception("memstrata: could not prepare a %s call", endpoint.provider)
         return None, request
+    capture.log_recall(
+        recalled, request=label or endpoint.label or endpoint.provider, source=source
+    )
+    return recalled, sent
 
 
 def _failed(

@@ -277,6 +277,7 @@ class _Registration:
             model=_model,
             positional=True,  # a stub's RPC takes the request message first
             error_text=_describe,
+            label="xai chat",
         )
         self._chats: weakref.WeakSet[Any] = weakref.WeakSet()
         self._lock = threading.Lock()

@@ -102,12 +102,16 @@ class CaptureSource(Protocol):
 class _Api:
     endpoint: Endpoint
     anthropic: bool  # the upstream, key header and error shape are Anthropic's
+    request: str  # what the recall log calls a call of this route
 
 
 _APIS = {
-    "/v1/chat/completions": _Api(CHAT, anthropic=False),
-    "/v1/responses": _Api(RESPONSES, anthropic=False),
-    "/v1/messages": _Api(MESSAGES, anthropic=True),
+    path: _Api(endpoint, anthropic=anthropic, request=f"POST {path}")
+    for path, endpoint, anthropic in (
+        ("/v1/chat/completions", CHAT, False),
+        ("/v1/responses", RESPONSES, False),
+        ("/v1/messages", MESSAGES, True),
+    )
 }
 
 
@@ -168,11 +172,11 @@ def _json_object(raw: bytes) -> dict[str, Any] | None:
 
 
 def _prepare(
-    endpoint: Endpoint, capture: Capture, who: Attribution, body: dict[str, Any]
+    api: _Api, capture: Capture, who: Attribution, body: dict[str, Any]
 ) -> tuple[Recalled | None, Any]:
     # In a worker thread: recall blocks (bounded by capture_recall_timeout_ms).
     with scope(who.user_id, who.session_id, who.process_id):
-        return prepared(endpoint, capture, body)
+        return prepared(api.endpoint, capture, body, source="proxy", label=api.request)
 
 
 @dataclass
@@ -417,10 +421,10 @@ class MemoryProxy:
             return None, "skipped", raw
         if capture.recall or capture.inject_history:
             recalled, sent = await asyncio.get_running_loop().run_in_executor(
-                self._pool, _prepare, api.endpoint, capture, who, body
+                self._pool, _prepare, api, capture, who, body
             )
         else:  # nothing to wait for: no thread hop (on a busy machine, a wake-up costs)
-            recalled, sent = _prepare(api.endpoint, capture, who, body)
+            recalled, sent = _prepare(api, capture, who, body)
         if recalled is None:  # preparing failed (logged): the call goes as it came
             return None, "skipped", raw
         call = _Call(api.endpoint, capture, recalled, body)

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import Annotated
 
 from fastapi import APIRouter, Body, Query
 
 from .._queries import ContextRequest
 from ..types import AddResult, MemoryContext, Message, ProcessingStatus
-from ._auth import CallerDep
+from ._auth import Caller, CallerDep
 from ._common import API_ERRORS, Limit, MessageStatusParam, Offset, check_sizes, listed, page
 from ._models import AddMessages, CreateSession, Envelope, Page, SessionData
 
@@ -126,7 +128,10 @@ def get_context(
     query: Annotated[str | None, Query(description="What the next call is about.")] = None,
     details: Annotated[bool, Query(description="Include matches with scores.")] = False,
 ) -> Envelope[MemoryContext]:
-    return Envelope(data=caller.memory.get_memory(session_id, query, details=details))
+    def recall(matches: bool) -> MemoryContext:
+        return caller.memory.get_memory(session_id, query, details=matches)
+
+    return Envelope(data=_logged(caller, "GET", session_id, details, recall))
 
 
 @router.post(
@@ -144,16 +149,52 @@ def post_context(
     details: Annotated[bool | None, Query(description="Include matches with scores.")] = None,
 ) -> Envelope[MemoryContext]:
     # GUMem's MetadataFilters inside recall_config are metadata filters (ContextRequest).
-    body = body or ContextRequest()
-    ctx = caller.memory.get_memory(
-        session_id,
-        body.query if body.query is not None else query,
-        details=bool(body.details if body.details is not None else details),
-        recall_config=body.recall_config,
-        metadata_filters=body.metadata_filters,
-        exclude_texts=body.exclude_texts,
+    given = body or ContextRequest()
+
+    def recall(matches: bool) -> MemoryContext:
+        return caller.memory.get_memory(
+            session_id,
+            given.query if given.query is not None else query,
+            details=matches,
+            recall_config=given.recall_config,
+            metadata_filters=given.metadata_filters,
+            exclude_texts=given.exclude_texts,
+        )
+
+    asked = bool(given.details if given.details is not None else details)
+    return Envelope(data=_logged(caller, "POST", session_id, asked, recall))
+
+
+def _logged(
+    caller: Caller,
+    method: str,
+    session_id: str,
+    details: bool,
+    recall: Callable[[bool], MemoryContext],
+) -> MemoryContext:
+    """The context ``recall(matches)`` returns, with the recall in the project's recall
+    log (when it keeps one): its matches count the hits, so they are always asked for and
+    left out again unless the caller asked (``details``). A recall that fails (an unknown
+    session, bad arguments) is the caller's error, not logged."""
+    log = caller.memory.recall_log
+    if not log.enabled:
+        return recall(details)
+    start = time.perf_counter()
+    ctx = recall(True)
+    latency_ms = (time.perf_counter() - start) * 1000
+    log.record(
+        user_id=ctx.user_id,
+        session_id=ctx.session_id,
+        source="rest",
+        # The session's own id: a dashboard shows which conversation asked.
+        request=f"{method} /api/sessions/{session_id}/context",
+        query=ctx.query,
+        outcome="injected" if ctx.formatted_context else "none",
+        formatted_context=ctx.formatted_context,
+        hits=len(ctx.matches or ()),
+        latency_ms=latency_ms,
     )
-    return Envelope(data=ctx)
+    return ctx if details else ctx.model_copy(update={"matches": None})
 
 
 @router.get(

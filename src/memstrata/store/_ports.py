@@ -28,6 +28,8 @@ from ._rows import (
     MessageRow,
     OutageRow,
     ProjectRow,
+    RecallLatencyRow,
+    RecallRecordRow,
     SessionRow,
     SummaryRow,
     TopicRow,
@@ -42,6 +44,7 @@ __all__ = [
     "LayerStore",
     "LeaseLostError",
     "MetaStore",
+    "RecallLogStore",
     "SearchStore",
     "SessionStore",
     "Store",
@@ -400,6 +403,28 @@ class DashboardStore(Protocol):
 
     def prune_ui_sessions(self, now: float) -> int: ...
 
+class RecallLogStore(Protocol):
+    """The recall log: what the faces' recalls injected, bounded (store/_core/recall_log.py).
+    Times are epoch seconds."""
+
+    def add_recall_records(self, rows: Sequence[RecallRecordRow]) -> None: ...
+    def list_recall_records(
+        self, project_id: str, user_id: str | None = None, *, limit: int = 50, offset: int = 0
+    ) -> list[RecallRecordRow]:
+        """Newest first."""
+        ...
+
+    def recall_latency_series(
+        self, project_id: str, since: float, bucket_seconds: float
+    ) -> list[RecallLatencyRow]:
+        """Buckets of ``bucket_seconds`` from ``since``, oldest first; empty ones left out."""
+        ...
+
+    def prune_recall_log(self, project_id: str | None, keep: int, older_than: float) -> int:
+        """Delete records older than ``older_than`` and all but the newest ``keep`` per
+        project (of ``project_id`` only, if given); the number deleted."""
+        ...
+
 
 @runtime_checkable
 class Store(
@@ -411,6 +436,7 @@ class Store(
     GovernanceStore,
     WebhookStore,
     DashboardStore,
+    RecallLogStore,
     Protocol,
 ):
     """Everything the engine needs from a database, and nothing more: every role."""

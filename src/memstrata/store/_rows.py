@@ -11,7 +11,14 @@ from typing import Any
 
 import numpy as np
 
-from .._vocabulary import AuditAction, FactKind, MessageStatus, SummaryStatus
+from .._vocabulary import (
+    AuditAction,
+    FactKind,
+    MessageStatus,
+    RecallOutcome,
+    RecallSource,
+    SummaryStatus,
+)
 from ._filters import MetadataCondition
 from ._webhook_rows import OutboxWrite
 
@@ -29,6 +36,8 @@ __all__ = [
     "MessageRow",
     "OutageRow",
     "ProjectRow",
+    "RecallLatencyRow",
+    "RecallRecordRow",
     "SessionRow",
     "SummaryRow",
     "SummaryWrite",
@@ -283,3 +292,37 @@ class ItemFilters:
     since: str | None = None
     until: str | None = None
     metadata: tuple[MetadataCondition, ...] = ()
+
+
+@dataclass(frozen=True)
+class RecallRecordRow:
+    """One recall a face made (the recall log): who asked, what was injected, how long it
+    took. ``query`` and ``formatted_context`` are memory text, so erasing or forgetting the
+    user removes the row. ``created_at`` is epoch seconds (bucketed and pruned by time)."""
+
+    project_id: str
+    user_id: str
+    session_id: str | None
+    source: RecallSource
+    request: str
+    query: str | None
+    outcome: RecallOutcome
+    formatted_context: str
+    hits: int
+    latency_ms: float
+    created_at: float
+    pk: int = 0
+
+
+@dataclass(frozen=True)
+class RecallLatencyRow:
+    """One bucket of a project's recall latency: recalls that began in
+    ``[bucket_start, bucket_start + bucket_seconds)`` (epoch seconds), skipped ones
+    included, with their latency percentiles (nearest rank) and maximum."""
+
+    bucket_start: float
+    count: int
+    skipped: int
+    p50_ms: float
+    p95_ms: float
+    max_ms: float

@@ -1,5 +1,5 @@
 """Removal from provenance upward: forgetting messages (by id, session or topic) and
-erasing a user.
+erasing a user. Both also delete the user's recall log (``recall_log.py``).
 
 Removing messages removes every fact that cites one of them, every summary that cites one
 of those facts or messages (in any of its versions), and every topic left without
@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from .dialect import Tx
 from .governance import audit
+from .recall_log import forget_recall_log
 from .webhooks import forget_webhook_traces
 
 if TYPE_CHECKING:
@@ -59,6 +60,8 @@ def forget(
         target = _gone_messages(tx, project_id, user_id, message_ids)
     if target is None:
         return None
+    # All of the user's recall log, not only what quoted the scope (see forget_recall_log).
+    forget_recall_log(tx, project_id, user_id)
     counts = _remove_upward(store, tx, project_id, user_id)
     if session_id is not None:
         counts["sessions"] = tx.execute(
@@ -85,6 +88,9 @@ def erase_user(
     counts["jobs"] = tx.execute(f"DELETE FROM jobs {where}", scope).rowcount
     for table in ("speakers", "llm_calls"):
         tx.execute(f"DELETE FROM {table} {where}", scope)
+    # Not counted: an erasure of a user known only to the recall log is no erasure to
+    # audit, and the counts name the memory's layers.
+    forget_recall_log(tx, project_id, user_id)
     if any(counts.values()):
         audit(tx, project_id, user_id, "erase_user", user_id, actor, reason, counts)
     return counts

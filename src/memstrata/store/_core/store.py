@@ -32,6 +32,8 @@ from .. import (
     MessageRow,
     OutageRow,
     ProjectRow,
+    RecallLatencyRow,
+    RecallRecordRow,
     SearchFilters,
     SessionRow,
     SummaryRow,
@@ -40,7 +42,7 @@ from .. import (
 from .._batches import processing_state
 from .._dashboard_rows import ActivityCounts, ProvenanceRows, UiSessionRow, UserRow
 from .._webhook_rows import OutboxItem, WebhookDeliveryRow, WebhookRow
-from . import dashboard, governance, ingest, jobs, reads, recall, removal, webhooks
+from . import dashboard, governance, ingest, jobs, reads, recall, recall_log, removal, webhooks
 from . import layers as _layers
 from .dialect import Dialect, Tx
 from .layers import FulltextColumns, LayerItem, LayerSearch, VectorRow
@@ -838,3 +840,25 @@ class SQLStore(ABC):
         """Delete the sign-ins expired at ``now``: how many."""
         with self._transaction() as tx:
             return dashboard.prune_ui_sessions(tx, now)
+    # -- the recall log (see recall_log.py) --------------------------------------------------
+
+    def add_recall_records(self, rows: Sequence[RecallRecordRow]) -> None:
+        if rows:
+            with self._transaction() as tx:
+                recall_log.add_records(tx, rows)
+
+    def list_recall_records(
+        self, project_id: str, user_id: str | None = None, *, limit: int = 50, offset: int = 0
+    ) -> list[RecallRecordRow]:
+        with self._query() as tx:
+            return recall_log.list_records(tx, project_id, user_id, limit, offset)
+
+    def recall_latency_series(
+        self, project_id: str, since: float, bucket_seconds: float
+    ) -> list[RecallLatencyRow]:
+        with self._query() as tx:
+            return recall_log.latency_series(tx, project_id, since, bucket_seconds)
+
+    def prune_recall_log(self, project_id: str | None, keep: int, older_than: float) -> int:
+        with self._transaction() as tx:
+            return recall_log.prune(tx, project_id, keep, older_than)
