@@ -192,6 +192,8 @@ class AsyncDashboardSessions(_Face):
     set_project = in_thread(DashboardSessions.set_project)
     delete = in_thread(DashboardSessions.delete)
     prune = in_thread(DashboardSessions.prune)
+
+
 class AsyncRecallLog(_Face):
     """``AsyncMemory.recall_log``: the embedded Memory's recall log."""
 

@@ -339,6 +339,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         print(f"memstrata serving {url}", flush=True)
         print(f"  store {mem.store.url}; embedder {mem.embedder.name}; {workers}", flush=True)
         print(f"  llm: {mem.mode}", flush=True)
+        if settings.ui:
+            print(f"  dashboard: {url}/ui (sign in with an API key)", flush=True)
         _print_proxy(settings, url)
         if key is not None:
             print(

@@ -599,7 +599,8 @@ class ActivityBucket(BaseModel):
 class DashboardSession(BaseModel):
     """A dashboard sign-in (``mem.dashboard_sessions``): with a project's API key
     (``kind`` ``key``) or as the operator (``admin``; ``project_id`` None until one is
-    picked). ``csrf_token`` is what the signed-in pages post back."""
+    picked; ``key_id`` then identifies the admin token it signed in with, so that a new
+    token ends it). ``csrf_token`` is what the signed-in pages post back."""
 
     kind: UiSessionKind
     key_id: str | None = None
@@ -608,6 +609,8 @@ class DashboardSession(BaseModel):
     created_at: datetime
     expires_at: datetime
     last_seen: datetime
+
+
 class RecallRecord(BaseModel):
     """One recall a face made before a model call (``mem.recall_log``): who asked, through
     what, and the exact memory block injected. Holds memory text: erasing or forgetting

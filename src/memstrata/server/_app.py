@@ -11,6 +11,7 @@ from starlette.routing import Route
 
 from ..mcp._http import McpEndpoint
 from ..proxy import ProjectMemories, build_proxy, refusal
+from ..ui import create_dashboard
 from . import (
     _routes_actions,
     _routes_admin,
@@ -100,6 +101,9 @@ def create_app(memory: Any = None, settings: ServerSettings | None = None) -> Fa
         ),
     )
     app.router.routes.extend(proxy.routes())
+    # The dashboard: server-rendered pages at /ui (docs/dashboard.md).
+    if settings.ui:
+        app.mount("/ui", create_dashboard(lambda: app.state.memory, settings))
     # Added last = outermost: the request id exists before the body limit can refuse.
     app.add_middleware(
         BodyLimit,

@@ -70,6 +70,17 @@ class ServerSettings(BaseSettings):
         description="Memory proxy: largest request body accepted on /v1 paths (images "
         "travel inline); larger ones are refused with 413.",
     )
+    ui: bool = Field(
+        default=True,
+        description="Serve the dashboard at /ui (sign-in with a project API key or the "
+        "admin token); false leaves /ui unrouted.",
+    )
+    ui_session_hours: float = Field(
+        default=12.0,
+        gt=0,
+        le=24 * 30,
+        description="Dashboard: how long a sign-in lasts before the browser must sign in again.",
+    )
 
 
 def load_server_settings(**overrides: Any) -> ServerSettings:

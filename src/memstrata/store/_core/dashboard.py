@@ -328,10 +328,11 @@ _UI_COLUMNS = "id_hash, kind, key_id, project_id, csrf_token, created_at, expire
 
 
 def create_ui_session(tx: Tx, row: UiSessionRow) -> bool:
-    """Store the sign-in; False (nothing stored) if it names an API key that is unknown
-    or revoked. The key's row is locked until commit, so a revocation running meanwhile
-    either comes first (and this refuses) or waits and then deletes this sign-in too."""
-    if row.key_id is not None:
+    """Store the sign-in; False (nothing stored) if it is a key sign-in whose API key is
+    unknown or revoked. The key's row is locked until commit, so a revocation running
+    meanwhile either comes first (and this refuses) or waits and then deletes this sign-in
+    too. (An admin sign-in's ``key_id`` is the dashboard's fingerprint of the admin token.)"""
+    if row.kind == "key":
         active = tx.one(
             f"SELECT 1 FROM api_keys WHERE id = ? AND revoked_at IS NULL{tx.dialect.for_update}",
             (row.key_id,),

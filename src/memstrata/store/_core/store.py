@@ -840,6 +840,7 @@ class SQLStore(ABC):
         """Delete the sign-ins expired at ``now``: how many."""
         with self._transaction() as tx:
             return dashboard.prune_ui_sessions(tx, now)
+
     # -- the recall log (see recall_log.py) --------------------------------------------------
 
     def add_recall_records(self, rows: Sequence[RecallRecordRow]) -> None:

@@ -1,0 +1,107 @@
+"""The overview: what the project holds, what is failing or paused, and two charts."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from ..memory import Memory
+from ..types import RecallLatency, WebhookDelivery
+from ._charts import bar_chart
+from ._render import render
+from ._signin import Viewer
+from ._view import Form, confirm, endpoint, see_other
+
+__all__ = ["routes"]
+
+_HOURS = 48
+_FAILED_SHOWN = 20
+_DELIVERIES_SCANNED = 50  # per webhook: the recent end of its log
+
+
+def _webhook_failures(memory: Memory) -> list[WebhookDelivery]:
+    failed = [
+        d
+        for hook in memory.webhooks.list(limit=100)
+        for d in memory.webhooks.deliveries(hook.id, limit=_DELIVERIES_SCANNED)
+        if d.status == "failed"
+    ]
+    return sorted(failed, key=lambda d: d.at, reverse=True)[:_FAILED_SHOWN]
+
+
+def _get(by_hour: dict[datetime, RecallLatency], start: datetime, field: str) -> float | None:
+    bucket = by_hour.get(start)
+    return None if bucket is None else float(getattr(bucket, field))
+
+
+def _overview(request: Request, viewer: Viewer, form: Form) -> Response:
+    memory = viewer.memory
+    assert memory is not None
+    stats = memory.stats()
+    activity = memory.activity(hours=_HOURS, bucket_minutes=60)
+    latency = memory.recall_log.latency(hours=_HOURS, bucket_minutes=60)
+    hours = [b.start.strftime("%d %H:00") for b in activity]
+    processed = bar_chart(
+        "Messages processed per hour",
+        "",
+        hours,
+        [
+            ("processed", [b.messages_processed for b in activity]),
+            ("failed", [b.messages_failed for b in activity]),
+        ],
+    )
+    # The log leaves hours without a recall out; the chart keeps their place, empty.
+    by_hour = {b.bucket_start: b for b in latency}
+    recall = bar_chart(
+        "Recall latency per hour",
+        " ms",
+        hours,
+        [
+            ("p50", [_get(by_hour, b.start, "p50_ms") for b in activity]),
+            ("p95", [_get(by_hour, b.start, "p95_ms") for b in activity]),
+        ],
+    )
+    return render(
+        request,
+        "overview.html",
+        viewer=viewer,
+        stats=stats,
+        failed=memory.messages.list(status="failed", limit=_FAILED_SHOWN),
+        webhook_failures=_webhook_failures(memory),
+        charts=[processed, recall],
+        recalls=sum(b.count for b in latency),
+        skipped=sum(b.skipped for b in latency),
+    )
+
+
+def _retry(request: Request, viewer: Viewer, form: Form) -> Response:
+    memory = viewer.memory
+    assert memory is not None
+    user_id = form.get("user_id") or None
+    asked = confirm(
+        request,
+        viewer,
+        form,
+        title="Retry failed messages",
+        consequence=(
+            f"Every failed message of {user_id} will be processed again."
+            if user_id
+            else "Every failed message of this project will be processed again."
+        ),
+        fields=("user_id",),
+        cancel="/",
+        danger=False,
+    )
+    if asked is not None:
+        return asked
+    jobs = memory.retry_failed(user_id)
+    return see_other(request, "/", done=f"retried:{jobs}")
+
+
+routes = [
+    Route("/", endpoint(_overview), methods=["GET"]),
+    Route("/retry", endpoint(_retry, post=True), methods=["POST"]),
+]
