@@ -480,3 +480,43 @@ def test_failed_messages_show_their_error_and_are_retried(
             assert dash.get("/?done=<b>forged</b>").text.count("forged") == 0
     finally:
         server.close()
+
+
+def test_a_correction_is_shown_both_ways_and_the_old_summary_stays_reachable(
+    signed_in: Dash, world: dict[str, Any]
+) -> None:
+    a: Memory = world["a"]
+    s = a.sessions.get("s1")
+    s.add_messages([{"role": "user", "content": "My cat is called Mio."}], sync=True)
+    s.add_messages(
+        [{"role": "user", "content": "Correction: my cat is called Miso, not Mio."}], sync=True
+    )
+    old = next(x for x in a.summaries.list(user_id="alice", status="superseded"))
+    new = a.summaries.get(str(old.superseded_by))
+    memory_tab = signed_in.get("/users/alice").text
+    assert "Superseded and archived summaries (1)" in memory_tab
+    assert f"/ui/items/{old.id}" in memory_tab  # reachable, folded away
+    old_page = signed_in.get(f"/items/{old.id}").text
+    assert "superseded by" in old_page and f"/ui/items/{new.id}" in old_page
+    new_page = signed_in.get(f"/items/{new.id}").text
+    assert "Replaces" in new_page and f"/ui/items/{old.id}" in new_page
+
+
+def test_forget_a_session_and_a_topic(signed_in: Dash, world: dict[str, Any]) -> None:
+    a: Memory = world["a"]
+    a.sessions.create("alice", session_id="s2").add_messages(
+        [{"role": "user", "content": "I collect vintage fountain pens."}], sync=True
+    )
+    signed_in.get("/users/alice?tab=sessions")
+    asked = signed_in.post("/users/alice/forget", {"session_id": "s2"})
+    assert "Forget session s2" in asked.text
+    done = signed_in.post("/users/alice/forget", {"session_id": "s2"}, confirm=True)
+    assert done.status_code == 303
+    assert [x.id for x in a.sessions.list(user_id="alice")] == ["s1"]
+    topic = a.topics.list(user_id="alice")[0]
+    signed_in.get(f"/items/{topic.id}")
+    done = signed_in.post("/users/alice/forget", {"topic_id": topic.id}, confirm=True)
+    assert done.status_code == 303
+    assert topic.id not in {t.id for t in a.topics.list(user_id="alice")}
+    actions = [r.action for r in a.audit(user_id="alice")]
+    assert actions.count("forget") == 2

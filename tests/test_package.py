@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import zipfile
 from importlib import resources
+from pathlib import Path
 
 import memstrata
+from conftest import REPO
 
 
 def test_import_is_fast_and_loads_no_sdk_or_model() -> None:
@@ -64,3 +67,30 @@ def test_vector_index_and_local_model_load_in_either_order() -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "(1, 384)"
+
+
+def test_the_wheel_holds_every_file_the_package_reads(tmp_path: Path) -> None:
+    # Templates, the stylesheet, migrations and the bundled model are read from the installed
+    # package at run time: a wheel without one would install and fail on first use.
+    subprocess.run(
+        [sys.executable, "-m", "hatchling", "build", "-t", "wheel", "-d", str(tmp_path)],
+        cwd=REPO,
+        check=True,
+        capture_output=True,
+    )
+    (wheel,) = tmp_path.glob("memstrata-*.whl")
+    shipped = set(zipfile.ZipFile(wheel).namelist())
+    src = REPO / "src"
+    needed = [
+        p
+        for pattern in (
+            "ui/templates/*.html",
+            "ui/static/*",
+            "store/*/migrations/*.sql",
+            "**/*.onnx",
+        )
+        for p in (src / "memstrata").glob(pattern)
+    ]
+    assert len(needed) > 20
+    missing = [str(p.relative_to(src)) for p in needed if str(p.relative_to(src)) not in shipped]
+    assert missing == []

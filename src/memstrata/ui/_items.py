@@ -30,7 +30,17 @@ def _item(request: Request, viewer: Viewer, form: Form) -> Response:
     assert memory is not None
     item_id = request.path_params["item_id"]
     provenance = memory.provenance(item_id)
-    history = memory.summaries.history(item_id) if provenance.kind == "summary" else []
+    history, replaces = [], []
+    if provenance.kind == "summary":
+        history = memory.summaries.history(item_id)
+        # What a correction superseded points here: the older summaries this one replaced.
+        replaces = [
+            s
+            for s in memory.summaries.list(
+                user_id=provenance.item.user_id, status="superseded", limit=1000
+            )
+            if s.superseded_by == item_id
+        ]
     return render(
         request,
         "item.html",
@@ -38,6 +48,7 @@ def _item(request: Request, viewer: Viewer, form: Form) -> Response:
         p=provenance,
         item=provenance.item,
         history=history,
+        replaces=replaces,
         settable=_SETTABLE,
     )
 
