@@ -14,7 +14,7 @@ arguments, and import its helpers::
 
 Fixtures:
 
-- ``browser`` (session): one headless Chromium for the run, launched from Debian's
+- ``browser`` (module): one headless Chromium per test module, launched from Debian's
   ``/usr/bin/chromium`` (or ``MEMSTRATA_CHROMIUM``); Playwright's own browser download is
   never used. ``.ci/tools.sh`` installs the package.
 - ``page``: a page in a fresh context, 1280x800; ``phone_page``: 390x844, mobile and touch.
@@ -119,9 +119,13 @@ def chromium_executable() -> str:
     return path
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser(chromium_executable: str) -> Iterator[Browser]:
-    """One headless Chromium for the whole run."""
+    """One headless Chromium per test module.
+
+    Not per run: Playwright's sync API keeps its event loop running in the main thread
+    while it is started, so any later test calling ``asyncio.run`` (the async capture
+    tests) would fail with "cannot be called from a running event loop"."""
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:

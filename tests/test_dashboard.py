@@ -520,3 +520,40 @@ def test_forget_a_session_and_a_topic(signed_in: Dash, world: dict[str, Any]) ->
     assert topic.id not in {t.id for t in a.topics.list(user_id="alice")}
     actions = [r.action for r in a.audit(user_id="alice")]
     assert actions.count("forget") == 2
+
+
+def test_duplicates_and_stale_summaries_are_pointed_out(
+    signed_in: Dash, world: dict[str, Any]
+) -> None:
+    a: Memory = world["a"]
+    mem: Memory = world["mem"]
+
+    # The pipeline merges what it sees as one; hooks make the two cases to point out: a
+    # summary stored twice, and a fact whose validity ended years ago.
+    def twice(payload: dict[str, Any]) -> Any:
+        props = payload["data"]["propositions"]
+        copies = [{k: v for k, v in p.items() if k != "id"} for p in props if "violin" in p["text"]]
+        return {"data": {"propositions": props + copies}}
+
+    def ended(payload: dict[str, Any]) -> Any:
+        for o in payload["data"]["observations"]:
+            if "Rome" in o["text"]:
+                o["valid_from"], o["valid_to"] = "2019-01-01T00:00:00Z", "2021-12-31T00:00:00Z"
+        return {"data": {"observations": payload["data"]["observations"]}}
+
+    mem.hooks.register("fact", "before_add", ended)
+    session = a.sessions.create("dora", session_id="d1")
+    session.add_messages(
+        [{"role": "user", "content": "I lived in Rome from 2019 to 2021."}], sync=True
+    )
+    mem.hooks.register("summary", "before_add", twice)
+    session.add_messages([{"role": "user", "content": "I play the violin."}], sync=True)
+    violin = [s for s in a.summaries.list(user_id="dora") if "violin" in s.text]
+    rome = next(s for s in a.summaries.list(user_id="dora") if "Rome" in s.text)
+    assert len(violin) == 2 and rome.valid_to is not None
+    page = signed_in.get("/users/dora").text
+    look = page.split('id="look-h"', 1)[1].split("</section>", 1)[0]
+    assert "Summaries saying the same thing (1)" in look
+    assert all(f"/ui/items/{s.id}" in look for s in violin)
+    assert "their validity has ended (1)" in look and f"/ui/items/{rome.id}" in look
+    assert "Worth a look" not in signed_in.get("/users/alice").text

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import quote
 
@@ -67,6 +68,20 @@ def _by_topic(
     return grouped, [s for s in summaries if s.id not in filed]
 
 
+def _duplicates(summaries: Sequence[Summary]) -> list[list[Summary]]:
+    """Current summaries that say the same thing (same words, case and spacing aside)."""
+    by_text: dict[str, list[Summary]] = {}
+    for s in summaries:
+        by_text.setdefault(" ".join(s.text.casefold().split()), []).append(s)
+    return [group for group in by_text.values() if len(group) > 1]
+
+
+def _stale(summaries: Sequence[Summary]) -> list[Summary]:
+    """Current summaries whose validity ended: still recalled, but no longer true."""
+    now = datetime.now(timezone.utc)
+    return [s for s in summaries if s.valid_to is not None and s.valid_to < now]
+
+
 def _user(request: Request, viewer: Viewer, form: Form) -> Response:
     memory = viewer.memory
     assert memory is not None
@@ -87,6 +102,8 @@ def _user(request: Request, viewer: Viewer, form: Form) -> Response:
         context.update(
             grouped=grouped,
             unfiled=unfiled,
+            duplicates=_duplicates(current),
+            stale=_stale(current),
             retired=[s for s in summaries if s.status not in ("active", "deprioritized")],
             truncated=len(summaries) >= _SUMMARIES_SHOWN,
         )
