@@ -557,3 +557,12 @@ def test_duplicates_and_stale_summaries_are_pointed_out(
     assert all(f"/ui/items/{s.id}" in look for s in violin)
     assert "their validity has ended (1)" in look and f"/ui/items/{rome.id}" in look
     assert "Worth a look" not in signed_in.get("/users/alice").text
+
+
+def test_the_cookie_is_secure_over_https(world: dict[str, Any]) -> None:
+    app = create_app(world["mem"], ServerSettings())
+    with TestClient(app, base_url="https://memory.example") as client:
+        dash = Dash(client)
+        r = dash.sign_in(world["key_a"])
+        cookie = next(c for c in r.headers.get_list("set-cookie") if c.startswith("memstrata_ui="))
+        assert "secure" in cookie.lower().split("; ")

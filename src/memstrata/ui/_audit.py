@@ -15,8 +15,7 @@ __all__ = ["routes"]
 
 
 def _audit(request: Request, viewer: Viewer, form: Form) -> Response:
-    memory = viewer.memory
-    assert memory is not None
+    memory = viewer.project
     user_id = request.query_params.get("user_id", "").strip() or None
     page = page_of(request)
     records = memory.audit(user_id=user_id, limit=PAGE + 1, offset=(page - 1) * PAGE)

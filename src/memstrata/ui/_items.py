@@ -26,8 +26,7 @@ _SETTABLE: tuple[SummaryStatus, ...] = ("active", "deprioritized", "archived", "
 
 
 def _item(request: Request, viewer: Viewer, form: Form) -> Response:
-    memory = viewer.memory
-    assert memory is not None
+    memory = viewer.project
     item_id = request.path_params["item_id"]
     provenance = memory.provenance(item_id)
     history, replaces = [], []
@@ -54,8 +53,7 @@ def _item(request: Request, viewer: Viewer, form: Form) -> Response:
 
 
 def _set_status(request: Request, viewer: Viewer, form: Form) -> Response:
-    memory = viewer.memory
-    assert memory is not None
+    memory = viewer.project
     summary_id = request.path_params["item_id"]
     status, reason = form.get("status", ""), form.get("reason", "").strip()
     here = f"/items/{quote(summary_id, safe='')}"

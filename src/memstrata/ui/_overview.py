@@ -38,8 +38,7 @@ def _get(by_hour: dict[datetime, RecallLatency], start: datetime, field: str) ->
 
 
 def _overview(request: Request, viewer: Viewer, form: Form) -> Response:
-    memory = viewer.memory
-    assert memory is not None
+    memory = viewer.project
     stats = memory.stats()
     activity = memory.activity(hours=_HOURS, bucket_minutes=60)
     latency = memory.recall_log.latency(hours=_HOURS, bucket_minutes=60)
@@ -78,8 +77,7 @@ def _overview(request: Request, viewer: Viewer, form: Form) -> Response:
 
 
 def _retry(request: Request, viewer: Viewer, form: Form) -> Response:
-    memory = viewer.memory
-    assert memory is not None
+    memory = viewer.project
     user_id = form.get("user_id") or None
     asked = confirm(
         request,

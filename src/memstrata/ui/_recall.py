@@ -24,8 +24,7 @@ _HITS_PER_LAYER = 10
 
 
 def _recall(request: Request, viewer: Viewer, form: Form) -> Response:
-    memory = viewer.memory
-    assert memory is not None
+    memory = viewer.project
     params = request.query_params
     user_id = params.get("user_id", "").strip()
     query = params.get("query", "").strip()
@@ -60,8 +59,7 @@ def _recall(request: Request, viewer: Viewer, form: Form) -> Response:
 
 
 def _log(request: Request, viewer: Viewer, form: Form) -> Response:
-    memory = viewer.memory
-    assert memory is not None
+    memory = viewer.project
     user_id = request.query_params.get("user_id", "").strip() or None
     page = page_of(request)
     records = memory.recall_log.list(user_id=user_id, limit=PAGE + 1, offset=(page - 1) * PAGE)

@@ -56,6 +56,14 @@ class Viewer:
     actor: str
     label: str  # who, for the page header: the key's prefix or "admin"
 
+    @property
+    def project(self) -> Memory:
+        """The project's memory: pages that need one are reached only once an admin has
+        chosen a project (``endpoint`` sends them to the projects page before)."""
+        if self.memory is None:
+            raise RuntimeError("no project chosen")
+        return self.memory
+
 
 def admin_fingerprint(admin_token: str) -> str:
     # Stored with an admin session so that a changed admin token ends it.

@@ -36,8 +36,7 @@ def page_of(request: Request) -> int:
 
 
 def _users(request: Request, viewer: Viewer, form: Form) -> Response:
-    memory = viewer.memory
-    assert memory is not None
+    memory = viewer.project
     search = request.query_params.get("q", "").strip()[:200] or None
     page = page_of(request)
     total = memory.users.count(search=search)
@@ -83,8 +82,7 @@ def _stale(summaries: Sequence[Summary]) -> list[Summary]:
 
 
 def _user(request: Request, viewer: Viewer, form: Form) -> Response:
-    memory = viewer.memory
-    assert memory is not None
+    memory = viewer.project
     user_id = request.path_params["user_id"]
     tab = request.query_params.get("tab", "memory")
     if tab not in _TABS:
@@ -117,8 +115,7 @@ def _user(request: Request, viewer: Viewer, form: Form) -> Response:
 
 
 def _export(request: Request, viewer: Viewer, form: Form) -> Response:
-    memory = viewer.memory
-    assert memory is not None
+    memory = viewer.project
     user_id = request.path_params["user_id"]
     asked = confirm(
         request,
@@ -143,8 +140,7 @@ def _export(request: Request, viewer: Viewer, form: Form) -> Response:
 
 
 def _erase(request: Request, viewer: Viewer, form: Form) -> Response:
-    memory = viewer.memory
-    assert memory is not None
+    memory = viewer.project
     user_id = request.path_params["user_id"]
     asked = confirm(
         request,
@@ -164,8 +160,7 @@ def _erase(request: Request, viewer: Viewer, form: Form) -> Response:
 
 
 def _forget(request: Request, viewer: Viewer, form: Form) -> Response:
-    memory = viewer.memory
-    assert memory is not None
+    memory = viewer.project
     user_id = request.path_params["user_id"]
     scope = {k: form[k] for k in ("session_id", "topic_id", "message_id") if form.get(k)}
     what = ", ".join(f"{k.removesuffix('_id')} {v}" for k, v in scope.items())

@@ -31,8 +31,7 @@ def _hook_path(hook_id: str) -> str:
 
 
 def _list(request: Request, viewer: Viewer, form: Form, error: str | None = None) -> Response:
-    memory = viewer.memory
-    assert memory is not None
+    memory = viewer.project
     return render(
         request,
         "webhooks.html",
@@ -50,8 +49,7 @@ def _index(request: Request, viewer: Viewer, form: Form) -> Response:
 
 
 def _create(request: Request, viewer: Viewer, form: Form) -> Response:
-    memory = viewer.memory
-    assert memory is not None
+    memory = viewer.project
     timeout = form.get("timeout_ms", "").strip()
     try:
         if timeout and not timeout.isdigit():
@@ -72,8 +70,7 @@ def _create(request: Request, viewer: Viewer, form: Form) -> Response:
 
 
 def _hook(request: Request, viewer: Viewer, form: Form) -> Response:
-    memory = viewer.memory
-    assert memory is not None
+    memory = viewer.project
     hook_id = request.path_params["hook_id"]
     page = page_of(request)
     hook = memory.webhooks.get(hook_id)
@@ -90,8 +87,7 @@ def _hook(request: Request, viewer: Viewer, form: Form) -> Response:
 
 
 def _switch(request: Request, viewer: Viewer, form: Form) -> Response:
-    memory = viewer.memory
-    assert memory is not None
+    memory = viewer.project
     hook_id = request.path_params["hook_id"]
     if form.get("enabled") == "yes":
         memory.webhooks.enable(hook_id)
@@ -101,8 +97,7 @@ def _switch(request: Request, viewer: Viewer, form: Form) -> Response:
 
 
 def _rotate(request: Request, viewer: Viewer, form: Form) -> Response:
-    memory = viewer.memory
-    assert memory is not None
+    memory = viewer.project
     hook_id = request.path_params["hook_id"]
     grace = form.get("grace_seconds", "0").strip() or "0"
     if not grace.isdigit():
@@ -130,8 +125,7 @@ def _rotate(request: Request, viewer: Viewer, form: Form) -> Response:
 
 
 def _delete(request: Request, viewer: Viewer, form: Form) -> Response:
-    memory = viewer.memory
-    assert memory is not None
+    memory = viewer.project
     hook_id = request.path_params["hook_id"]
     hook = memory.webhooks.get(hook_id)
     asked = confirm(
