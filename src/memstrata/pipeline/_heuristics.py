@@ -76,10 +76,12 @@ from ._dates import DateSpan, resolve_dates
 from ._drafts import MAX_FACT_CHARS, FactDraft
 
 __all__ = [
+    "USER",
     "correction_target",
     "extract_facts",
     "is_correction",
     "is_note",
+    "speaker_name",
     "split_sentences",
     "topic_for",
 ]
@@ -88,6 +90,7 @@ DIRECT_CONFIDENCE = 0.9
 HEDGED_CONFIDENCE = 0.6
 CONFIRMED_CONFIDENCE = 0.8  # the assistant's wording, only endorsed by the user
 BEHAVIOUR_CONFIDENCE = 0.9
+USER = "User"  # who a fact is about when its message names no speaker
 
 _I = re.IGNORECASE
 
@@ -156,6 +159,7 @@ _OTHER_LEAD = (
     r"and\s+also\s*,?\s*",
     r"(?:oh|ah|well|so|also|anyway|anyways|plus|ok|okay|alright)\s*[,.!:]\s*",
     r"fyi\s*[,:]?\s*",
+    r"(?:as\s+)?for\s+me\s*,?\s*(?=i\b|i['’])",  # "For me I just ...": "me" is the "I"
     r"just\s+so\s+you\s+know\s*[,:]?\s*",
     r"for\s+the\s+record\s*[,:]?\s*",
     r"(?:please\s+)?(?:remember|note|keep\s+in\s+mind)\s+that\s+",
@@ -210,13 +214,81 @@ _ZH_FILLER = re.compile(
     r"|晚安|对|是的|行|可以|收到|明白了?)[呀啊啦吧呢~！!。，,\s]*)+$"
 )
 
+# What a speaker says to or about the listener, or about the exchange itself, is no lasting
+# fact about the speaker: such sentences are dropped from conversation turns (not from
+# notes). Four categories, each checked on the sentence as said (first person):
+# - addressed to the listener ("I'm here for you", "I saw your photo", "Your support means
+#   a lot to me"); a standing instruction ("please don't ...") is kept, it is about the
+#   speaker's wishes;
+_ADDRESSED_TO_LISTENER = re.compile(
+    r"\b(?:you|your|you're|you’re|you've|you’ve|you'll|you’ll|you'd|you’d|yours|yourself"
+    r"|yourselves|ya)\b",
+    _I,
+)
+# - a reaction to what the listener said ("I totally agree", "I bet", "I'm so happy for
+#   you", "I can imagine", "Can't wait!", "Congrats on ...");
+_REACTION = re.compile(
+    r"^(?:(?:i|we)\s+(?:\w+ly\s+|so\s+|just\s+|really\s+|also\s+)*"
+    r"(?:agree|bet|know|understand|hear\s+(?:you|ya)|feel\s+(?:you|the\s+same)|get\s+(?:it|that)"
+    r"|can\s+(?:imagine|relate|tell|see\s+(?:that|why|how))|appreciate|wish|mean\s+it|remember"
+    r"|can'?t\s+wait|cannot\s+wait|love\s+(?:that|this|it|how)|admire)\b"
+    r"|(?:i'?m|i’m|i\s+am|we'?re|we’re|we\s+are)\s+(?:\w+ly\s+|so\s+|just\s+|really\s+|also\s+)*"
+    r"(?:glad|happy\s+for|proud\s+of|thankful|grateful|sorry|touched|flattered|honou?red|with\s+you"
+    r"|here\s+for|in\s+awe|impressed)\b"
+    r"|(?:can'?t|cannot)\s+wait\b|congrat(?:s|ulations)\b)",
+    _I,
+)
+# - turned to the listener: offers, requests and invitations ("Let me know", "Let me look
+#   into it", "Check out my painting", "Here's my latest one", "Let's do it");
+_TO_LISTENER = re.compile(
+    r"^(?:let\s+me|let['’]s|let\s+us|check\s+(?:it\s+|this\s+|these\s+)?out|look\s+at"
+    r"|take\s+a\s+look|here['’]s|here\s+(?:is|are))\b",
+    _I,
+)
+# - leaving the conversation ("I'm off to do some research", "Gotta go", "Talk soon").
+_LEAVING = re.compile(
+    r"\b(?:i['’]m|i\s+am|we['’]re|we\s+are)\s+off\b|\b(?:gotta|got\s+to|have\s+to|need\s+to)"
+    r"\s+(?:go|run|head\s+out|get\s+going)\b|\btalk\s+(?:to\s+you\s+)?(?:soon|later)\b"
+    r"|\btake\s+care\b|\bcatch\s+(?:you|ya)\s+later\b",
+    _I,
+)
+# A fact needs something to be about besides its speaker: at least this many words that
+# are neither stopwords nor pronouns nor the vaguest verbs ("I bet", "We can do this").
+_MIN_CONTENT_WORDS = 1
+_VAGUE = frozenset(
+    """i i'm i've i'll i'd me my mine myself we we're we've we'll we'd us our ours ourselves
+    it it's they they're them their this that these those thing things stuff lot lots
+    really so very just totally definitely absolutely also still even too get got gets
+    getting do does did done make makes made go goes going gonna wanna know think feel
+    felt feels say said sure yeah yes oh wow haha lol""".split()  # noqa: SIM905
+)
+
+
+def _small_talk(body: str) -> bool:
+    """Whether an English conversation sentence is small talk (see the categories above)."""
+    if _IMPERATIVE.match(body):
+        return False  # a standing instruction: "Don't suggest steak houses to me"
+    if (
+        _ADDRESSED_TO_LISTENER.search(body)
+        or _REACTION.match(body)
+        or _TO_LISTENER.match(body)
+        or _LEAVING.search(body)
+    ):
+        return True
+    words = [w.lower().replace("’", "'") for w in _WORD.findall(body)]
+    content = [w for w in words if w not in _STOPWORDS and w not in _VAGUE]
+    return len(content) < _MIN_CONTENT_WORDS
+
+
 _FIRST_PERSON = re.compile(
     r"\b(?:i|i'm|i’m|i've|i’ve|i'd|i’d|i'll|i’ll|me|my|mine|myself|we|we're|we’re|we've"
     r"|we’ve|we'll|we’ll|we'd|we’d|us|our|ours|ourselves)\b",
     _I,
 )
 _IMPERATIVE = re.compile(
-    r"^(?:please\s+)?(?P<verb>don'?t|don’t|do\s+not|never|always|avoid|stop|no\s+more)\s+(?P<rest>.+)$",
+    r"^(?:please\s+)?(?P<verb>don'?t|don’t|do\s+not|never|always|avoid|stop|no\s+more)\s+"
+    # "Always here to help", "Never a dull moment": no verb follows, so no instruction.
+    r"(?!(?:here|there|a|an|the|so|such|been|good|great|fun|easy)\b)(?P<rest>.+)$",
     _I,
 )
 _ZH_IMPERATIVE = re.compile(r"^(?:请)?(?:不要|别|千万别|不用)")
@@ -358,28 +430,42 @@ _SECOND_TABLE = {
 }
 
 
-def _group_of_us(m: re.Match[str]) -> str:
+def _group_of_us(m: re.Match[str], who: str) -> str:
     n = m.group("n").lower()
     others = 1 if n == "both" else _NUMBER_WORDS.index(n) + 1
     return (
-        "User and one other person"
+        f"{who} and one other person"
         if others == 1
-        else f"User and {_NUMBER_WORDS[others - 2]} others"
+        else f"{who} and {_NUMBER_WORDS[others - 2]} others"
     )
 
 
-def _to_third_person(text: str, *, second_person: bool = False) -> str:
-    """Rewrite first person (or, for the assistant's words, second person) as "User".
+# "Blue's my fave": the "'s" before a possessive pronoun is "is" (or "has"), and once the
+# pronoun is a name it would read as a chain of possessives ("Blue's Caroline's fave").
+_IS_BEFORE_POSSESSIVE = re.compile(r"\b(?P<word>[A-Za-z]+)['’]s\s+(?=(?:my|our|your)\b)", _I)
 
-    Only pronouns and the agreement of the verb right after them change, so the statement
-    stays exactly as grounded as the original.
+
+def _expand_is(m: re.Match[str]) -> str:
+    word = m.group("word")
+    if word.lower() == "let":  # "let's" is "let us", not a verb to expand
+        return m.group()
+    return f"{word} is "
+
+
+def _to_third_person(text: str, *, second_person: bool = False, who: str = USER) -> str:
+    """Rewrite first person (or, for the assistant's words, second person) as ``who``: the
+    speaker's name when the message carries one, else "User".
+
+    Only pronouns, the agreement of the verb right after them, and an "'s" that means "is"
+    before a possessive change, so the statement stays exactly as grounded as the original.
     """
+    text = _IS_BEFORE_POSSESSIVE.sub(_expand_is, text)
     if not second_person:
-        text = _GROUP_OF_US.sub(_group_of_us, text)
+        text = _GROUP_OF_US.sub(lambda m: _group_of_us(m, who), text)
     words = list(_WORD.finditer(text))
     subject = "you" if second_person else "i"
     table = _SECOND_TABLE if second_person else _FIRST_TABLE
-    named = "User" in text
+    named = who in text
     out: list[str] = []
     pos = 0
     i = 0
@@ -389,11 +475,11 @@ def _to_third_person(text: str, *, second_person: bool = False) -> str:
         replacement: str | None = None
         last = i  # index of the last word the replacement covers
         if low == subject and _compound_subject(text, words, i):
-            replacement = "User"  # "my sister and I are": the verb agrees with both
+            replacement = who  # "my sister and I are": the verb agrees with both
         elif low == subject:
-            replacement, last = _subject_and_verb(text, words, i)
+            replacement, last = _subject_and_verb(text, words, i, who)
         elif low in table:
-            replacement = table[low][1 if named else 0]
+            replacement = table[low][1 if named else 0].replace(USER, who)
         if replacement is None:
             i += 1
             continue
@@ -434,8 +520,8 @@ def _is_adverb(word: str) -> bool:
 _LY_VERBS = frozenset(("apply", "reply", "supply", "imply", "multiply", "comply", "bully"))
 
 
-def _subject_and_verb(text: str, words: list[re.Match[str]], i: int) -> tuple[str, int]:
-    """The subject "I" (or "you") and the verb after it, made to agree with "User"."""
+def _subject_and_verb(text: str, words: list[re.Match[str]], i: int, who: str) -> tuple[str, int]:
+    """The subject "I" (or "you") and the verb after it, made to agree with ``who``."""
     j = i + 1
     adverbs: list[str] = []
     while (
@@ -445,7 +531,7 @@ def _subject_and_verb(text: str, words: list[re.Match[str]], i: int) -> tuple[st
     ):
         adverbs.append(words[j].group())
         j += 1
-    subject = "User"  # always the name, never "they": unambiguous next to other people
+    subject = who  # always the name, never "they": unambiguous next to other people
     if j >= len(words) or text[words[j - 1].end() : words[j].start()].strip():
         if adverbs:
             return " ".join([subject, *adverbs]), j - 1
@@ -460,7 +546,7 @@ def _subject_and_verb(text: str, words: list[re.Match[str]], i: int) -> tuple[st
     return " ".join([subject, *adverbs, _conjugate(verb)]), j
 
 
-def _zh_third_person(text: str, *, second_person: bool = False) -> str:
+def _zh_third_person(text: str, *, second_person: bool = False, who: str = "用户") -> str:
     if second_person:
         for a, b in (
             ("你们", "用户等人"),
@@ -470,25 +556,25 @@ def _zh_third_person(text: str, *, second_person: bool = False) -> str:
         ):
             text = text.replace(a, b)
         return text.replace("你", "用户").replace("您", "用户")
-    return text.replace("我们", "用户等人").replace("我的", "用户的").replace("我", "用户")
+    return text.replace("我们", f"{who}等人").replace("我的", f"{who}的").replace("我", who)
 
 
-def _imperative_to_request(sentence: str) -> str | None:
+def _imperative_to_request(sentence: str, who: str) -> str | None:
     m = _IMPERATIVE.match(sentence)
     if m is None:
         return None
     verb = " ".join(m.group("verb").lower().replace("’", "'").split())
     lead = {
-        "don't": "User asks not to",
-        "dont": "User asks not to",
-        "do not": "User asks not to",
-        "never": "User asks never to",
-        "always": "User asks to always",
-        "avoid": "User asks to avoid",
-        "stop": "User asks to stop",
-        "no more": "User asks for no more",
+        "don't": "asks not to",
+        "dont": "asks not to",
+        "do not": "asks not to",
+        "never": "asks never to",
+        "always": "asks to always",
+        "avoid": "asks to avoid",
+        "stop": "asks to stop",
+        "no more": "asks for no more",
     }[verb]
-    return f"{lead} {m.group('rest')}"
+    return f"{who} {lead} {m.group('rest')}"
 
 
 def _finish(text: str, chinese: bool) -> str:
@@ -618,9 +704,10 @@ def _first_person_view(text: str, chinese: bool) -> str:
 
 
 def _user_fact(
-    sentence: str, reference: datetime | None, *, note: bool = False
+    sentence: str, reference: datetime | None, *, note: bool = False, who: str = USER
 ) -> tuple[str, str, float, DateSpan, bool] | None:
-    """(text, kind, confidence, dates, correction) for one user sentence, or None to drop it.
+    """(text, kind, confidence, dates, correction) for one sentence of a speaker (``who``:
+    their name, or "User"), or None to drop it.
 
     A ``note``'s sentence is meant to be remembered whatever its grammatical person, so it
     need not be about the user in the first person; its kind is read as if it were."""
@@ -650,6 +737,8 @@ def _user_fact(
         )
     if not about_user and not marked and not note:
         return None
+    if not note and not chinese and _small_talk(body):
+        return None
     span = (
         resolve_dates(body, reference)
         if reference is not None
@@ -657,21 +746,22 @@ def _user_fact(
     )
     kind = _kind(_first_person_view(body, chinese) if note else body, span, reference)
     text = span.resolved_text
+    zh_who = "用户" if who == USER else who
     if chinese:
         if _ZH_IMPERATIVE.match(text):
-            text = "用户要求" + text.removeprefix("请")
-        text = _zh_third_person(text)
+            text = zh_who + "要求" + text.removeprefix("请")
+        text = _zh_third_person(text, who=zh_who)
     else:
-        request = _imperative_to_request(text)
+        request = _imperative_to_request(text, who)
         past = _SUBJECTLESS_PAST.match(text)
         ing = _SUBJECTLESS_ING.match(text)
         if request is not None:
             text = request
         elif past is not None and not _FIRST_PERSON.match(text):
-            text = "User " + text[0].lower() + text[1:]
+            text = f"{who} " + text[0].lower() + text[1:]
         elif ing is not None:
-            text = "User is " + text[0].lower() + text[1:]
-        text = _to_third_person(text)
+            text = f"{who} is " + text[0].lower() + text[1:]
+        text = _to_third_person(text, who=who)
     confidence = HEDGED_CONFIDENCE if _HEDGE.search(body) else DIRECT_CONFIDENCE
     correction = marked or bool(_STRONG_CORRECTION.search(body))
     return _finish(text, chinese), kind, confidence, span, correction
@@ -877,12 +967,14 @@ def extract_facts(messages: Sequence[MessageRow]) -> list[FactDraft]:
         if message.event_type:
             events.append((index, message))
             continue
-        if message.role == "assistant":
+        if message.role == "assistant" and speaker_name(message) is None:
             reply = _next_turn(messages, index)
             if reply is not None and reply.role == "user" and _confirms(reply):
                 out.extend((index, d) for d in _assistant_facts(message, reply))
             continue
-        if message.role == "user":
+        if message.role in ("user", "assistant"):
+            # A user's turn, or a named participant's (a group chat or a transcript sends
+            # the other people as named assistant turns): each speaks for themselves.
             out.extend((index, d) for d in _sentence_facts(message, note=False))
     out.extend(_behaviour_facts(events))
     out.sort(key=lambda pair: pair[0])  # stable: sentences keep their order
@@ -890,12 +982,13 @@ def extract_facts(messages: Sequence[MessageRow]) -> list[FactDraft]:
 
 
 def _sentence_facts(message: MessageRow, *, note: bool) -> list[FactDraft]:
-    """The facts of a user turn or of a memory note, one per sentence kept."""
+    """The facts of a speaker's turn or of a memory note, one per sentence kept."""
     reference = _parse_ts(message.ts)
     corrects = note and correction_target(message) is not None
+    who = speaker_name(message) or USER
     drafts = []
     for sentence in split_sentences(message.content):
-        result = _user_fact(sentence, reference, note=note)
+        result = _user_fact(sentence, reference, note=note, who=who)
         if result is None:
             continue
         text, kind, confidence, span, correction = result
@@ -915,6 +1008,23 @@ def _sentence_facts(message: MessageRow, *, note: bool) -> list[FactDraft]:
             )
         )
     return drafts
+
+
+_DISPLAY_NAME = re.compile(r"[^\W\d_][\w .'’-]{0,39}")
+
+
+def speaker_name(message: MessageRow) -> str | None:
+    """The name a fact calls the message's speaker by: its ``name`` when that reads as a
+    person's name ("Caroline", "Mary-Jane O'Neil"; "caroline_smith" as "caroline smith"),
+    else None (the fact then says "User")."""
+    name = " ".join((message.name or "").replace("_", " ").split())
+    if not _DISPLAY_NAME.fullmatch(name) or name.lower() in _GENERIC_SPEAKERS:
+        return None
+    return name
+
+
+# Names that are roles, not people: a fact about "the user" says "User".
+_GENERIC_SPEAKERS = frozenset(("user", "me", "human", "assistant", "ai", "bot", "system"))
 
 
 def is_note(message: MessageRow) -> bool:
