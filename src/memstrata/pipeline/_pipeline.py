@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
@@ -54,6 +54,12 @@ _Valid = TypeVar("_Valid")
 # model): a near-paraphrase strengthens; a correction of a related summary supersedes it.
 STRENGTHEN_SIMILARITY = 0.86
 SUPERSEDE_SIMILARITY = 0.45
+# Offline, the new facts of one speaker in one batch that belong together become one
+# summary: the sentences of one message, and facts about the same thing (cosine at least
+# GROUP_SIMILARITY to the group's mean), up to a size that keeps a summary one memory.
+GROUP_SIMILARITY = 0.5
+GROUP_MAX_FACTS = 5
+GROUP_MAX_CHARS = 700
 
 # What one batch may spend in total waiting for recalls at its safe points (see
 # Foreground.pause): a batch's own work is ~10-20 ms offline, so recalls going first costs
@@ -174,6 +180,74 @@ def _joined(texts: Sequence[str]) -> str:
     for text in texts:
         out += text if not out or out.endswith(("。", "！", "？")) else " " + text
     return out
+
+
+def _speakers(
+    messages: Sequence[MessageRow], facts: Sequence[_NewFact]
+) -> dict[str, tuple[str, ...]]:
+    """Who each fact is about: the session, role and name of its first source message."""
+    by_id = {m.id: m for m in messages}
+    out: dict[str, tuple[str, ...]] = {}
+    for f in facts:
+        m = by_id.get(f.write.message_ids[0]) if f.write.message_ids else None
+        if m is not None:
+            out[f.write.id] = (m.session_id, m.role, m.name or "")
+    return out
+
+
+class _Group:
+    """A summary added in this batch and the facts grouped into it so far."""
+
+    def __init__(self, write: SummaryWrite, speaker: tuple[str, ...], first: FactWrite) -> None:
+        self.write = write
+        self.speaker = speaker
+        self.total = np.asarray(first.vector, dtype=np.float32).copy()
+        self.window = (first.valid_from, first.valid_to)
+
+    @property
+    def mean(self) -> np.ndarray:
+        norm = float(np.linalg.norm(self.total))
+        mean: np.ndarray = self.total / norm if norm else self.total
+        return mean
+
+    def fits(self, f: _NewFact, speaker: tuple[str, ...]) -> bool:
+        w = self.write
+        return (
+            bool(speaker)
+            and speaker == self.speaker
+            and len(w.fact_ids) < GROUP_MAX_FACTS
+            and len(w.text) + 1 + len(f.write.text) <= GROUP_MAX_CHARS
+            # one validity window per summary: a dated fact joins only facts of its dates
+            and (f.write.valid_from, f.write.valid_to) == self.window
+        )
+
+    def take(self, f: _NewFact) -> None:
+        """Add ``f``: its text, evidence and kind; the summary is embedded anew."""
+        w = self.write
+        w.text = _joined([w.text, f.write.text])
+        w.fact_ids.append(f.write.id)
+        w.message_ids.extend(m for m in f.write.message_ids if m not in w.message_ids)
+        w.confidence = max(w.confidence, f.write.confidence)
+        if f.draft.kind not in w.labels:
+            w.labels.append(f.draft.kind)
+        w.reason = "from facts " + ", ".join(w.fact_ids)
+        w.vector = None  # the joined text gets its own vector (Pipeline._embed_summaries)
+        self.total += np.asarray(f.write.vector, dtype=np.float32)
+
+
+def _belonging(f: _NewFact, speaker: tuple[str, ...], groups: Iterable[_Group]) -> _Group | None:
+    """The open group ``f`` belongs to: one holding a sentence of the same message, else the
+    most similar one at ``GROUP_SIMILARITY`` or more; None to start a summary of its own."""
+    best: tuple[float, _Group] | None = None
+    for g in groups:
+        if not g.fits(f, speaker):
+            continue
+        if set(f.write.message_ids) & set(g.write.message_ids):
+            return g
+        sim = float(g.mean @ f.write.vector)
+        if sim >= GROUP_SIMILARITY and (best is None or sim > best[0]):
+            best = (sim, g)
+    return best[1] if best else None
 
 
 def _in_message_order(drafts: list[FactDraft], messages: Sequence[MessageRow]) -> list[FactDraft]:
@@ -486,7 +560,8 @@ class Pipeline:
         if self.llm is None:
             vectors = {f.write.id: f.write.vector for f in facts}
             earlier = [(w, vectors[w.fact_ids[0]]) for w in corrections]
-            writes = corrections + self._consolidate_offline(usual, candidates, earlier)
+            speakers = _speakers(batch.messages, facts)
+            writes = corrections + self._consolidate_offline(usual, candidates, earlier, speakers)
             # A strengthened summary keeps its words, which summary.before_add carries.
             kept = [existing.get(w.id) for w in writes if w.action == "strengthen"]
             ctx.quoted.update(m for row in kept if row is not None for m in row.message_ids)
@@ -631,9 +706,13 @@ class Pipeline:
         facts: Sequence[_NewFact],
         candidates: dict[str, list[tuple[SummaryRow, float]]],
         earlier: Sequence[tuple[SummaryWrite, np.ndarray]] = (),
+        speakers: dict[str, tuple[str, ...]] | None = None,
     ) -> list[SummaryWrite]:
         """The summary changes of ``facts``, after the batch's ``earlier`` ones (each with
-        the vector it is compared by)."""
+        the vector it is compared by); ``speakers`` says who each fact is about (see
+        ``_speakers``), so only one speaker's facts are grouped into one summary."""
+        speakers = speakers or {}
+        groups: dict[str, _Group] = {}  # summaries added in this batch, open to more facts
         writes: list[SummaryWrite] = []
         # Summaries created or changed in this batch, so later facts can build on them.
         pending: dict[str, tuple[SummaryWrite, np.ndarray]] = {w.id: (w, v) for w, v in earlier}
@@ -677,6 +756,12 @@ class Pipeline:
             if best is not None and correction and best[2] >= SUPERSEDE_SIMILARITY:
                 supersedes = best[0]
                 retired.add(supersedes)
+            speaker = speakers.get(w.id, ())
+            group = None if supersedes else _belonging(f, speaker, groups.values())
+            if group is not None:
+                group.take(f)
+                pending[group.write.id] = (group.write, group.mean)
+                continue
             sw = SummaryWrite(
                 action="supersede" if supersedes else "add",
                 id=new_id("s"),
@@ -695,6 +780,8 @@ class Pipeline:
             )
             writes.append(sw)
             pending[sw.id] = (sw, w.vector)
+            if not supersedes and not correction:
+                groups[sw.id] = _Group(sw, speaker, w)
         return writes
 
     def _consolidate_llm(
