@@ -18,6 +18,7 @@ from memstrata.pipeline._drafts import FactDraft
 from memstrata.pipeline._heuristics import (
     extract_facts,
     is_correction,
+    speaker_name,
     split_sentences,
     topic_for,
 )
@@ -944,3 +945,199 @@ def test_topic_names_are_stable_as_memory_grows() -> None:
 )
 def test_is_correction(text: str, expected: bool) -> None:
     assert is_correction(text) is expected
+
+
+# ----------------------------------------------------------------------------- speakers
+
+
+def said(content: str, name: str | None = None, role: str = "user") -> list[str]:
+    """The fact texts of one turn of ``name`` (a named participant) or of the user."""
+    row = msg(0, content, role)
+    row.name = name
+    drafts = extract_facts([row])
+    assert all(d.problems({row.id}) == [] for d in drafts), drafts
+    return [d.text for d in drafts]
+
+
+# Sentence -> the facts it gives, as said by a named speaker (or, name None, by the user).
+# Every row was a rewrite category that went wrong or could: the subject and its verb,
+# possessives, contractions, "mine", compound subjects, quoted speech, questions, names.
+REWRITES: list[tuple[str | None, str, list[str]]] = [
+    ("Caroline", "I'm a counselor.", ["Caroline is a counselor."]),
+    (
+        "Caroline",
+        "I'm not a big fan of horror movies.",
+        ["Caroline is not a big fan of horror movies."],
+    ),
+    (
+        "Caroline",
+        "I've been painting since I was a kid.",
+        ["Caroline has been painting since Caroline was a kid."],
+    ),
+    (
+        "Caroline",
+        "I'd love to adopt a dog one day.",
+        ["Caroline would love to adopt a dog one day."],
+    ),
+    (
+        "Caroline",
+        "I'll start my new job in May.",
+        ["Caroline will start their new job in May (2026-05)."],
+    ),
+    ("Caroline", "I can't eat gluten.", ["Caroline can't eat gluten."]),
+    ("Caroline", "I do love Toby.", ["Caroline does love Toby."]),
+    (
+        "Caroline",
+        "I wasn't sure at first, but I love it now.",
+        ["Caroline wasn't sure at first, but Caroline loves it now."],
+    ),
+    ("Caroline", "My dad's car broke down.", ["Caroline's dad's car broke down."]),
+    ("Caroline", "That bike is mine.", ["That bike is Caroline's."]),
+    ("Caroline", "Mine is the red one.", ["Caroline's is the red one."]),
+    ("Caroline", "Our kids love the beach.", ["Caroline's kids love the beach."]),
+    ("Caroline", "We're moving to Lisbon.", ["Caroline and others are moving to Lisbon."]),
+    ("Caroline", "Me and my friends went camping.", ["Caroline and their friends went camping."]),
+    ("Caroline", "Melanie and I met at the park.", ["Melanie and Caroline met at the park."]),
+    (
+        "Caroline",
+        "My friends and I've been volunteering.",
+        ["Caroline's friends and Caroline have been volunteering."],
+    ),
+    ("Caroline", "I taught myself to paint.", ["Caroline taught themselves to paint."]),
+    ("Caroline", "I myself prefer tea.", ["Caroline prefers tea."]),
+    (
+        "Caroline",
+        "I just sort of made it up on the spot.",
+        ["Caroline just sort of made it up on the spot."],
+    ),
+    ("Caroline", "For me, I just get lost in thought.", ["Caroline just gets lost in thought."]),
+    # "'s" before a possessive is "is": never "Blue's Caroline's fave"
+    (
+        "Caroline",
+        "Blue's my fave, it makes me feel relaxed.",
+        ["Blue is Caroline's fave, it makes them feel relaxed."],
+    ),
+    ("Caroline", "It's my way of giving back.", ["It is Caroline's way of giving back."]),
+    (None, "Blue's my fave.", ["Blue is User's fave."]),
+    # quoted speech keeps its own pronouns
+    (
+        "Caroline",
+        'My son told me, "I want to be a pilot."',
+        ['Caroline\'s son told them, "I want to be a pilot."'],
+    ),
+    (
+        "Caroline",
+        'My mom always says "I believe in you" when I\'m down.',
+        ['Caroline\'s mom always says "I believe in you" when Caroline is down.'],
+    ),
+    # questions are no facts
+    ("Caroline", "Where's my phone?", []),
+    ("Caroline", "So what are your plans for the summer?", []),
+    # names: markers and vocatives go, a self-introduction the name already says is dropped
+    (
+        "Melanie",
+        "Yeah, I painted that lake sunrise last year!",
+        ["Melanie painted that lake sunrise last year (2025)."],
+    ),
+    (
+        "Melanie",
+        "Thanks, Caroline! I'm swamped with the kids & work.",
+        ["Melanie is swamped with the kids & work."],
+    ),
+    ("Jon", "I'm Jon, by the way.", []),
+    (
+        "John",
+        "I study French and my wife studies Spanish.",
+        ["John studies French and their wife studies Spanish."],
+    ),
+    (None, "I'm vegan, and my partner isn't.", ["User is vegan, and their partner isn't."]),
+    (None, "We've got two cats.", ["User and others have got two cats."]),
+    (None, "I'm Alex.", ["User is Alex."]),
+]
+
+
+@pytest.mark.parametrize(("name", "content", "expected"), REWRITES)
+def test_rewrites_name_the_speaker_and_never_garble(
+    name: str | None, content: str, expected: list[str]
+) -> None:
+    assert said(content, name) == expected
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        # addressed to the listener
+        "I'm here for you.",
+        "I saw your photo of you two dancing.",
+        "Your determination never ceases to amaze me.",
+        # a reaction to what the listener said
+        "I totally agree, Melanie.",
+        "I bet.",
+        "I'm so happy for you!",
+        "I can imagine.",
+        "Can't wait to see it!",
+        "Congrats on the cooking show!",
+        # turned to the listener: offers, requests, invitations
+        "Let me know how it goes!",
+        "Check out my new painting.",
+        "Here's my latest one.",
+        "Let's keep doing our part.",
+        # leaving
+        "I'm off to go do some research.",
+        "Gotta go, talk soon!",
+        # nothing to be about besides the speaker
+        "I know, right.",
+        "We can do this!",
+    ],
+)
+def test_small_talk_gives_no_fact(content: str) -> None:
+    assert said(content, "Caroline") == []
+    assert said(content) == []
+
+
+def test_small_talk_rules_keep_what_the_user_asks_for_and_notes() -> None:
+    # A standing instruction speaks to the assistant, but it is about the user's wishes.
+    assert said("Please don't suggest steak houses to me.") == [
+        "User asks not to suggest steak houses to them."
+    ]
+    # A note is kept as it stands, even when it addresses someone.
+    row = msg(0, "I told you I'm vegetarian.", event_type=NOTE_EVENT)
+    assert [d.text for d in extract_facts([row])] == ["User told you User is vegetarian."]
+
+
+def test_a_named_participants_turns_give_facts_about_them() -> None:
+    rows = [
+        msg(0, "I went to a support group yesterday.", "user"),
+        msg(1, "I painted a lake sunrise last year.", "assistant"),
+        msg(2, "Your flight is on May 3.", "assistant"),  # an unnamed assistant: not confirmed
+        msg(3, "Can you book a hotel?"),
+    ]
+    rows[0].name, rows[1].name = "Caroline", "Melanie"
+    assert [(d.text, d.message_ids) for d in extract_facts(rows)] == [
+        ("Caroline went to a support group yesterday (2026-04-26).", ["m0"]),
+        ("Melanie painted a lake sunrise last year (2025).", ["m1"]),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("Caroline", "Caroline"),
+        ("Mary-Jane O'Neil", "Mary-Jane O'Neil"),
+        ("caroline_smith", "caroline smith"),
+        ("  Tim ", "Tim"),
+        ("user", None),
+        ("assistant", None),
+        ("bot_42", None),
+        ("42", None),
+        ("", None),
+        (None, None),
+        ("x" * 60, None),
+    ],
+)
+def test_speaker_name(name: str | None, expected: str | None) -> None:
+    row = msg(0, "I'm a nurse.")
+    row.name = name
+    assert speaker_name(row) == expected
+    who = expected or "User"
+    assert said("I'm a nurse.", name) == [f"{who[0].upper()}{who[1:]} is a nurse."]

@@ -266,6 +266,7 @@ _VAGUE = frozenset(
 
 def _small_talk(body: str) -> bool:
     """Whether an English conversation sentence is small talk (see the categories above)."""
+    body = _QUOTED.sub('""', body)  # a quote's "you" is not the listener
     if _IMPERATIVE.match(body):
         return False  # a standing instruction: "Don't suggest steak houses to me"
     if (
@@ -462,7 +463,10 @@ def _to_third_person(text: str, *, second_person: bool = False, who: str = USER)
     text = _IS_BEFORE_POSSESSIVE.sub(_expand_is, text)
     if not second_person:
         text = _GROUP_OF_US.sub(lambda m: _group_of_us(m, who), text)
-    words = list(_WORD.finditer(text))
+    # Quoted speech is someone's own words ("My son said "I want to be a pilot""): its
+    # pronouns are the quoted speaker's, so they stay as said.
+    quoted = [m.span() for m in _QUOTED.finditer(text)]
+    words = [w for w in _WORD.finditer(text) if not any(a < w.start() < b for a, b in quoted)]
     subject = "you" if second_person else "i"
     table = _SECOND_TABLE if second_person else _FIRST_TABLE
     named = who in text
@@ -474,8 +478,9 @@ def _to_third_person(text: str, *, second_person: bool = False, who: str = USER)
         low = w.group().lower().replace("’", "'")
         replacement: str | None = None
         last = i  # index of the last word the replacement covers
-        if low == subject and _compound_subject(text, words, i):
-            replacement = who  # "my sister and I are": the verb agrees with both
+        if low in _COMPOUND_FORMS and _compound_subject(text, words, i):
+            # "my sister and I are": the verb agrees with both
+            replacement = who + _COMPOUND_FORMS[low]
         elif low == subject:
             replacement, last = _subject_and_verb(text, words, i, who)
         elif low in table:
@@ -493,6 +498,13 @@ def _to_third_person(text: str, *, second_person: bool = False, who: str = USER)
     out.append(text[pos:])
     return "".join(out)
 
+
+_QUOTED = re.compile(r'"[^"]*"|“[^”]*”')
+# "I" (or a contraction of it) closing a compound subject, and what follows the name.
+_COMPOUND_FORMS = {"i": "", "i've": " have", "i'd": " would", "i'll": " will", "you": ""}
+# Words between "I" and its verb that are no verb: "I myself prefer", "I sort of made".
+_EMPHATIC = frozenset(("myself", "yourself", "ourselves"))
+_HEDGE_PHRASE = frozenset(("sort", "kind"))
 
 _SUBJECT_OR_VERB = re.compile(
     r"\b(?:i|i'm|i’m|we|you|he|she|they|is|am|are|was|were|be|been)\b|['’][ms]\b", _I
@@ -524,11 +536,22 @@ def _subject_and_verb(text: str, words: list[re.Match[str]], i: int, who: str) -
     """The subject "I" (or "you") and the verb after it, made to agree with ``who``."""
     j = i + 1
     adverbs: list[str] = []
-    while (
-        j < len(words)
-        and not text[words[j - 1].end() : words[j].start()].strip()
-        and _is_adverb(words[j].group())
-    ):
+    while j < len(words) and not text[words[j - 1].end() : words[j].start()].strip():
+        low = words[j].group().lower()
+        if low in _EMPHATIC:  # "I myself prefer tea": the name says it already
+            j += 1
+            continue
+        if (
+            low in _HEDGE_PHRASE
+            and j + 1 < len(words)
+            and words[j + 1].group().lower() == "of"
+            and not text[words[j].end() : words[j + 1].start()].strip()
+        ):
+            adverbs.append(f"{words[j].group()} of")  # "I sort of made it up"
+            j += 2
+            continue
+        if not _is_adverb(words[j].group()):
+            break
         adverbs.append(words[j].group())
         j += 1
     subject = who  # always the name, never "they": unambiguous next to other people
@@ -582,7 +605,8 @@ def _finish(text: str, chinese: bool) -> str:
     text = re.sub(r"[!！]+$", "。" if chinese else ".", text)
     if text and text[0].isalpha() and text[0].islower():
         text = text[0].upper() + text[1:]
-    if text and (text[-1].isalnum() or text[-1] in ")\"'”’"):
+    closed = len(text) > 1 and text[-1] in "\"'”’" and text[-2] in ".!?。！？"
+    if text and not closed and (text[-1].isalnum() or text[-1] in ")\"'”’"):
         text += "。" if chinese and re.match(f"[{_CJK}]", text[-1]) else "."
     if len(text) > MAX_FACT_CHARS:
         cut = text[: MAX_FACT_CHARS - 1]
@@ -762,6 +786,8 @@ def _user_fact(
         elif ing is not None:
             text = f"{who} is " + text[0].lower() + text[1:]
         text = _to_third_person(text, who=who)
+    if who != USER and re.fullmatch(rf"{re.escape(who)} is {re.escape(who)}\W*", text):
+        return None  # "I'm Jon" said by Jon: the name says it already
     confidence = HEDGED_CONFIDENCE if _HEDGE.search(body) else DIRECT_CONFIDENCE
     correction = marked or bool(_STRONG_CORRECTION.search(body))
     return _finish(text, chinese), kind, confidence, span, correction
@@ -1010,13 +1036,14 @@ def _sentence_facts(message: MessageRow, *, note: bool) -> list[FactDraft]:
     return drafts
 
 
-_DISPLAY_NAME = re.compile(r"[^\W\d_][\w .'’-]{0,39}")
+_DISPLAY_NAME = re.compile(r"[^\W\d_](?:[^\W\d_]|[ .'’-]){0,39}")  # letters, no digits
 
 
 def speaker_name(message: MessageRow) -> str | None:
     """The name a fact calls the message's speaker by: its ``name`` when that reads as a
     person's name ("Caroline", "Mary-Jane O'Neil"; "caroline_smith" as "caroline smith"),
-    else None (the fact then says "User")."""
+    else None (the fact then says "User"): an id such as "bot_42" or a role name is no
+    name to write into a fact."""
     name = " ".join((message.name or "").replace("_", " ").split())
     if not _DISPLAY_NAME.fullmatch(name) or name.lower() in _GENERIC_SPEAKERS:
         return None
