@@ -73,7 +73,17 @@ def test_notes_in_any_person_become_facts_not_behaviour(make_memory: Any) -> Non
     assert all(f.labels == ["note"] and f.confidence == 0.9 for f in facts)
     assert all(f.model == "heuristic" for f in facts)
     assert {m.status for m in mem.messages.list(session_id=s.id)} == {"processed"}
-    assert set(summaries(mem)) == {f.text for f in facts}
+    # The sentences of one note belong together: one summary, citing both facts.
+    by_text = summaries(mem)
+    assert set(by_text) == {
+        "User prefers tea over coffee.",
+        "Prefers window seats. Is allergic to penicillin.",
+        "User moved to Lisbon in March (2026-03).",
+        "用户喜欢喝绿茶。",
+    }
+    assert by_text["Prefers window seats. Is allergic to penicillin."].fact_ids == [
+        f.id for f in facts if f.message_ids == ["n2"]
+    ]
 
 
 def test_a_note_reads_as_a_note_in_recall_and_is_embedded_as_said(make_memory: Any) -> None:
