@@ -529,6 +529,68 @@ def test_offline_pipeline_builds_every_layer(make_memory: Any, local_embedder: A
     assert stats["facts"] == len(facts) and stats["topics"] == len(topics)
 
 
+def test_offline_consolidation_groups_what_belongs_together(
+    make_memory: Any, local_embedder: Any
+) -> None:
+    """One speaker's facts of a batch that belong together (sentences of one message, facts
+    about the same thing) make one summary citing every fact and message; two speakers'
+    facts never share a summary, a dated fact joins only facts of its dates, and a
+    correction still supersedes on its own."""
+    mem = make_memory(embedder=local_embedder)
+    s = mem.sessions.create(user_id="conv")
+    turns = [
+        ("g1", "user", "Caroline", "I started pottery classes. I made my first bowl there."),
+        ("g2", "assistant", "Melanie", "I love pottery too, I made a vase for my mom."),
+        ("g3", "user", "Caroline", "My pottery teacher says my bowls are getting better."),
+        ("g4", "user", "Caroline", "I adopted a cat named Luna last week."),
+        ("g5", "assistant", "Melanie", "I run five kilometres every Sunday."),
+    ]
+    s.add_messages(
+        [
+            {"id": i, "role": r, "name": n, "content": c, "timestamp": "2026-03-10T10:00:00Z"}
+            for i, r, n, c in turns
+        ],
+        sync=True,
+    )
+    facts = {f.id: f for f in mem.facts.list(user_id="conv", limit=100)}
+    assert len(facts) == 6
+    summaries = mem.summaries.list(user_id="conv", limit=100)
+    assert len(summaries) < len(facts)
+    who = {"g1": "Caroline", "g2": "Melanie", "g3": "Caroline", "g4": "Caroline", "g5": "Melanie"}
+    for x in summaries:
+        # provenance: every merged fact and every one of their messages, nothing else
+        assert x.fact_ids and set(x.message_ids) == {
+            m for f in x.fact_ids for m in facts[f].message_ids
+        }
+        speakers = {who[m] for m in x.message_ids}
+        assert len(speakers) == 1, x  # one speaker per summary
+        assert speakers.pop() in x.text and "User" not in x.text
+    by_message = {m: x for x in summaries for m in x.message_ids}
+    # the two sentences of g1 and the pottery of g3 belong together; Luna's dated adoption not
+    assert by_message["g1"].id == by_message["g3"].id
+    assert len(by_message["g1"].fact_ids) == 3
+    assert by_message["g4"].id != by_message["g1"].id
+    assert by_message["g4"].valid_from is not None
+    assert by_message["g2"].id != by_message["g1"].id  # Melanie's pottery is hers
+    # a correction is not grouped: it supersedes the summary it corrects
+    s.add_messages(
+        [
+            {
+                "id": "g6",
+                "role": "user",
+                "name": "Caroline",
+                "content": "Correction: I stopped the pottery classes.",
+                "timestamp": "2026-03-11T10:00:00Z",
+            }
+        ],
+        sync=True,
+    )
+    (new,) = [x for x in mem.summaries.list(user_id="conv", limit=100) if "g6" in x.message_ids]
+    assert new.message_ids == ["g6"] and len(new.fact_ids) == 1
+    old = mem.summaries.get(by_message["g1"].id)
+    assert (old.status, old.superseded_by) == ("superseded", new.id)
+
+
 def test_offline_before_add_hooks_fire(make_memory: Any) -> None:
     mem = make_memory()
     calls: list[str] = []

@@ -3,10 +3,15 @@
 Without a model configured memstrata must still build useful memory (docs/pipeline.md), so this
 module turns messages into grounded sentence-level facts with plain rules. Everything here
 is pure and deterministic: the same batch always gives the same drafts, and a fact never
-says more than its message did. Only wording changes: the first person becomes "User", and
-relative dates get their absolute date appended (see ``_dates``).
+says more than its message did. Only wording changes: the first person becomes the
+speaker - the message's ``name`` when it reads as a person's name (``speaker_name``), else
+"User" - and relative dates get their absolute date appended (see ``_dates``).
 
-Rules, in the order they apply to a user message (notes and behaviour events: see below):
+Facts come from the user's turns and from every named participant's (a message with a
+``name``, in any chat role: a group chat or a transcript sends the other people as named
+assistant turns); each speaks for themselves. An unnamed assistant: see below.
+
+Rules, in the order they apply to such a turn (notes and behaviour events: see below):
 
 1. Split into sentences: ``. ! ?`` followed by a space (not after "Dr.", "e.g.", ...),
    Chinese ``。！？`` and line breaks.
@@ -23,15 +28,24 @@ Rules, in the order they apply to a user message (notes and behaviour events: se
    another speaker's mouth: the sentence is not the user's and is dropped, so no fact reads
    like another role's line; the user's own label ("user:", "me:", 用户：) is stripped.
 4. Greetings, thanks and filler ("Hi!", "Thanks so much", "Pretty well.", "I see",
-   "好的") are dropped.
+   "好的") are dropped; so is small talk in English (``_small_talk``): a sentence addressed
+   to the listener (second person outside quotes), a reaction to what they said ("I totally
+   agree", "I'm so happy for you"), an offer or request turned to them ("Let me know",
+   "Check out my ...", "Here's ..."), leaving ("I'm off to ...", "Talk soon"), or one with
+   no word to be about besides the speaker ("I bet.") - unless it is a standing
+   instruction.
 5. A sentence is kept when it speaks about the user: first person (I, me, my, we, us,
    our; Chinese 我/我们), a standing instruction ("please don't suggest steak houses",
    "never book early flights", 请不要...), a subject-less past report ("Finished the half
    marathon"), or a correction marker (it corrects something the user said before).
-6. Rewrite: I -> "User" (verb agreement: "I cycle" -> "User cycles"; not after "my sister
-   and"), my/our -> "User's" (once "User" was named: "their"), me -> "User" (then "them"),
-   we/us -> "User and others" (then "they"/"them"), "the two of us" -> "User and one other
-   person", instructions -> "User asks not to ...", 我 -> 用户, 我们 -> 用户等人.
+6. Rewrite (shown for "User"; a named speaker's name takes its place): I -> "User" (verb
+   agreement: "I cycle" -> "User cycles"; "my sister and I've" -> "... and User have";
+   "I myself", "I sort of" skipped), my/our/mine -> "User's" (once "User" was named:
+   "their"), me -> "User" (then "them"), we/us -> "User and others" (then "they"/"them"),
+   "the two of us" -> "User and one other person", instructions -> "User asks not to
+   ...", 我 -> 用户 (or the name), 我们 -> 用户等人. An "'s" before my/our/your is "is"
+   ("Blue's my fave" -> "Blue is User's fave", never a chain of possessives), and quoted
+   speech keeps its own pronouns. "I'm Jon" said by Jon gives nothing.
 7. Kind, first cue that matches: constraint (allergic, can't, never, vegetarian, budget,
    ...), plan (will, going to, planning, want to, or a date in the future), preference
    (like, love, prefer, hate, ..., or a standing instruction), identity (I'm a <role>,
@@ -40,7 +54,7 @@ Rules, in the order they apply to a user message (notes and behaviour events: se
    in the past), else fact.
 8. Confidence 0.9, or 0.6 when hedged (maybe, probably, I think, might, 可能, 也许, ...).
 
-Assistant statements are kept only when the user confirms them: an assistant sentence
+An unnamed assistant's statements are kept only when the user confirms them: a sentence
 addressed to the user ("Your flight is on May 3", also as a tag question "..., right?")
 followed, as the next message of the same session, by a user message that starts with
 yes / right / correct / exactly / that's right / 对 / 是的 / 没错 and carries no "but / not /
