@@ -67,6 +67,7 @@ _GARBLED = re.compile(
     r"|\b(\w{3,})\s+\1\b"
     r"|\b(?:I|I'm|I’m|me|my|mine|myself)\b",
 )
+_QUOTED = re.compile(r'"[^"]*"|“[^”]*”')  # quoted speech keeps its own pronouns
 
 
 @dataclass(frozen=True)
@@ -151,7 +152,7 @@ def measure(mem: Memory, ds: Dataset, sample_ids: dict[str, str], show: int) -> 
             else:
                 d = docs.get(f.message_ids[0]) if f.message_ids else None
                 filler.append((f.text, d.name or d.role if d else "?", d.content if d else ""))
-            if _GARBLED.search(f.text):
+            if _GARBLED.search(_QUOTED.sub('""', f.text)):
                 garbled.append((f.text, docs[f.message_ids[0]].content if f.message_ids else ""))
         for r in by_sample[sample]:
             role = turn_doc[r.turns[0]].role if r.turns[0] in turn_doc else "?"

@@ -1053,6 +1053,19 @@ REWRITES: list[tuple[str | None, str, list[str]]] = [
     (None, "I'm vegan, and my partner isn't.", ["User is vegan, and their partner isn't."]),
     (None, "We've got two cats.", ["User and others have got two cats."]),
     (None, "I'm Alex.", ["User is Alex."]),
+    # a request to the listener closing a statement: the statement is the fact
+    (
+        None,
+        "I'm planning a day with my niece and I was wondering if you could suggest games.",
+        ["User is planning a day with their niece."],
+    ),
+    (None, "I just got a Fitbit, could you recommend some apps.", ["User just got a Fitbit."]),
+    (None, "I was wondering if you could help me.", []),
+    (
+        None,
+        "I remember a hotel in Rome with a great bed.",
+        ["User remembers a hotel in Rome with a great bed."],
+    ),
 ]
 
 

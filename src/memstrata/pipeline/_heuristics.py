@@ -244,7 +244,7 @@ _ADDRESSED_TO_LISTENER = re.compile(
 _REACTION = re.compile(
     r"^(?:(?:i|we)\s+(?:\w+ly\s+|so\s+|just\s+|really\s+|also\s+)*"
     r"(?:agree|bet|know|understand|hear\s+(?:you|ya)|feel\s+(?:you|the\s+same)|get\s+(?:it|that)"
-    r"|can\s+(?:imagine|relate|tell|see\s+(?:that|why|how))|appreciate|wish|mean\s+it|remember"
+    r"|can\s+(?:imagine|relate|tell|see\s+(?:that|why|how))|appreciate|wish|mean\s+it"
     r"|can'?t\s+wait|cannot\s+wait|love\s+(?:that|this|it|how)|admire)\b"
     r"|(?:i'?m|i’m|i\s+am|we'?re|we’re|we\s+are)\s+(?:\w+ly\s+|so\s+|just\s+|really\s+|also\s+)*"
     r"(?:glad|happy\s+for|proud\s+of|thankful|grateful|sorry|touched|flattered|honou?red|with\s+you"
@@ -276,6 +276,32 @@ _VAGUE = frozenset(
     getting do does did done make makes made go goes going gonna wanna know think feel
     felt feels say said sure yeah yes oh wow haha lol""".split()  # noqa: SIM905
 )
+
+
+# A request to the listener closing a statement ("I'm planning a day with my niece and I
+# was wondering if you could suggest ..."): the statement before it is the fact.
+_REQUEST_TAIL = re.compile(
+    r"\s*[,;:-]?\s*(?:(?:and|but|so)\s+)?(?:i(?:['’]m|\s+am|\s+was)\s+wondering\s+(?:if|whether)"
+    r"|i(?:\s+would|['’]d)\s+(?:like|love|appreciate)\s+(?:it\s+if\s+)?(?:you|your|some\s+help)"
+    r"|(?:can|could|would|will)\s+you|do\s+you\s+(?:have|know)|if\s+you\s+(?:could|can|have))\b",
+    _I,
+)
+
+
+def _without_request(body: str) -> str:
+    """``body`` without a request to the listener closing it, when what precedes is a
+    statement of the speaker's own (at least three words, first person, no "you")."""
+    m = _REQUEST_TAIL.search(body)
+    if m is None or m.start() == 0:
+        return body
+    head = body[: m.start()].rstrip(" ,;:-")
+    if (
+        len(head.split()) < 3
+        or not _FIRST_PERSON.search(head)
+        or _ADDRESSED_TO_LISTENER.search(head)
+    ):
+        return body
+    return head + "."
 
 
 def _small_talk(body: str) -> bool:
@@ -775,8 +801,10 @@ def _user_fact(
         )
     if not about_user and not marked and not note:
         return None
-    if not note and not chinese and _small_talk(body):
-        return None
+    if not note and not chinese:
+        body = _without_request(body)
+        if _small_talk(body):
+            return None
     span = (
         resolve_dates(body, reference)
         if reference is not None
