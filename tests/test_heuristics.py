@@ -1062,6 +1062,12 @@ REWRITES: list[tuple[str | None, str, list[str]]] = [
     (None, "I just got a Fitbit, could you recommend some apps.", ["User just got a Fitbit."]),
     (None, "I was wondering if you could help me.", []),
     (
+        "Joanna",
+        "BTW, I took a road trip for my next movie while you were away.",
+        ["Joanna took a road trip for their next movie."],
+    ),
+    ("Nate", "I know encouragement got me far.", ["Nate knows encouragement got them far."]),
+    (
         None,
         "I remember a hotel in Rome with a great bed.",
         ["User remembers a hotel in Rome with a great bed."],
@@ -1086,6 +1092,7 @@ def test_rewrites_name_the_speaker_and_never_garble(
         # a reaction to what the listener said
         "I totally agree, Melanie.",
         "I bet.",
+        "I know what you mean.",
         "I'm so happy for you!",
         "I can imagine.",
         "Can't wait to see it!",

@@ -243,7 +243,8 @@ _ADDRESSED_TO_LISTENER = re.compile(
 #   you", "I can imagine", "Can't wait!", "Congrats on ...");
 _REACTION = re.compile(
     r"^(?:(?:i|we)\s+(?:\w+ly\s+|so\s+|just\s+|really\s+|also\s+)*"
-    r"(?:agree|bet|know|understand|hear\s+(?:you|ya)|feel\s+(?:you|the\s+same)|get\s+(?:it|that)"
+    r"(?:agree|bet|(?:know|understand)(?=\s*(?:[,.!?…]|$|\s+(?:right|what\s+you|how\s+you|the\s+feeling)))"
+    r"|hear\s+(?:you|ya)|feel\s+(?:you|the\s+same)|get\s+(?:it|that)"
     r"|can\s+(?:imagine|relate|tell|see\s+(?:that|why|how))|appreciate|wish|mean\s+it"
     r"|can'?t\s+wait|cannot\s+wait|love\s+(?:that|this|it|how)|admire)\b"
     r"|(?:i'?m|i’m|i\s+am|we'?re|we’re|we\s+are)\s+(?:\w+ly\s+|so\s+|just\s+|really\s+|also\s+)*"
@@ -278,19 +279,23 @@ _VAGUE = frozenset(
 )
 
 
-# A request to the listener closing a statement ("I'm planning a day with my niece and I
-# was wondering if you could suggest ..."): the statement before it is the fact.
+# A request to the listener, or a clause about them, closing a statement ("I'm planning a
+# day with my niece and I was wondering if you could suggest ...", "I took a road trip
+# while you were away"): the statement before it is the fact.
 _REQUEST_TAIL = re.compile(
     r"\s*[,;:-]?\s*(?:(?:and|but|so)\s+)?(?:i(?:['’]m|\s+am|\s+was)\s+wondering\s+(?:if|whether)"
     r"|i(?:\s+would|['’]d)\s+(?:like|love|appreciate)\s+(?:it\s+if\s+)?(?:you|your|some\s+help)"
-    r"|(?:can|could|would|will)\s+you|do\s+you\s+(?:have|know)|if\s+you\s+(?:could|can|have))\b",
+    r"|(?:can|could|would|will)\s+you|do\s+you\s+(?:have|know)|if\s+you\s+(?:could|can|have)"
+    # or a clause about the listener: "I took a road trip while you were away"
+    r"|(?:while|whilst|when|since|after|before|because|as|like|just\s+like)\s+you)\b",
     _I,
 )
 
 
 def _without_request(body: str) -> str:
-    """``body`` without a request to the listener closing it, when what precedes is a
-    statement of the speaker's own (at least three words, first person, no "you")."""
+    """``body`` without a request to (or clause about) the listener closing it, when what
+    precedes is a statement of the speaker's own (three words or more, first person, no
+    "you")."""
     m = _REQUEST_TAIL.search(body)
     if m is None or m.start() == 0:
         return body
