@@ -57,7 +57,7 @@ SUPERSEDE_SIMILARITY = 0.45
 # Offline, the new facts of one speaker in one batch that belong together become one
 # summary: the sentences of one message, and facts about the same thing (cosine at least
 # GROUP_SIMILARITY to the group's mean), up to a size that keeps a summary one memory.
-GROUP_SIMILARITY = 0.7
+GROUP_SIMILARITY = 0.55
 GROUP_MAX_FACTS = 5
 GROUP_MAX_CHARS = 700
 
