@@ -16,6 +16,7 @@ from fakes.anthropic_server import FakeAnthropicServer
 from fakes.memory_model import MemoryModel
 from fakes.openai_server import FakeOpenAIServer
 from memstrata import Memory
+from memstrata.pipeline._pipeline import layer_embedding_text
 
 CONVERSATION = [
     ("c01", "user", "Hi there!"),
@@ -589,6 +590,20 @@ def test_offline_consolidation_groups_what_belongs_together(
     assert new.message_ids == ["g6"] and len(new.fact_ids) == 1
     old = mem.summaries.get(by_message["g1"].id)
     assert (old.status, old.superseded_by) == ("superseded", new.id)
+    # nor Melanie's pottery, the closest words but someone else's
+    assert mem.summaries.get(by_message["g2"].id).status == "active"
+
+
+def test_facts_are_embedded_without_their_speakers_name() -> None:
+    """The text names the speaker; the vector is of what is said (the speaker's name as
+    "User"), other people's names stay."""
+    names = {"m1": "Caroline", "m2": "Melanie"}
+    assert (
+        layer_embedding_text("Caroline and Melanie met; Caroline's cat.", ["m1"], names)
+        == "User and Melanie met; User's cat."
+    )
+    assert layer_embedding_text("Carolines are many.", ["m1"], names) == "Carolines are many."
+    assert layer_embedding_text("Caroline met Melanie.", ["m9"], names) == "Caroline met Melanie."
 
 
 def test_offline_before_add_hooks_fire(make_memory: Any) -> None:

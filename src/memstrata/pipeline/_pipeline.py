@@ -585,7 +585,9 @@ class Pipeline:
             vectors = {f.write.id: f.write.vector for f in facts}
             earlier = [(w, vectors[w.fact_ids[0]]) for w in corrections]
             speakers = _speakers(batch.messages, facts)
-            writes = corrections + self._consolidate_offline(usual, candidates, earlier, speakers)
+            writes = corrections + self._consolidate_offline(
+                usual, candidates, earlier, speakers, _speaker_names(batch.messages)
+            )
             # A strengthened summary keeps its words, which summary.before_add carries.
             kept = [existing.get(w.id) for w in writes if w.action == "strengthen"]
             ctx.quoted.update(m for row in kept if row is not None for m in row.message_ids)
@@ -737,11 +739,12 @@ class Pipeline:
         candidates: dict[str, list[tuple[SummaryRow, float]]],
         earlier: Sequence[tuple[SummaryWrite, np.ndarray]] = (),
         speakers: dict[str, tuple[str, ...]] | None = None,
+        names: dict[str, str] | None = None,
     ) -> list[SummaryWrite]:
         """The summary changes of ``facts``, after the batch's ``earlier`` ones (each with
         the vector it is compared by); ``speakers`` says who each fact is about (see
         ``_speakers``), so only one speaker's facts are grouped into one summary."""
-        speakers = speakers or {}
+        speakers, names = speakers or {}, names or {}
         groups: dict[str, _Group] = {}  # summaries added in this batch, open to more facts
         writes: list[SummaryWrite] = []
         # Summaries created or changed in this batch, so later facts can build on them.
@@ -757,6 +760,13 @@ class Pipeline:
             for sid, (pw, vec) in pending.items():
                 if sid not in retired:
                     options.append((sid, pw.text, float(vec @ w.vector), pw.confidence, []))
+            who = next((names[m] for m in w.message_ids if m in names), None)
+            if who is not None:
+                # Vectors do not carry the speaker (layer_embedding_text): a named speaker's
+                # fact strengthens or corrects only a summary that names them, never the
+                # same words said by someone else.
+                said_by = re.compile(rf"(?<!\w){re.escape(who)}(?!\w)")
+                options = [o for o in options if said_by.search(o[1])]
             best = max(options, key=lambda o: o[2], default=None)
             correction = "correction" in d.labels or heuristics.is_correction(d.text)
             if best is not None and best[2] >= STRENGTHEN_SIMILARITY and not correction:
