@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
@@ -58,6 +59,10 @@ SUPERSEDE_SIMILARITY = 0.45
 # summary: the sentences of one message, and facts about the same thing (cosine at least
 # GROUP_SIMILARITY to the group's mean), up to a size that keeps a summary one memory.
 GROUP_SIMILARITY = 0.55
+# A short message is one statement, so its sentences belong together; a message giving more
+# facts than this covers several things (a long chat turn), and its sentences group only by
+# similarity, so a question about one of them still finds a summary about it alone.
+GROUP_MESSAGE_MAX_FACTS = 3
 GROUP_MAX_FACTS = 5
 GROUP_MAX_CHARS = 700
 
@@ -252,14 +257,17 @@ class _Group:
         self.total += np.asarray(f.write.vector, dtype=np.float32)
 
 
-def _belonging(f: _NewFact, speaker: tuple[str, ...], groups: Iterable[_Group]) -> _Group | None:
-    """The open group ``f`` belongs to: one holding a sentence of the same message, else the
-    most similar one at ``GROUP_SIMILARITY`` or more; None to start a summary of its own."""
+def _belonging(
+    f: _NewFact, speaker: tuple[str, ...], groups: Iterable[_Group], short: set[str]
+) -> _Group | None:
+    """The open group ``f`` belongs to: one holding a sentence of the same message when that
+    message is ``short`` (see ``GROUP_MESSAGE_MAX_FACTS``), else the most similar one at
+    ``GROUP_SIMILARITY`` or more; None to start a summary of its own."""
     best: tuple[float, _Group] | None = None
     for g in groups:
         if not g.fits(f, speaker):
             continue
-        if set(f.write.message_ids) & set(g.write.message_ids):
+        if set(f.write.message_ids) & set(g.write.message_ids) & short:
             return g
         sim = float(g.mean @ f.write.vector)
         if sim >= GROUP_SIMILARITY and (best is None or sim > best[0]):
@@ -745,6 +753,8 @@ class Pipeline:
         the vector it is compared by); ``speakers`` says who each fact is about (see
         ``_speakers``), so only one speaker's facts are grouped into one summary."""
         speakers, names = speakers or {}, names or {}
+        per_message = Counter(f.write.message_ids[0] for f in facts if f.write.message_ids)
+        short = {m for m, n in per_message.items() if n <= GROUP_MESSAGE_MAX_FACTS}
         groups: dict[str, _Group] = {}  # summaries added in this batch, open to more facts
         writes: list[SummaryWrite] = []
         # Summaries created or changed in this batch, so later facts can build on them.
@@ -797,7 +807,7 @@ class Pipeline:
                 supersedes = best[0]
                 retired.add(supersedes)
             speaker = speakers.get(w.id, ())
-            group = None if supersedes else _belonging(f, speaker, groups.values())
+            group = None if supersedes else _belonging(f, speaker, groups.values(), short)
             if group is not None:
                 group.take(f)
                 pending[group.write.id] = (group.write, group.mean)
