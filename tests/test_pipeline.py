@@ -592,6 +592,14 @@ def test_offline_consolidation_groups_what_belongs_together(
     assert (old.status, old.superseded_by) == ("superseded", new.id)
     # nor Melanie's pottery, the closest words but someone else's
     assert mem.summaries.get(by_message["g2"].id).status == "active"
+    # a long message covers several things: its sentences group only by similarity
+    long = "I'm a nurse. I live in Porto. My cat is called Luna. I play the cello."
+    s.add_messages([{"id": "g7", "role": "user", "name": "Caroline", "content": long}], sync=True)
+    assert (
+        len([f for f in mem.facts.list(user_id="conv", limit=100) if f.message_ids == ["g7"]]) == 4
+    )
+    from_long = [x for x in mem.summaries.list(user_id="conv", limit=100) if "g7" in x.message_ids]
+    assert len(from_long) > 1
 
 
 def test_facts_are_embedded_without_their_speakers_name() -> None:
