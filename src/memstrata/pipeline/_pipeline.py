@@ -55,15 +55,13 @@ _Valid = TypeVar("_Valid")
 # model): a near-paraphrase strengthens; a correction of a related summary supersedes it.
 STRENGTHEN_SIMILARITY = 0.86
 SUPERSEDE_SIMILARITY = 0.45
-# Offline, the new facts of one speaker in one batch that belong together become one
-# summary: the sentences of one message, and facts about the same thing (cosine at least
-# GROUP_SIMILARITY to the group's mean), up to a size that keeps a summary one memory.
-GROUP_SIMILARITY = 0.55
-# A short message is one statement, so its sentences belong together; a message giving more
-# facts than this covers several things (a long chat turn), and its sentences group only by
-# similarity, so a question about one of them still finds a summary about it alone.
+# Offline, the sentences of one short message (one statement) become one summary, up to a
+# size that keeps a summary one memory. A message giving more facts than
+# GROUP_MESSAGE_MAX_FACTS covers several things (a long chat turn): its facts stay apart, so
+# a question about one of them finds a summary about it alone. Facts of different messages
+# are not grouped: merged by similarity (cosine 0.55-0.7) they cost LongMemEval-S turn
+# R@5 2.5-5.5 points (a summary citing several turns puts non-evidence turns first).
 GROUP_MESSAGE_MAX_FACTS = 3
-GROUP_MAX_FACTS = 5
 GROUP_MAX_CHARS = 700
 
 # What one batch may spend in total waiting for recalls at its safe points (see
@@ -237,7 +235,6 @@ class _Group:
         return (
             bool(speaker)
             and speaker == self.speaker
-            and len(w.fact_ids) < GROUP_MAX_FACTS
             and len(w.text) + 1 + len(f.write.text) <= GROUP_MAX_CHARS
             # one validity window per summary: a dated fact joins only facts of its dates
             and (f.write.valid_from, f.write.valid_to) == self.window
@@ -260,19 +257,13 @@ class _Group:
 def _belonging(
     f: _NewFact, speaker: tuple[str, ...], groups: Iterable[_Group], short: set[str]
 ) -> _Group | None:
-    """The open group ``f`` belongs to: one holding a sentence of the same message when that
-    message is ``short`` (see ``GROUP_MESSAGE_MAX_FACTS``), else the most similar one at
-    ``GROUP_SIMILARITY`` or more; None to start a summary of its own."""
-    best: tuple[float, _Group] | None = None
+    """The open group ``f`` belongs to: one holding a sentence of the same message, when
+    that message is ``short`` (see ``GROUP_MESSAGE_MAX_FACTS``); None to start a summary of
+    its own."""
     for g in groups:
-        if not g.fits(f, speaker):
-            continue
-        if set(f.write.message_ids) & set(g.write.message_ids) & short:
+        if g.fits(f, speaker) and set(f.write.message_ids) & set(g.write.message_ids) & short:
             return g
-        sim = float(g.mean @ f.write.vector)
-        if sim >= GROUP_SIMILARITY and (best is None or sim > best[0]):
-            best = (sim, g)
-    return best[1] if best else None
+    return None
 
 
 def _in_message_order(drafts: list[FactDraft], messages: Sequence[MessageRow]) -> list[FactDraft]:
