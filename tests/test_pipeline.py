@@ -533,10 +533,9 @@ def test_offline_pipeline_builds_every_layer(make_memory: Any, local_embedder: A
 def test_offline_consolidation_groups_what_belongs_together(
     make_memory: Any, local_embedder: Any
 ) -> None:
-    """One speaker's facts of a batch that belong together (sentences of one message, facts
-    about the same thing) make one summary citing every fact and message; two speakers'
-    facts never share a summary, a dated fact joins only facts of its dates, and a
-    correction still supersedes on its own."""
+    """The sentences of one short message make one summary citing every fact and the
+    message; other messages' facts, a long message's and two speakers' facts never share a
+    summary, and a correction still supersedes on its own."""
     mem = make_memory(embedder=local_embedder)
     s = mem.sessions.create(user_id="conv")
     turns = [
@@ -567,9 +566,9 @@ def test_offline_consolidation_groups_what_belongs_together(
         assert len(speakers) == 1, x  # one speaker per summary
         assert speakers.pop() in x.text and "User" not in x.text
     by_message = {m: x for x in summaries for m in x.message_ids}
-    # the two sentences of g1 and the pottery of g3 belong together; Luna's dated adoption not
-    assert by_message["g1"].id == by_message["g3"].id
-    assert len(by_message["g1"].fact_ids) == 3
+    # the two sentences of g1 belong together; g3 is another message, even about pottery
+    assert len(by_message["g1"].fact_ids) == 2 and by_message["g1"].message_ids == ["g1"]
+    assert by_message["g3"].id != by_message["g1"].id
     assert by_message["g4"].id != by_message["g1"].id
     assert by_message["g4"].valid_from is not None
     assert by_message["g2"].id != by_message["g1"].id  # Melanie's pottery is hers
@@ -592,14 +591,14 @@ def test_offline_consolidation_groups_what_belongs_together(
     assert (old.status, old.superseded_by) == ("superseded", new.id)
     # nor Melanie's pottery, the closest words but someone else's
     assert mem.summaries.get(by_message["g2"].id).status == "active"
-    # a long message covers several things: its sentences group only by similarity
+    # a long message covers several things: its sentences stay apart
     long = "I'm a nurse. I live in Porto. My cat is called Luna. I play the cello."
     s.add_messages([{"id": "g7", "role": "user", "name": "Caroline", "content": long}], sync=True)
     assert (
         len([f for f in mem.facts.list(user_id="conv", limit=100) if f.message_ids == ["g7"]]) == 4
     )
     from_long = [x for x in mem.summaries.list(user_id="conv", limit=100) if "g7" in x.message_ids]
-    assert len(from_long) > 1
+    assert len(from_long) == 4
 
 
 def test_facts_are_embedded_without_their_speakers_name() -> None:
