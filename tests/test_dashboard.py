@@ -566,3 +566,18 @@ def test_the_cookie_is_secure_over_https(world: dict[str, Any]) -> None:
         r = dash.sign_in(world["key_a"])
         cookie = next(c for c in r.headers.get_list("set-cookie") if c.startswith("memstrata_ui="))
         assert "secure" in cookie.lower().split("; ")
+
+
+def test_a_malformed_form_is_refused_cleanly(signed_in: Dash) -> None:
+    headers = {"content-type": "multipart/form-data; boundary=x"}
+    for path in ("/ui/login", "/ui/retry"):
+        # Unreadable, or read as a form without its token: refused either way, never a 500.
+        r = signed_in.client.post(path, content=b"--x\r\nbroken", headers=headers)
+        assert r.status_code in (400, 403) and "text/html" in r.headers["content-type"], path
+    too_many = "&".join(f"f{i}=1" for i in range(100))
+    r = signed_in.client.post(
+        "/ui/retry",
+        content=too_many,
+        headers={"content-type": "application/x-www-form-urlencoded"},
+    )
+    assert r.status_code == 400
