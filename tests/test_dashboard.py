@@ -6,6 +6,7 @@ always escaped, and one project never seeing another's. The browser tests
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -581,3 +582,41 @@ def test_a_malformed_form_is_refused_cleanly(signed_in: Dash) -> None:
         headers={"content-type": "application/x-www-form-urlencoded"},
     )
     assert r.status_code == 400
+
+
+def test_paused_processing_is_shown_with_its_cause(make_memory: Callable[..., Memory]) -> None:
+    server = FakeOpenAIServer()
+    server.chat_script = MemoryModel()
+    server.start()
+    try:
+        mem = make_memory(
+            llm="openai:fake-chat",
+            llm_base_url=server.base_url,
+            llm_api_key="k",
+            llm_max_retries=0,
+            job_backoff_seconds=0.01,
+            outage_backoff_seconds=0.05,
+            outage_backoff_max_seconds=0.2,
+        )
+        mem.projects.create("default", project_id=mem.project_id)
+        _, key = mem.keys.create(mem.project_id)
+        server.fault(503)
+        mem.sessions.create("erin", session_id="e1").add_messages(
+            [{"role": "user", "content": "I ordered a parcel for my sister."}]
+        )
+        deadline = time.monotonic() + 60
+        while not mem.stats()["processing"]["paused"]:
+            assert time.monotonic() < deadline, "no outage recorded"
+            time.sleep(0.02)
+        with TestClient(create_app(mem, ServerSettings())) as client:
+            dash = Dash(client)
+            dash.sign_in(key)
+            page = dash.get("/").text
+            assert "Processing is paused" in page
+            assert "llm openai:fake-chat" in page and "HTTP 503" in page
+            server.heal()
+            mem.wait(timeout=60)
+            page = dash.get("/").text
+            assert "Processing is paused" not in page and "Running." in page
+    finally:
+        server.close()
