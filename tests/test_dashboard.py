@@ -6,6 +6,7 @@ always escaped, and one project never seeing another's. The browser tests
 from __future__ import annotations
 
 import re
+import socket
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -620,3 +621,28 @@ def test_paused_processing_is_shown_with_its_cause(make_memory: Callable[..., Me
             assert "Processing is paused" not in page and "Running." in page
     finally:
         server.close()
+
+
+def test_webhook_failures_are_on_the_overview(make_memory: Callable[..., Memory]) -> None:
+    mem = make_memory(webhook_allow=["127.0.0.1"])
+    mem.projects.create("default", project_id=mem.project_id)
+    _, key = mem.keys.create(mem.project_id)
+    with socket.socket() as s:  # a port nothing listens on: every delivery is refused
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    hook, _ = mem.webhooks.create(
+        resource="fact", event="before_add", target_url=f"http://127.0.0.1:{closed}/hook"
+    )
+    mem.sessions.create("finn", session_id="f1").add_messages(
+        [{"role": "user", "content": "I adopted a cat named Miso."}], sync=True
+    )
+    [delivery] = mem.webhooks.deliveries(hook.id)
+    assert delivery.status == "failed"
+    with TestClient(create_app(mem, ServerSettings())) as client:
+        dash = Dash(client)
+        dash.sign_in(key)
+        section = dash.get("/").text.split('id="hookfail"', 1)[1].split("</section>", 1)[0]
+        assert f"/ui/webhooks/{hook.id}" in section and "fact.before_add" in section
+        assert str(escape(delivery.reason)) in section
+        log = dash.get(f"/webhooks/{hook.id}").text
+        assert "failed" in log and str(escape(delivery.reason)) in log
