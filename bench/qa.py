@@ -731,10 +731,8 @@ def report(
     systems: Sequence[str] = extra["systems"]
     skipped = ", ".join(f"{n} {why}" for why, n in sorted(qs.skipped.items())) or "none"
     metric = "J (mem0's judge prompt)" if qs.key == "locomo" else "accuracy (LongMemEval's judge)"
-    print(
-        f"\n{qs.title}: {len(convs)} {qs.data.unit if qs.key == 'locomo' else 'haystacks'}, "
-        f"{len(rows)} questions (skipped: {skipped})"
-    )
+    unit = ("conversation" if qs.key == "locomo" else "haystack") + ("s" * (len(convs) != 1))
+    print(f"\n{qs.title}: {len(convs)} {unit}, {len(rows)} questions (skipped: {skipped})")
     print(f"  {metric}, % [95% Wilson interval] correct/n")
     print(f"  {'':<34}" + "".join(f"{s:<34}" for s in systems).rstrip())
     out: dict[str, Any] = {"questions": len(rows), "skipped": dict(qs.skipped), "groups": {}}
