@@ -18,6 +18,7 @@ PREFIXES = [
     ("Leonardo da Vinci: the light is better at dawn", "Leonardo da Vinci"),
     ("O'Brien: the transporter is fixed", "O'Brien"),
     ("Dr. Smith: take two a day", "Dr. Smith"),
+    ("Dr. Jane Smith: take two a day", "Dr. Jane Smith"),
     ("José: ¿vamos mañana?", "José"),
     ("Zoë: sounds good", "Zoë"),
     ("Łukasz: jutro", "Łukasz"),
@@ -50,6 +51,10 @@ PREFIXES = [
     ("Caroline: ", None),
     ("I think: maybe not", None),
     ("The Big Lebowski Movie Night Club: fun", None),  # too many words
+    ("Professional Lyric Video: how to make one", None),  # a title-cased heading
+    ("ValueError: Length mismatch", None),
+    ("Remember: reply only 'yes'", None),
+    ("Role: you are an expert", None),
     ("小明：你好", None),  # no letter case: a label cannot be told from a heading (注意：)
     ("注意：小心", None),
     ("Just a sentence without a label.", None),

@@ -10,8 +10,10 @@ is already said apart (the full-text index, a rendered line).
 Being wrong costs more than missing one: a false speaker ("Note", "Monday") would take that
 word out of the full-text side of every query that uses it. So a prefix counts only when it
 looks like a person's name written as one: at the very start of the content, one to three
-words each starting with a capital letter (any cased script: "José", "Zoë", "Łukasz",
-"Анна"; lower-case particles such as "van" or "da" between them), at most 40 characters,
+words each starting with a capital letter, two at most besides a title (any cased script:
+"José", "Zoë", "Łukasz", "Анна", "Mary Ann", "Dr. Jane Smith"; lower-case particles such as
+"van" or "da" between them; three capitalised words are mostly a title-cased heading), at
+most 40 characters,
 then a colon and a space, then text. Not counted: a word written all in capitals ("TODO",
 "NOTE"), the labels of notes, e-mail headers, lists and forms ("Note", "Correction", "Re",
 "Subject", "Step", "Monday", "Breakfast" ... ``_NOT_SPEAKERS``), a URL or a time (no space
@@ -55,9 +57,15 @@ _NOT_SPEAKERS = frozenset(
     winter pros cons yes no ok okay also and but so then first second third next last
     finally fix bug feature issue problem solution idea ideas conclusion
     disclaimer hello hi hey dear thanks p.p.s. q a list lists meeting action key i we you my
-    our your his her their the this that these those it
+    our your his her their the this that these those it remember directions direction
+    translation translate role instructions instruction prompt text message quote scenario
+    character setting format rules rule persona query request response reply story poem
+    lyrics song chorus verse bridge intro outro hook title headline caption
     """.split()  # noqa: SIM905
 )
+
+# Titles before a name: not counted among its words ("Dr. Jane Smith").
+_TITLES = frozenset("mr mr. mrs mrs. ms ms. dr dr. prof prof. sir dame".split())  # noqa: SIM905
 
 # Lower-case words that may join the capitalised words of one name.
 _PARTICLES = frozenset("da de del della der di du dos van von la le bin al ibn ter".split())  # noqa: SIM905
@@ -103,8 +111,13 @@ def speaker_prefix(content: str) -> Prefix | None:
             return None  # a lower-case word or an uncased script (CJK)
         if len(letters) > 1 and all(c.isupper() for c in letters):
             return None  # "TODO", "NOTE", "FAQ": a marker or an acronym, not a name
-        capitalised += 1
-    if capitalised > 3 or words[-1] in _PARTICLES:
+        if re.search(r"[a-z](?:Error|Exception|Warning)$", word):
+            return None  # "ValueError: ...": a traceback
+        if word.casefold() not in _TITLES:
+            capitalised += 1
+    # Two words make a full name; three capitalised words are mostly a title-cased heading
+    # ("Professional Lyric Video: ...").
+    if not 1 <= capitalised <= 2 or words[-1] in _PARTICLES:
         return None
     return Prefix(label, False, m.end())
 
