@@ -179,3 +179,7 @@ def test_sent_names_and_labels_that_are_no_speakers_stay_as_they_are(mem: Memory
         sync=True,
     )
     assert [mem.messages.get(i).name for i in "abcd"] == [None, "Caro", None, None]
+    # A role label on a turn of that role is said once too.
+    ctx = s.get_memory("green tea", recall_config={"message_recent_limit": 0})
+    assert '> "I like green tea." (user, ' in ctx.formatted_context
+    assert "User: I like" not in ctx.formatted_context

@@ -109,10 +109,11 @@ def _superseded(hit: Hit) -> bool:
 
 def _said(text: str, item: Hit | Message) -> str:
     """A turn's text after its label: a transcript's turn starts with its speaker's name
-    ("Caroline: ..."), which the label already says."""
-    if isinstance(item, Hit) and item.layer != "message":
+    ("Caroline: ...") or its role ("User: ..." on a user turn), which the label already
+    says."""
+    if (isinstance(item, Hit) and item.layer != "message") or item.event_type:
         return text
-    return without_speaker(text, item.name)
+    return without_speaker(text, item.name or item.role)
 
 
 def _quote(msg: Message, room: int) -> str:
