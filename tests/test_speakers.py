@@ -175,10 +175,13 @@ def test_sent_names_and_labels_that_are_no_speakers_stay_as_they_are(mem: Memory
             {"id": "b", "role": "user", "name": "Caro", "content": "Caroline: hi"},
             {"id": "c", "role": "user", "content": "User: I like green tea."},
             {"id": "d", "role": "user", "content": "Sam: hi", "event_type": "chat_export"},
+            {"id": "e", "role": "tool", "content": "Cluster State: healthy"},
+            {"id": "f", "role": "assistant", "content": "Sam: noted, thanks."},
         ],
         sync=True,
     )
-    assert [mem.messages.get(i).name for i in "abcd"] == [None, "Caro", None, None]
+    names = [mem.messages.get(i).name for i in "abcdef"]
+    assert names == [None, "Caro", None, None, None, "Sam"]
     # A role label on a turn of that role is said once too.
     ctx = s.get_memory("green tea", recall_config={"message_recent_limit": 0})
     assert '> "I like green tea." (user, ' in ctx.formatted_context

@@ -78,7 +78,9 @@ def _speaker(m: MessageInput) -> str | None:
     """The name sent, else the speaker a chat turn's content starts with ("Caroline: ..."):
     stored as the name, so that recall, the write path and the context see the speaker of
     a transcript's turn as they see a named one (see ``_speakers``)."""
-    if m.name is not None or m.event_type:
+    # Only conversational turns: a tool's or a system message's "Cluster State: ..." is output
+    # or configuration, not someone speaking.
+    if m.name is not None or m.event_type or m.role not in ("user", "assistant"):
         return m.name
     return speaker_of(m.content)
 
