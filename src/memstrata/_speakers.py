@@ -9,16 +9,15 @@ is already said apart (the full-text index, a rendered line).
 
 Being wrong costs more than missing one: a false speaker ("Note", "Monday") would take that
 word out of the full-text side of every query that uses it. So a prefix counts only when it
-looks like a person's name written as one: at the very start of the content, one to three
-words each starting with a capital letter, two at most besides a title (any cased script:
-"José", "Zoë", "Łukasz", "Анна", "Mary Ann", "Dr. Jane Smith"; lower-case particles such as
-"van" or "da" between them; three capitalised words are mostly a title-cased heading), at
-most 40 characters,
-then a colon and a space, then text. Not counted: a word written all in capitals ("TODO",
-"NOTE"), the labels of notes, e-mail headers, lists and forms ("Note", "Correction", "Re",
-"Subject", "Step", "Monday", "Breakfast" ... ``_NOT_SPEAKERS``), a URL or a time (no space
-after the colon), and labels in scripts without letter case (Chinese, Japanese: a label
-there cannot be told from a heading such as 注意：).
+looks like a person's name written as one: at the very start of the content, one or two
+words each starting with a capital letter besides a title (any cased script: "José", "Zoë",
+"Łukasz", "Анна", "Mary Ann", "Dr. Jane Smith"; lower-case particles such as "van" or "da"
+between them; three capitalised words are mostly a title-cased heading), at most 40
+characters, then a colon and a space, then text. Not counted: a word written all in
+capitals ("TODO", "NOTE"), the labels of notes, e-mail headers, lists and forms ("Note",
+"Correction", "Re", "Subject", "Step", "Monday", "Breakfast" ... ``_NOT_SPEAKERS``), a URL
+or a time (no space after the colon), and labels in scripts without letter case (Chinese,
+Japanese: a label there cannot be told from a heading such as 注意：).
 
 Role labels ("User:", "Assistant:", "AI:", "Human:") name a role, not a person: they are
 found (``Prefix.role``) but give no name; the write path already reads them as roles.
