@@ -132,6 +132,11 @@ def test_both_shapes_rank_the_evidence_alike(make_memory: Any) -> None:
     assert stored.role == "user"
     for user_id in ("roles", "prefixed"):
         assert mem.store.speaker_names(mem.project_id, user_id) == ["Caroline", "Melanie"]
+    # Extraction reads the turn without its label: Caroline's turns give the same facts in
+    # both shapes (Melanie's give facts too when every turn is the user's).
+    facts = {u: {f.text for f in mem.facts.list(user_id=u)} for u in ("roles", "prefixed")}
+    assert facts["roles"] and facts["roles"] <= facts["prefixed"]
+    assert not any(":" in text.split()[0] for text in facts["prefixed"])
 
     for question, evidence in QUESTIONS:
         # The raw turns rank identically: same vectors, same full text, same speaker signal.
