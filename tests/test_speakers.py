@@ -42,6 +42,8 @@ PREFIXES = [
     ("I: am here", None),
     ("The Plan: leave at six", None),
     ("FYI: the meeting moved", None),
+    ("Noted: Lisbon since May.", None),  # an acknowledgement
+    ("Fun Fact: octopuses have three hearts", None),
     # Not labels at all.
     ("https://example.com: a good site", None),
     ("http://example.com/a:b is down", None),
@@ -181,12 +183,13 @@ def test_sent_names_and_labels_that_are_no_speakers_stay_as_they_are(mem: Memory
             {"id": "c", "role": "user", "content": "User: I like green tea."},
             {"id": "d", "role": "user", "content": "Sam: hi", "event_type": "chat_export"},
             {"id": "e", "role": "tool", "content": "Cluster State: healthy"},
-            {"id": "f", "role": "assistant", "content": "Sam: noted, thanks."},
+            {"id": "f", "role": "assistant", "content": "Case Study: a bakery in Porto."},
+            {"id": "g", "role": "user", "content": "Sam: noted, thanks."},
         ],
         sync=True,
     )
-    names = [mem.messages.get(i).name for i in "abcdef"]
-    assert names == [None, "Caro", None, None, None, "Sam"]
+    names = [mem.messages.get(i).name for i in "abcdefg"]
+    assert names == [None, "Caro", None, None, None, None, "Sam"]
     # A role label on a turn of that role is said once too.
     ctx = s.get_memory("green tea", recall_config={"message_recent_limit": 0})
     assert '> "I like green tea." (user, ' in ctx.formatted_context

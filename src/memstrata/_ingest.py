@@ -75,12 +75,14 @@ def _validate_messages(
 
 
 def _speaker(m: MessageInput) -> str | None:
-    """The name sent, else the speaker a chat turn's content starts with ("Caroline: ..."):
+    """The name sent, else the speaker a user turn's content starts with ("Caroline: ..."):
     stored as the name, so that recall, the write path and the context see the speaker of
     a transcript's turn as they see a named one (see ``_speakers``)."""
-    # Only conversational turns: a tool's or a system message's "Cluster State: ..." is output
-    # or configuration, not someone speaking.
-    if m.name is not None or m.event_type or m.role not in ("user", "assistant"):
+    # Only the user's turns, where transcripts and group chats are sent: an assistant's turn
+    # is the assistant speaking ("Case Study: ..." there is a heading; on LongMemEval's
+    # assistant turns most labels are), a tool's or system message's "Cluster State: ..."
+    # output or configuration.
+    if m.name is not None or m.event_type or m.role != "user":
         return m.name
     return speaker_of(m.content)
 

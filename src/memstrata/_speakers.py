@@ -59,7 +59,10 @@ _NOT_SPEAKERS = frozenset(
     our your his her their the this that these those it remember directions direction
     translation translate role instructions instruction prompt text message quote scenario
     character setting format rules rule persona query request response reply story poem
-    lyrics song chorus verse bridge intro outro hook title headline caption
+    lyrics song chorus verse bridge intro outro hook title headline caption noted sure great
+    understood confirmed absolutely certainly perfect awesome cool nice wow oops sorry welcome
+    congrats congratulations spoiler bonus caveat fun fact facts pro verdict rating score
+    mood weather content overview outline appendix approach aim study brief project offer
     """.split()  # noqa: SIM905
 )
 
