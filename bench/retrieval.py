@@ -23,6 +23,15 @@ in the same loop.
     retrieval), no ``name``; timestamps are ``haystack_dates`` plus one minute per turn
     (turn index within the session).
 
+  ``--shape`` says how the turns are sent (the evidence ids and the scoring do not change):
+
+  - ``roles`` (default): as above, roles and names chosen for the engine.
+  - ``prefixed``: as many applications send group chats and transcripts: every turn
+    ``role`` user, no ``name``, the speaker written into the content. LoCoMo:
+    ``"Caroline: I went to ..."`` (the caption as above, after the text). LongMemEval-S,
+    whose indexed turns are all the user's and unnamed: ``"User: ..."``, the label a
+    transcript gives the person talking to an assistant; role user, as before.
+
   Message ids are unique within a project, so they are the benchmark's turn ids prefixed by
   the user: ``conv-26/D1:3`` (LoCoMo ``dia_id``), ``<question_id>/<session_id>:<turn>``
   (LongMemEval); session ids likewise. They are mapped back to the benchmark's ids when
@@ -80,7 +89,9 @@ Nothing is asserted; the script prints figures (``--json``: also one JSON line).
 
 ``--db PATH`` reuses the file when it already holds the users (and ingests the missing
 ones): the derived layers in it were built by the write pipeline of the run that ingested
-them, so delete the file after changing the write path or the schema.
+them, so delete the file after changing the write path or the schema, and use one file
+per ``--shape`` (the ids are the same in both shapes, so a file of the other shape would be
+reused as it is).
 """
 
 from __future__ import annotations
@@ -111,6 +122,7 @@ from _common import (
     load_locomo,
     locomo_turns,
     machine_info,
+    other_load,
     stopwatch,
     summarize,
 )
@@ -244,7 +256,10 @@ def _normalise_evidence(raw: Any, known: set[str], fixes: Counter[str]) -> list[
     return out
 
 
-def locomo_dataset(split: str, limit: int | None) -> Dataset:
+SHAPES = ("roles", "prefixed")
+
+
+def locomo_dataset(split: str, limit: int | None, shape: str = "roles") -> Dataset:
     samples = _halves(load_locomo(), split)
     if limit is not None:
         samples = samples[:limit]
@@ -268,14 +283,15 @@ def locomo_dataset(split: str, limit: int | None) -> Dataset:
         grouped: dict[int, list[Doc]] = defaultdict(list)
         for t in by_sample[sample_id]:
             content = t.text if t.caption is None else f"{t.text} [shared a photo: {t.caption}]"
+            prefixed = shape == "prefixed"
             grouped[t.session].append(
                 Doc(
                     mid=f"{uid}/{t.dia_id}",
                     turn=t.dia_id,
                     session=f"S{t.session}",
-                    role=t.role,
-                    name=t.speaker or None,
-                    content=content,
+                    role="user" if prefixed else t.role,
+                    name=None if prefixed else t.speaker or None,
+                    content=f"{t.speaker}: {content}" if prefixed else content,
                     timestamp=t.timestamp,
                     bm25_text=f"{t.speaker}: {content}",
                 )
@@ -337,7 +353,7 @@ def _lme_date(value: Any) -> datetime:
     return datetime.strptime(str(value).strip(), _LME_DATE).replace(tzinfo=timezone.utc)
 
 
-def longmemeval_dataset(split: str, limit: int | None) -> Dataset:
+def longmemeval_dataset(split: str, limit: int | None, shape: str = "roles") -> Dataset:
     items = _halves(_load_longmemeval(), split)
     if limit is not None:
         items = items[:limit]
@@ -383,7 +399,7 @@ def longmemeval_dataset(split: str, limit: int | None) -> Dataset:
                         session=sid,
                         role="user",
                         name=None,
-                        content=content,
+                        content=f"User: {content}" if shape == "prefixed" else content,
                         timestamp=start + timedelta(minutes=i),
                         bm25_text=content,
                     )
@@ -587,6 +603,15 @@ def _turn_ranking(hits: Sequence[Any], by_mid: dict[str, Doc]) -> tuple[list[str
 
 
 def evaluate(mem: Memory, ds: Dataset, limit: int) -> dict[str, Any]:
+    """The question loop (see ``_evaluate``), with the share of the machine's CPU that other
+    processes used meanwhile: the latency figures are only as quiet as the machine was."""
+    with other_load() as load:
+        out = _evaluate(mem, ds, limit)
+    out["other_load"] = load[0]
+    return out
+
+
+def _evaluate(mem: Memory, ds: Dataset, limit: int) -> dict[str, Any]:
     """The question loop: engine searches (timed), BM25, and get_memory on a sample.
 
     Each question is searched twice: with ``limit`` (the scored ranking: deep enough for
@@ -791,6 +816,9 @@ def report(ds: Dataset, ing: dict[str, Any], ev: dict[str, Any], limit: int) -> 
         )
     if ing["reused_users"]:
         print(f"  ingest: {ing['reused_users']} users reused from the database file")
+    print(
+        f"  other processes used {ev['other_load']:.0%} of the machine's CPU during the questions"
+    )
     print(format_summary("mem.search, limit=10 (warm)", ev["search_10"], width=38))
     print(format_summary(f"mem.search, limit={limit} (warm)", ev["search"], width=38))
     print(format_summary("first search of each user (cold)", ev["first_search"], width=38))
@@ -813,6 +841,7 @@ def report(ds: Dataset, ing: dict[str, Any], ev: dict[str, Any], limit: int) -> 
         {
             "ingest": {k: round(v, 2) if isinstance(v, float) else v for k, v in ing.items()},
             "search_limit": limit,
+            "other_load": ev["other_load"],
             "as_of": ev["as_of"],
             "hits_by_layer": ev["layers"],
             "rankings_short_of_10_sessions": short_sessions,
@@ -854,6 +883,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         default="all",
         help="LoCoMo conversations 1-3 / 4-6, LongMemEval questions 0-49 / 50-99",
     )
+    p.add_argument(
+        "--shape",
+        choices=SHAPES,
+        default="roles",
+        help="roles: roles and names as the engine likes them; prefixed: every turn role "
+        "user, no name, the speaker in the content ('Caroline: ...', LongMemEval 'User: ...')",
+    )
     p.add_argument("--embedder", default="local")
     p.add_argument(
         "--search-limit",
@@ -872,20 +908,21 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(
         f"memstrata retrieval benchmark: {info['cpu']}, {info['cores']} cores, "
         f"{info['ram_gib']} GiB RAM, engine {info['engine']}, embedder {args.embedder}, "
-        f"split {args.split}, load {info.get('loadavg_1m_at_start')}"
+        f"split {args.split}, shape {args.shape}, load {info.get('loadavg_1m_at_start')}"
     )
     results: dict[str, Any] = {
         "machine": info,
         "embedder": args.embedder,
         "split": args.split,
+        "shape": args.shape,
         "datasets": {},
     }
     with tempfile.TemporaryDirectory(prefix="memstrata-retrieval-") as tmp:
         for key in keys:
             if key == "locomo":
-                ds = locomo_dataset(args.split, args.limit_conversations)
+                ds = locomo_dataset(args.split, args.limit_conversations, args.shape)
             else:
-                ds = longmemeval_dataset(args.split, args.limit_questions)
+                ds = longmemeval_dataset(args.split, args.limit_questions, args.shape)
             if not ds.users:
                 print(f"\n{ds.title}: nothing selected")
                 continue

@@ -6,6 +6,8 @@ always escaped, and one project never seeing another's. The browser tests
 from __future__ import annotations
 
 import re
+import socket
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -566,3 +568,81 @@ def test_the_cookie_is_secure_over_https(world: dict[str, Any]) -> None:
         r = dash.sign_in(world["key_a"])
         cookie = next(c for c in r.headers.get_list("set-cookie") if c.startswith("memstrata_ui="))
         assert "secure" in cookie.lower().split("; ")
+
+
+def test_a_malformed_form_is_refused_cleanly(signed_in: Dash) -> None:
+    headers = {"content-type": "multipart/form-data; boundary=x"}
+    for path in ("/ui/login", "/ui/retry"):
+        # Unreadable, or read as a form without its token: refused either way, never a 500.
+        r = signed_in.client.post(path, content=b"--x\r\nbroken", headers=headers)
+        assert r.status_code in (400, 403) and "text/html" in r.headers["content-type"], path
+    too_many = "&".join(f"f{i}=1" for i in range(100))
+    r = signed_in.client.post(
+        "/ui/retry",
+        content=too_many,
+        headers={"content-type": "application/x-www-form-urlencoded"},
+    )
+    assert r.status_code == 400
+
+
+def test_paused_processing_is_shown_with_its_cause(make_memory: Callable[..., Memory]) -> None:
+    server = FakeOpenAIServer()
+    server.chat_script = MemoryModel()
+    server.start()
+    try:
+        mem = make_memory(
+            llm="openai:fake-chat",
+            llm_base_url=server.base_url,
+            llm_api_key="k",
+            llm_max_retries=0,
+            job_backoff_seconds=0.01,
+            outage_backoff_seconds=0.05,
+            outage_backoff_max_seconds=0.2,
+        )
+        mem.projects.create("default", project_id=mem.project_id)
+        _, key = mem.keys.create(mem.project_id)
+        server.fault(503)
+        mem.sessions.create("erin", session_id="e1").add_messages(
+            [{"role": "user", "content": "I ordered a parcel for my sister."}]
+        )
+        deadline = time.monotonic() + 60
+        while not mem.stats()["processing"]["paused"]:
+            assert time.monotonic() < deadline, "no outage recorded"
+            time.sleep(0.02)
+        with TestClient(create_app(mem, ServerSettings())) as client:
+            dash = Dash(client)
+            dash.sign_in(key)
+            page = dash.get("/").text
+            assert "Processing is paused" in page
+            assert "llm openai:fake-chat" in page and "HTTP 503" in page
+            server.heal()
+            mem.wait(timeout=60)
+            page = dash.get("/").text
+            assert "Processing is paused" not in page and "Running." in page
+    finally:
+        server.close()
+
+
+def test_webhook_failures_are_on_the_overview(make_memory: Callable[..., Memory]) -> None:
+    mem = make_memory(webhook_allow=["127.0.0.1"])
+    mem.projects.create("default", project_id=mem.project_id)
+    _, key = mem.keys.create(mem.project_id)
+    with socket.socket() as s:  # a port nothing listens on: every delivery is refused
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]
+    hook, _ = mem.webhooks.create(
+        resource="fact", event="before_add", target_url=f"http://127.0.0.1:{closed}/hook"
+    )
+    mem.sessions.create("finn", session_id="f1").add_messages(
+        [{"role": "user", "content": "I adopted a cat named Miso."}], sync=True
+    )
+    [delivery] = mem.webhooks.deliveries(hook.id)
+    assert delivery.status == "failed"
+    with TestClient(create_app(mem, ServerSettings())) as client:
+        dash = Dash(client)
+        dash.sign_in(key)
+        section = dash.get("/").text.split('id="hookfail"', 1)[1].split("</section>", 1)[0]
+        assert f"/ui/webhooks/{hook.id}" in section and "fact.before_add" in section
+        assert str(escape(delivery.reason)) in section
+        log = dash.get(f"/webhooks/{hook.id}").text
+        assert "failed" in log and str(escape(delivery.reason)) in log

@@ -5,7 +5,6 @@ capture layer's tests will rely on must parse in the SDKs exactly as real answer
 from __future__ import annotations
 
 import asyncio
-import itertools
 import json
 import time
 from collections.abc import Iterator
@@ -254,12 +253,14 @@ def test_chunk_delay_spaces_chunks_out(oai: FakeOpenAIServer) -> None:
     oai.chunk_delay = 0.04
     arrivals: list[float] = []
     with _openai(oai) as client:
+        started = time.monotonic()
         for _ in client.chat.completions.create(model="gpt-test", messages=USER, stream=True):
             arrivals.append(time.monotonic())
-    # role, three words, finish: five chunks (then [DONE]), each 40 ms after the last.
+    # role, three words, finish: five chunks (then [DONE]), each 40 ms after the last. The
+    # gaps a client sees shrink when a loaded machine delivers two chunks together; the
+    # last chunk still cannot arrive before the four delays have passed.
     assert len(arrivals) == 5
-    gaps = [later - earlier for earlier, later in itertools.pairwise(arrivals)]
-    assert min(gaps) >= 0.03
+    assert arrivals[-1] - started >= 4 * 0.04
 
 
 def test_close_does_not_wait_for_a_slow_stream() -> None:

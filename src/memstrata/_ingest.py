@@ -12,6 +12,7 @@ from pydantic import ValidationError as PydanticValidationError
 
 from ._checks import check_id, check_metadata, new_id, pydantic_problems
 from ._engine import Engine
+from ._speakers import speaker_of
 from ._time import to_iso, utcnow
 from .config import Settings
 from .errors import NotFoundError, ProcessingError, ValidationError
@@ -73,6 +74,19 @@ def _validate_messages(
     return [(m, _content_hash(session_id, m)) for m in parsed]
 
 
+def _speaker(m: MessageInput) -> str | None:
+    """The name sent, else the speaker a user turn's content starts with ("Caroline: ..."):
+    stored as the name, so that recall, the write path and the context see the speaker of
+    a transcript's turn as they see a named one (see ``_speakers``)."""
+    # Only the user's turns, where transcripts and group chats are sent: an assistant's turn
+    # is the assistant speaking ("Case Study: ..." there is a heading; on LongMemEval's
+    # assistant turns most labels are), a tool's or system message's "Cluster State: ..."
+    # output or configuration.
+    if m.name is not None or m.event_type or m.role != "user":
+        return m.name
+    return speaker_of(m.content)
+
+
 def add_messages(
     engine: Engine, project_id: str, session_id: str, messages: Any, *, sync: bool
 ) -> AddResult:
@@ -99,7 +113,7 @@ def add_messages(
             process_id=m.process_id,
             event_type=m.event_type,
             page=m.page,
-            name=m.name,
+            name=_speaker(m),
             metadata=m.metadata,
         )
         for m, digest in validated

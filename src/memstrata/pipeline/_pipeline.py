@@ -13,7 +13,7 @@ import logging
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol, TypeVar
 
 import numpy as np
@@ -22,6 +22,7 @@ from pydantic import ValidationError as PydanticValidationError
 
 from .._checks import new_id
 from .._foreground import PAUSE_SECONDS, Foreground
+from .._speakers import without_speaker
 from .._strings import CheckedStrings, value_problem
 from .._time import Timestamp
 from .._time import to_iso as _iso
@@ -84,7 +85,22 @@ def embedding_text(message: MessageRow) -> str:
         if message.page:
             parts.append(f"(page: {message.page})")
         return " ".join(parts)
-    return f"{message.name}: {message.content}" if message.name else message.content
+    if not message.name:
+        return message.content
+    # A transcript's turn already starts with its speaker ("Caroline: ..."): said once.
+    return f"{message.name}: {without_speaker(message.content, message.name)}"
+
+
+def _as_said(messages: Sequence[MessageRow]) -> list[MessageRow]:
+    """The messages as the rules read them: a turn whose content starts with its own
+    speaker's label ("Caroline: I went ...", a transcript's turn) without that label, as if
+    the speaker had been sent as ``name`` (otherwise "Caroline:" would be read as part of
+    the sentence). Only what extraction reads: the stored content stays as sent."""
+    out = []
+    for m in messages:
+        said = without_speaker(m.content, m.name)
+        out.append(m if said is m.content else replace(m, content=said))
+    return out
 
 
 def layer_embedding_text(text: str, message_ids: Sequence[str], names: dict[str, str]) -> str:
@@ -431,7 +447,7 @@ class Pipeline:
     ) -> list[FactDraft]:
         batch_ids = {m.id for m in batch.messages}
         if self.llm is None:
-            drafts = heuristics.extract_facts(batch.messages)
+            drafts = heuristics.extract_facts(_as_said(batch.messages))
         else:
             # A note is already what the model would make of it (a fact as it stands), so
             # the rules take it and the model is not asked to rephrase it.

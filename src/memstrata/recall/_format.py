@@ -30,6 +30,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 
+from .._speakers import without_speaker
 from ..types import Hit, Message, is_note_event
 from ._escape import ROLE_WORDS, escape_label, escape_quote, escape_text
 from ._tokens import estimate_tokens, truncate_to_tokens
@@ -106,9 +107,18 @@ def _superseded(hit: Hit) -> bool:
     return hit.metadata.get("status") == "superseded"
 
 
+def _said(text: str, item: Hit | Message) -> str:
+    """A turn's text after its label: a transcript's turn starts with its speaker's name
+    ("Caroline: ...") or its role ("User: ..." on a user turn), which the label already
+    says."""
+    if (isinstance(item, Hit) and item.layer != "message") or item.event_type:
+        return text
+    return without_speaker(text, item.name or item.role)
+
+
 def _quote(msg: Message, room: int) -> str:
     who = _who(msg.role, msg.name, msg.event_type)
-    text = _fit(msg.content, min(room, _MAX_QUOTE_TOKENS), escape_quote)
+    text = _fit(_said(msg.content, msg), min(room, _MAX_QUOTE_TOKENS), escape_quote)
     return f'  > "{text}" ({who}, {_day(msg.timestamp)})'
 
 
@@ -159,7 +169,7 @@ def format_context(
         room = min(_MAX_ITEM_TOKENS, budget - used - header_cost - estimate_tokens(prefix) - 1)
         if room < 8:
             break
-        lines = [prefix + _fit(hit.text, room)]
+        lines = [prefix + _fit(_said(hit.text, hit), room)]
         cost = header_cost + estimate_tokens(lines[0]) + 1
         for msg in evidence.get(hit.id, []):
             if msg.id in quoted or _one_line(msg.content) == _one_line(hit.text):
@@ -184,7 +194,7 @@ def format_context(
                 room = min(_MAX_ITEM_TOKENS, budget - used - estimate_tokens(prefix) - 1)
                 if room < 8:
                     break
-                line = prefix + _fit(msg.content, room)
+                line = prefix + _fit(_said(msg.content, msg), room)
                 used += estimate_tokens(line) + 1
                 kept.append((msg, line))
     if not (chosen or kept):

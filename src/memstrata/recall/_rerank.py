@@ -15,6 +15,7 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from .._speakers import without_speaker
 from ..llm import ChatModel, complete_json
 from ..store._text import fts_query_terms
 
@@ -64,7 +65,7 @@ def _text(item: Scored) -> str:
     row = item.row
     name = getattr(row, "name", None)
     body = str(getattr(row, "content", None) or getattr(row, "text", ""))
-    return f"{name}: {body}" if name else body
+    return f"{name}: {without_speaker(body, name)}" if name else body
 
 
 def _local(ranked: list[tuple[Key, Scored]], query: str, depth: int) -> list[tuple[Key, Scored]]:

@@ -404,6 +404,7 @@ class DashboardStore(Protocol):
     def prune_ui_sessions(self, now: float) -> int: ...
 
 
+@runtime_checkable
 class RecallLogStore(Protocol):
     """The recall log: what the faces' recalls injected, bounded (store/_core/recall_log.py).
     Times are epoch seconds."""

@@ -51,7 +51,10 @@ async def login_page(request: Request) -> Response:
 
 
 async def login(request: Request) -> Response:
-    form = await request.form(max_files=0, max_fields=10)
+    try:
+        form = await request.form(max_files=0, max_fields=10)
+    except Exception:  # multipart's own errors: a malformed or oversized form
+        return _login_form(request, status=400, error="The form could not be read.")
     given, expected = form.get("csrf"), request.cookies.get(LOGIN_COOKIE)
     if (
         not isinstance(given, str)

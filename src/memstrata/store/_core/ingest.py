@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
+from ..._speakers import without_speaker
 from ..._time import now_iso
 from ...errors import ConflictError
 from .. import AddOutcome, MessageRow, SessionRow
@@ -72,7 +73,11 @@ def add_messages(
     job_id = None
     if new:
         job_id = _insert_job(tx, project_id, user_id, len(new))
-        texts = [message_text(r.content, r.event_type, r.page) for r in new]
+        # The speaker's name stays out of full text (recall's speaker signal matches it), also
+        # when the content starts with it ("Caroline: ...").
+        texts = [
+            message_text(without_speaker(r.content, r.name), r.event_type, r.page) for r in new
+        ]
         fulltext = [hooks._fulltext_columns(t) for t in texts]
         pks = _insert_rows(tx, project_id, session, job_id, new, fulltext)
         for r, pk, text in zip(new, pks, texts, strict=True):
