@@ -101,6 +101,30 @@ def signed_in(dash: Dash, world: dict[str, Any]) -> Dash:
     return dash
 
 
+@pytest.fixture
+def modelled(make_memory: Callable[..., Memory]) -> Iterator[tuple[Memory, str, FakeOpenAIServer]]:
+    """A memory whose pipeline uses a fake model on 127.0.0.1 (to break it), and a key."""
+    server = FakeOpenAIServer()
+    server.chat_script = MemoryModel()
+    server.start()
+    try:
+        mem = make_memory(
+            llm="openai:fake-chat",
+            llm_base_url=server.base_url,
+            llm_api_key="k",
+            llm_max_retries=0,
+            job_max_attempts=1,
+            job_backoff_seconds=0.01,
+            outage_backoff_seconds=0.05,
+            outage_backoff_max_seconds=0.2,
+        )
+        mem.projects.create("default", project_id=mem.project_id)
+        _, key = mem.keys.create(mem.project_id)
+        yield mem, key, server
+    finally:
+        server.close()
+
+
 def _summary_id(mem: Memory, user: str = "alice") -> str:
     return next(s.id for s in mem.summaries.list(user_id=user) if "Berlin" in s.text)
 
@@ -441,47 +465,32 @@ def test_the_dashboard_can_be_switched_off(world: dict[str, Any]) -> None:
 
 
 def test_failed_messages_show_their_error_and_are_retried(
-    make_memory: Callable[..., Memory],
+    modelled: tuple[Memory, str, FakeOpenAIServer],
 ) -> None:
-    server = FakeOpenAIServer()
-    server.chat_script = MemoryModel()
-    server.start()
-    try:
-        mem = make_memory(
-            llm="openai:fake-chat",
-            llm_base_url=server.base_url,
-            llm_api_key="k",
-            llm_max_retries=0,
-            job_max_attempts=1,
-            job_backoff_seconds=0.01,
-        )
-        mem.projects.create("default", project_id=mem.project_id)
-        _, key = mem.keys.create(mem.project_id)
-        server.fault("invalid_json")
-        mem.sessions.create("carol", session_id="c1").add_messages(
-            [{"role": "user", "content": "I adopted a cat named Miso."}]
-        )
+    mem, key, server = modelled
+    server.fault("invalid_json")
+    mem.sessions.create("carol", session_id="c1").add_messages(
+        [{"role": "user", "content": "I adopted a cat named Miso."}]
+    )
+    mem.wait(timeout=60)
+    failed = mem.messages.list(status="failed")
+    assert failed and failed[0].error
+    app = create_app(mem, ServerSettings())
+    with TestClient(app) as client:
+        dash = Dash(client)
+        dash.sign_in(key)
+        page = dash.get("/").text
+        assert failed[0].id in page and str(escape(failed[0].error)) in page
+        assert "Retry all failed messages" in page
+        server.heal()
+        asked = dash.post("/retry")
+        assert "processed again" in asked.text
+        r = dash.post("/retry", confirm=True)
+        assert r.status_code == 303 and r.headers["location"] == "/ui/?done=retried%3A1"
+        assert "1 job(s) queued again." in dash.get("/?done=retried:1").text
         mem.wait(timeout=60)
-        failed = mem.messages.list(status="failed")
-        assert failed and failed[0].error
-        app = create_app(mem, ServerSettings())
-        with TestClient(app) as client:
-            dash = Dash(client)
-            dash.sign_in(key)
-            page = dash.get("/").text
-            assert failed[0].id in page and str(escape(failed[0].error)) in page
-            assert "Retry all failed messages" in page
-            server.heal()
-            asked = dash.post("/retry")
-            assert "processed again" in asked.text
-            r = dash.post("/retry", confirm=True)
-            assert r.status_code == 303 and r.headers["location"] == "/ui/?done=retried%3A1"
-            assert "1 job(s) queued again." in dash.get("/?done=retried:1").text
-            mem.wait(timeout=60)
-            assert mem.messages.list(status="failed") == []
-            assert dash.get("/?done=<b>forged</b>").text.count("forged") == 0
-    finally:
-        server.close()
+        assert mem.messages.list(status="failed") == []
+        assert dash.get("/?done=<b>forged</b>").text.count("forged") == 0
 
 
 def test_a_correction_is_shown_both_ways_and_the_old_summary_stays_reachable(
@@ -585,42 +594,28 @@ def test_a_malformed_form_is_refused_cleanly(signed_in: Dash) -> None:
     assert r.status_code == 400
 
 
-def test_paused_processing_is_shown_with_its_cause(make_memory: Callable[..., Memory]) -> None:
-    server = FakeOpenAIServer()
-    server.chat_script = MemoryModel()
-    server.start()
-    try:
-        mem = make_memory(
-            llm="openai:fake-chat",
-            llm_base_url=server.base_url,
-            llm_api_key="k",
-            llm_max_retries=0,
-            job_backoff_seconds=0.01,
-            outage_backoff_seconds=0.05,
-            outage_backoff_max_seconds=0.2,
-        )
-        mem.projects.create("default", project_id=mem.project_id)
-        _, key = mem.keys.create(mem.project_id)
-        server.fault(503)
-        mem.sessions.create("erin", session_id="e1").add_messages(
-            [{"role": "user", "content": "I ordered a parcel for my sister."}]
-        )
-        deadline = time.monotonic() + 60
-        while not mem.stats()["processing"]["paused"]:
-            assert time.monotonic() < deadline, "no outage recorded"
-            time.sleep(0.02)
-        with TestClient(create_app(mem, ServerSettings())) as client:
-            dash = Dash(client)
-            dash.sign_in(key)
-            page = dash.get("/").text
-            assert "Processing is paused" in page
-            assert "llm openai:fake-chat" in page and "HTTP 503" in page
-            server.heal()
-            mem.wait(timeout=60)
-            page = dash.get("/").text
-            assert "Processing is paused" not in page and "Running." in page
-    finally:
-        server.close()
+def test_paused_processing_is_shown_with_its_cause(
+    modelled: tuple[Memory, str, FakeOpenAIServer],
+) -> None:
+    mem, key, server = modelled
+    server.fault(503)
+    mem.sessions.create("erin", session_id="e1").add_messages(
+        [{"role": "user", "content": "I ordered a parcel for my sister."}]
+    )
+    deadline = time.monotonic() + 60
+    while not mem.stats()["processing"]["paused"]:
+        assert time.monotonic() < deadline, "no outage recorded"
+        time.sleep(0.02)
+    with TestClient(create_app(mem, ServerSettings())) as client:
+        dash = Dash(client)
+        dash.sign_in(key)
+        page = dash.get("/").text
+        assert "Processing is paused" in page
+        assert "llm openai:fake-chat" in page and "HTTP 503" in page
+        server.heal()
+        mem.wait(timeout=60)
+        page = dash.get("/").text
+        assert "Processing is paused" not in page and "Running." in page
 
 
 def test_webhook_failures_are_on_the_overview(make_memory: Callable[..., Memory]) -> None:
