@@ -7,6 +7,8 @@ import json
 import re
 import threading
 import time
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -727,3 +729,33 @@ def test_one_user_never_processed_by_two_workers_at_once(
         assert calls and all(b1 <= a2 for (_, b1), (a2, _) in itertools.pairwise(calls))
     overlap = any(a1 < b2 and a2 < b1 for a1, b1 in by_user["ann"] for a2, b2 in by_user["bob"])
     assert overlap  # other users do proceed in parallel
+
+
+def test_reindex_embeds_facts_and_summaries_as_the_pipeline_does(
+    make_memory: Callable[..., Memory], tmp_path: Path
+) -> None:
+    # The pipeline embeds a named speaker's facts with the name read as "User"; a store
+    # reindexed for a new embedder must hold the vectors a fresh store of that embedder
+    # would, or it ranks differently (named vectors crowd out answering turns).
+    turns = [
+        {"role": "user", "name": "Caroline", "content": "I adopted a cat named Miso last week."},
+        {"role": "assistant", "name": "Melanie", "content": "I started pottery classes."},
+    ]
+    reindexed = make_memory(embedder="hash")
+    reindexed.sessions.create("u", session_id="s").add_messages(turns, sync=True)
+    reindexed.close()
+    # Opened with another embedder: every vector is made again (`memstrata reindex`).
+    reindexed = make_memory(embedder="hash:64", workers=0, embedder_mismatch="reindex")
+    assert list(reindexed.stats()["vectors"]) == [reindexed.embedder.id]
+    fresh = make_memory(f"sqlite:///{tmp_path / 'fresh.db'}", embedder="hash:64")
+    fresh.sessions.create("u", session_id="s").add_messages(turns, sync=True)
+    for layer in ("fact", "summary"):
+        hits = {
+            name: {
+                h.text: h.signals.get("vector")
+                for h in mem.search("cat", user_id="u", layers=[layer])
+            }
+            for name, mem in (("reindexed", reindexed), ("fresh", fresh))
+        }
+        assert any("Caroline" in text for text in hits["fresh"])
+        assert hits["reindexed"] == hits["fresh"], layer

@@ -24,7 +24,7 @@ from .hooks import Hooks
 from .hooks._engine import WebhookEngine
 from .jobs import FINISHED, JobQueue, job_states, open_queue, paused_because
 from .llm import ChatModel, make_chat_model
-from .pipeline import Pipeline, embedding_text
+from .pipeline import Pipeline, embedding_text, layer_embedding_text, speaker_names
 from .recall import Recaller
 from .store import Store, open_store
 
@@ -231,13 +231,36 @@ class Engine:
             while items := self.store.layer_items_missing_vectors(
                 embedder_id, kind, after, batch_size
             ):
-                vectors = self.embedder.embed([text for _, _, _, text in items])
+                vectors = self.embedder.embed(self._layer_texts(kind, items))
                 self.store.put_layer_vectors(embedder_id, kind, items, vectors)
                 after = items[-1][0]
                 done += len(items)
                 if progress is not None:
                     progress(len(items))
         return done
+
+    def _layer_texts(self, kind: str, items: Sequence[tuple[int, str, str, str]]) -> list[str]:
+        """What the pipeline embedded these facts or summaries as: their text with the name
+        of their messages' speaker read as "User" (``layer_embedding_text``), so that a
+        reindexed store ranks as one processed with the new embedder would."""
+        pks = [pk for pk, _, _, _ in items]
+        rows = self.store.facts_by_pk(pks) if kind == "fact" else self.store.summaries_by_pk(pks)
+        wanted: dict[str, set[str]] = {}
+        for row in rows.values():
+            wanted.setdefault(row.project_id, set()).update(row.message_ids)
+        # Message ids are unique within a project only: one name table per project.
+        names = {
+            project_id: speaker_names(
+                list(self.store.get_messages(project_id, sorted(ids)).values())
+            )
+            for project_id, ids in wanted.items()
+        }
+        return [
+            layer_embedding_text(
+                text, rows[pk].message_ids if pk in rows else [], names.get(project_id, {})
+            )
+            for pk, project_id, _, text in items
+        ]
 
     # -- the jobs this process queued --------------------------------------------------
 

@@ -10,6 +10,6 @@ heuristics keep every stage working.
 
 from __future__ import annotations
 
-from ._pipeline import Pipeline, embedding_text
+from ._pipeline import Pipeline, embedding_text, layer_embedding_text, speaker_names
 
-__all__ = ["Pipeline", "embedding_text"]
+__all__ = ["Pipeline", "embedding_text", "layer_embedding_text", "speaker_names"]

@@ -116,7 +116,8 @@ def layer_embedding_text(text: str, message_ids: Sequence[str], names: dict[str,
     return text
 
 
-def _speaker_names(messages: Sequence[MessageRow]) -> dict[str, str]:
+def speaker_names(messages: Sequence[MessageRow]) -> dict[str, str]:
+    """Message id -> the name facts call its speaker, for ``layer_embedding_text``."""
     return {m.id: n for m in messages if (n := heuristics.speaker_name(m)) is not None}
 
 
@@ -529,7 +530,7 @@ class Pipeline:
         model never sees a note as a message to extract from)."""
         if not drafts:
             return []
-        names = _speaker_names(batch.messages)
+        names = speaker_names(batch.messages)
         vectors = self.embedder.embed(
             [layer_embedding_text(d.text, d.message_ids, names) for d in drafts]
         )
@@ -601,7 +602,7 @@ class Pipeline:
             earlier = [(w, vectors[w.fact_ids[0]]) for w in corrections]
             speakers = _speakers(batch.messages, facts)
             writes = corrections + self._consolidate_offline(
-                usual, candidates, earlier, speakers, _speaker_names(batch.messages)
+                usual, candidates, earlier, speakers, speaker_names(batch.messages)
             )
             # A strengthened summary keeps its words, which summary.before_add carries.
             kept = [existing.get(w.id) for w in writes if w.action == "strengthen"]
@@ -633,7 +634,7 @@ class Pipeline:
         for w in writes:
             w.observed_at = max((at for f in w.fact_ids if (at := observed.get(f))), default=None)
         self._embed_summaries(
-            writes, {sid: s.text for sid, s in existing.items()}, _speaker_names(batch.messages)
+            writes, {sid: s.text for sid, s in existing.items()}, speaker_names(batch.messages)
         )
         return writes
 
