@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import datetime
-
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from ..memory import Memory
-from ..types import RecallLatency, WebhookDelivery
+from ..types import WebhookDelivery
 from ._charts import bar_chart
 from ._render import render
 from ._signin import Viewer
@@ -32,11 +30,6 @@ def _webhook_failures(memory: Memory) -> list[WebhookDelivery]:
     return sorted(failed, key=lambda d: d.at, reverse=True)[:_FAILED_SHOWN]
 
 
-def _get(by_hour: dict[datetime, RecallLatency], start: datetime, field: str) -> float | None:
-    bucket = by_hour.get(start)
-    return None if bucket is None else float(getattr(bucket, field))
-
-
 def _overview(request: Request, viewer: Viewer, form: Form) -> Response:
     memory = viewer.project
     stats = memory.stats()
@@ -54,13 +47,14 @@ def _overview(request: Request, viewer: Viewer, form: Form) -> Response:
     )
     # The log leaves hours without a recall out; the chart keeps their place, empty.
     by_hour = {b.bucket_start: b for b in latency}
+    recalled = [by_hour.get(b.start) for b in activity]
     recall = bar_chart(
         "Recall latency per hour",
         " ms",
         hours,
         [
-            ("p50", [_get(by_hour, b.start, "p50_ms") for b in activity]),
-            ("p95", [_get(by_hour, b.start, "p95_ms") for b in activity]),
+            ("p50", [None if r is None else r.p50_ms for r in recalled]),
+            ("p95", [None if r is None else r.p95_ms for r in recalled]),
         ],
     )
     return render(

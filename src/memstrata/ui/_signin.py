@@ -33,6 +33,7 @@ __all__ = [
     "admin_fingerprint",
     "csrf_matches",
     "current_viewer",
+    "new_login_token",
     "set_cookie",
     "sign_in",
 ]
