@@ -20,8 +20,7 @@ from ..llm import ChatModel, complete_json
 from ..store._text import fts_query_terms
 
 if TYPE_CHECKING:
-    from . import Scored
-    from ._scoring import Key
+    from ._scoring import Key, Scored
 
 __all__ = ["COVERAGE_WEIGHT", "coverage", "rerank"]
 

@@ -21,12 +21,18 @@ and on LongMemEval-S (docs/benchmarks.md); they are not tuned per question.
 from __future__ import annotations
 
 import math
-import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TYPE_CHECKING
 
-__all__ = ["DEFAULT_WEIGHTS", "Candidate", "Key", "ScorerWeights", "mentioned_names", "score"]
+from ._temporal import window_boost
+
+if TYPE_CHECKING:
+    from ._plan import QueryPlan
+    from ._retrieve import Brief, Retrieved, StoredRow
+
+__all__ = ["DEFAULT_WEIGHTS", "Candidate", "Key", "Scored", "ScorerWeights", "rank", "score"]
 
 
 @dataclass(frozen=True)
@@ -172,22 +178,11 @@ def _group_prior(
     return _normalise({pk: max(best[g] for g in names) for pk, names in groups.items()})
 
 
-def mentioned_names(query: str, names: Iterable[str | None]) -> set[str]:
-    """Speaker names that occur in the query as whole words (case-insensitive)."""
-    text = query.casefold()
-    found = set()
-    for name in {n for n in names if n}:
-        if re.search(r"(?<!\w)" + re.escape(name.casefold()) + r"(?!\w)", text):
-            found.add(name)
-    return found
-
-
 def score(
     cands: Mapping[Key, Candidate],
-    query: str,
     *,
     weights: ScorerWeights = DEFAULT_WEIGHTS,
-    speakers: Sequence[str] = (),
+    named: frozenset[str] = frozenset(),
     fusion: str = "score",
     rrf_k: int = 60,
     window: Mapping[Key, float] | None = None,
@@ -220,7 +215,6 @@ def score(
             continue
         around = [base.get(n, 0.0) for n in (c.prev, c.next) if n is not None]
         scores[pk] = base.get(pk, 0.0) + weights.neighbour * max(around, default=0.0)
-    named = mentioned_names(query, speakers)
     if len(named) == 1:
         (who,) = named
         for pk, c in cands.items():
@@ -235,3 +229,64 @@ def score(
         w = None if window is None else window.get(pk, 0.0)
         scores[pk] = scores[pk] * c.weight + _time_bonus(c, weights, w, as_of)
     return scores
+
+
+def _signals(cand: Candidate, window: Mapping[Key, float] | None) -> dict[str, float]:
+    """Per-retriever evidence of one hit: only the retrievers that found it."""
+    out = {}
+    if cand.weight < 1.0:
+        out["status_weight"] = cand.weight
+    if cand.superseded:  # a message every fact of which was corrected since
+        out["superseded"] = 1.0
+    if cand.expired:
+        out["expired"] = 1.0
+    if max(cand.fulltext, default=0.0) > 0:
+        out["fulltext"] = round(max(cand.fulltext), 6)
+    if max(cand.vector, default=0.0) > 0:
+        out["vector"] = round(max(cand.vector), 6)
+    if window is not None:
+        out["time_window"] = round(window.get(cand.key, 0.0), 6)
+    return out
+
+
+@dataclass
+class Scored:
+    """A candidate with its final score (and, once read, its full row)."""
+
+    score: float
+    brief: Brief  # what the item was ranked on (Store.recall_briefs)
+    cand: Candidate
+    window: Mapping[Key, float] | None = None
+    _signals: dict[str, float] | None = None
+    row: StoredRow | None = None
+
+    @property
+    def id(self) -> str:
+        return self.brief.id
+
+    @property
+    def signals(self) -> dict[str, float]:
+        """Computed for the hits returned only: a search scores hundreds of candidates."""
+        if self._signals is None:
+            self._signals = _signals(self.cand, self.window)
+        return self._signals
+
+
+def rank(
+    retrieved: Retrieved, plan: QueryPlan, weights: ScorerWeights = DEFAULT_WEIGHTS
+) -> dict[Key, Scored]:
+    """Stage 3 of a recall: every candidate of a retrieval scored by the plan."""
+    cands = retrieved.cands
+    window = None
+    if plan.window is not None:
+        window = {k: window_boost(c.ts, plan.window) for k, c in cands.items()}
+    scores = score(
+        cands,
+        named=plan.named,
+        weights=weights,
+        fusion=plan.options.fusion,
+        rrf_k=plan.options.rrf_k,
+        window=window,
+        as_of=plan.as_of,
+    )
+    return {k: Scored(s, retrieved.briefs[k], cands[k], window) for k, s in scores.items()}

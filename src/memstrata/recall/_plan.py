@@ -1,0 +1,185 @@
+"""Stage 1 of a recall: the query plan, everything read from the question, read once.
+
+A plan holds what every later stage needs from the query and the search's arguments: the
+time it is asked at, the period it is about (named, or found through the event it is
+relative to), the variants searched (the query and, with ``single_hop_parallel``, its
+rewrites), each variant's full-text terms, the speakers it names, the layers and statuses
+taken, and how many candidates each retriever returns. The later stages (retrieve, score,
+chain, select) take the plan and never parse the query again.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
+
+from .._queries import SEARCH_LAYERS
+from .._time import utcnow
+from ..store import CURRENT_SUMMARY, SearchFilters
+from ..store._text import fts_query_terms
+from ..types import RecallConfig
+from ._rewrite import rewrite_query
+from ._temporal import TimeIntent, parse_time_intent
+
+__all__ = ["QueryPlan", "SearchOptions", "mentioned_names", "plan_query", "search_options"]
+
+_WORD = re.compile(r"\w+")
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+Window = tuple[datetime, datetime]
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    """How one search runs; built from ``Memory.search`` arguments or a RecallConfig."""
+
+    layers: tuple[str, ...] = ("summary", "fact", "message")
+    include_superseded: bool = False
+    router: str = "single_hop_direct"
+    rerank: bool = False
+    fusion: str = "score"
+    rrf_k: int = 60
+    # Per layer: a cosine below this is no vector match (full-text matches still count).
+    min_similarity: Mapping[str, float] = field(default_factory=dict)
+    as_of: datetime | None = None
+    per_layer: int | None = None  # candidates per retriever and layer (default from limit)
+
+
+def search_options(
+    config: RecallConfig,
+    *,
+    as_of: datetime | None = None,
+    layers: tuple[str, ...] | None = None,
+    include_superseded: bool | None = None,
+    min_similarity: Mapping[str, float] | None = None,
+) -> SearchOptions:
+    """The search a RecallConfig asks for."""
+    return SearchOptions(
+        layers=layers or SEARCH_LAYERS,
+        include_superseded=(
+            config.include_superseded if include_superseded is None else include_superseded
+        ),
+        router=config.query_router,
+        rerank=config.enable_long_term_rerank,
+        fusion=config.fusion,
+        rrf_k=config.long_term_rrf_k,
+        as_of=as_of,
+        min_similarity=dict(min_similarity or {}),
+        per_layer=config.candidate_pool,
+    )
+
+
+@dataclass(frozen=True)
+class QueryPlan:
+    """One search, decided before anything is read from the store."""
+
+    project_id: str
+    user_id: str
+    filters: SearchFilters
+    options: SearchOptions
+    query: str
+    as_of: datetime
+    intent: TimeIntent
+    # The period the question is about: the one it names, or the one before / after the
+    # event it is relative to ("before the move"). Candidates inside it get a bonus.
+    window: Window | None
+    variants: tuple[str, ...]  # searched texts: the query first
+    terms: tuple[tuple[str, ...], ...]  # full-text terms of each variant
+    speakers: tuple[str, ...]  # the speakers of this user's memory
+    named: frozenset[str]  # those the query names
+    layers: tuple[str, ...]  # layers searched
+    summary_statuses: tuple[str, ...]
+    fact_statuses: tuple[str, ...]
+    per_layer: int  # candidates per retriever, layer and variant
+
+    def chained(self, text: str) -> QueryPlan:
+        """The plan of a second retrieval that searches ``text`` alone (multi-hop); the
+        question's own reading (its period, the names it mentions) is kept."""
+        return replace(self, variants=(text,), terms=(_terms(text, self.speakers),))
+
+
+def _words(text: str) -> list[str]:
+    return [w.casefold() for w in _WORD.findall(text)]
+
+
+def _terms(text: str, speakers: Sequence[str]) -> tuple[str, ...]:
+    # Speaker names are matched by the speaker signal, not as words: within one user's
+    # memory a name is in half the turns, yet the index's collection-wide statistics would
+    # weigh it as a rare, decisive word.
+    names = {w for n in speakers for w in _words(n)}
+    return tuple(t for t in fts_query_terms(text) if t.casefold() not in names)
+
+
+def mentioned_names(query: str, names: Iterable[str | None]) -> frozenset[str]:
+    """Speaker names that occur in the query as whole words (case-insensitive)."""
+    text = query.casefold()
+    found = set()
+    for name in {n for n in names if n}:
+        if re.search(r"(?<!\w)" + re.escape(name.casefold()) + r"(?!\w)", text):
+            found.add(name)
+    return frozenset(found)
+
+
+def _layers(options: SearchOptions, filters: SearchFilters) -> tuple[str, ...]:
+    # Message-level filters (session, role, event type, time, metadata) describe messages:
+    # derived layers take part only without them.
+    if filters.empty:
+        return options.layers
+    return tuple(layer for layer in options.layers if layer == "message")
+
+
+def plan_query(
+    query: str,
+    *,
+    project_id: str,
+    user_id: str,
+    filters: SearchFilters,
+    options: SearchOptions,
+    limit: int,
+    speakers: Sequence[str],
+    excluded: int = 0,
+    carried: int = 0,
+    locate: Callable[[str, SearchOptions], datetime | None],
+) -> QueryPlan:
+    """Read ``query`` once into a plan. ``excluded`` message ids and ``carried`` texts will
+    be passed over, so more candidates are taken; ``locate(event, options)`` finds when an
+    event the query is relative to was talked about (a search of its own)."""
+    as_of = options.as_of or utcnow()
+    options = replace(options, as_of=as_of)
+    intent = parse_time_intent(query, as_of)
+    variants = [query]
+    if options.router == "single_hop_parallel":
+        variants += [r.text for r in rewrite_query(query)]
+    n = options.per_layer or max(60, limit * 2) + excluded
+    # The prompt's own turns are likely among the best candidates (the same conversation):
+    # as many more candidates as they could take, at most twice as many in all.
+    n += min(carried, n)
+    window = intent.window
+    if window is None and intent.relation and intent.anchor:
+        at = locate(intent.anchor, options)
+        if at is not None:
+            window = (_EPOCH, at) if intent.relation == "before" else (at, as_of)
+    summary_statuses: tuple[str, ...] = CURRENT_SUMMARY
+    fact_statuses: tuple[str, ...] = ("active",)
+    if options.include_superseded:
+        summary_statuses, fact_statuses = (*CURRENT_SUMMARY, "superseded"), ("active", "superseded")
+    return QueryPlan(
+        project_id=project_id,
+        user_id=user_id,
+        filters=filters,
+        options=options,
+        query=query,
+        as_of=as_of,
+        intent=intent,
+        window=window,
+        variants=tuple(variants),
+        terms=tuple(_terms(v, speakers) for v in variants),
+        speakers=tuple(speakers),
+        named=mentioned_names(query, speakers),
+        layers=_layers(options, filters),
+        summary_statuses=summary_statuses,
+        fact_statuses=fact_statuses,
+        per_layer=n,
+    )

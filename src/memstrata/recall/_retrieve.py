@@ -1,0 +1,314 @@
+"""Stage 2 of a recall: retrieval, the candidates of every layer with their evidence.
+
+For each variant of the plan and each layer it searches, full text (run in a background
+thread, with the briefs of what it found and of their neighbouring turns) beside the query
+embedding, then the vector search. Every candidate then gets its cosine with every variant
+(also those only full text found), its neighbouring turns, its time, and its status weight:
+a ``Candidate`` for the scorer. Nothing here weighs one candidate against another.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+import numpy as np
+
+from .._products import similarities
+from .._time import parse_iso as parse_ts
+from ..embed import Embedder
+from ..store import (
+    FactBrief,
+    FactRow,
+    LayerStore,
+    MessageBrief,
+    MessageRow,
+    SearchStore,
+    SessionStore,
+    SummaryBrief,
+    SummaryRow,
+)
+from ._plan import QueryPlan
+from ._scoring import Candidate, Key
+
+if TYPE_CHECKING:
+    from ._scoring import Scored
+
+__all__ = ["Brief", "RecallStore", "Retrieved", "StoredRow", "fill_rows", "retrieve"]
+
+Brief = MessageBrief | FactBrief | SummaryBrief
+#: A candidate's full row, read for the hits only (``fill_rows``).
+StoredRow = MessageRow | FactRow | SummaryRow
+
+# Facts and summaries whose validity ended before the question count this much.
+EXPIRED_WEIGHT = 0.5
+
+_STATUS_WEIGHT = {"deprioritized": 0.5, "superseded": 0.5}
+
+
+class RecallStore(SearchStore, SessionStore, LayerStore, Protocol):
+    """What recall reads: its candidates (search), a session's history and the messages
+    items quote (sessions), and a user's latest facts (layers)."""
+
+
+@dataclass
+class Retrieved:
+    """The candidates of one retrieval, each with the brief it was found as."""
+
+    cands: dict[Key, Candidate]
+    briefs: dict[Key, Brief]
+
+
+@dataclass
+class _Rows:
+    """Briefs of the candidates loaded so far (``Store.recall_briefs``), by layer and pk:
+    what ranking needs, without text or metadata."""
+
+    messages: dict[int, MessageBrief] = field(default_factory=dict)
+    facts: dict[int, FactBrief] = field(default_factory=dict)
+    summaries: dict[int, SummaryBrief] = field(default_factory=dict)
+    neighbours: dict[int, tuple[int | None, int | None]] = field(default_factory=dict)
+    # Briefs of turns read only as neighbours of the above (no links of their own yet): a
+    # turn that turns out to be a candidate too is read again, with its neighbours.
+    context: dict[int, MessageBrief] = field(default_factory=dict)
+
+    def __contains__(self, key: Key) -> bool:
+        layer, pk = key
+        if layer == "message":
+            return pk in self.messages
+        if layer == "fact":
+            return pk in self.facts
+        return pk in self.summaries
+
+    def update(self, other: _Rows) -> None:
+        self.messages.update(other.messages)
+        self.facts.update(other.facts)
+        self.summaries.update(other.summaries)
+        self.neighbours.update(other.neighbours)
+        self.context.update(other.context)
+
+
+def _similarities(
+    tables: Mapping[str, Mapping[int, Brief]],
+    keys: Sequence[Key],
+    qvecs: Sequence[np.ndarray],
+) -> dict[Key, list[float]]:
+    """Cosine of each query variant with every key whose brief has a vector: one matrix
+    product for all of them."""
+    have: list[Key] = []
+    blobs: list[bytes] = []
+    for key in keys:
+        brief = tables[key[0]].get(key[1])
+        if brief is not None and brief.vector is not None:
+            have.append(key)
+            blobs.append(brief.vector)
+    if not have or not len(qvecs):
+        return {}
+    matrix = np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(have), -1)
+    queries = np.asarray(qvecs, dtype=np.float32)
+    sims = similarities(matrix, queries.T).tolist()
+    return dict(zip(have, sims, strict=True))
+
+
+def _fulltext(store: RecallStore, plan: QueryPlan) -> dict[Key, list[float]]:
+    """BM25 of every candidate full text finds, per variant."""
+    out: dict[Key, list[float]] = {}
+    p, u, n = plan.project_id, plan.user_id, plan.per_layer
+    for v, terms in enumerate(plan.terms):
+        found: list[tuple[Key, float]] = []
+        if "message" in plan.layers:
+            found += [
+                (("message", pk), s)
+                for pk, s in store.fulltext_messages(p, u, list(terms), n, plan.filters)
+            ]
+        if "fact" in plan.layers:
+            found += [
+                (("fact", pk), s)
+                for pk, s in store.fulltext_items("fact", p, u, list(terms), n, plan.fact_statuses)
+            ]
+        if "summary" in plan.layers:
+            found += [
+                (("summary", pk), s)
+                for pk, s in store.fulltext_items(
+                    "summary", p, u, list(terms), n, plan.summary_statuses
+                )
+            ]
+        for key, s in found:
+            out.setdefault(key, [0.0] * len(plan.terms))[v] = s
+    return out
+
+
+def _vector_keys(
+    store: RecallStore, embedder: Embedder, plan: QueryPlan, qvecs: Sequence[np.ndarray]
+) -> set[Key]:
+    """What the vector search finds, for every variant and layer."""
+    p, u, n, model = plan.project_id, plan.user_id, plan.per_layer, embedder.id
+    keys: set[Key] = set()
+    for q in qvecs:
+        if "message" in plan.layers:
+            keys.update(
+                ("message", pk) for pk, _ in store.vector_messages(p, u, q, model, n, plan.filters)
+            )
+        if "fact" in plan.layers:
+            keys.update(
+                ("fact", pk)
+                for pk, _ in store.vector_items("fact", p, u, q, model, n, plan.fact_statuses)
+            )
+        if "summary" in plan.layers:
+            keys.update(
+                ("summary", pk)
+                for pk, _ in store.vector_items("summary", p, u, q, model, n, plan.summary_statuses)
+            )
+    return keys
+
+
+def _briefs(store: RecallStore, embedder: Embedder, plan: QueryPlan, keys: Sequence[Key]) -> _Rows:
+    """Briefs of ``keys`` and, for an unfiltered search, the neighbouring turns of its
+    messages (a filter describes which messages count)."""
+    unfiltered = plan.filters.empty
+    messages, facts, summaries = store.recall_briefs(
+        plan.project_id,
+        plan.user_id,
+        [pk for lay, pk in keys if lay == "message"],
+        [pk for lay, pk in keys if lay == "fact"],
+        [pk for lay, pk in keys if lay == "summary"],
+        neighbours=unfiltered,
+        embedder=embedder.id,
+    )
+    out = _Rows(messages, facts, summaries)
+    if unfiltered:
+        out.neighbours = {pk: (b.prev_pk, b.next_pk) for pk, b in messages.items()}
+    return out
+
+
+def _turn_briefs(
+    store: RecallStore, embedder: Embedder, plan: QueryPlan, pks: Sequence[int]
+) -> dict[int, MessageBrief]:
+    return store.recall_briefs(plan.project_id, plan.user_id, pks, embedder=embedder.id)[0]
+
+
+def _with_neighbours(
+    store: RecallStore, embedder: Embedder, plan: QueryPlan, rows: _Rows, keys: list[Key]
+) -> list[Key]:
+    """The candidates' neighbouring turns join them (evidence clusters); returns the keys
+    with them."""
+    neighbours, messages = rows.neighbours, rows.messages
+    more = {p for pair in neighbours.values() for p in pair if p is not None}
+    more -= set(messages)
+    if not more:
+        return keys
+    missing = sorted(more - set(rows.context))
+    if missing:
+        rows.context.update(_turn_briefs(store, embedder, plan, missing))
+    messages.update((pk, rows.context[pk]) for pk in more if pk in rows.context)
+    # An added turn's link back to the candidate it neighbours is known; its other side is
+    # not needed for a turn that only came in as context.
+    for pk, (prev, nxt) in list(neighbours.items()):
+        if prev in more:
+            neighbours[prev] = (neighbours.get(prev, (None, None))[0], pk)
+        if nxt in more:
+            neighbours[nxt] = (pk, neighbours.get(nxt, (None, None))[1])
+    return sorted(set(keys) | {("message", pk) for pk in more})
+
+
+def _candidate(
+    key: Key,
+    brief: Brief,
+    vector: tuple[float, ...],
+    text: Sequence[float],
+    neighbours: Mapping[int, tuple[int | None, int | None]],
+    plan: QueryPlan,
+) -> Candidate:
+    cand = Candidate(key=key, fulltext=text, vector=vector)
+    if isinstance(brief, MessageBrief):
+        cand.session, cand.name = brief.session_id, brief.name
+        cand.ts = parse_ts(brief.ts)
+        prev, nxt = neighbours.get(key[1], (None, None))
+        cand.prev = ("message", prev) if prev is not None else None
+        cand.next = ("message", nxt) if nxt is not None else None
+        # Raw history stays full evidence ("how many since..." needs the old value too); it
+        # is only marked, and get_memory leaves it out unless asked.
+        cand.superseded = brief.superseded
+        return cand
+    # A fact is placed in time by when it happened ("went hiking last spring"), a summary
+    # by when it was observed.
+    if isinstance(brief, FactBrief):
+        when = brief.occurred_at or brief.observed_at or brief.created_at
+    else:
+        when = brief.observed_at or brief.created_at
+        cand.topics = tuple(brief.topic_ids)
+    cand.ts = parse_ts(when)
+    cand.weight = _STATUS_WEIGHT.get(brief.status, 1.0)
+    until = parse_ts(brief.valid_to)
+    if until is not None and until < plan.as_of:
+        cand.weight *= EXPIRED_WEIGHT  # no longer holds: history, not current
+        cand.expired = True
+    return cand
+
+
+def retrieve(store: RecallStore, embedder: Embedder, pool: Executor, plan: QueryPlan) -> Retrieved:
+    """Every candidate of the plan's layers, with its evidence."""
+
+    def fulltext_and_briefs() -> tuple[dict[Key, list[float]], _Rows]:
+        found = _fulltext(store, plan)
+        rows = _briefs(store, embedder, plan, list(found))
+        around = {p for pair in rows.neighbours.values() for p in pair if p is not None}
+        around -= set(rows.messages)
+        if around:
+            rows.context = _turn_briefs(store, embedder, plan, sorted(around))
+        return found, rows
+
+    pending = pool.submit(fulltext_and_briefs)
+    qvecs = list(embedder.embed(list(plan.variants)))
+    keys = _vector_keys(store, embedder, plan, qvecs)
+    fulltext, rows = pending.result()
+    keys.update(fulltext)
+    ordered = sorted(keys)
+    rows.update(_briefs(store, embedder, plan, [k for k in ordered if k not in rows]))
+    if rows.neighbours:
+        ordered = _with_neighbours(store, embedder, plan, rows, ordered)
+    tables: dict[str, Mapping[int, Brief]] = {
+        "message": rows.messages,
+        "fact": rows.facts,
+        "summary": rows.summaries,
+    }
+    sims = _similarities(tables, ordered, qvecs)
+    out = Retrieved({}, {})
+    no_match = (0.0,) * len(plan.variants)
+    for key in ordered:
+        brief = tables[key[0]].get(key[1])
+        if brief is None:
+            continue
+        # A non-positive cosine means "unrelated" for every embedder we ship.
+        floor = max(plan.options.min_similarity.get(key[0], 0.0), 1e-6)
+        # A tuple, not a list: short tuples come from CPython's free list, which the garbage
+        # collector does not count, and a search keeps a few hundred of these alive (a list
+        # each made the collector run a third more often).
+        vector = tuple([v if v >= floor else 0.0 for v in sims.get(key, ())])
+        text = fulltext.get(key, no_match)
+        if max(vector, default=0.0) <= 0 and max(text) <= 0:
+            continue
+        out.cands[key] = _candidate(key, brief, vector, text, rows.neighbours, plan)
+        out.briefs[key] = brief
+    return out
+
+
+def fill_rows(store: RecallStore, items: Sequence[tuple[Key, Scored]]) -> None:
+    """Read the full rows of ``items`` that have none yet (hits, rerank, chain seeds); an
+    item forgotten since it was ranked keeps none."""
+    wanted: dict[str, list[int]] = {}
+    for (layer, pk), x in items:
+        if x.row is None:
+            wanted.setdefault(layer, []).append(pk)
+    if not wanted:
+        return
+    found: dict[str, Mapping[int, StoredRow]] = {
+        "message": store.messages_by_pk(wanted.get("message", [])),
+        "fact": store.facts_by_pk(wanted.get("fact", [])),
+        "summary": store.summaries_by_pk(wanted.get("summary", [])),
+    }
+    for (layer, pk), x in items:
+        if x.row is None:
+            x.row = found[layer].get(pk)

@@ -1,0 +1,134 @@
+"""Stage 5 of a search: selection, the ranked candidates turned into the hits returned.
+
+Highest score first (ties by layer and key); the head reranked when asked; messages the
+caller excluded, or whose text the prompt carries, and facts their single-fact summary
+restates are passed over, the next-ranked taking their places. Each hit lists its source
+messages best-matching first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .._time import parse_iso as parse_ts
+from ..llm import ChatModel
+from ..store import FactRow, MessageRow, SummaryBrief, SummaryRow
+from ..types import Hit
+from ._plan import QueryPlan
+from ._rerank import rerank
+from ._retrieve import RecallStore, StoredRow, fill_rows
+from ._scoring import Key, Scored
+
+__all__ = ["carried", "select"]
+
+
+def carried(row: MessageRow, texts: frozenset[str]) -> bool:
+    """The prompt holds this message already (its content is one of the texts it carries)."""
+    return bool(texts) and row.content.strip() in texts
+
+
+def _message_hit(row: MessageRow, score: float) -> Hit:
+    return Hit(
+        layer="message",
+        id=row.id,
+        text=row.content,
+        score=score,
+        message_ids=[row.id],
+        user_id=row.user_id,
+        session_id=row.session_id,
+        timestamp=parse_ts(row.ts),
+        role=row.role,
+        name=row.name,
+        event_type=row.event_type,
+        metadata=row.metadata,
+    )
+
+
+def _by_relevance(ids: Sequence[str], message_score: dict[str, float]) -> list[str]:
+    """Provenance ordered by how well each source message matched this query (stable)."""
+    return sorted(ids, key=lambda i: -message_score.get(i, 0.0))
+
+
+def _fact_hit(row: FactRow, score: float, message_score: dict[str, float]) -> Hit:
+    return Hit(
+        layer="fact",
+        id=row.id,
+        text=row.text,
+        score=score,
+        message_ids=_by_relevance(row.message_ids, message_score),
+        user_id=row.user_id,
+        timestamp=parse_ts(row.occurred_at or row.observed_at or row.created_at),
+        metadata={"status": row.status, "kind": row.kind, "confidence": row.confidence},
+    )
+
+
+def _summary_hit(row: SummaryRow, score: float, message_score: dict[str, float]) -> Hit:
+    return Hit(
+        layer="summary",
+        id=row.id,
+        text=row.text,
+        score=score,
+        message_ids=_by_relevance(row.message_ids, message_score),
+        user_id=row.user_id,
+        timestamp=parse_ts(row.observed_at or row.updated_at),
+        metadata={"status": row.status, "confidence": row.confidence, "version": row.version},
+    )
+
+
+def _hit(row: StoredRow, score: float, message_score: dict[str, float]) -> Hit:
+    # The row's type is its layer's.
+    if isinstance(row, MessageRow):
+        return _message_hit(row, score)
+    if isinstance(row, FactRow):
+        return _fact_hit(row, score, message_score)
+    return _summary_hit(row, score, message_score)
+
+
+def select(
+    store: RecallStore,
+    plan: QueryPlan,
+    scored: dict[Key, Scored],
+    *,
+    limit: int,
+    exclude: Sequence[str] = (),
+    texts: frozenset[str] = frozenset(),
+    chat: ChatModel | None = None,
+    rows: dict[str, StoredRow] | None = None,
+) -> list[Hit]:
+    """The first ``limit`` hits. ``rows``, when given, receives each hit's stored row."""
+    skip = set(exclude)
+    ranked = sorted(scored.items(), key=lambda kv: (-kv[1].score, kv[0]))
+    if plan.options.rerank:
+        depth = max(limit * 2, 20)
+        fill_rows(store, ranked[:depth])
+        ranked = rerank(ranked, plan.query, chat=chat, depth=depth)
+    message_score = {x.id: x.score for (lay, _), x in scored.items() if lay == "message"}
+    # A summary made of one fact says what the fact says: list the summary only.
+    restated: set[str] = set()
+    for x in scored.values():
+        if isinstance(x.brief, SummaryBrief) and len(x.brief.fact_ids) == 1:
+            restated.add(x.brief.fact_ids[0])
+    hits: list[Hit] = []
+    pos = 0
+    while len(hits) < limit and pos < len(ranked):
+        chosen: list[tuple[Key, Scored]] = []
+        while pos < len(ranked) and len(chosen) < limit - len(hits):
+            key, x = ranked[pos]
+            pos += 1
+            if key[0] == "message" and x.id in skip:
+                continue
+            if key[0] == "fact" and x.id in restated:
+                continue
+            chosen.append((key, x))
+        fill_rows(store, chosen)
+        for _, x in chosen:
+            if x.row is None:
+                continue  # forgotten since it was ranked
+            if isinstance(x.row, MessageRow) and carried(x.row, texts):
+                continue  # the prompt holds it already (known once its row is read)
+            hit = _hit(x.row, round(x.score, 6), message_score)
+            hit.signals = x.signals
+            hits.append(hit)
+            if rows is not None:
+                rows[hit.id] = x.row
+    return hits

@@ -1,0 +1,133 @@
+"""The recall's first stage: the question read once into a plan that every later stage
+takes (docs/recall.md, "The stages")."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+import pytest
+
+from memstrata import Memory
+from memstrata.recall import _plan
+from memstrata.recall._plan import SearchOptions, plan_query
+from memstrata.store import SearchFilters
+
+NOW = datetime(2026, 6, 15, 12, 0, tzinfo=timezone.utc)
+
+
+def _plan_of(query: str, **kw: Any) -> _plan.QueryPlan:
+    args: dict[str, Any] = {
+        "project_id": "p",
+        "user_id": "u",
+        "filters": SearchFilters(),
+        "options": SearchOptions(as_of=NOW),
+        "limit": 10,
+        "speakers": ("Caroline", "Melanie"),
+        "locate": lambda event, options: None,
+    }
+    args.update(kw)
+    return plan_query(query, **args)
+
+
+def test_a_named_period_is_the_window_and_names_are_read_once() -> None:
+    plan = _plan_of("What did Caroline buy last week?")
+    # 2026-06-15 is a Monday: last week is the calendar week before.
+    assert plan.window == (
+        datetime(2026, 6, 8, tzinfo=timezone.utc),
+        datetime(2026, 6, 15, tzinfo=timezone.utc),
+    )
+    assert plan.named == {"Caroline"}
+    # A speaker's name is matched by the speaker signal, not as a full-text term.
+    assert "caroline" not in {t.casefold() for t in plan.terms[0]}
+    assert "buy" in plan.terms[0]
+    assert plan.variants == ("What did Caroline buy last week?",)
+
+
+def test_an_event_the_question_is_relative_to_is_located_once() -> None:
+    asked: list[tuple[str, datetime | None]] = []
+    moved = datetime(2026, 3, 1, tzinfo=timezone.utc)
+
+    def locate(event: str, options: SearchOptions) -> datetime | None:
+        asked.append((event, options.as_of))
+        return moved
+
+    before = _plan_of("What did I do before the move?", locate=locate)
+    assert asked == [("the move", NOW)]
+    assert before.window == (datetime(1970, 1, 1, tzinfo=timezone.utc), moved)
+    after = _plan_of("What did I do after the move?", locate=locate)
+    assert after.window == (moved, NOW)
+    # An event that cannot be found leaves the question without a window.
+    assert _plan_of("What did I do after the move?").window is None
+
+
+def test_router_layers_statuses_and_candidate_counts() -> None:
+    direct = _plan_of("When did Melanie paint a sunrise?")
+    assert len(direct.variants) == 1
+    parallel = _plan_of(
+        "When did Melanie paint a sunrise?",
+        options=SearchOptions(as_of=NOW, router="single_hop_parallel"),
+    )
+    assert parallel.variants[0] == "When did Melanie paint a sunrise?"
+    assert len(parallel.variants) > 1 and len(parallel.terms) == len(parallel.variants)
+    assert direct.per_layer == 60
+    assert _plan_of("x", limit=50, excluded=5).per_layer == 105
+    # Carried texts add as many candidates, at most doubling them.
+    assert _plan_of("x", carried=500).per_layer == 120
+    assert _plan_of("x", options=SearchOptions(as_of=NOW, per_layer=7)).per_layer == 7
+    filtered = _plan_of("x", filters=SearchFilters(session_id="s1"))
+    assert filtered.layers == ("message",)
+    assert "superseded" not in direct.fact_statuses
+    wide = _plan_of("x", options=SearchOptions(as_of=NOW, include_superseded=True))
+    assert "superseded" in wide.fact_statuses and "superseded" in wide.summary_statuses
+
+
+def test_a_chained_plan_searches_new_text_with_the_question_reading_kept() -> None:
+    plan = _plan_of("What did Caroline buy last week?")
+    second = plan.chained("What did Caroline buy last week? a red bike from Melanie")
+    assert second.variants == ("What did Caroline buy last week? a red bike from Melanie",)
+    assert "bike" in second.terms[0] and "melanie" not in {t.casefold() for t in second.terms[0]}
+    assert second.window == plan.window and second.named == plan.named
+
+
+def test_a_search_reads_the_question_once(
+    monkeypatch: pytest.MonkeyPatch, make_memory: Any
+) -> None:
+    """The stages after the plan never parse the query again: one time reading and one
+    rewrite per search, also with chaining (whose second retrieval reuses the plan)."""
+    mem: Memory = make_memory()
+    s = mem.sessions.create(user_id="alex", session_id="chat")
+    s.add_messages(
+        [
+            {"role": "user", "content": "I moved to Berlin in March.", "timestamp": "2026-03-02"},
+            {
+                "role": "user",
+                "content": "My sister Maya visited in May.",
+                "timestamp": "2026-05-02",
+            },
+        ],
+        sync=True,
+    )
+    calls = {"time": 0, "rewrite": 0}
+    parse, rewrite = _plan.parse_time_intent, _plan.rewrite_query
+
+    def counted_parse(query: str, now: datetime) -> Any:
+        calls["time"] += 1
+        return parse(query, now)
+
+    def counted_rewrite(query: str) -> Any:
+        calls["rewrite"] += 1
+        return rewrite(query)
+
+    monkeypatch.setattr(_plan, "parse_time_intent", counted_parse)
+    monkeypatch.setattr(_plan, "rewrite_query", counted_rewrite)
+    for router in ("multi_hop_chain", "single_hop_parallel"):
+        calls.update(time=0, rewrite=0)
+        hits = mem.search(
+            "Who visited me last month?",
+            user_id="alex",
+            as_of="2026-06-10",
+            recall_config={"query_router": router},
+        )
+        assert "Maya" in hits[0].text
+        assert calls == {"time": 1, "rewrite": int(router == "single_hop_parallel")}
