@@ -33,7 +33,15 @@ pytestmark = pytest.mark.slow
 PACKAGE = REPO / "clients" / "typescript"
 LOCK_FILES = ("package.json", "package-lock.json")
 # What a checkout of the package holds (node_modules and dist are made here).
-SOURCES = ("src", "scripts", "test", "tsconfig.json", "tsconfig.cjs.json", *LOCK_FILES)
+SOURCES = (
+    "src",
+    "scripts",
+    "test",
+    "tsconfig.json",
+    "tsconfig.cjs.json",
+    "README.md",
+    *LOCK_FILES,
+)
 SUITES = ("api.test.mjs", "retry.test.mjs", "transport.test.mjs")
 
 
@@ -128,6 +136,15 @@ def test_the_generated_types_are_the_apps_openapi_document(package: Path) -> Non
         package,
         env=_env(PYTHON=sys.executable),
     )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_declarations_type_a_consumer(package: Path) -> None:
+    """test/consumer.mts and .cts (an `import` and a `require` user of the package) compile
+    against dist's declarations under strict TypeScript, and its `@ts-expect-error` lines
+    (a role outside the server's enum, a search without userId) are errors."""
+    tsc = str(package / "node_modules" / "typescript" / "bin" / "tsc")
+    done = _run([_tool("node"), tsc, "-p", "test/tsconfig.json"], package)
     assert done.returncode == 0, done.stdout + done.stderr
 
 
