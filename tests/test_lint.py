@@ -15,7 +15,7 @@ import pytest
 
 from conftest import REPO
 
-PATHS = [p for p in ("src", "tests", "bench") if (REPO / p).is_dir()]
+PATHS = [p for p in ("src", "tests", "bench", "clients") if (REPO / p).is_dir()]
 
 
 def _ruff(*args: str) -> subprocess.CompletedProcess[str]:
