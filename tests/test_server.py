@@ -271,6 +271,14 @@ def test_admin_api(srv: Srv) -> None:
         err(a.delete("/admin/keys/key_nonexistent"), 404, "not_found")
         e = err(a.post("/admin/projects", json={"project_id": "x"}), 422, "validation_error")
         assert fields(e) == {"name"}
+        # Ids may hold "/": such a project is reached like any other, escaped or not.
+        ok(a.post("/admin/projects", json={"name": "team a", "project_id": "team/a"}), 201)
+        for path in ("team/a", "team%2Fa"):
+            assert ok(a.get(f"/admin/projects/{path}"))["id"] == "team/a"
+        slash_key = ok(a.post("/admin/projects/team%2Fa/keys", json={"name": "k"}), 201)
+        assert [k["id"] for k in ok(a.get("/admin/projects/team/a/keys"))] == [
+            slash_key["key"]["id"]
+        ]
     # The new project's key acts in that project only.
     with srv.api(made["secret"]) as c:
         assert ok(c.post("/api/sessions", json={"user_id": "u"}))["project_id"] == "adm-p"

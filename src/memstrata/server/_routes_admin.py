@@ -49,17 +49,8 @@ def list_projects(request: Request) -> Envelope[list[Project]]:
     return Envelope(data=_mem(request).projects.list())
 
 
-@router.get(
-    "/projects/{project_id}",
-    summary="Get a project",
-    response_model=Envelope[Project],
-)
-def get_project(project_id: str, request: Request) -> Envelope[Project]:
-    return Envelope(data=_mem(request).projects.get(project_id))
-
-
 @router.post(
-    "/projects/{project_id}/keys",
+    "/projects/{project_id:path}/keys",
     summary="Create an API key",
     description="The response carries the key (`data.secret`); it is stored hashed and "
     "cannot be shown again.",
@@ -72,7 +63,7 @@ def create_key(project_id: str, body: CreateKey, request: Request) -> Envelope[N
 
 
 @router.get(
-    "/projects/{project_id}/keys",
+    "/projects/{project_id:path}/keys",
     summary="List a project's API keys",
     description="Never the keys themselves: id, name, prefix, created, revoked, last used.",
     response_model=Envelope[list[ApiKey]],
@@ -81,6 +72,17 @@ def list_keys(project_id: str, request: Request) -> Envelope[list[ApiKey]]:
     memory = _mem(request)
     memory.projects.get(project_id)  # an unknown project is a 404, not an empty list
     return Envelope(data=memory.keys.list(project_id))
+
+
+# A project id may hold "/" (ID_PATTERN), hence ``:path``; the routes with a suffix come
+# first, so "/projects/a/b/keys" is the keys of "a/b", not the project "a/b/keys".
+@router.get(
+    "/projects/{project_id:path}",
+    summary="Get a project",
+    response_model=Envelope[Project],
+)
+def get_project(project_id: str, request: Request) -> Envelope[Project]:
+    return Envelope(data=_mem(request).projects.get(project_id))
 
 
 @router.delete(
