@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from memstrata import Memory
-from memstrata.recall import _plan
+from memstrata.recall import _plan, _select
 from memstrata.recall._plan import SearchOptions, plan_query
 from memstrata.store import SearchFilters
 
@@ -131,3 +131,96 @@ def test_a_search_reads_the_question_once(
         )
         assert "Maya" in hits[0].text
         assert calls == {"time": 1, "rewrite": int(router == "single_hop_parallel")}
+
+
+@pytest.mark.parametrize(
+    ("question", "many"),
+    [
+        ("What has John cooked?", True),
+        ("Which cities has Jon visited?", True),
+        ("What LGBTQ+ events has Caroline participated in?", True),
+        ("What books did Melanie read?", True),
+        ("Which events does Caroline attend?", True),
+        ("When did Caroline go to the support group?", False),
+        ("What did Melanie paint last year?", False),
+        ("Where does the user live?", False),
+        ("Has John ever visited Rome?", False),
+        ("会议是什么时候？", False),
+    ],
+)
+def test_questions_asking_for_several_things(question: str, many: bool) -> None:
+    assert _plan.asks_for_many(question) is many
+    assert _plan_of(question).asks_for_many is many
+
+
+def _turns(session: str, day: str, texts: list[str]) -> list[dict[str, Any]]:
+    return [
+        {"role": "user", "name": "John", "content": t, "timestamp": f"{day}T10:0{i}:00Z"}
+        for i, t in enumerate(texts)
+    ]
+
+
+def test_hits_for_several_things_spread_over_sessions(
+    make_memory: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One session talks about cooking at length, another mentions one more dish: asked
+    for everything John cooked, the second session's turn comes before the first
+    session's third; without the spread it would come after."""
+    mem: Memory = make_memory()
+    long = mem.sessions.create(user_id="john", session_id="pasta-night")
+    long.add_messages(
+        _turns(
+            "pasta-night",
+            "2026-03-02",
+            [
+                "I cooked pasta carbonara tonight, the cooking took an hour.",
+                "Cooking the pasta sauce with guanciale was the best part of cooking it.",
+                "I cooked a pasta bake for cooking class, so much cooking.",
+                "Cooking pasta again tomorrow, I cooked it twice this week.",
+            ],
+        ),
+        sync=True,
+    )
+    short = mem.sessions.create(user_id="john", session_id="curry-day")
+    short.add_messages(_turns("curry-day", "2026-04-10", ["I have cooked a curry."]), sync=True)
+
+    def first_sessions() -> list[str | None]:
+        hits = mem.search("What has John cooked?", user_id="john", layers=["message"], limit=5)
+        return [h.session_id for h in hits][:3]
+
+    assert "curry-day" in first_sessions()
+    monkeypatch.setattr(_select, "SESSION_SPREAD", 0.0)
+    assert first_sessions() == ["pasta-night"] * 3
+
+
+def test_small_talk_counts_less_once_processed(make_memory: Any) -> None:
+    """A processed turn the pipeline drew no fact from is small talk: it carries the
+    ``filler`` signal and its score counts 0.8. A turn not yet processed, or an unnamed
+    assistant's (whose statements the pipeline does not read), is not judged."""
+    mem: Memory = make_memory()
+    s = mem.sessions.create(user_id="nate", session_id="chat")
+    s.add_messages(
+        [
+            {"role": "user", "content": "Take care!", "timestamp": "2026-03-02T10:00:00Z"},
+            {
+                "role": "user",
+                "content": "I took my turtles to the beach in Tampa.",
+                "timestamp": "2026-03-02T10:01:00Z",
+            },
+            {"role": "assistant", "content": "Take care!", "timestamp": "2026-03-02T10:02:00Z"},
+        ],
+        sync=True,
+    )
+    hits = {(h.role, h.text): h for h in mem.search("take care", user_id="nate", limit=10)}
+    small_talk = hits[("user", "Take care!")]
+    assert small_talk.signals["filler"] == 1.0
+    assert small_talk.signals["status_weight"] == 0.8
+    assert "filler" not in hits[("assistant", "Take care!")].signals
+    tampa = mem.search("turtles beach Tampa", user_id="nate", limit=1)[0]
+    assert "Tampa" in tampa.text and "filler" not in tampa.signals
+    # Not processed yet (no worker): no verdict.
+    idle: Memory = make_memory(workers=0)
+    fresh = idle.sessions.create(user_id="nate2", session_id="chat2")
+    fresh.add_messages([{"role": "user", "content": "See ya!"}], sync=False)
+    found = idle.search("see ya", user_id="nate2", limit=1)
+    assert found and "filler" not in found[0].signals

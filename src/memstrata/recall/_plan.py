@@ -23,7 +23,14 @@ from ..types import RecallConfig
 from ._rewrite import rewrite_query
 from ._temporal import TimeIntent, parse_time_intent
 
-__all__ = ["QueryPlan", "SearchOptions", "mentioned_names", "plan_query", "search_options"]
+__all__ = [
+    "QueryPlan",
+    "SearchOptions",
+    "asks_for_many",
+    "mentioned_names",
+    "plan_query",
+    "search_options",
+]
 
 _WORD = re.compile(r"\w+")
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -93,6 +100,10 @@ class QueryPlan:
     summary_statuses: tuple[str, ...]
     fact_statuses: tuple[str, ...]
     per_layer: int  # candidates per retriever, layer and variant
+    # The question asks for several things said at different times ("Which cities has Jon
+    # visited?", "What books did Melanie read?"): the hits should not all come from one
+    # session.
+    asks_for_many: bool
 
     def chained(self, text: str) -> QueryPlan:
         """The plan of a second retrieval that searches ``text`` alone (multi-hop); the
@@ -120,6 +131,30 @@ def mentioned_names(query: str, names: Iterable[str | None]) -> frozenset[str]:
         if re.search(r"(?<!\w)" + re.escape(name.casefold()) + r"(?!\w)", text):
             found.add(name)
     return frozenset(found)
+
+
+# "What has John cooked?", "Which cities has Jon visited?": a wh-question in the present
+# perfect sums up a person's experiences so far.
+_PERFECT = re.compile(
+    r"^(?:what|which|how many)\b[^?]*\b(?:has|have)\s+(?:\w+\s+)?"
+    r"\w+(?:ed|en|ne|wn|ught|ade|id|ent|one|ook|ung|ad|et)\b",
+    re.IGNORECASE,
+)
+# "What books did Melanie read?", "Which events does Caroline attend?": a plural noun
+# right after the wh-word.
+_PLURAL_WH = re.compile(
+    r"^(?:what|which)\s+(?:\w+\s+){0,2}?\w+s\s+(?:has|have|did|does|do|is|are|were)\b",
+    re.IGNORECASE,
+)
+
+
+def asks_for_many(query: str) -> bool:
+    """Whether the question asks for several things (English question shapes only).
+
+    On LoCoMo's development questions this picks half of the multi-hop ones (84 of 172) and
+    8% of the single-hop ones (38 of 480)."""
+    text = query.strip()
+    return bool(_PERFECT.search(text) or _PLURAL_WH.search(text))
 
 
 def _layers(options: SearchOptions, filters: SearchFilters) -> tuple[str, ...]:
@@ -182,4 +217,5 @@ def plan_query(
         summary_statuses=summary_statuses,
         fact_statuses=fact_statuses,
         per_layer=n,
+        asks_for_many=asks_for_many(query),
     )

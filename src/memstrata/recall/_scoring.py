@@ -73,12 +73,14 @@ class Candidate:
     session: str | None = None
     topics: tuple[str, ...] = ()  # a summary's topics
     superseded: bool = False  # a message whose every fact was corrected since
+    filler: bool = False  # a message the pipeline drew no fact from (small talk)
     expired: bool = False  # a fact or summary whose validity ended before the question
     name: str | None = None
     ts: datetime | None = None
     prev: Key | None = None
     next: Key | None = None
-    weight: float = 1.0  # status weight: deprioritized and superseded items count half
+    # Status weight: deprioritized and superseded items count half, small talk 0.8.
+    weight: float = 1.0
 
 
 def _normalise(values: Mapping[Key, float]) -> dict[Key, float]:
@@ -240,6 +242,8 @@ def _signals(cand: Candidate, window: Mapping[Key, float] | None) -> dict[str, f
         out["superseded"] = 1.0
     if cand.expired:
         out["expired"] = 1.0
+    if cand.filler:
+        out["filler"] = 1.0
     if max(cand.fulltext, default=0.0) > 0:
         out["fulltext"] = round(max(cand.fulltext), 6)
     if max(cand.vector, default=0.0) > 0:

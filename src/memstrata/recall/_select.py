@@ -8,6 +8,7 @@ messages best-matching first.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 
 from .._time import parse_iso as parse_ts
@@ -19,7 +20,12 @@ from ._rerank import rerank
 from ._retrieve import RecallStore, StoredRow, fill_rows
 from ._scoring import Key, Scored
 
-__all__ = ["carried", "select"]
+__all__ = ["SESSION_SPREAD", "carried", "select"]
+
+# For a question that asks for several things (``QueryPlan.asks_for_many``), each earlier
+# hit from the same session lowers a message's score by this much while the head of the
+# ranking is chosen: the things asked for were said in different conversations.
+SESSION_SPREAD = 0.15
 
 
 def carried(row: MessageRow, texts: frozenset[str]) -> bool:
@@ -84,6 +90,26 @@ def _hit(row: StoredRow, score: float, message_score: dict[str, float]) -> Hit:
     return _summary_hit(row, score, message_score)
 
 
+def _lowered(x: Scored, taken: Counter[str]) -> float:
+    session = x.cand.session
+    return x.score - SESSION_SPREAD * taken[session] if session else x.score
+
+
+def _spread(ranked: list[tuple[Key, Scored]], depth: int) -> list[tuple[Key, Scored]]:
+    """The first ``depth`` items chosen greedily, each message's score lowered by
+    ``SESSION_SPREAD`` for every one already chosen from its session."""
+    pool, rest = ranked[:depth], ranked[depth:]
+    taken: Counter[str] = Counter()
+    out: list[tuple[Key, Scored]] = []
+    while pool:
+        best = max(range(len(pool)), key=lambda i: (_lowered(pool[i][1], taken), -i))
+        key, x = pool.pop(best)
+        if x.cand.session:
+            taken[x.cand.session] += 1
+        out.append((key, x))
+    return out + rest
+
+
 def select(
     store: RecallStore,
     plan: QueryPlan,
@@ -102,6 +128,8 @@ def select(
         depth = max(limit * 2, 20)
         fill_rows(store, ranked[:depth])
         ranked = rerank(ranked, plan.query, chat=chat, depth=depth)
+    if plan.asks_for_many:
+        ranked = _spread(ranked, max(limit, 20))
     message_score = {x.id: x.score for (lay, _), x in scored.items() if lay == "message"}
     # A summary made of one fact says what the fact says: list the summary only.
     restated: set[str] = set()
