@@ -10,13 +10,10 @@ installs them (``.ci/run``).
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import json
 import os
 import shutil
 import subprocess
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,54 +27,19 @@ from memstrata import Memory
 from memstrata.capture import MEMORY_PREAMBLE
 from memstrata.proxy import create_proxy_app
 from memstrata.server import load_server_settings
+from node_packages import installed_packages, node_tool
 
 NODE_PROJECT = Path(__file__).parent / "node"
 SECRET = "sk-test-SECRET123"
 
 
 def _tool(name: str) -> str:
-    path = shutil.which(name)
-    if path is None:
-        pytest.fail(
-            f"`{name}` is not installed. The proxy's Node.js test needs node and npm "
-            "(Debian: apt-get install nodejs npm; .ci/run installs them in CI)."
-        )
-    return path
+    return node_tool(name, "The proxy's Node.js test")
 
 
 def _node_modules() -> Path:
-    """tests/node's packages, installed by ``npm ci`` into a cache keyed by the hash of
-    package.json and package-lock.json (a changed lockfile gets a fresh install)."""
-    files = ("package.json", "package-lock.json")
-    digest = hashlib.sha256(b"".join((NODE_PROJECT / f).read_bytes() for f in files))
-    uid = os.getuid() if hasattr(os, "getuid") else 0
-    cache = Path(tempfile.gettempdir()) / f"memstrata-node-{uid}"
-    installed = cache / digest.hexdigest()[:16]
-    if (installed / "node_modules" / "openai").is_dir():
-        return installed / "node_modules"
-    npm = _tool("npm")
-    cache.mkdir(parents=True, exist_ok=True)
-    # Installed aside, then renamed into place: a run interrupted halfway leaves no
-    # half-installed cache behind, and two runs at once both end with a whole one.
-    staging = Path(tempfile.mkdtemp(prefix="installing-", dir=cache))
-    try:
-        for f in files:
-            shutil.copy(NODE_PROJECT / f, staging / f)
-        done = subprocess.run(
-            [npm, "ci", "--no-audit", "--no-fund", "--ignore-scripts"],
-            cwd=staging,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        if done.returncode != 0:
-            pytest.fail(f"npm ci failed in {staging}:\n{done.stdout}\n{done.stderr}")
-        with contextlib.suppress(OSError):  # another run installed it first
-            staging.rename(installed)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
-    return installed / "node_modules"
+    """tests/node's packages (the official openai SDK)."""
+    return installed_packages(NODE_PROJECT, "memstrata-node", "openai")
 
 
 @pytest.fixture(scope="module")

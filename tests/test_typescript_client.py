@@ -12,26 +12,23 @@ installs them (``.ci/tools.sh``).
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
 
 from conftest import REPO
+from node_packages import LOCK_FILES, installed_packages, node_tool
 from server_proc import ServerProcess
 
 pytestmark = pytest.mark.slow
 
 PACKAGE = REPO / "clients" / "typescript"
-LOCK_FILES = ("package.json", "package-lock.json")
 # What a checkout of the package holds (node_modules and dist are made here).
 SOURCES = (
     "src",
@@ -46,13 +43,7 @@ SUITES = ("api.test.mjs", "retry.test.mjs", "transport.test.mjs")
 
 
 def _tool(name: str) -> str:
-    path = shutil.which(name)
-    if path is None:
-        pytest.fail(
-            f"`{name}` is not installed. The TypeScript client's tests need node and npm "
-            "(Debian: apt-get install nodejs npm; .ci/run installs them in CI)."
-        )
-    return path
+    return node_tool(name, "The TypeScript client's tests")
 
 
 def _run(
@@ -75,32 +66,8 @@ def _env(**extra: str) -> dict[str, str]:
 
 
 def _node_modules() -> Path:
-    """The package's devDependencies, installed by ``npm ci`` into a cache keyed by the hash
-    of package.json and package-lock.json (a changed lockfile gets a fresh install)."""
-    digest = hashlib.sha256(b"".join((PACKAGE / f).read_bytes() for f in LOCK_FILES))
-    uid = os.getuid() if hasattr(os, "getuid") else 0
-    cache = Path(tempfile.gettempdir()) / f"memstrata-ts-client-{uid}"
-    installed = cache / digest.hexdigest()[:16]
-    if (installed / "node_modules" / "typescript").is_dir():
-        return installed / "node_modules"
-    npm = _tool("npm")
-    cache.mkdir(parents=True, exist_ok=True)
-    # Installed aside, then renamed into place: a run interrupted halfway leaves no
-    # half-installed cache behind, and two runs at once both end with a whole one.
-    staging = Path(tempfile.mkdtemp(prefix="installing-", dir=cache))
-    try:
-        for f in LOCK_FILES:
-            shutil.copy(PACKAGE / f, staging / f)
-        # --ignore-scripts: the package's own `prepare` (the build) runs later, on a copy.
-        done = _run([npm, "ci", "--no-audit", "--no-fund", "--ignore-scripts"], staging)
-        if done.returncode != 0:
-            pytest.fail(f"npm ci failed in {staging}:\n{done.stdout}\n{done.stderr}")
-        with contextlib.suppress(OSError):  # another run installed it first
-            staging.rename(installed)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
-    return installed / "node_modules"
+    """The package's devDependencies (TypeScript, openapi-typescript)."""
+    return installed_packages(PACKAGE, "memstrata-ts-client", "typescript")
 
 
 def _copy_sources(to: Path) -> Path:
