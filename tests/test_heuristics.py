@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from memstrata.pipeline import is_small_talk
 from memstrata.pipeline._dates import resolve_dates
 from memstrata.pipeline._drafts import FactDraft
 from memstrata.pipeline._heuristics import (
@@ -1161,3 +1162,22 @@ def test_speaker_name(name: str | None, expected: str | None) -> None:
     assert speaker_name(row) == expected
     who = expected or "User"
     assert said("I'm a nurse.", name) == [f"{who[0].upper()}{who[1:]} is a nurse."]
+
+
+@pytest.mark.parametrize(
+    ("turn", "small_talk"),
+    [
+        ("Take care!", True),
+        ("See ya! Talk soon.", True),
+        ("Cool! What did it look like?", True),
+        ("Thanks so much! I totally agree.", True),
+        ("好的", True),
+        ("Pixel loves the beach.", False),
+        ("Thanks! I took my turtles to the beach in Tampa.", False),
+        ("What did you think? I loved the ending of that book.", False),
+        ("", False),
+        ("Take care! " * 40, False),  # long turns are not read
+    ],
+)
+def test_a_turn_is_small_talk_only_when_every_sentence_is(turn: str, small_talk: bool) -> None:
+    assert is_small_talk(turn) is small_talk

@@ -196,34 +196,25 @@ def test_hits_for_several_things_spread_over_sessions(
     assert first_sessions() == ["pasta-night"] * 3
 
 
-def test_small_talk_counts_less_once_processed(make_memory: Any) -> None:
-    """A processed turn the pipeline drew no fact from is small talk: it carries the
-    ``filler`` signal and its score counts 0.8. A turn not yet processed, or an unnamed
-    assistant's (whose statements the pipeline does not read), is not judged."""
-    mem: Memory = make_memory()
+def test_small_talk_counts_less(make_memory: Any) -> None:
+    """A turn that is small talk as a whole carries the ``small_talk`` signal and counts
+    0.8, from the moment it is stored (no processing needed), whoever said it; a turn
+    with something to say, however short, does not."""
+    mem: Memory = make_memory(workers=0)  # nothing is processed
     s = mem.sessions.create(user_id="nate", session_id="chat")
     s.add_messages(
         [
-            {"role": "user", "content": "Take care!", "timestamp": "2026-03-02T10:00:00Z"},
-            {
-                "role": "user",
-                "content": "I took my turtles to the beach in Tampa.",
-                "timestamp": "2026-03-02T10:01:00Z",
-            },
-            {"role": "assistant", "content": "Take care!", "timestamp": "2026-03-02T10:02:00Z"},
-        ],
-        sync=True,
+            {"role": "user", "content": "Take care!"},
+            {"role": "user", "content": "I took my turtles to the beach in Tampa."},
+            {"role": "assistant", "content": "Cool! What did it look like?"},
+            {"role": "user", "content": "Pixel loves the beach."},
+            {"role": "user", "name": "Nate", "content": "Nate: See ya!"},
+            {"role": "user", "content": "Thanks!", "event_type": "feedback"},
+        ]
     )
-    hits = {(h.role, h.text): h for h in mem.search("take care", user_id="nate", limit=10)}
-    small_talk = hits[("user", "Take care!")]
-    assert small_talk.signals["filler"] == 1.0
-    assert small_talk.signals["status_weight"] == 0.8
-    assert "filler" not in hits[("assistant", "Take care!")].signals
-    tampa = mem.search("turtles beach Tampa", user_id="nate", limit=1)[0]
-    assert "Tampa" in tampa.text and "filler" not in tampa.signals
-    # Not processed yet (no worker): no verdict.
-    idle: Memory = make_memory(workers=0)
-    fresh = idle.sessions.create(user_id="nate2", session_id="chat2")
-    fresh.add_messages([{"role": "user", "content": "See ya!"}], sync=False)
-    found = idle.search("see ya", user_id="nate2", limit=1)
-    assert found and "filler" not in found[0].signals
+    hits = {h.text: h for h in mem.search("beach take care look see thanks", user_id="nate")}
+    for text in ("Take care!", "Cool! What did it look like?", "Nate: See ya!"):
+        assert hits[text].signals["small_talk"] == 1.0, text
+        assert hits[text].signals["status_weight"] == 0.8
+    for text in ("I took my turtles to the beach in Tampa.", "Pixel loves the beach.", "Thanks!"):
+        assert "small_talk" not in hits[text].signals, text

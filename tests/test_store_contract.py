@@ -1792,7 +1792,7 @@ def test_recall_briefs_have_the_same_fields_and_types_on_every_backend(store: St
         for cls in (MessageBrief, FactBrief, SummaryBrief)
     }
     assert names == {
-        MessageBrief: "id session_id name ts superseded prev_pk next_pk vector",
+        MessageBrief: "id session_id name ts superseded small_talk prev_pk next_pk vector",
         FactBrief: "id status occurred_at observed_at created_at valid_to vector",
         SummaryBrief: "id status observed_at created_at valid_to fact_ids topic_ids vector",
     }
@@ -1815,7 +1815,14 @@ def test_recall_briefs_have_the_same_fields_and_types_on_every_backend(store: St
     )
     assert all(type(pk) is int for layer in (msgs, facts, sums) for pk in layer)
     none = type(None)
-    turn = {"id": str, "session_id": str, "name": str, "ts": str, "superseded": bool}
+    turn = {
+        "id": str,
+        "session_id": str,
+        "name": str,
+        "ts": str,
+        "superseded": bool,
+        "small_talk": bool,
+    }
     assert isinstance(msgs[pks[1]], MessageBrief)
     assert _field_types(msgs[pks[1]]) == {**turn, "prev_pk": int, "next_pk": int, "vector": bytes}
     # No name, no facts, no vector yet, the last turn.
@@ -1827,6 +1834,15 @@ def test_recall_briefs_have_the_same_fields_and_types_on_every_backend(store: St
         "vector": none,
     }
     assert msgs[pks[3]].superseded is False
+    # The small-talk mark is stored as the row says and read back as a bool, in the row
+    # and in the brief.
+    [said] = add(store, ["Ann lives in Berlin"], prefix="3")
+    [chat] = add(store, ["See ya!"], prefix="4", small_talk=True)
+    briefs = store.recall_briefs(P, "u1", [chat.pk or 0, said.pk or 0], embedder=EMB)[0]
+    assert briefs[chat.pk or 0].small_talk is True
+    assert briefs[said.pk or 0].small_talk is False
+    back = store.get_messages(P, [chat.id, said.id])
+    assert (back[chat.id].small_talk, back[said.id].small_talk) == (True, False)
     dates = {"observed_at": str, "created_at": str, "valid_to": str}
     assert isinstance(facts[f1.pk], FactBrief)
     assert _field_types(facts[f1.pk]) == {

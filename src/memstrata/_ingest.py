@@ -12,10 +12,11 @@ from pydantic import ValidationError as PydanticValidationError
 
 from ._checks import check_id, check_metadata, new_id, pydantic_problems
 from ._engine import Engine
-from ._speakers import speaker_of
+from ._speakers import speaker_of, without_speaker
 from ._time import to_iso, utcnow
 from .config import Settings
 from .errors import NotFoundError, ProcessingError, ValidationError
+from .pipeline import is_small_talk
 from .store import MessageRow
 from .types import AddResult, MessageInput
 
@@ -87,6 +88,14 @@ def _speaker(m: MessageInput) -> str | None:
     return speaker_of(m.content)
 
 
+def _small_talk(m: MessageInput) -> bool:
+    """Whether a conversation turn is small talk as a whole (events are not turns); a
+    speaker label written into the content is not part of what was said."""
+    if m.event_type:
+        return False
+    return is_small_talk(without_speaker(m.content, _speaker(m)))
+
+
 def add_messages(
     engine: Engine, project_id: str, session_id: str, messages: Any, *, sync: bool
 ) -> AddResult:
@@ -115,6 +124,7 @@ def add_messages(
             page=m.page,
             name=_speaker(m),
             metadata=m.metadata,
+            small_talk=_small_talk(m),
         )
         for m, digest in validated
     ]

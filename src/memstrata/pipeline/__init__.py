@@ -10,6 +10,7 @@ heuristics keep every stage working.
 
 from __future__ import annotations
 
+from ._heuristics import is_small_talk
 from ._pipeline import Pipeline, embedding_text, layer_embedding_text, speaker_names
 
-__all__ = ["Pipeline", "embedding_text", "layer_embedding_text", "speaker_names"]
+__all__ = ["Pipeline", "embedding_text", "is_small_talk", "layer_embedding_text", "speaker_names"]

@@ -309,6 +309,34 @@ def _without_request(body: str) -> str:
     return head + "."
 
 
+_SMALL_TALK_MAX_CHARS = 400
+
+
+def is_small_talk(text: str) -> bool:
+    """Whether a conversation turn is small talk as a whole: every sentence of it a
+    greeting, thanks or filler, small talk by ``_small_talk``'s categories, or a question
+    ("Take care!", "Cool! What did it look like?"). One sentence with something to say
+    makes it a turn with content. Read from the text alone, so a turn is judged when it
+    is stored, whichever model processes it later. A long turn is never small talk as a
+    whole, and is not read: this runs on every stored message."""
+    if len(text) > _SMALL_TALK_MAX_CHARS:
+        return False
+    sentences = [s for s in split_sentences(text) if s.strip()]
+    if not sentences:
+        return False
+    for sentence in sentences:
+        chinese = _is_chinese(sentence)
+        if _is_question(sentence, chinese):
+            continue
+        body, _ = _strip_lead(sentence, chinese)
+        if not body or _is_filler(body, chinese):
+            continue
+        if not chinese and _small_talk(body):
+            continue
+        return False
+    return True
+
+
 def _small_talk(body: str) -> bool:
     """Whether an English conversation sentence is small talk (see the categories above)."""
     body = _QUOTED.sub('""', body)  # a quote's "you" is not the listener

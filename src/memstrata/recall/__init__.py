@@ -4,12 +4,13 @@ A recall is a straight line of stages, each a function of the plan and of the pr
 stage's output (docs/recall.md, "The stages"):
 
 1. plan (``_plan``): the query read once — its period, variants, terms, the names it
-   mentions, the layers and candidate counts;
+   mentions, whether it asks for several things, the layers and candidate counts;
 2. retrieve (``_retrieve``): full-text and vector candidates of every layer, with their
    evidence (cosines, neighbouring turns, time, status);
 3. score (``_scoring``): one ranking on one scale over every layer;
 4. chain (``_chain``, ``multi_hop_chain`` only): a second retrieval seeded by the best hits;
-5. select (``_select``): rerank of the head when asked, exclusions, the hits returned;
+5. select (``_select``): rerank of the head when asked, the head spread over sessions for
+   a question asking for several things, exclusions, the hits returned;
 6. assemble (``_context``, ``get_memory`` only): history, topics, quotes, the token budget.
 
 ``Recaller`` runs them. Full text sees a message the moment it is accepted; the vector side

@@ -146,8 +146,6 @@ _PLURAL_WH = re.compile(
     r"^(?:what|which)\s+(?:\w+\s+){0,2}?\w+s\s+(?:has|have|did|does|do|is|are|were)\b",
     re.IGNORECASE,
 )
-
-
 # "How many times ...", "the order of the concerts I attended", "in total", "all the":
 # counting and ordering need every occurrence.
 _COUNTED = re.compile(

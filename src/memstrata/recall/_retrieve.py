@@ -45,11 +45,10 @@ StoredRow = MessageRow | FactRow | SummaryRow
 # Facts and summaries whose validity ended before the question count this much.
 EXPIRED_WEIGHT = 0.5
 
-# A turn the pipeline drew no fact from ("Take care!", "Wow, nice pic!") counts this much:
-# short, content-free turns sit close to any short question in vector space. Measured on
-# both development sets (docs/benchmarks.md, retrieval): LoCoMo multi-hop and adversarial
-# gain, LongMemEval-S preference gains, single-hop loses 0.8.
-FILLER_WEIGHT = 0.8
+# A turn that is small talk as a whole ("Take care!", "Cool! What did it look like?")
+# counts this much: short, content-free turns sit close to any short question in vector
+# space (docs/benchmarks.md, retrieval).
+SMALL_TALK_WEIGHT = 0.8
 
 _STATUS_WEIGHT = {"deprioritized": 0.5, "superseded": 0.5}
 
@@ -237,8 +236,8 @@ def _candidate(
         # Raw history stays full evidence ("how many since..." needs the old value too); it
         # is only marked, and get_memory leaves it out unless asked.
         cand.superseded = brief.superseded
-        if brief.filler:
-            cand.filler, cand.weight = True, FILLER_WEIGHT
+        if brief.small_talk:
+            cand.small_talk, cand.weight = True, SMALL_TALK_WEIGHT
         return cand
     # A fact is placed in time by when it happened ("went hiking last spring"), a summary
     # by when it was observed.

@@ -73,7 +73,7 @@ class Candidate:
     session: str | None = None
     topics: tuple[str, ...] = ()  # a summary's topics
     superseded: bool = False  # a message whose every fact was corrected since
-    filler: bool = False  # a message the pipeline drew no fact from (small talk)
+    small_talk: bool = False  # a message that is small talk as a whole
     expired: bool = False  # a fact or summary whose validity ended before the question
     name: str | None = None
     ts: datetime | None = None
@@ -242,8 +242,8 @@ def _signals(cand: Candidate, window: Mapping[Key, float] | None) -> dict[str, f
         out["superseded"] = 1.0
     if cand.expired:
         out["expired"] = 1.0
-    if cand.filler:
-        out["filler"] = 1.0
+    if cand.small_talk:
+        out["small_talk"] = 1.0
     if max(cand.fulltext, default=0.0) > 0:
         out["fulltext"] = round(max(cand.fulltext), 6)
     if max(cand.vector, default=0.0) > 0:

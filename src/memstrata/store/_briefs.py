@@ -26,9 +26,8 @@ class MessageBrief:
     ts: str
     # Every fact drawn from the message has been superseded since (False without facts).
     superseded: bool
-    # Processed, said by a speaker the pipeline reads (the user or a named participant),
-    # and no fact was drawn from it: small talk ("Take care!", "Wow, nice pic!").
-    filler: bool
+    # Small talk as a whole ("Take care!"), judged from its text when it was stored.
+    small_talk: bool
     # The turns before and after it in its session, in (ts, pk) order: read only when
     # asked for (``neighbours=True``), else None.
     prev_pk: int | None

@@ -82,6 +82,9 @@ class MessageRow:
     attempts: int = 0
     job_id: int | None = None
     processed_at: str | None = None
+    # A turn that is small talk as a whole ("Take care!"), judged from its text when it is
+    # stored (``pipeline.is_small_talk``); recall counts it less.
+    small_talk: bool = False
     pk: int | None = None
 
 

@@ -43,9 +43,9 @@ __all__ = [
 
 _MESSAGE_INSERT = (
     "project_id, id, user_id, session_id, process_id, role, content, content_hash, ts, "
-    "event_type, page, metadata, status, job_id, created_at, name"
+    "event_type, page, metadata, status, job_id, created_at, name, small_talk"
 )
-_MESSAGE_VALUES = "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?"
+_MESSAGE_VALUES = "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?"
 
 
 def add_messages(
@@ -165,6 +165,7 @@ def _insert_rows(
             job_id,
             r.created_at,
             r.name,
+            r.small_talk,
             *(value for _, _, value in fts),
         )
         for r, fts in zip(rows, fulltext, strict=True)

@@ -59,7 +59,7 @@ def _message_columns(d: Dialect, neighbours: bool) -> str:
         "(SELECT min(CASE WHEN f.status = 'superseded' THEN 1 ELSE 0 END) "
         "FROM fact_sources fs JOIN facts f ON f.pk = fs.fact_pk WHERE fs.message_pk = m.pk)"
     )
-    return f"m.pk, m.id, m.session_id, m.name, m.ts, m.role, m.status, {superseded}, {around}"
+    return f"m.pk, m.id, m.session_id, m.name, m.ts, {superseded}, m.small_talk, {around}"
 
 
 _FACT_COLUMNS = "m.pk, m.id, m.status, m.occurred_at, m.observed_at, m.created_at, m.valid_to"
@@ -107,16 +107,9 @@ def briefs(
     summaries: dict[int, SummaryBrief] = {}
     for read, found in zip(reads, rows, strict=True):
         if read.kind == "message":
-            for row in found:
-                pk, id_, session, name, ts, role, status, superseded, prev, next_, vector = row
-                # superseded is NULL when no fact was drawn from the message.
-                filler = (
-                    superseded is None
-                    and status == "processed"
-                    and (role == "user" or name is not None)
-                )
+            for pk, id_, session, name, ts, superseded, small_talk, prev, next_, vector in found:
                 messages[pk] = MessageBrief(
-                    id_, session, name, ts, superseded == 1, filler, prev, next_, vector
+                    id_, session, name, ts, superseded == 1, bool(small_talk), prev, next_, vector
                 )
         elif read.kind == "fact":
             for pk, id_, status, occurred, observed, created, valid_to, vector in found:
