@@ -24,6 +24,7 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, nullcontext
 from datetime import datetime
+from functools import partial
 
 from .._foreground import Foreground
 from .._queries import SEARCH_LAYERS
@@ -182,32 +183,10 @@ class Recaller:
         ``exclude_texts`` (stripped) is in the prompt already: it is left out of the history,
         the matches (the next-ranked take its slot) and the quotes (the next source message
         takes its place), before anything is formatted."""
-
-        def search(
-            query: str,
-            *,
-            limit: int,
-            options: SearchOptions,
-            exclude: Sequence[str],
-            rows: dict[str, StoredRow],
-            carried: frozenset[str],
-        ) -> list[Hit]:
-            return self.search(
-                project_id,
-                session.user_id,
-                query,
-                limit=limit,
-                filters=filters,
-                options=options,
-                exclude=exclude,
-                rows=rows,
-                carried=carried,
-            )
-
         with self._foreground():
             return assemble(
                 self.store,
-                search,
+                partial(self.search, project_id, session.user_id, filters=filters),
                 project_id=project_id,
                 session=session,
                 query=query,
