@@ -479,9 +479,33 @@ def test_an_older_database_is_upgraded_with_the_dashboards_table(
     try:
         with pytest.raises(Exception):  # noqa: B017  (either database's own error)
             dbsql.rows(db_url, "SELECT count(*) FROM ui_sessions")
-        add(old, ["from before the upgrade"])
     finally:
         old.close()
+    # Written as that version wrote them: today's code writes columns it did not have.
+    long_ago = "2025-01-01T00:00:00.000000Z"
+    dbsql.execute(
+        db_url,
+        "INSERT INTO sessions (project_id, id, user_id, metadata, created_at, updated_at) "
+        "VALUES (?, 's1', 'u1', '{}', ?, ?)",
+        P,
+        long_ago,
+        long_ago,
+    )
+    # PostgreSQL keeps the full-text document in the row (SQLite in its own table).
+    fts = (
+        (", fts, fts_len", ", to_tsvector('memstrata_fts', 'from before the upgrade'), 4")
+        if backend == "postgres"
+        else ("", "")
+    )
+    dbsql.execute(
+        db_url,
+        "INSERT INTO messages (project_id, id, user_id, session_id, role, content, "
+        f"content_hash, ts, metadata, created_at{fts[0]}) VALUES (?, 'm-old', 'u1', 's1', "
+        f"'user', 'from before the upgrade', 'h', ?, '{{}}', ?{fts[1]})",
+        P,
+        long_ago,
+        long_ago,
+    )
     mem = memory()
     assert mem.store.schema_version() == latest_schema_version()
     assert [(u.user_id, u.messages) for u in mem.users.list()] == [("u1", 1)]

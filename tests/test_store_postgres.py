@@ -206,18 +206,42 @@ def test_dimensions_above_2000_are_indexed_as_halfvec(store: pg.PostgresStore, p
         indexed.close()
 
 
+def _written_by_version_1(url: str, user: str, sid: str, texts: list[str]) -> list[int]:
+    """Messages with their session and job, as version 1 of the schema held them (today's
+    store writes columns version 1 did not have); their pks."""
+    dbsql.execute(
+        url,
+        "INSERT INTO sessions (project_id, id, user_id, created_at, updated_at) "
+        "VALUES (?, ?, ?, ?, ?)",
+        *(P, sid, user, NOW, NOW),
+    )
+    [(job,)] = dbsql.rows(
+        url,
+        "INSERT INTO jobs (project_id, user_id, kind, size, run_after, created_at) "
+        "VALUES (?, ?, 'process_messages', ?, 0, 0) RETURNING id",
+        *(P, user, len(texts)),
+    )
+    return [
+        dbsql.rows(
+            url,
+            "INSERT INTO messages (project_id, id, user_id, session_id, role, content, "
+            "content_hash, ts, created_at, job_id, fts, fts_len) VALUES (?, ?, ?, ?, 'user', "
+            "?, 'h', ?, ?, ?, to_tsvector('memstrata_fts', ?), ?) RETURNING pk",
+            *(P, f"{user}-{sid}-{i}", user, sid, text, NOW, NOW, job, text, len(text.split())),
+        )[0][0]
+        for i, text in enumerate(texts)
+    ]
+
+
 def test_an_existing_database_gets_the_per_user_full_text_indexes(pg_url: str) -> None:
-    old = pg.PostgresStore(pg_url, migrate_to=1)
-    try:
-        rows = add(old, ["I moved to Berlin", "ramen again"])
-        add(old, ["Berlin for me too"], user="u2", sid="s2")
-    finally:
-        old.close()
+    pg.PostgresStore(pg_url, migrate_to=1).close()
+    pks = _written_by_version_1(pg_url, "u1", "s1", ["I moved to Berlin", "ramen again"])
+    _written_by_version_1(pg_url, "u2", "s2", ["Berlin for me too"])
     store = pg.PostgresStore(pg_url)
     try:
         assert store.schema_version() == pg.latest_schema_version()
         # Claiming needs the current schema (outages, jobs.batch_cap): processed after.
-        berlin = fact("f1", "User moved to Berlin", [rows[0].id], unit(1))
+        berlin = fact("f1", "User moved to Berlin", ["u1-s1-0"], unit(1))
         process(store, LayerWrite(facts=[berlin]))
         process(store)
         names = {
@@ -231,7 +255,7 @@ def test_an_existing_database_gets_the_per_user_full_text_indexes(pg_url: str) -
         assert names == {"messages_fts_by_user", "facts_fts_by_user", "summaries_fts_by_user"}
         assert [
             pk for pk, _ in store.fulltext_messages(P, "u1", ["berlin"], 10, SearchFilters())
-        ] == [rows[0].pk]
+        ] == [pks[0]]
         assert len(store.fulltext_items("fact", P, "u1", ["berlin"], 10)) == 1
         assert store.fulltext_items("fact", P, "u2", ["berlin"], 10) == []
     finally:
