@@ -1,7 +1,7 @@
 """Stage 5 of a search: selection, the ranked candidates turned into the hits returned.
 
-Highest score first (ties by layer and key); the head reranked when asked; messages the
-caller excluded, or whose text the prompt carries, and facts their single-fact summary
+Highest score first (ties by layer and key); the head reranked when asked, and spread over
+sessions for a question that asks for several things; messages the caller excluded, or whose text the prompt carries, and facts their single-fact summary
 restates are passed over, the next-ranked taking their places. Each hit lists its source
 messages best-matching first.
 """
