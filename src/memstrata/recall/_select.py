@@ -1,14 +1,16 @@
 """Stage 5 of a search: selection, the ranked candidates turned into the hits returned.
 
 Highest score first (ties by layer and key); the head reranked when asked, and spread over
-sessions for a question that asks for several things; messages the caller excluded, or whose text the prompt carries, and facts their single-fact summary
-restates are passed over, the next-ranked taking their places. Each hit lists its source
+sessions for a question that asks for several things; messages the caller excluded, or
+whose text the prompt carries, and facts their single-fact summary restates are passed
+over, the next-ranked taking their places. Each hit lists its source
 messages best-matching first.
 """
 
 from __future__ import annotations
 
-from collections import Counter
+import heapq
+from collections import deque
 from collections.abc import Sequence
 
 from .._time import parse_iso as parse_ts
@@ -90,23 +92,31 @@ def _hit(row: StoredRow, score: float, message_score: dict[str, float]) -> Hit:
     return _summary_hit(row, score, message_score)
 
 
-def _lowered(x: Scored, taken: Counter[str]) -> float:
-    session = x.cand.session
-    return x.score - SESSION_SPREAD * taken[session] if session else x.score
-
-
 def _spread(ranked: list[tuple[Key, Scored]], depth: int) -> list[tuple[Key, Scored]]:
     """The first ``depth`` items chosen greedily, each message's score lowered by
-    ``SESSION_SPREAD`` for every one already chosen from its session."""
-    pool, rest = ranked[:depth], ranked[depth:]
-    taken: Counter[str] = Counter()
+    ``SESSION_SPREAD`` for every one already chosen from its session.
+
+    A session's items all carry the same penalty, so the best of them is its first in
+    ranked order: only each session's first item left competes (a heap), and picking it
+    lowers the next one of its session. Items without a session compete alone."""
+    head, rest = ranked[:depth], ranked[depth:]
+    queues: dict[str | int, deque[int]] = {}
+    for i, (_, x) in enumerate(head):
+        queues.setdefault(x.cand.session or i, deque()).append(i)
+    sizes = {group: len(q) for group, q in queues.items()}
+    # (-lowered score, index, group): the index breaks ties by ranked order and is unique.
+    heap = [(-head[q[0]][1].score, q[0], group) for group, q in queues.items()]
+    heapq.heapify(heap)
     out: list[tuple[Key, Scored]] = []
-    while pool:
-        best = max(range(len(pool)), key=lambda i: (_lowered(pool[i][1], taken), -i))
-        key, x = pool.pop(best)
-        if x.cand.session:
-            taken[x.cand.session] += 1
-        out.append((key, x))
+    while heap:
+        _, i, group = heapq.heappop(heap)
+        out.append(head[i])
+        queue = queues[group]
+        queue.popleft()
+        if queue:  # only a session holds more than one item
+            nxt = queue[0]
+            taken = sizes[group] - len(queue)  # chosen from this session so far
+            heapq.heappush(heap, (-(head[nxt][1].score - SESSION_SPREAD * taken), nxt, group))
     return out + rest
 
 
