@@ -88,12 +88,12 @@ def _speaker(m: MessageInput) -> str | None:
     return speaker_of(m.content)
 
 
-def _small_talk(m: MessageInput) -> bool:
+def _small_talk(m: MessageInput, speaker: str | None) -> bool:
     """Whether a conversation turn is small talk as a whole (events are not turns); a
     speaker label written into the content is not part of what was said."""
     if m.event_type:
         return False
-    return is_small_talk(without_speaker(m.content, _speaker(m)))
+    return is_small_talk(without_speaker(m.content, speaker))
 
 
 def add_messages(
@@ -108,6 +108,7 @@ def add_messages(
         raise NotFoundError(f"no session {session_id!r}; create it with mem.sessions.create")
     now = utcnow()
     created = to_iso(now)
+    speakers = [_speaker(m) for m, _ in validated]
     rows = [
         MessageRow(
             project_id=project_id,
@@ -122,11 +123,11 @@ def add_messages(
             process_id=m.process_id,
             event_type=m.event_type,
             page=m.page,
-            name=_speaker(m),
+            name=speaker,
             metadata=m.metadata,
-            small_talk=_small_talk(m),
+            small_talk=_small_talk(m, speaker),
         )
-        for m, digest in validated
+        for (m, digest), speaker in zip(validated, speakers, strict=True)
     ]
     outcome = store.add_messages(project_id, session, rows)
     result = AddResult(
