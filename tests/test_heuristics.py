@@ -1068,6 +1068,14 @@ REWRITES: list[tuple[str | None, str, list[str]]] = [
         ["Joanna took a road trip for their next movie."],
     ),
     ("Nate", "I know encouragement got me far.", ["Nate knows encouragement got them far."]),
+    # a greeting naming the listener and interjections go; what is left is the fact
+    ("Maria", "Hey John, I'm good.", []),
+    ("Maria", "Hi Jon, I adopted a puppy!", ["Maria adopted a puppy."]),
+    ("Andrew", "Haha yeah, I do love Toby!", ["Andrew does love Toby."]),
+    ("Andrew", "Wow, I finally ran a marathon.", ["Andrew finally ran a marathon."]),
+    # "I love when you ..." is about the listener: never cut to "Nate loves."
+    ("Nate", "That's why I love when you give me movie recommendations.", []),
+    ("Nate", "I love hiking, like you.", ["Nate loves hiking."]),
     (
         None,
         "I remember a hotel in Rome with a great bed.",
@@ -1103,6 +1111,10 @@ def test_rewrites_name_the_speaker_and_never_garble(
         "Check out my new painting.",
         "Here's my latest one.",
         "Let's keep doing our part.",
+        "In the meantime, let's work together to make things better for our community.",
+        "Tell me more about them!",
+        "Keep me posted!",
+        "I couldn't agree more.",
         # leaving
         "I'm off to go do some research.",
         "Gotta go, talk soon!",

@@ -182,6 +182,11 @@ _OTHER_LEAD = (
     r"(?:yes|yeah|yep|no|nope|ok|okay)\s+(?:but|and)\s+",
     r"(?:hi|hello|hey|hiya|thanks|thank\s+you|yes|yeah|no|sure|great|cool)(?:\s+there)?"
     r"\s*[,!.;:]+\s*",
+    # a greeting with the listener's name ("Hey John, I'm good"): the name is theirs
+    r"(?:hi|hello|hey|hiya|thanks|thank\s+you)\s+[A-Z][\w'’-]*\s*[,!.;:]+\s*",
+    # an interjection before the statement ("Haha yeah, I do love Toby!")
+    r"(?:ha(?:ha)+|hah|lol|wow|whoa|aw+|omg|ooh)\b\s*[,!.;:]*\s*",
+    r"in\s+the\s+meantime\s*,\s*",
 )
 _LEAD = re.compile(
     r"^(?:(?P<corr>" + "|".join(_CORRECTION_LEAD) + r")|" + "|".join(_OTHER_LEAD) + ")",
@@ -246,6 +251,7 @@ _REACTION = re.compile(
     r"(?:agree|bet|(?:know|understand)(?=\s*(?:[,.!?…]|$|\s+(?:right|what\s+you|how\s+you|the\s+feeling)))"
     r"|hear\s+(?:you|ya)|feel\s+(?:you|the\s+same)|get\s+(?:it|that)"
     r"|can\s+(?:imagine|relate|tell|see\s+(?:that|why|how))|appreciate|wish|mean\s+it"
+    r"|(?:could\s*n['’]?t|can['’]?t|cannot)\s+agree\s+more"
     r"|can'?t\s+wait|cannot\s+wait|love\s+(?:that|this|it|how)|admire)\b"
     r"|(?:i'?m|i’m|i\s+am|we'?re|we’re|we\s+are)\s+(?:\w+ly\s+|so\s+|just\s+|really\s+|also\s+)*"
     r"(?:glad|happy\s+for|proud\s+of|thankful|grateful|sorry|touched|flattered|honou?red|with\s+you"
@@ -257,7 +263,8 @@ _REACTION = re.compile(
 #   into it", "Check out my painting", "Here's my latest one", "Let's do it");
 _TO_LISTENER = re.compile(
     r"^(?:let\s+me|let['’]s|let\s+us|check\s+(?:it\s+|this\s+|these\s+)?out|look\s+at"
-    r"|take\s+a\s+look|here['’]s|here\s+(?:is|are))\b",
+    r"|take\s+a\s+look|here['’]s|here\s+(?:is|are)|tell\s+me\s+(?:more|all|everything)"
+    r"|keep\s+me\s+(?:posted|updated|in\s+the\s+loop))\b",
     _I,
 )
 # - leaving the conversation ("I'm off to do some research", "Gotta go", "Talk soon").
@@ -292,6 +299,13 @@ _REQUEST_TAIL = re.compile(
 )
 
 
+_WANTS_OBJECT = re.compile(
+    r"\b(?:love|loved|like|liked|hate|hated|enjoy|enjoyed|appreciate|appreciated|prefer"
+    r"|preferred|mind|miss|missed|remember|adore)\s*$",
+    _I,
+)
+
+
 def _without_request(body: str) -> str:
     """``body`` without a request to (or clause about) the listener closing it, when what
     precedes is a statement of the speaker's own (three words or more, first person, no
@@ -302,6 +316,8 @@ def _without_request(body: str) -> str:
     head = body[: m.start()].rstrip(" ,;:-")
     if (
         len(head.split()) < 3
+        # "I love when you ...": the clause is the verb's object, not a tail to cut
+        or _WANTS_OBJECT.search(head)
         or not _FIRST_PERSON.search(head)
         or _ADDRESSED_TO_LISTENER.search(head)
     ):
