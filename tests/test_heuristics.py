@@ -1062,6 +1062,17 @@ REWRITES: list[tuple[str | None, str, list[str]]] = [
     ),
     (None, "I just got a Fitbit, could you recommend some apps.", ["User just got a Fitbit."]),
     (None, "I was wondering if you could help me.", []),
+    # ... also with the subject left out: never "User is heading to Tokyo and was wondering."
+    (
+        None,
+        "I'm heading to Tokyo soon and was wondering if you could give me tips.",
+        ["User is heading to Tokyo soon."],
+    ),
+    (
+        None,
+        "I'm visiting the Tokyo Tower and was wondering what the hours are.",
+        ["User is visiting the Tokyo Tower."],
+    ),
     (
         "Joanna",
         "BTW, I took a road trip for my next movie while you were away.",

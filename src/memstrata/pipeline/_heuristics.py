@@ -290,7 +290,8 @@ _VAGUE = frozenset(
 # day with my niece and I was wondering if you could suggest ...", "I took a road trip
 # while you were away"): the statement before it is the fact.
 _REQUEST_TAIL = re.compile(
-    r"\s*[,;:-]?\s*(?:(?:and|but|so)\s+)?(?:i(?:['’]m|\s+am|\s+was)\s+wondering\s+(?:if|whether)"
+    r"\s*[,;:-]?\s*(?:(?:and|but|so)\s+)?(?:(?:i(?:['’]m|\s+am|\s+was)|was|am)(?:\s+also|\s+just)?\s+wondering"
+    r"\s+(?:if|whether|what|how|where|when|which|why|who)"
     r"|i(?:\s+would|['’]d)\s+(?:like|love|appreciate)\s+(?:it\s+if\s+)?(?:you|your|some\s+help)"
     r"|(?:can|could|would|will)\s+you|do\s+you\s+(?:have|know)|if\s+you\s+(?:could|can|have)"
     # or a clause about the listener: "I took a road trip while you were away"
