@@ -134,6 +134,55 @@ def test_a_search_reads_the_question_once(
 
 
 @pytest.mark.parametrize(
+    ("question", "embedded"),
+    [
+        # what a person would do or be: their own turns say "I", so the name leaves the vector
+        ("Would Caroline pursue writing as a career?", "Would pursue writing as a career?"),
+        (
+            "What would Caroline's political leaning likely be?",
+            "What would political leaning likely be?",
+        ),
+        ("Would Melanie and caroline enjoy a theme park?", "Would and enjoy a theme park?"),
+        # anything else is embedded as asked
+        ("What did Caroline buy last week?", "What did Caroline buy last week?"),
+        ("Would I like Rome?", "Would I like Rome?"),  # names no speaker
+        ("Would Caroline?", "Would?"),
+    ],
+)
+def test_a_hypothetical_question_is_embedded_without_the_names(
+    question: str, embedded: str
+) -> None:
+    plan = _plan_of(question)
+    assert plan.embedded == (embedded,)
+    # Full text and the speaker signal still read the question as asked.
+    assert plan.variants == (question,)
+    assert plan.named == _plan.mentioned_names(question, ("Caroline", "Melanie"))
+    assert plan.chained("a red bike").embedded == ("a red bike",)
+
+
+def test_search_embeds_the_planned_text(make_memory: Any) -> None:
+    """The retrieval stage embeds ``plan.embedded``, not the raw question."""
+    from memstrata.embed.hashing import HashingEmbedder
+
+    seen: list[str] = []
+
+    class Recording(HashingEmbedder):
+        def embed(self, texts: Any) -> Any:
+            seen.extend(texts)
+            return super().embed(texts)
+
+    mem: Memory = make_memory(embedder=Recording())
+    s = mem.sessions.create(user_id="u", session_id="chat")
+    s.add_messages(
+        [{"role": "user", "name": "Caroline", "content": "I love writing poems."}], sync=True
+    )
+    seen.clear()
+    mem.search("Would Caroline pursue writing as a career?", user_id="u")
+    assert "Would pursue writing as a career?" in seen
+    assert "Would Caroline pursue writing as a career?" not in seen
+
+
+@pytest.mark.parametrize(
     ("question", "many"),
     [
         ("What has John cooked?", True),

@@ -93,6 +93,9 @@ class QueryPlan:
     # event it is relative to ("before the move"). Candidates inside it get a bonus.
     window: Window | None
     variants: tuple[str, ...]  # searched texts: the query first
+    # What is embedded for each variant: the variant, except that a hypothetical question
+    # about a named speaker is embedded without the name (``_embedded``).
+    embedded: tuple[str, ...]
     terms: tuple[tuple[str, ...], ...]  # full-text terms of each variant
     speakers: tuple[str, ...]  # the speakers of this user's memory
     named: frozenset[str]  # those the query names
@@ -108,7 +111,9 @@ class QueryPlan:
     def chained(self, text: str) -> QueryPlan:
         """The plan of a second retrieval that searches ``text`` alone (multi-hop); the
         question's own reading (its period, the names it mentions) is kept."""
-        return replace(self, variants=(text,), terms=(_terms(text, self.speakers),))
+        return replace(
+            self, variants=(text,), embedded=(text,), terms=(_terms(text, self.speakers),)
+        )
 
 
 def _words(text: str) -> list[str]:
@@ -164,6 +169,27 @@ def asks_for_many(query: str) -> bool:
     return any(p.search(text) for p in (_PERFECT, _PLURAL_WH, _COUNTED))
 
 
+# "Would Caroline pursue writing as a career?", "What would Melanie likely enjoy?": a
+# question asking what a person would do or be is answered by what they said about
+# themselves, and those turns do not name them.
+_HYPOTHETICAL = re.compile(r"\b(?:would|likely|unlikely|might|probably|possibly)\b", re.IGNORECASE)
+
+
+def _embedded(query: str, named: frozenset[str]) -> str:
+    """The text embedded for ``query``: a hypothetical question without the speakers it
+    names (their turns say "I", so a name only pulls the vector toward whatever else is
+    said about that name; full text and the speaker signal still use it)."""
+    if not named or not _HYPOTHETICAL.search(query):
+        return query
+    text = query
+    for name in named:
+        text = re.sub(
+            r"(?<!\w)" + re.escape(name) + r"(?:['’]s)?(?!\w)", "", text, flags=re.IGNORECASE
+        )
+    text = re.sub(r"\s+(?=[?.!,;:])", "", " ".join(text.split()))
+    return text if _WORD.search(text) else query
+
+
 def _layers(options: SearchOptions, filters: SearchFilters) -> tuple[str, ...]:
     # Message-level filters (session, role, event type, time, metadata) describe messages:
     # derived layers take part only without them.
@@ -207,6 +233,7 @@ def plan_query(
     fact_statuses: tuple[str, ...] = ("active",)
     if options.include_superseded:
         summary_statuses, fact_statuses = (*CURRENT_SUMMARY, "superseded"), ("active", "superseded")
+    named = mentioned_names(query, speakers)
     return QueryPlan(
         project_id=project_id,
         user_id=user_id,
@@ -217,9 +244,10 @@ def plan_query(
         intent=intent,
         window=window,
         variants=tuple(variants),
+        embedded=(_embedded(query, named), *variants[1:]),
         terms=tuple(_terms(v, speakers) for v in variants),
         speakers=tuple(speakers),
-        named=mentioned_names(query, speakers),
+        named=named,
         layers=_layers(options, filters),
         summary_statuses=summary_statuses,
         fact_statuses=fact_statuses,

@@ -268,7 +268,7 @@ def retrieve(store: RecallStore, embedder: Embedder, pool: Executor, plan: Query
         return found, rows
 
     pending = pool.submit(fulltext_and_briefs)
-    qvecs = list(embedder.embed(list(plan.variants)))
+    qvecs = list(embedder.embed(list(plan.embedded)))
     keys = _vector_keys(store, embedder, plan, qvecs)
     fulltext, rows = pending.result()
     keys.update(fulltext)
