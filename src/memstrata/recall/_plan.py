@@ -170,15 +170,17 @@ def asks_for_many(query: str) -> bool:
 
 
 # "Would Caroline pursue writing as a career?", "What would Melanie likely enjoy?": a
-# question asking what a person would do or be is answered by what they said about
-# themselves, and those turns do not name them.
+# question asking what a person would do or be is answered by anything they said about
+# themselves, whatever its words.
 _HYPOTHETICAL = re.compile(r"\b(?:would|likely|unlikely|might|probably|possibly)\b", re.IGNORECASE)
 
 
 def _embedded(query: str, named: frozenset[str]) -> str:
     """The text embedded for ``query``: a hypothetical question without the speakers it
-    names (their turns say "I", so a name only pulls the vector toward whatever else is
-    said about that name; full text and the speaker signal still use it)."""
+    names. In a short question the name is much of the vector, and every turn of that
+    speaker carries it (``embedding_text``), so it lifts all their turns alike and leaves
+    the subject less weight; the speaker signal still prefers their turns, and full text
+    never matched names."""
     if not named or not _HYPOTHETICAL.search(query):
         return query
     text = query
