@@ -267,3 +267,29 @@ def test_small_talk_counts_less(make_memory: Any) -> None:
         assert hits[text].signals["status_weight"] == 0.8
     for text in ("I took my turtles to the beach in Tampa.", "Pixel loves the beach.", "Thanks!"):
         assert "small_talk" not in hits[text].signals, text
+
+
+def test_a_question_another_speaker_answers_is_marked(make_memory: Any) -> None:
+    """A turn ending with a question mark whose next turn is another named speaker's
+    carries the ``asked`` signal (its answer was lifted); a question followed by the same
+    speaker, or unnamed turns (a user's own questions to an assistant), are not marked."""
+    mem: Memory = make_memory(workers=0)
+    s = mem.sessions.create(user_id="ann", session_id="trip")
+    s.add_messages(
+        [
+            {"role": "user", "name": "Ann", "content": "Where did you go on that road trip?"},
+            {"role": "assistant", "name": "Bob", "content": "We drove up the coast road."},
+            {"role": "assistant", "name": "Bob", "content": "Did you like the coast trip?"},
+            {"role": "assistant", "name": "Bob", "content": "The coast trip was long."},
+            {"role": "user", "content": "Which road trip should I take?"},
+            {"role": "assistant", "content": "The coast road trip."},
+        ]
+    )
+    hits = {h.text: h for h in mem.search("road trip coast", user_id="ann", limit=20)}
+    assert hits["Where did you go on that road trip?"].signals.get("asked") == 1.0
+    for text in (
+        "We drove up the coast road.",
+        "Did you like the coast trip?",
+        "Which road trip should I take?",
+    ):
+        assert "asked" not in hits[text].signals, text

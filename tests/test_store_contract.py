@@ -1792,7 +1792,7 @@ def test_recall_briefs_have_the_same_fields_and_types_on_every_backend(store: St
         for cls in (MessageBrief, FactBrief, SummaryBrief)
     }
     assert names == {
-        MessageBrief: "id session_id name ts superseded small_talk prev_pk next_pk vector",
+        MessageBrief: "id session_id name ts superseded small_talk asks prev_pk next_pk vector",
         FactBrief: "id status occurred_at observed_at created_at valid_to vector",
         SummaryBrief: "id status observed_at created_at valid_to fact_ids topic_ids vector",
     }
@@ -1822,6 +1822,7 @@ def test_recall_briefs_have_the_same_fields_and_types_on_every_backend(store: St
         "ts": str,
         "superseded": bool,
         "small_talk": bool,
+        "asks": bool,
     }
     assert isinstance(msgs[pks[1]], MessageBrief)
     assert _field_types(msgs[pks[1]]) == {**turn, "prev_pk": int, "next_pk": int, "vector": bytes}
@@ -1843,6 +1844,11 @@ def test_recall_briefs_have_the_same_fields_and_types_on_every_backend(store: St
     assert briefs[said.pk or 0].small_talk is False
     back = store.get_messages(P, [chat.id, said.id])
     assert (back[chat.id].small_talk, back[said.id].small_talk) == (True, False)
+    # A turn asks when its text ends with a question mark (trailing spaces aside); read
+    # without the text, on every backend (a "?" in the SQL would be a placeholder).
+    asking = add(store, ["Where did you go?  ", "Why? We went to Rome.", "?", ""], prefix="5")
+    asks = store.recall_briefs(P, "u1", [r.pk or 0 for r in asking], embedder=EMB)[0]
+    assert [asks[r.pk or 0].asks for r in asking] == [True, False, True, False]
     dates = {"observed_at": str, "created_at": str, "valid_to": str}
     assert isinstance(facts[f1.pk], FactBrief)
     assert _field_types(facts[f1.pk]) == {

@@ -218,21 +218,35 @@ def _with_neighbours(
     return sorted(set(keys) | {("message", pk) for pk in more})
 
 
+def _answered(brief: MessageBrief, after: MessageBrief | None) -> bool:
+    """The turn asks something that another named speaker answers in the next turn. Named
+    speakers only: a user's unnamed turns in a chat with an assistant are the user's own
+    words, their questions included (LongMemEval's evidence)."""
+    return (
+        brief.asks
+        and after is not None
+        and brief.name is not None
+        and after.name is not None
+        and after.name != brief.name
+    )
+
+
 def _candidate(
     key: Key,
     brief: Brief,
     vector: tuple[float, ...],
     text: Sequence[float],
-    neighbours: Mapping[int, tuple[int | None, int | None]],
+    rows: _Rows,
     plan: QueryPlan,
 ) -> Candidate:
     cand = Candidate(key=key, fulltext=text, vector=vector)
     if isinstance(brief, MessageBrief):
         cand.session, cand.name = brief.session_id, brief.name
         cand.ts = parse_ts(brief.ts)
-        prev, nxt = neighbours.get(key[1], (None, None))
+        prev, nxt = rows.neighbours.get(key[1], (None, None))
         cand.prev = ("message", prev) if prev is not None else None
         cand.next = ("message", nxt) if nxt is not None else None
+        cand.asked = _answered(brief, None if nxt is None else rows.messages.get(nxt))
         # Raw history stays full evidence ("how many since..." needs the old value too); it
         # is only marked, and get_memory leaves it out unless asked.
         cand.superseded = brief.superseded
@@ -297,7 +311,7 @@ def retrieve(store: RecallStore, embedder: Embedder, pool: Executor, plan: Query
         text = fulltext.get(key, no_match)
         if max(vector, default=0.0) <= 0 and max(text) <= 0:
             continue
-        out.cands[key] = _candidate(key, brief, vector, text, rows.neighbours, plan)
+        out.cands[key] = _candidate(key, brief, vector, text, rows, plan)
         out.briefs[key] = brief
     return out
 

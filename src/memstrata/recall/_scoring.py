@@ -10,6 +10,9 @@ turns lack:
   half weight;
 * neighbours: a share of the best neighbouring turn's score, since evidence clusters;
 * speaker: a bonus when the query names exactly one of the speakers among the candidates;
+* answered questions: a turn asking what another speaker answers in the next turn gives up
+  a share of its score, and its answer gains a share of the question's relevance (a
+  question reads like the query, the answer holds the evidence);
 * session: a share of the best score in the same session, so the session that talks about
   the subject lifts its other turns;
 * time: a bonus inside the period the query names, and a small recency bonus.
@@ -41,6 +44,10 @@ class ScorerWeights:
     context: float = 0.5  # share of the vector side given to the turn-with-previous-turn score
     previous_turn: float = 0.5  # weight of the previous turn inside that context score
     neighbour: float = 0.4
+    # A question another speaker answers in the next turn keeps this share of its score,
+    # and the answer gains ``answer`` x the question's base relevance.
+    asked: float = 0.8
+    answer: float = 0.1
     speaker: float = 0.2
     session: float = 0.25
     topic: float = 0.25  # the same for summaries: the topic the query is about lifts its others
@@ -74,6 +81,7 @@ class Candidate:
     topics: tuple[str, ...] = ()  # a summary's topics
     superseded: bool = False  # a message whose every fact was corrected since
     small_talk: bool = False  # a message that is small talk as a whole
+    asked: bool = False  # a question another named speaker answers in the next turn
     expired: bool = False  # a fact or summary whose validity ended before the question
     name: str | None = None
     ts: datetime | None = None
@@ -180,6 +188,30 @@ def _group_prior(
     return _normalise({pk: max(best[g] for g in names) for pk, names in groups.items()})
 
 
+def _answered(
+    cands: Mapping[Key, Candidate],
+    base: Mapping[Key, float],
+    scores: dict[Key, float],
+    weights: ScorerWeights,
+) -> None:
+    """A question answered in the next turn by another speaker ("Where did you go on that
+    road trip?") resembles the query more than its answer does ("We explored the coast up
+    in the Pacific Northwest"), yet the answer holds the evidence: the question keeps
+    ``weights.asked`` of its score and its answer gains ``weights.answer`` x the question's
+    base relevance. Before the session prior, so a session is not lifted by its questions
+    alone. LoCoMo turn R@5 69.1 -> 70.4 (both halves gain); LongMemEval-S, whose turns are
+    one unnamed user's, unchanged."""
+    gains: dict[Key, float] = {}
+    for pk, c in cands.items():
+        if not c.asked or c.next is None or c.next not in scores:
+            continue
+        scores[pk] *= weights.asked
+        gain = weights.answer * base.get(pk, 0.0)
+        gains[c.next] = max(gains.get(c.next, 0.0), gain)
+    for pk, gain in gains.items():
+        scores[pk] += gain
+
+
 def score(
     cands: Mapping[Key, Candidate],
     *,
@@ -217,6 +249,7 @@ def score(
             continue
         around = [base.get(n, 0.0) for n in (c.prev, c.next) if n is not None]
         scores[pk] = base.get(pk, 0.0) + weights.neighbour * max(around, default=0.0)
+    _answered(cands, base, scores, weights)
     if len(named) == 1:
         (who,) = named
         for pk, c in cands.items():
@@ -244,6 +277,8 @@ def _signals(cand: Candidate, window: Mapping[Key, float] | None) -> dict[str, f
         out["expired"] = 1.0
     if cand.small_talk:
         out["small_talk"] = 1.0
+    if cand.asked:  # a question another speaker answers in the next turn
+        out["asked"] = 1.0
     if max(cand.fulltext, default=0.0) > 0:
         out["fulltext"] = round(max(cand.fulltext), 6)
     if max(cand.vector, default=0.0) > 0:

@@ -59,7 +59,10 @@ def _message_columns(d: Dialect, neighbours: bool) -> str:
         "(SELECT min(CASE WHEN f.status = 'superseded' THEN 1 ELSE 0 END) "
         "FROM fact_sources fs JOIN facts f ON f.pk = fs.fact_pk WHERE fs.message_pk = m.pk)"
     )
-    return f"m.pk, m.id, m.session_id, m.name, m.ts, {superseded}, m.small_talk, {around}"
+    # The last character of the text (ends with "?": the turn asks something). Compared in
+    # Python: a "?" in the SQL would be read as a placeholder by the PostgreSQL dialect.
+    last = "substr(rtrim(m.content), length(rtrim(m.content)), 1)"
+    return f"m.pk, m.id, m.session_id, m.name, m.ts, {superseded}, m.small_talk, {last}, {around}"
 
 
 _FACT_COLUMNS = "m.pk, m.id, m.status, m.occurred_at, m.observed_at, m.created_at, m.valid_to"
@@ -107,9 +110,19 @@ def briefs(
     summaries: dict[int, SummaryBrief] = {}
     for read, found in zip(reads, rows, strict=True):
         if read.kind == "message":
-            for pk, id_, session, name, ts, superseded, small_talk, prev, next_, vector in found:
+            for row in found:
+                pk, id_, session, name, ts, superseded, small_talk, last, prev, next_, vector = row
                 messages[pk] = MessageBrief(
-                    id_, session, name, ts, superseded == 1, bool(small_talk), prev, next_, vector
+                    id_,
+                    session,
+                    name,
+                    ts,
+                    superseded == 1,
+                    bool(small_talk),
+                    last == "?",
+                    prev,
+                    next_,
+                    vector,
                 )
         elif read.kind == "fact":
             for pk, id_, status, occurred, observed, created, valid_to, vector in found:
