@@ -218,7 +218,7 @@ def _with_neighbours(
     return sorted(set(keys) | {("message", pk) for pk in more})
 
 
-def _answered(brief: MessageBrief, after: MessageBrief | None) -> bool:
+def _asks_the_next_speaker(brief: MessageBrief, after: MessageBrief | None) -> bool:
     """The turn asks something that another named speaker answers in the next turn. Named
     speakers only: a user's unnamed turns in a chat with an assistant are the user's own
     words, their questions included (LongMemEval's evidence)."""
@@ -246,7 +246,7 @@ def _candidate(
         prev, nxt = rows.neighbours.get(key[1], (None, None))
         cand.prev = ("message", prev) if prev is not None else None
         cand.next = ("message", nxt) if nxt is not None else None
-        cand.asked = _answered(brief, None if nxt is None else rows.messages.get(nxt))
+        cand.asked = _asks_the_next_speaker(brief, None if nxt is None else rows.messages.get(nxt))
         # Raw history stays full evidence ("how many since..." needs the old value too); it
         # is only marked, and get_memory leaves it out unless asked.
         cand.superseded = brief.superseded
