@@ -136,7 +136,7 @@ def test_a_search_reads_the_question_once(
 @pytest.mark.parametrize(
     ("question", "embedded"),
     [
-        # what a person would do or be: their own turns say "I", so the name leaves the vector
+        # what a person would do or be: the name leaves the vector (it is in all their turns)
         ("Would Caroline pursue writing as a career?", "Would pursue writing as a career?"),
         (
             "What would Caroline's political leaning likely be?",

@@ -182,7 +182,8 @@ _OTHER_LEAD = (
     r"(?:yes|yeah|yep|no|nope|ok|okay)\s+(?:but|and)\s+",
     r"(?:hi|hello|hey|hiya|thanks|thank\s+you|yes|yeah|no|sure|great|cool)(?:\s+there)?"
     r"\s*[,!.;:]+\s*",
-    # a greeting with the listener's name ("Hey John, I'm good"): the name is theirs
+    # a greeting with one word after it, the listener's name mostly ("Hey John, I'm good",
+    # "Thanks guys!"): the pattern is case-insensitive, so any word
     r"(?:hi|hello|hey|hiya|thanks|thank\s+you)\s+[A-Z][\w'’-]*\s*[,!.;:]+\s*",
     # an interjection before the statement ("Haha yeah, I do love Toby!")
     r"(?:ha(?:ha)+|hah|lol|wow|whoa|aw+|omg|ooh)\b\s*[,!.;:]*\s*",
