@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+import dbsql
 from memstrata import Memory
 from memstrata.recall import _plan, _select
 from memstrata.recall._plan import SearchOptions, plan_query
@@ -293,3 +294,76 @@ def test_a_question_another_speaker_answers_is_marked(make_memory: Any) -> None:
         "Which road trip should I take?",
     ):
         assert "asked" not in hits[text].signals, text
+
+
+def test_a_turn_is_judged_to_ask_when_it_is_stored(make_memory: Any) -> None:
+    """Whether a turn asks (its text ends with a question mark, trailing whitespace aside,
+    the full-width one included) is judged once when it is stored; an event is not a turn."""
+    mem: Memory = make_memory(workers=0)
+    s = mem.sessions.create(user_id="ann", session_id="asks")
+    expected = {
+        "Where did you go?  ": True,
+        "Where did you go?\n": True,
+        "?": True,
+        "你去哪儿了？": True,
+        "Why? We went to Rome.": False,
+        "We went to Rome.": False,
+    }
+    sent = [{"role": "user", "content": text} for text in expected]
+    sent.append({"role": "user", "content": "Was it useful?", "event_type": "feedback"})
+    ids = s.add_messages(sent).message_ids
+    rows = mem.store.get_messages("default", ids)
+    assert {rows[i].content: rows[i].asks for i in ids} == {**expected, "Was it useful?": False}
+
+
+def test_turns_stored_before_the_mark_existed_are_judged_by_the_upgrade(
+    backend: str, db_url: str, make_memory: Any
+) -> None:
+    """The migration that adds the mark judges the turns already stored the same way, so
+    an upgraded database keeps lifting answers to its old questions."""
+    if backend == "postgres":
+        from memstrata.store.postgres import PostgresStore
+
+        PostgresStore(db_url, migrate_to=8).close()
+    else:
+        from memstrata.store.sqlite import SQLiteStore
+
+        SQLiteStore(db_url, migrate_to=14).close()
+    long_ago = "2025-01-01T00:00:00.000000Z"
+    dbsql.execute(
+        db_url,
+        "INSERT INTO sessions (project_id, id, user_id, metadata, created_at, updated_at) "
+        "VALUES ('default', 'old-s', 'ann', '{}', ?, ?)",
+        long_ago,
+        long_ago,
+    )
+    old = {
+        "old-q": ("Where did you go?  \n", None),
+        "old-wide": ("你去哪儿了？", None),
+        "old-a": ("We went to Rome. Why?  Because.", None),
+        "old-event": ("Was it useful?", "feedback"),
+    }
+    # PostgreSQL keeps the full-text document in the row (SQLite in its own table).
+    fts = (
+        (", fts, fts_len", ", to_tsvector('simple', ''), 0") if backend == "postgres" else ("", "")
+    )
+    for i, (mid, (text, event)) in enumerate(old.items()):
+        dbsql.execute(
+            db_url,
+            "INSERT INTO messages (project_id, id, user_id, session_id, role, content, "
+            f"content_hash, ts, event_type, metadata, created_at{fts[0]}) "
+            f"VALUES ('default', ?, 'ann', 'old-s', 'user', ?, 'h', ?, ?, '{{}}', ?{fts[1]})",
+            mid,
+            text,
+            f"2025-01-01T00:00:0{i}.000000Z",
+            event,
+            long_ago,
+        )
+    mem: Memory = make_memory(workers=0)
+    rows = mem.store.get_messages("default", list(old))
+    assert {mid: rows[mid].asks for mid in old} == {
+        "old-q": True,
+        "old-wide": True,
+        "old-a": False,
+        "old-event": False,
+    }

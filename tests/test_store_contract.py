@@ -1844,11 +1844,12 @@ def test_recall_briefs_have_the_same_fields_and_types_on_every_backend(store: St
     assert briefs[said.pk or 0].small_talk is False
     back = store.get_messages(P, [chat.id, said.id])
     assert (back[chat.id].small_talk, back[said.id].small_talk) == (True, False)
-    # A turn asks when its text ends with a question mark (trailing spaces aside); read
-    # without the text, on every backend (a "?" in the SQL would be a placeholder).
-    asking = add(store, ["Where did you go?  ", "Why? We went to Rome.", "?", ""], prefix="5")
-    asks = store.recall_briefs(P, "u1", [r.pk or 0 for r in asking], embedder=EMB)[0]
-    assert [asks[r.pk or 0].asks for r in asking] == [True, False, True, False]
+    # So is the mark of a turn that asks something (ends with a question mark).
+    [question] = add(store, ["Where did you go?"], prefix="5", asks=True)
+    marks = store.recall_briefs(P, "u1", [question.pk or 0, said.pk or 0], embedder=EMB)[0]
+    assert (marks[question.pk or 0].asks, marks[said.pk or 0].asks) == (True, False)
+    back = store.get_messages(P, [question.id, said.id])
+    assert (back[question.id].asks, back[said.id].asks) == (True, False)
     dates = {"observed_at": str, "created_at": str, "valid_to": str}
     assert isinstance(facts[f1.pk], FactBrief)
     assert _field_types(facts[f1.pk]) == {

@@ -96,6 +96,13 @@ def _small_talk(m: MessageInput, speaker: str | None) -> bool:
     return is_small_talk(without_speaker(m.content, speaker))
 
 
+def _asks(m: MessageInput) -> bool:
+    """Whether a conversation turn asks something: its text ends with a question mark.
+    Judged once here rather than read from the text by every search (on PostgreSQL a long
+    turn's text is stored out of line and would be fetched whole)."""
+    return not m.event_type and m.content.rstrip().endswith(("?", "\uff1f"))
+
+
 def add_messages(
     engine: Engine, project_id: str, session_id: str, messages: Any, *, sync: bool
 ) -> AddResult:
@@ -126,6 +133,7 @@ def add_messages(
             name=speaker,
             metadata=m.metadata,
             small_talk=_small_talk(m, speaker),
+            asks=_asks(m),
         )
         for (m, digest), speaker in zip(validated, speakers, strict=True)
     ]

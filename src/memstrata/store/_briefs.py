@@ -28,7 +28,8 @@ class MessageBrief:
     superseded: bool
     # Small talk as a whole ("Take care!"), judged from its text when it was stored.
     small_talk: bool
-    # Its text ends with a question mark: a question, which the next turn may answer.
+    # Its text ends with a question mark (judged when it was stored): a question, which
+    # the next turn may answer.
     asks: bool
     # The turns before and after it in its session, in (ts, pk) order: read only when
     # asked for (``neighbours=True``), else None.

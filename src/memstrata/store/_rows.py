@@ -85,6 +85,9 @@ class MessageRow:
     # A turn that is small talk as a whole ("Take care!"), judged from its text when it is
     # stored (``pipeline.is_small_talk``); recall counts it less.
     small_talk: bool = False
+    # A turn whose text ends with a question mark, judged when it is stored; recall lets a
+    # question another speaker answers give way to the answer.
+    asks: bool = False
     pk: int | None = None
 
 

@@ -43,9 +43,9 @@ __all__ = [
 
 _MESSAGE_INSERT = (
     "project_id, id, user_id, session_id, process_id, role, content, content_hash, ts, "
-    "event_type, page, metadata, status, job_id, created_at, name, small_talk"
+    "event_type, page, metadata, status, job_id, created_at, name, small_talk, asks"
 )
-_MESSAGE_VALUES = "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?"
+_MESSAGE_VALUES = "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?"
 
 
 def add_messages(
@@ -166,6 +166,7 @@ def _insert_rows(
             r.created_at,
             r.name,
             r.small_talk,
+            r.asks,
             *(value for _, _, value in fts),
         )
         for r, fts in zip(rows, fulltext, strict=True)

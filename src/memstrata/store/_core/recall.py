@@ -59,10 +59,7 @@ def _message_columns(d: Dialect, neighbours: bool) -> str:
         "(SELECT min(CASE WHEN f.status = 'superseded' THEN 1 ELSE 0 END) "
         "FROM fact_sources fs JOIN facts f ON f.pk = fs.fact_pk WHERE fs.message_pk = m.pk)"
     )
-    # The last character of the text (ends with "?": the turn asks something). Compared in
-    # Python: a "?" in the SQL would be read as a placeholder by the PostgreSQL dialect.
-    last = "substr(rtrim(m.content), length(rtrim(m.content)), 1)"
-    return f"m.pk, m.id, m.session_id, m.name, m.ts, {superseded}, m.small_talk, {last}, {around}"
+    return f"m.pk, m.id, m.session_id, m.name, m.ts, {superseded}, m.small_talk, m.asks, {around}"
 
 
 _FACT_COLUMNS = "m.pk, m.id, m.status, m.occurred_at, m.observed_at, m.created_at, m.valid_to"
@@ -111,7 +108,7 @@ def briefs(
     for read, found in zip(reads, rows, strict=True):
         if read.kind == "message":
             for row in found:
-                pk, id_, session, name, ts, superseded, small_talk, last, prev, next_, vector = row
+                pk, id_, session, name, ts, superseded, small_talk, asks, prev, next_, vector = row
                 messages[pk] = MessageBrief(
                     id_,
                     session,
@@ -119,7 +116,7 @@ def briefs(
                     ts,
                     superseded == 1,
                     bool(small_talk),
-                    last == "?",
+                    bool(asks),
                     prev,
                     next_,
                     vector,

@@ -37,7 +37,7 @@ __all__ = [
 MESSAGE_COLUMNS = (
     "pk, project_id, id, user_id, session_id, process_id, role, content, content_hash, ts, "
     "event_type, page, metadata, status, error, attempts, job_id, created_at, processed_at, name, "
-    "small_talk"
+    "small_talk, asks"
 )
 
 
@@ -64,6 +64,7 @@ def message_row(r: Sequence[Any], d: Dialect) -> MessageRow:
         processed_at=r[18],
         name=r[19],
         small_talk=bool(r[20]),
+        asks=bool(r[21]),
     )
 
 
