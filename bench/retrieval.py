@@ -91,7 +91,10 @@ Nothing is asserted; the script prints figures (``--json``: also one JSON line).
 ones): the derived layers in it were built by the write pipeline of the run that ingested
 them, so delete the file after changing the write path or the schema, and use one file
 per ``--shape`` (the ids are the same in both shapes, so a file of the other shape would be
-reused as it is).
+reused as it is). ``--db`` also takes a PostgreSQL URL (an existing database, used the same
+way), so the same questions measure the PostgreSQL store:
+
+    python bench/retrieval.py --dataset locomo --db postgresql://postgres@127.0.0.1/bench
 """
 
 from __future__ import annotations
@@ -860,6 +863,16 @@ def report(ds: Dataset, ing: dict[str, Any], ev: dict[str, Any], limit: int) -> 
 # -- main --------------------------------------------------------------------------------------
 
 
+def _postgres(url: str | None) -> bool:
+    return url is not None and url.startswith(("postgresql://", "postgres://"))
+
+
+def _db_url(args: argparse.Namespace, key: str, tmp: str) -> str:
+    if _postgres(args.db):
+        return str(args.db)
+    return f"sqlite:///{_db_path(args, key, tmp).resolve()}"
+
+
 def _db_path(args: argparse.Namespace, key: str, tmp: str) -> Path:
     if args.db is not None:
         return Path(args.db)
@@ -898,7 +911,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         help=f"hits asked per question (default {SEARCH_LIMIT}, at least 10)",
     )
     p.add_argument("--keep", metavar="DIR", default=None, help="keep the SQLite file(s) in DIR")
-    p.add_argument("--db", metavar="PATH", default=None, help="reuse (or create) this SQLite file")
+    p.add_argument(
+        "--db",
+        metavar="PATH",
+        default=None,
+        help="reuse (or create) this SQLite file; or a PostgreSQL URL (an existing database)",
+    )
     p.add_argument("--json", action="store_true", help="also print a JSON line of results")
     args = p.parse_args(argv)
     limit = max(10, args.search_limit)
@@ -926,9 +944,9 @@ def main(argv: Sequence[str] | None = None) -> None:
             if not ds.users:
                 print(f"\n{ds.title}: nothing selected")
                 continue
-            path = _db_path(args, key, tmp)
+            url = _db_url(args, key, tmp)
             mem = Memory(
-                f"sqlite:///{path.resolve()}",
+                url,
                 embedder=args.embedder,
                 max_content_chars=MAX_CONTENT_CHARS,
             )
@@ -938,8 +956,10 @@ def main(argv: Sequence[str] | None = None) -> None:
             finally:
                 mem.close()
             results["datasets"][key] = report(ds, ing, ev, limit)
-            if args.keep is not None or args.db is not None:
-                print(f"  database: {path}")
+            if _postgres(args.db):
+                print("  database: the PostgreSQL database of --db")
+            elif args.keep is not None or args.db is not None:
+                print(f"  database: {_db_path(args, key, tmp)}")
     if args.json:
         emit_json("retrieval", results)
 
