@@ -12,10 +12,10 @@ beside the rows instead and lets FTS5 rank (``sqlite/_fulltext.py``).
 BM25 as FTS5 computes it: for each query lexeme, IDF = ln((N - df + 0.5) / (df + 0.5))
 (1e-6 when not positive) over the whole table, and per row
 IDF * tf * (k1 + 1) / (tf + k1 * (1 - b + b * len / avglen)), lengths counting SQLite's
-one-word scope column too. A table of up to _LIVE_STATS_ROWS rows (by the planner's
-estimate) has N, the lengths and df counted exactly inside the one statement that ranks; a
-larger one takes them from caches (_large_fulltext), as counting df of a common word means
-visiting every row that holds it. A user with many rows of a large table gets a GIN index
+one-word scope column too. A table of up to _LIVE_STATS_ROWS rows (estimated) has N, the
+lengths and df counted exactly inside the one statement that ranks; a larger one takes them
+from caches (_large_fulltext), as counting df of a common word means visiting every row
+that holds it. A user with many rows of a large table gets a GIN index
 of their own (``_user_indexes.py``).
 """
 
@@ -45,9 +45,12 @@ log = logging.getLogger("memstrata.store")
 _MAX_FTS_WORDS = 100_000
 # BM25 as SQLite's FTS5 computes it.
 _K1, _B = 1.2, 0.75
-# Tables up to this many rows (planner's estimate) have their full-text statistics counted
-# at every query, exactly like FTS5; larger ones take them from caches (see _fts_stats).
-_LIVE_STATS_ROWS = 5000
+# Tables up to this many rows (estimated) have their full-text statistics counted at every
+# query, exactly like FTS5; larger ones take them from caches (see _fts_stats). Counting
+# costs more than the caches from a few hundred rows on (one user's LoCoMo turns, median
+# per statement: 2.2 against 1.5 ms at 200 rows, 4.4 against 1.9 at 1,000, 10.5 against
+# 3.6 at 3,000), and the caches give the same scores while fresh.
+_LIVE_STATS_ROWS = 200
 # Lexeme counts kept per large table (the most frequent first); ~100 bytes each.
 _VOCABULARY_MAX = 1_000_000
 _TSQUERY_ESCAPE = str.maketrans({"'": "''", "\\": "\\\\"})
@@ -193,9 +196,13 @@ class PostgresFullText(PostgresUserIndexes):
         now = time.monotonic()
         hit = self._size_estimates.get(table)
         if hit is None or now - hit[1] > 60:
-            # The planner's row estimates of the three full-text tables, in one round trip.
+            # The row estimates of the three full-text tables, in one round trip: the
+            # planner's, or the live count of the statistics system for a table never
+            # analysed (-1: a new table, or autovacuum off).
             rows = c.execute(
-                "SELECT t, coalesce((SELECT reltuples FROM pg_class WHERE oid = to_regclass(t)), 0)"
+                "SELECT t, greatest("
+                "(SELECT reltuples FROM pg_class WHERE oid = to_regclass(t)),"
+                " (SELECT n_live_tup FROM pg_stat_user_tables WHERE relid = to_regclass(t)), 0)"
                 " FROM unnest(%s::text[]) t",
                 (list(_TABLES),),
             ).fetchall()
