@@ -15,8 +15,8 @@ IDF * tf * (k1 + 1) / (tf + k1 * (1 - b + b * len / avglen)), lengths counting S
 one-word scope column too. A table of up to _LIVE_STATS_ROWS rows (estimated) has N, the
 lengths and df counted exactly inside the one statement that ranks; a larger one takes them
 from caches (_large_fulltext), as counting df of a common word means visiting every row
-that holds it. A user with many rows of a large table gets a GIN index
-of their own (``_user_indexes.py``).
+that holds it. A user with many rows of a large table gets a GIN index of their own
+(``_user_indexes.py``).
 """
 
 from __future__ import annotations
