@@ -867,12 +867,6 @@ def _postgres(url: str | None) -> bool:
     return url is not None and url.startswith(("postgresql://", "postgres://"))
 
 
-def _db_url(args: argparse.Namespace, key: str, tmp: str) -> str:
-    if _postgres(args.db):
-        return str(args.db)
-    return f"sqlite:///{_db_path(args, key, tmp).resolve()}"
-
-
 def _db_path(args: argparse.Namespace, key: str, tmp: str) -> Path:
     if args.db is not None:
         return Path(args.db)
@@ -944,9 +938,10 @@ def main(argv: Sequence[str] | None = None) -> None:
             if not ds.users:
                 print(f"\n{ds.title}: nothing selected")
                 continue
-            url = _db_url(args, key, tmp)
+            # Chosen once: with --keep, a second _db_path call would find the file made.
+            path = None if _postgres(args.db) else _db_path(args, key, tmp)
             mem = Memory(
-                url,
+                str(args.db) if path is None else f"sqlite:///{path.resolve()}",
                 embedder=args.embedder,
                 max_content_chars=MAX_CONTENT_CHARS,
             )
@@ -956,10 +951,10 @@ def main(argv: Sequence[str] | None = None) -> None:
             finally:
                 mem.close()
             results["datasets"][key] = report(ds, ing, ev, limit)
-            if _postgres(args.db):
+            if path is None:
                 print("  database: the PostgreSQL database of --db")
             elif args.keep is not None or args.db is not None:
-                print(f"  database: {_db_path(args, key, tmp)}")
+                print(f"  database: {path}")
     if args.json:
         emit_json("retrieval", results)
 
