@@ -58,7 +58,7 @@ if ! has_vector; then
         /etc/apt/sources.list.d/*.sources 2>/dev/null | grep -vE '^[[:space:]]*#' \
         | grep -oE 'https?://[^ ]+/debian/?( |$)' | head -n 1 | tr -d ' ' || true)"
     [ -n "$MIRROR" ] || MIRROR="http://deb.debian.org/debian"
-    SRC_LIST=/etc/apt/sources.list.d/memstrata-pgvector-src.sources
+    SRC_LIST=/etc/apt/sources.list.d/stratamem-pgvector-src.sources
     BUILD_DIR="$(mktemp -d)"
     cleanup() {
         $SUDO rm -f "$SRC_LIST"
@@ -83,15 +83,15 @@ if ! has_vector; then
 fi
 
 # 3. A URL for the tests --------------------------------------------------------------------
-URL="${MEMSTRATA_TEST_POSTGRES_URL:-postgresql://postgres@127.0.0.1:$PORT/postgres}"
+URL="${STRATAMEM_TEST_POSTGRES_URL:-postgresql://postgres@127.0.0.1:$PORT/postgres}"
 if ! "$PG_BIN/psql" -X -q "$URL" -tAc "SELECT 1" >/dev/null 2>&1; then
     # A fresh install asks for a password on TCP: give a dedicated CI role one.
-    log "creating role memstrata_ci for password login on 127.0.0.1"
+    log "creating role stratamem_ci for password login on 127.0.0.1"
     admin_sql -c "DO \$\$ BEGIN
-        IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'memstrata_ci') THEN
-            CREATE ROLE memstrata_ci LOGIN SUPERUSER PASSWORD 'memstrata_ci';
+        IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'stratamem_ci') THEN
+            CREATE ROLE stratamem_ci LOGIN SUPERUSER PASSWORD 'stratamem_ci';
         END IF; END \$\$;"
-    URL="postgresql://memstrata_ci:memstrata_ci@127.0.0.1:$PORT/postgres"
+    URL="postgresql://stratamem_ci:stratamem_ci@127.0.0.1:$PORT/postgres"
     "$PG_BIN/psql" -X -q "$URL" -tAc "SELECT 1" >/dev/null || die "cannot log in with $URL"
 fi
 "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 "$URL" -c "CREATE EXTENSION IF NOT EXISTS vector" >&2 \

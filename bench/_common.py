@@ -1,6 +1,6 @@
 """Shared helpers of the benchmark scripts: timing, percentile summaries, benchmark texts.
 
-Benchmark data is read in place from ``$MEMSTRATA_DATA_DIR`` (default ``../shared/data``
+Benchmark data is read in place from ``$STRATAMEM_DATA_DIR`` (default ``../shared/data``
 next to the repository root); it is never copied into the repository.
 """
 
@@ -233,8 +233,8 @@ def loadavg() -> float | None:
 
 
 def data_dir() -> Path:
-    """``$MEMSTRATA_DATA_DIR``, else ``../shared/data`` relative to the repository root."""
-    env = os.environ.get("MEMSTRATA_DATA_DIR")
+    """``$STRATAMEM_DATA_DIR``, else ``../shared/data`` relative to the repository root."""
+    env = os.environ.get("STRATAMEM_DATA_DIR")
     return Path(env) if env else (REPO_ROOT.parent / "shared" / "data").resolve()
 
 
@@ -243,7 +243,7 @@ def load_locomo() -> list[dict[str, Any]]:
     path = data_dir() / _LOCOMO_FILE
     if not path.is_file():
         raise SystemExit(
-            f"benchmark data not found: {path}; set MEMSTRATA_DATA_DIR to the folder "
+            f"benchmark data not found: {path}; set STRATAMEM_DATA_DIR to the folder "
             f"holding {_LOCOMO_FILE}"
         )
     with open(path, encoding="utf-8") as f:

@@ -3,8 +3,8 @@
 Run-to-run noise on a shared 2-core machine is larger than the few microseconds a refactor
 moves (the same commit's accept p50 differs by 10-40% between two processes here), so two
 ``bench/*.py`` runs side by side cannot tell a 3% change from noise. This script imports
-each commit's ``src/memstrata`` as its own package (``git archive``, renamed to
-``memstrata_<side>``), opens one ``Memory`` per side on files in the same directory, and
+each commit's ``src/stratamem`` as its own package (``git archive``, renamed to
+``stratamem_<side>``), opens one ``Memory`` per side on files in the same directory, and
 runs the workload in blocks that alternate between the sides (ABC, then CBA, ...), so
 both see the same machine at the same moments. The old commit is loaded twice (``old``
 and ``old2``): the gap between those two identical sides is the spread that any
@@ -40,21 +40,21 @@ from typing import Any
 
 from _common import REPO_ROOT, locomo_questions, locomo_turns, machine_info, summarize
 
-_IMPORT = re.compile(r"\b(from|import) memstrata(?=[.\s]|$)", re.MULTILINE)
-_DOTTED = re.compile(r"""(["'])memstrata\.""")
+_IMPORT = re.compile(r"\b(from|import) stratamem(?=[.\s]|$)", re.MULTILINE)
+_DOTTED = re.compile(r"""(["'])stratamem\.""")
 
 
 def _export(rev: str, name: str, into: Path) -> None:
-    """``rev``'s ``src/memstrata`` as the package ``name`` under ``into``."""
+    """``rev``'s ``src/stratamem`` as the package ``name`` under ``into``."""
     tar = subprocess.run(
-        ["git", "-C", str(REPO_ROOT), "archive", rev, "src/memstrata"],
+        ["git", "-C", str(REPO_ROOT), "archive", rev, "src/stratamem"],
         check=True,
         capture_output=True,
     ).stdout
     with tarfile.open(fileobj=io.BytesIO(tar)) as archive:
         archive.extractall(into / f"_{name}", filter="data")
     package = into / name
-    (into / f"_{name}" / "src" / "memstrata").rename(package)
+    (into / f"_{name}" / "src" / "stratamem").rename(package)
     for path in package.rglob("*.py"):
         text = path.read_text()
         text = _IMPORT.sub(rf"\1 {name}", text)
@@ -135,9 +135,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     ):
         root = Path(packages)
         for name, rev in (("old", args.old), ("old2", args.old), ("new", args.new)):
-            _export(rev, f"memstrata_{name}", root)
+            _export(rev, f"stratamem_{name}", root)
         sys.path.insert(0, packages)
-        modules = {n: importlib.import_module(f"memstrata_{n}") for n in ("old", "old2", "new")}
+        modules = {n: importlib.import_module(f"stratamem_{n}") for n in ("old", "old2", "new")}
         texts = [t.text for t in locomo_turns()]
         workloads = ["accept", "search"] if args.workload == "both" else [args.workload]
         for workload in workloads:

@@ -18,7 +18,7 @@ of medians. Nothing is asserted; targets are printed with PASS/MISS.
   the pairs every captured exchange also goes through the write pipeline in this process,
   on the same cores, beside the next calls' recall.
 * recall on again, from the same 1,000 memories, with the captured exchanges processed by
-  a ``memstrata worker`` process on the same file (the application's ``Memory`` has
+  a ``stratamem worker`` process on the same file (the application's ``Memory`` has
   ``workers=0``), as docs/capture.md describes (no target of its own).
 * with ``--model-ms MS``: recall on again, from the same 1,000 memories, with the fake
   model answering each call after MS milliseconds, as a real one does (``--model-calls``
@@ -88,8 +88,8 @@ from _common import (
     verdict,
 )
 from fakes.openai_server import FakeOpenAIServer
-from memstrata import Memory
-from memstrata.embed import make_embedder
+from stratamem import Memory
+from stratamem.embed import make_embedder
 
 # Varied questions, as real traffic has: one question asked N times would make every
 # captured exchange an exact full-text match for the next recall.
@@ -125,7 +125,7 @@ def _pairs(
     stream: bool,
     scope: Callable[[], AbstractContextManager[Any]] | None = None,
 ) -> dict[str, Any]:
-    """``n`` pairs of calls; each registered call runs in ``scope()`` (default: memstrata's
+    """``n`` pairs of calls; each registered call runs in ``scope()`` (default: stratamem's
     scope of the bench user)."""
     if scope is None:
         assert mem is not None
@@ -176,7 +176,7 @@ class _Counter(logging.Handler):
 def _recall_timeouts() -> Iterator[list[str]]:
     """Registered calls whose recall passed its bound (they went out without memory)."""
     counter = _Counter("recall took longer")
-    logger = logging.getLogger("memstrata.capture")
+    logger = logging.getLogger("stratamem.capture")
     logger.addHandler(counter)
     try:
         yield counter.hits
@@ -251,10 +251,10 @@ def _recall_parts(mem: Memory, embedder: str, n: int) -> dict[str, Any]:
 def _worker_process_pairs(
     plain: Any, server: FakeOpenAIServer, url: str, args: argparse.Namespace
 ) -> dict[str, Any]:
-    """Recall on, with the captured exchanges processed by a `memstrata worker` process on
+    """Recall on, with the captured exchanges processed by a `stratamem worker` process on
     the same file (docs/capture.md): the application's process only stores them."""
     worker = subprocess.Popen(
-        [sys.executable, "-m", "memstrata", "--db", url, "--embedder", args.embedder, "worker"],
+        [sys.executable, "-m", "stratamem", "--db", url, "--embedder", args.embedder, "worker"],
         stdout=subprocess.DEVNULL,
     )
     mem = Memory(url, embedder=args.embedder, workers=0)
@@ -301,7 +301,7 @@ def _model_latency_pairs(
 def _memori_pairs(plain: Any, server: FakeOpenAIServer, tmp: str, n: int) -> dict[str, Any]:
     """Memori's capture on the same server, when the ``memori`` package is installed.
 
-    Memori runs in its BYODB mode on a SQLite file beside memstrata's, with no attribution:
+    Memori runs in its BYODB mode on a SQLite file beside stratamem's, with no attribution:
     so it captures each exchange (stored before the call returns) without recall or
     augmentation, which need Memori's cloud (its extraction runs there) or a model download.
     Its telemetry and cloud calls go to a closed port on 127.0.0.1 (refused at once) and its
@@ -360,7 +360,7 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     info = machine_info()
     print(
-        f"memstrata capture overhead: {info['cpu']}, {info['cores']} cores, "
+        f"stratamem capture overhead: {info['cpu']}, {info['cores']} cores, "
         f"engine {engine_version()}, {args.calls} pairs per figure"
     )
     results: dict[str, Any] = {}
@@ -416,7 +416,7 @@ def main(argv: list[str] | None = None) -> None:
             plain, server, f"sqlite:///{tmp}/apart.db", args
         )
         _report(
-            f"recall on, user with {len(texts)} memories, pipeline in a `memstrata worker` "
+            f"recall on, user with {len(texts)} memories, pipeline in a `stratamem worker` "
             "process (the application's Memory has workers=0)",
             results["recall_on_worker_process"],
             10.0,

@@ -1,8 +1,8 @@
-"""Dashboard page loads for a user of LoCoMo size, through a real `memstrata serve`.
+"""Dashboard page loads for a user of LoCoMo size, through a real `stratamem serve`.
 
 One LoCoMo conversation (the largest of the development set: about 700 turns) is stored as
 one user's sessions, with ``name`` the speaker, and processed by the offline pipeline with
-the bundled embedder (facts, summaries, topics). A `memstrata serve` process is started on
+the bundled embedder (facts, summaries, topics). A `stratamem serve` process is started on
 that store; this process signs in to /ui with an API key, as a browser does (login form,
 CSRF token, session cookie), and fetches each page of that user in turn, round after round,
 so that drift on the machine hits every page alike. A load is the whole HTML answer read over
@@ -58,7 +58,7 @@ def _free_port() -> int:
 def _ingest(url: str) -> tuple[str, dict[str, str], int]:
     """The conversation stored and processed; returns an API key, ids of one item per
     layer, and how many messages were stored."""
-    from memstrata import Memory
+    from stratamem import Memory
 
     turns = locomo_turns()
     by_sample: dict[str, list] = defaultdict(list)
@@ -100,8 +100,8 @@ def _ingest(url: str) -> tuple[str, dict[str, str], int]:
 
 
 def _serve(url: str, port: int, log: Path) -> subprocess.Popen[bytes]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSTRATA_")}
-    cmd = [sys.executable, "-m", "memstrata", "serve", "--port", str(port), "--database-url", url]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STRATAMEM_")}
+    cmd = [sys.executable, "-m", "stratamem", "serve", "--port", str(port), "--database-url", url]
     with open(log, "wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT)
     deadline = time.monotonic() + 60
@@ -112,7 +112,7 @@ def _serve(url: str, port: int, log: Path) -> subprocess.Popen[bytes]:
         except httpx.TransportError:
             time.sleep(0.1)
     proc.kill()
-    raise SystemExit(f"memstrata serve did not start:\n{log.read_text()}")
+    raise SystemExit(f"stratamem serve did not start:\n{log.read_text()}")
 
 
 def _sign_in(client: httpx.Client, key: str) -> None:

@@ -50,8 +50,8 @@ from pathlib import Path
 from typing import Any
 
 from _common import emit_json, load_locomo, machine_info, verdict
-from memstrata import Memory
 from retrieval import MAX_CONTENT_CHARS, Dataset, Doc, ingest, locomo_dataset
+from stratamem import Memory
 
 TARGET_FROM_REFERENCE = 0.80
 TARGET_COVERED = 0.70
@@ -261,7 +261,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = p.parse_args(argv)
     info = machine_info()
     print(
-        f"memstrata extraction benchmark: {info['cpu']}, {info['cores']} cores, engine "
+        f"stratamem extraction benchmark: {info['cpu']}, {info['cores']} cores, engine "
         f"{info['engine']}, embedder {args.embedder}, split {args.split}, "
         f"load {info.get('loadavg_1m_at_start')}"
     )
@@ -270,7 +270,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         u.user_id: str(s["sample_id"])
         for u, s in zip(ds.users, _chosen(args.split, args.limit_conversations), strict=True)
     }
-    with tempfile.TemporaryDirectory(prefix="memstrata-extraction-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="stratamem-extraction-") as tmp:
         path = Path(args.db) if args.db else Path(tmp) / "extraction.db"
         mem = Memory(
             f"sqlite:///{path.resolve()}",

@@ -1,10 +1,10 @@
-"""Fault matrix: what memstrata loses, duplicates or delays when a part of it breaks.
+"""Fault matrix: what stratamem loses, duplicates or delays when a part of it breaks.
 
 Every case breaks one real part on purpose and counts what survived (the cases and how
 they count live in tests/fault_matrix.py, shared with the CI subset tests/test_faults.py):
 
-* ``serve-sigkill``, ``worker-sigkill`` — SIGKILL of ``memstrata serve`` (API and worker)
-  or of a ``memstrata worker`` beside ``serve --no-worker``, while clients write with their
+* ``serve-sigkill``, ``worker-sigkill`` — SIGKILL of ``stratamem serve`` (API and worker)
+  or of a ``stratamem worker`` beside ``serve --no-worker``, while clients write with their
   own message ids and a batch is mid-flight; restarted. SQLite and PostgreSQL.
 * ``postgres-restart-fast``, ``postgres-restart-immediate`` — ``pg_ctl restart`` of a
   private cluster (initdb in a temporary directory, its own port) under ``serve``.
@@ -22,7 +22,7 @@ they count live in tests/fault_matrix.py, shared with the CI subset tests/test_f
 Each case prints one row (accepted, stored, processed, failed, duplicated, time to
 recover, verdict, note), then each of its criteria with what was measured. PostgreSQL
 cases run in a private cluster this script starts (the binaries of /usr/lib/postgresql/*
-or $MEMSTRATA_PG_BIN, pgvector installed); the machine's own server is never used. The
+or $STRATAMEM_PG_BIN, pgvector installed); the machine's own server is never used. The
 exit status is 1 when any case fails.
 
     python bench/faults.py                       # all of it: ~15 min (outage beside)
@@ -240,7 +240,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--list", action="store_true", help="list the cases and exit")
     p.add_argument("--json", action="store_true", help="also print one JSON line of the rows")
     p.add_argument("--markdown", action="store_true", help="also print the rows as a table")
-    p.add_argument("-v", "--verbose", action="store_true", help="show memstrata's own logs")
+    p.add_argument("-v", "--verbose", action="store_true", help="show stratamem's own logs")
     args = p.parse_args(argv)
 
     cases = _selected(MATRIX, args)
@@ -263,7 +263,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     rows: list[fm.Row] = []
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="memstrata-faults-") as scratch:
+    with tempfile.TemporaryDirectory(prefix="stratamem-faults-") as scratch:
         run = Run(
             QUICK if args.quick else FULL,
             Path(scratch),

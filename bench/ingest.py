@@ -9,8 +9,8 @@ What is measured (all on fresh SQLite files in a temporary directory):
    (nothing runs in the background: the pure write path, validation + one SQLite
    transaction). The first run then drains its backlog (``mem.wait()``), also timed.
 2. Import throughput: every LoCoMo turn (about 3,400 messages, 6 users) written to a
-   temporary JSONL file and imported with ``memstrata.cli.import_jsonl`` exactly as
-   ``memstrata import FILE`` does (batches of 256, then wait until every message is
+   temporary JSONL file and imported with ``stratamem.cli.import_jsonl`` exactly as
+   ``stratamem import FILE`` does (batches of 256, then wait until every message is
    processed: embedded, and run through the write pipeline, whose facts and summaries are
    embedded too). The wall time runs from opening ``Memory`` to ``close()`` (model load
    included, as a user of the CLI sees it). Reported beside it: the embedder alone on the
@@ -50,14 +50,14 @@ from _common import (
     summarize,
     verdict,
 )
-from memstrata import Memory
-from memstrata.cli import import_jsonl
-from memstrata.embed import make_embedder
+from stratamem import Memory
+from stratamem.cli import import_jsonl
+from stratamem.embed import make_embedder
 
 ACCEPT_P50_TARGET_MS = 2.0
 IMPORT_TARGET_MSGS_PER_S = 200.0
 WARMUP_CALLS = 20
-IMPORT_BATCH = 256  # `memstrata import` default --batch-size, and the worker's batch size
+IMPORT_BATCH = 256  # `stratamem import` default --batch-size, and the worker's batch size
 
 
 def _accept_latency(
@@ -69,7 +69,7 @@ def _accept_latency(
     drain: bool,
     profile: bool = False,
 ) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory(prefix="memstrata-bench-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="stratamem-bench-") as tmp:
         mem = Memory(
             f"sqlite:///{os.path.join(tmp, 'accept.db')}", embedder=embedder, workers=workers
         )
@@ -138,7 +138,7 @@ def _write_jsonl(turns: Sequence[Turn], path: str) -> None:
 
 
 def _import(turns: Sequence[Turn], *, embedder: str, workers: int | None) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory(prefix="memstrata-bench-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="stratamem-bench-") as tmp:
         path = os.path.join(tmp, "locomo.jsonl")
         _write_jsonl(turns, path)
         started = time.perf_counter()
@@ -223,7 +223,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     texts = [t.text for t in turns]
     info = machine_info()
     print(
-        f"memstrata ingest benchmark: {info['cpu']}, {info['cores']} cores, "
+        f"stratamem ingest benchmark: {info['cpu']}, {info['cores']} cores, "
         f"{info['ram_gib']} GiB RAM, SIMD {info['simd']}, engine {info['engine']}, "
         f"load {info.get('loadavg_1m_at_start')}"
     )

@@ -9,8 +9,8 @@ LoCoMo questions are then asked four ways, each timed per call on the caller's s
   on a ``Memory`` in this process: the engine's own cost;
 * ``tools in process``: the MCP tools' own work (``MemoryTools``: the search plus each hit's
   source messages, the context), still without any protocol;
-* ``stdio``: the official SDK's client calling a real ``memstrata mcp`` subprocess;
-* ``http``: the SDK's client calling ``/mcp/users/{user_id}`` on a real ``memstrata serve``
+* ``stdio``: the official SDK's client calling a real ``stratamem mcp`` subprocess;
+* ``http``: the SDK's client calling ``/mcp/users/{user_id}`` on a real ``stratamem serve``
   (API key, stateless streamable HTTP, JSON responses).
 
 The differences are the protocol's cost: JSON-RPC framing, pydantic models on both sides,
@@ -48,15 +48,15 @@ from _common import (
 # the script. The folder leaves sys.path once _common is imported.
 _HERE = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
-sys.path.insert(0, str(REPO_ROOT / "tests"))  # the suite's real `memstrata serve` process
+sys.path.insert(0, str(REPO_ROOT / "tests"))  # the suite's real `stratamem serve` process
 
-from memstrata import Memory  # noqa: E402
-from memstrata.mcp import MemoryTools  # noqa: E402
-from memstrata.mcp._tools import default_session  # noqa: E402
 from server_proc import ServerProcess  # noqa: E402
+from stratamem import Memory  # noqa: E402
+from stratamem.mcp import MemoryTools  # noqa: E402
+from stratamem.mcp._tools import default_session  # noqa: E402
 
 USER = "locomo-user"
-_CLI = ("-m", "memstrata")
+_CLI = ("-m", "stratamem")
 
 
 def _load(db: str, embedder: str) -> int:
@@ -115,8 +115,8 @@ async def _over_mcp(client: Any, questions: list[str], warmup: int) -> dict[str,
 
 
 def _env() -> dict[str, str]:
-    # The developer's MEMSTRATA_* variables must not change what is measured (as server_proc).
-    return {k: v for k, v in os.environ.items() if not k.startswith("MEMSTRATA_")}
+    # The developer's STRATAMEM_* variables must not change what is measured (as server_proc).
+    return {k: v for k, v in os.environ.items() if not k.startswith("STRATAMEM_")}
 
 
 def main() -> None:

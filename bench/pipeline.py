@@ -4,7 +4,7 @@ What is real: the whole engine (store, local embedder, pipeline, worker, the `op
 talking HTTP). What is simulated: the model. A scripted model (tests/fakes/memory_model.py)
 behind the loopback fake OpenAI server answers the real prompts with deterministic JSON,
 after a fixed `--latency` per call to stand in for a hosted model. Prompt tokens are the
-fake server's estimate (characters / 4) of the prompts memstrata really sent; completion
+fake server's estimate (characters / 4) of the prompts stratamem really sent; completion
 tokens the same estimate of the scripted answers (shorter than a real model's).
 
 Two ingestion patterns, both on one LoCoMo conversation per user:
@@ -33,8 +33,8 @@ sys.path.insert(0, str(REPO_ROOT / "tests"))
 
 from fakes.memory_model import MemoryModel
 from fakes.openai_server import FakeOpenAIServer
-from memstrata import Memory
-from memstrata.embed import make_embedder
+from stratamem import Memory
+from stratamem.embed import make_embedder
 
 TARGET_CALLS_PER_MESSAGE = 0.2
 

@@ -68,7 +68,7 @@ import openai
 
 from _common import emit_json, engine_version, machine_info
 from fakes.openai_server import FakeOpenAIServer
-from memstrata import Memory
+from stratamem import Memory
 
 USER = "dana"
 SESSION = "saturday-planning"
@@ -568,8 +568,8 @@ def _proxy(mem: Memory, upstream: str) -> Iterator[str]:
 
     import uvicorn
 
-    from memstrata.proxy import create_proxy_app
-    from memstrata.server import load_server_settings
+    from stratamem.proxy import create_proxy_app
+    from stratamem.server import load_server_settings
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -621,7 +621,7 @@ def converse(
                 stack.enter_context(mem.scope(user_id=USER, session_id=SESSION))
             else:
                 url = stack.enter_context(_proxy(mem, server.origin))
-                headers = {"X-Memstrata-User-Id": USER, "X-Memstrata-Session-Id": SESSION}
+                headers = {"X-Stratamem-User-Id": USER, "X-Stratamem-Session-Id": SESSION}
                 client = openai.OpenAI(base_url=url, api_key="k", default_headers=headers)
             messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM_PROMPT}]
             for user_text, _ in TURNS[: args.turns]:
@@ -715,7 +715,7 @@ def main(argv: list[str] | None = None) -> None:
     args.turns = max(2, min(args.turns, len(TURNS)))
     info = machine_info()
     print(
-        f"memstrata prefix stability: engine {engine_version()}, {args.turns} turns, system "
+        f"stratamem prefix stability: engine {engine_version()}, {args.turns} turns, system "
         f"prompt {len(tokens(SYSTEM_PROMPT))} tokens, tools "
         f"{len(tokens(json.dumps(TOOLS[: args.tools]))) if args.tools else 0} tokens, "
         f"earlier session {len(EARLIER)} "

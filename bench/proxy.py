@@ -1,19 +1,19 @@
-"""Proxy overhead: what the memory proxy (``memstrata proxy``) adds to each LLM call.
+"""Proxy overhead: what the memory proxy (``stratamem proxy``) adds to each LLM call.
 
 Processes on loopback: this one runs the official ``openai`` SDK as the client; a fake
 OpenAI upstream (``tests/fakes/openai_server.py``, TCP_NODELAY, answering at once) runs in
-a subprocess of its own; ``memstrata proxy --upstream <fake>`` runs in another
+a subprocess of its own; ``stratamem proxy --upstream <fake>`` runs in another
 (``--in-process``: in a uvicorn thread of this process instead). Each call goes to the
 upstream directly or through the proxy, in turn (the order rotates every round) so that
 drift on the machine hits both alike. Reported per figure: the direct and proxied latency
 and the *added* time (proxied minus direct, per round, then p50/p95). Nothing is asserted;
 targets are printed with PASS/MISS.
 
-* recall off (``MEMSTRATA_CAPTURE_RECALL=false``, hash embedder): the proxy reads the
+* recall off (``STRATAMEM_CAPTURE_RECALL=false``, hash embedder): the proxy reads the
   body, relays the answer and hands the exchange to capture, which stores it. Target:
   added p50 <= 2 ms, for a plain chat completion and for the time to the first chunk of a
   streamed one. Beside it, for reference, a *bare relay*: the proxy's stack (uvicorn,
-  Starlette, one ``httpx.AsyncClient``) relaying body and answer with nothing of memstrata,
+  Starlette, one ``httpx.AsyncClient``) relaying body and answer with nothing of stratamem,
   run the same way: the floor of any proxy built on that stack, on this machine.
 * recall on: the proxy's memory holds a user with ``--memories`` LoCoMo turns processed by
   the offline pipeline with the bundled local embedder; every proxied call recalls for that
@@ -27,7 +27,7 @@ targets are printed with PASS/MISS.
   whether every stream got every chunk (the text the fake streamed word by word, and its
   ``finish_reason``), for recall off and on.
 
-The proxied calls carry ``X-Memstrata-User-Id``; the proxy's ``X-Memstrata-Memory`` answer
+The proxied calls carry ``X-Stratamem-User-Id``; the proxy's ``X-Stratamem-Memory`` answer
 header is counted (``injected``/``none``/``skipped``) and, once the proxy has stopped, the
 messages stored are checked against the exchanges proxied. Questions are LoCoMo questions
 (shuffled, fixed seed); the fake answers each with a LoCoMo turn chosen from the question,
@@ -80,7 +80,7 @@ from fakes.openai_server import FakeOpenAIServer
 
 USER = "bench"
 SESSION = "bench-proxy"
-HEADERS = {"X-Memstrata-User-Id": USER, "X-Memstrata-Session-Id": SESSION}
+HEADERS = {"X-Stratamem-User-Id": USER, "X-Stratamem-Session-Id": SESSION}
 QUESTIONS = locomo_questions(2000, seed=7)
 _ANSWER_COUNT = 1000  # the fake answers with one of the last LoCoMo turns
 DIRECT, PROXY, BARE = "direct", "proxy", "bare relay"
@@ -152,7 +152,7 @@ class _Upstream:
 
 
 def _bare_app(upstream: str) -> Any:
-    """The proxy's stack without memstrata: uvicorn and Starlette, the body relayed with one
+    """The proxy's stack without stratamem: uvicorn and Starlette, the body relayed with one
     ``httpx.AsyncClient`` (no redirects, no environment), the answer relayed back (a stream
     chunk by chunk)."""
     from starlette.applications import Starlette
@@ -204,7 +204,7 @@ def _bare_app(upstream: str) -> Any:
 def _uvicorn_config(app: Any, port: int) -> Any:
     import uvicorn
 
-    # As memstrata proxy runs it (cli._run), without the access log.
+    # As stratamem proxy runs it (cli._run), without the access log.
     return uvicorn.Config(
         app, host="127.0.0.1", port=port, log_config=None, access_log=False, server_header=False
     )
@@ -260,22 +260,22 @@ def _process(cmd: list[str], port: int, log: Path, env: dict[str, str]) -> Itera
 
 
 def _env() -> dict[str, str]:
-    # The developer's MEMSTRATA_* variables must not change what is measured.
-    return {k: v for k, v in os.environ.items() if not k.startswith("MEMSTRATA_")}
+    # The developer's STRATAMEM_* variables must not change what is measured.
+    return {k: v for k, v in os.environ.items() if not k.startswith("STRATAMEM_")}
 
 
 @contextlib.contextmanager
 def _proxy(
     db: str, embedder: str, upstream: str, recall: bool, in_process: bool, log: Path
 ) -> Iterator[tuple[str, int | None]]:
-    """A running memstrata proxy over the memory at ``db``; yields its ``/v1`` base URL and
+    """A running stratamem proxy over the memory at ``db``; yields its ``/v1`` base URL and
     process id (None in process). The memory's queued captures are stored when it stops."""
     port = _free_port()
     url = f"http://127.0.0.1:{port}/v1"
     if in_process:
-        from memstrata import Memory
-        from memstrata.proxy import create_proxy_app
-        from memstrata.server import load_server_settings
+        from stratamem import Memory
+        from stratamem.proxy import create_proxy_app
+        from stratamem.server import load_server_settings
 
         mem = Memory(db, embedder=embedder, capture_recall=recall)
         try:
@@ -285,8 +285,8 @@ def _proxy(
         finally:
             mem.close()
         return
-    env = {**_env(), "MEMSTRATA_CAPTURE_RECALL": "true" if recall else "false"}
-    cmd = [sys.executable, "-m", "memstrata", "--db", db, "--embedder", embedder, "proxy"]
+    env = {**_env(), "STRATAMEM_CAPTURE_RECALL": "true" if recall else "false"}
+    cmd = [sys.executable, "-m", "stratamem", "--db", db, "--embedder", embedder, "proxy"]
     cmd += ["--port", str(port), "--upstream", upstream]
     with _process(cmd, port, log, env) as pid:
         yield url, pid
@@ -337,7 +337,7 @@ def _call(client: openai.OpenAI, stream: bool, question: str) -> tuple[float, st
         elapsed = time.perf_counter() - t0
         for _ in it:
             pass
-    return elapsed, raw.headers.get("x-memstrata-memory") or "absent"
+    return elapsed, raw.headers.get("x-stratamem-memory") or "absent"
 
 
 def _rounds(
@@ -382,7 +382,7 @@ def _report(label: str, r: dict[str, Any], target: float) -> None:
         judged = ""
         if name == PROXY:
             ok = verdict(s["added_p50_ms"], target, higher_is_better=False)
-            judged = f"; target p50 <= {target:g} ms: {ok}; X-Memstrata-Memory {s['memory_header']}"
+            judged = f"; target p50 <= {target:g} ms: {ok}; X-Stratamem-Memory {s['memory_header']}"
         print(
             f"  added by the {name}: p50 {s['added_p50_ms']:.3f} ms, "
             f"p95 {s['added_p95_ms']:.3f} ms{judged}"
@@ -415,7 +415,7 @@ async def _stream(
             for choice in chunk.choices:
                 pieces.append(choice.delta.content or "")
                 finish = choice.finish_reason or finish
-        state = raw.headers.get("x-memstrata-memory") or "absent"
+        state = raw.headers.get("x-stratamem-memory") or "absent"
     except openai.OpenAIError as exc:
         out["errors"].append(type(exc).__name__)
         return
@@ -485,7 +485,7 @@ def _report_concurrent(label: str, r: dict[str, Any]) -> None:
         print(
             f"  {name}: {s['complete']} of {s['streams']} streams complete (every chunk, the "
             f"text, finish_reason); errors {s['errors'] or 'none'}; "
-            f"X-Memstrata-Memory {s['memory_header']}"
+            f"X-Stratamem-Memory {s['memory_header']}"
         )
     for name in (PROXY, BARE):
         if name in r:
@@ -502,7 +502,7 @@ def _report_concurrent(label: str, r: dict[str, Any]) -> None:
 
 def _stored(db: str, embedder: str) -> int:
     """Messages stored in the proxied session (at most 10,000: the bench sends fewer)."""
-    from memstrata import Memory
+    from stratamem import Memory
 
     mem = Memory(db, embedder=embedder, workers=0)
     try:
@@ -562,7 +562,7 @@ def _run(
 
 def _remember(db: str, args: argparse.Namespace) -> None:
     """The recall user: ``--memories`` LoCoMo turns, processed by the offline pipeline."""
-    from memstrata import Memory
+    from stratamem import Memory
 
     mem = Memory(db, embedder=args.embedder)
     try:
@@ -617,7 +617,7 @@ def main(argv: list[str] | None = None) -> None:
     info = machine_info()
     where = "uvicorn threads of this process" if args.in_process else "subprocesses"
     print(
-        f"memstrata proxy overhead: {info['cpu']}, {info['cores']} cores, engine "
+        f"stratamem proxy overhead: {info['cpu']}, {info['cores']} cores, engine "
         f"{engine_version()}; proxies in {where}, the fake upstream in a subprocess; "
         f"{args.calls} rounds per figure; load average {info['loadavg_1m_at_start']}"
     )

@@ -1,4 +1,4 @@
-"""End-to-end answer accuracy on LoCoMo and LongMemEval-S: memstrata's context vs the whole chat.
+"""End-to-end answer accuracy on LoCoMo and LongMemEval-S: stratamem's context vs the whole chat.
 
 What is measured
 ----------------
@@ -7,14 +7,14 @@ question from what the memory hands back, and a second model call (the judge) sa
 the answer matches the benchmark's gold answer.
 
 * Ingest. As ``bench/retrieval.py`` does, into a fresh SQLite file (``--db`` reuses one): one
-  memstrata user per LoCoMo conversation / per LongMemEval question, one session per
+  stratamem user per LoCoMo conversation / per LongMemEval question, one session per
   benchmark session, one ``add_messages`` call per session, then processing until
   ``mem.wait()``. LoCoMo: every turn, ``role`` user for speaker_a and assistant for
   speaker_b, ``name`` the speaker, photo captions in the content (retrieval.py's loader).
   LongMemEval-S: every turn of the haystack, user AND assistant (retrieval.py indexes user
   turns only, the convention for turn-level retrieval; answering single-session-assistant
   questions needs what the assistant said). The write pipeline runs offline (heuristics)
-  unless ``--llm``: then memstrata's own ``llm=`` setting runs it with the answer model
+  unless ``--llm``: then stratamem's own ``llm=`` setting runs it with the answer model
   (``openai:<model>`` with ``--base-url``, or ``anthropic:<model>``).
 
 * Questions. LoCoMo: categories 1-4 (1 multi-hop, 2 temporal, 3 open-domain, 4 single-hop);
@@ -25,7 +25,7 @@ the answer matches the benchmark's gold answer.
 
 * Two systems, one answer prompt (``ANSWER_PROMPT``), one call per question each:
 
-  - memstrata: ``mem.get_memory(<the user's latest session>, query=question)`` (default
+  - stratamem: ``mem.get_memory(<the user's latest session>, query=question)`` (default
     recall config and token budget; ``as_of`` the question time when the installed API
     takes it), its ``formatted_context`` as the context;
   - full context: the whole conversation as a transcript (sessions in order, each under its
@@ -36,13 +36,13 @@ the answer matches the benchmark's gold answer.
   LongMemEval: its own per-type prompts (``longmemeval_judge_prompt``; yes/no), abstention
   questions judged on whether the answer says the question cannot be answered.
 
-* Figures. Accuracy per category / question type with a 95% Wilson interval, memstrata and
-  full context side by side; context tokens per question (memstrata's own estimate, the one
+* Figures. Accuracy per category / question type with a 95% Wilson interval, stratamem and
+  full context side by side; context tokens per question (stratamem's own estimate, the one
   its token budget uses, and the answer calls' prompt tokens as the API counted them);
   recall latency (``get_memory``, one at a time, after one untimed search per user) and
   answer-call latency, p50/p95; with ``--llm``, the write pipeline's LLM calls and tokens
   per ingested message (``mem.stats()["llm_usage"]``). Every question, both contexts'
-  sizes, memstrata's context, both answers and verdicts go to ``--out`` (JSONL; one
+  sizes, stratamem's context, both answers and verdicts go to ``--out`` (JSONL; one
   ``"type": "question"`` line each, and one ``"type": "conversation"`` line per user with
   the full-context transcript as sent).
 
@@ -79,8 +79,6 @@ import numpy as np
 from tqdm import tqdm
 
 from _common import emit_json, format_summary, load_locomo, machine_info, summarize
-from memstrata import Memory
-from memstrata.recall import estimate_tokens
 from retrieval import (
     LOCOMO_CATEGORIES,
     MAX_CONTENT_CHARS,
@@ -95,8 +93,10 @@ from retrieval import (
     ingest,
     locomo_dataset,
 )
+from stratamem import Memory
+from stratamem.recall import estimate_tokens
 
-SYSTEMS = ("memstrata", "full context")
+SYSTEMS = ("stratamem", "full context")
 Z95 = 1.959963984540054  # two-sided 95% normal quantile
 MAX_CONTEXT_TOKENS = 100_000
 ANSWER_MAX_TOKENS = 300
@@ -530,7 +530,7 @@ def _accepts(fn: Any, name: str) -> bool:
 
 
 def recall(mem: Memory, qs: QASet) -> tuple[dict[str, dict[str, Any]], bool]:
-    """memstrata's context for every question, one ``get_memory`` at a time (timed)."""
+    """stratamem's context for every question, one ``get_memory`` at a time (timed)."""
     as_of = _accepts(mem.get_memory, "as_of")
     session_of = {u.user_id: u.context_session for u in qs.data.users}
     out: dict[str, dict[str, Any]] = {}
@@ -635,7 +635,7 @@ def run(
     systems = SYSTEMS if baseline else SYSTEMS[:1]
 
     def one(item: Item) -> dict[str, Any]:
-        ctx = {"memstrata": contexts[item.qid]["context"]}
+        ctx = {"stratamem": contexts[item.qid]["context"]}
         if baseline:
             ctx["full context"] = scripts[item.user_id].text
         return answer_and_judge(qs, item, ctx, answerer, judge)
@@ -675,7 +675,7 @@ def run(
             "question": item.question,
             "gold": item.gold,
             "question_date": item.question_date,
-            "memstrata": {**contexts[item.qid], **res["memstrata"]},
+            "stratamem": {**contexts[item.qid], **res["stratamem"]},
         }
         if baseline:
             t = scripts[item.user_id]
@@ -763,15 +763,15 @@ def report(
     out["errors"] = errors
 
     print("\n  context per question")
-    mem_tokens = _dist([r["memstrata"]["context_tokens"] for r in rows])
-    out["context_tokens"] = {"memstrata": mem_tokens}
+    mem_tokens = _dist([r["stratamem"]["context_tokens"] for r in rows])
+    out["context_tokens"] = {"stratamem": mem_tokens}
     out["answer_prompt_tokens"] = {}
     for s in systems:
         api = _dist([r[s]["answer_prompt_tokens"] for r in rows if r[s]["answer_prompt_tokens"]])
         out["answer_prompt_tokens"][s] = api
     line = (
-        f"  memstrata formatted_context: median {mem_tokens['median']:.0f}, mean "
-        f"{mem_tokens['mean']:.0f} tokens (memstrata's estimate)"
+        f"  stratamem formatted_context: median {mem_tokens['median']:.0f}, mean "
+        f"{mem_tokens['mean']:.0f} tokens (stratamem's estimate)"
     )
     print(line)
     if "full context" in systems:
@@ -793,7 +793,7 @@ def report(
             )
 
     print("\n  latency")
-    rec = summarize([r["memstrata"]["recall_ms"] / 1000 for r in rows])
+    rec = summarize([r["stratamem"]["recall_ms"] / 1000 for r in rows])
     print(format_summary("recall: get_memory (one at a time)", rec, width=40))
     out["recall_ms"] = rec.as_dict()
     out["answer_ms"] = {}
@@ -873,7 +873,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     p.add_argument("--timeout", type=float, default=120.0, help="seconds per model call")
     p.add_argument(
-        "--llm", action="store_true", help="run memstrata's write pipeline with the model too"
+        "--llm", action="store_true", help="run stratamem's write pipeline with the model too"
     )
     p.add_argument("--embedder", default="local")
     p.add_argument(
@@ -897,7 +897,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     out_path = (
         Path(args.out)
         if args.out
-        else Path(tempfile.mkdtemp(prefix="memstrata-qa-")) / "answers.jsonl"
+        else Path(tempfile.mkdtemp(prefix="stratamem-qa-")) / "answers.jsonl"
     )
     out_path.parent.mkdir(parents=True, exist_ok=True)
     judge_model = args.judge_model or args.model
@@ -922,7 +922,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     info = machine_info()
     print(
-        f"memstrata answer benchmark: engine {info['engine']}, answer model {args.provider}:"
+        f"stratamem answer benchmark: engine {info['engine']}, answer model {args.provider}:"
         f"{args.model}, judge {judge_model}, write pipeline "
         f"{llm_settings.get('llm', 'offline')}, embedder {args.embedder}, split {args.split}, "
         f"temperature {answerer.temperature}"
@@ -940,7 +940,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "longmemeval": lambda: longmemeval_qa(args.split, args.limit_questions),
     }
     with (
-        tempfile.TemporaryDirectory(prefix="memstrata-qa-db-") as tmp,
+        tempfile.TemporaryDirectory(prefix="stratamem-qa-db-") as tmp,
         open(out_path, "w", encoding="utf-8") as out,
     ):
         for key in keys:

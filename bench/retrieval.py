@@ -10,7 +10,7 @@ in the same loop.
 * Ingest. A fresh SQLite file in a temporary directory (``--keep DIR`` keeps it, ``--db``
   reuses one), ``Memory(url, embedder=--embedder)`` with default settings except
   ``max_content_chars`` (LongMemEval has user turns of up to ~77,000 characters). One
-  memstrata user per LoCoMo conversation / per LongMemEval question, one memstrata session
+  stratamem user per LoCoMo conversation / per LongMemEval question, one stratamem session
   per benchmark session, one ``add_messages`` call per session (``sync=False``), then
   ``mem.wait()``: every message is embedded and run through the write pipeline (facts,
   summaries and topics, offline heuristics) before the first question.
@@ -129,13 +129,13 @@ from _common import (
     stopwatch,
     summarize,
 )
-from memstrata import Memory
-from memstrata.types import ID_PATTERN
+from stratamem import Memory
+from stratamem.types import ID_PATTERN
 
 KS = (5, 10)
 METRICS = ("turn@5", "turn@10", "sess@5", "sess@10")
-SYSTEMS = ("memstrata", "BM25 raw turns")
-SHALLOW = "memstrata, limit=10"  # side row: the same engine asked for 10 hits only
+SYSTEMS = ("stratamem", "BM25 raw turns")
+SHALLOW = "stratamem, limit=10"  # side row: the same engine asked for 10 hits only
 SEARCH_LIMIT = 100  # hits of the scored search: deep enough to reach 10 distinct sessions
 WARMUP_QUERIES = 5
 CONTEXT_EVERY = 5
@@ -342,7 +342,7 @@ def _load_longmemeval() -> list[dict[str, Any]]:
     path = data_dir() / LONGMEMEVAL_FILE
     if not path.is_file():
         raise SystemExit(
-            f"benchmark data not found: {path}; set MEMSTRATA_DATA_DIR to the folder "
+            f"benchmark data not found: {path}; set STRATAMEM_DATA_DIR to the folder "
             f"holding {LONGMEMEVAL_FILE}"
         )
     with lzma.open(path, "rt", encoding="utf-8") as f:
@@ -653,14 +653,14 @@ def _evaluate(mem: Memory, ds: Dataset, limit: int) -> dict[str, Any]:
         first_s.append(time.perf_counter() - t0)
         for q in user.questions:
             extra: dict[str, Any] = {"as_of": q.as_of} if search_as_of else {}
-            for k, samples, system in ((limit, deep_s, "memstrata"), (10, shallow_s, SHALLOW)):
+            for k, samples, system in ((limit, deep_s, "stratamem"), (10, shallow_s, SHALLOW)):
                 t0 = time.perf_counter()
                 hits = mem.search(q.text, user_id=user.user_id, limit=k, **extra)
                 samples.append(time.perf_counter() - t0)
                 turns, unknown = _turn_ranking(hits, by_mid)
                 unknown_ids += unknown
                 rows[system].append({"group": q.group, **score(q, turns, session_of)})
-                if system == "memstrata":
+                if system == "stratamem":
                     layers.update(h.layer for h in hits)
             baseline = [docs[i].turn for i in bm25.rank(q.text)]
             rows["BM25 raw turns"].append({"group": q.group, **score(q, baseline, session_of)})
@@ -716,7 +716,7 @@ def report(ds: Dataset, ing: dict[str, Any], ev: dict[str, Any], limit: int) -> 
     rows = ev["rows"]
     shown = (*SYSTEMS, SHALLOW)
     overall = {s: [r for r in rows[s] if r["group"] in ds.overall] for s in shown}
-    n_q = len(overall["memstrata"])
+    n_q = len(overall["stratamem"])
     n_users = len(ds.users)
     skipped = ", ".join(f"{n} {why}" for why, n in sorted(ds.skipped.items())) or "none"
     if ds.key == "locomo":
@@ -733,9 +733,9 @@ def report(ds: Dataset, ing: dict[str, Any], ev: dict[str, Any], limit: int) -> 
     for s in shown:
         vals = {m: _mean(overall[s], m) for m in METRICS}
         out["overall"][s] = {m: round(v, 2) for m, (v, _) in vals.items()}
-        label = f"{s} (limit={limit})" if s == "memstrata" else s
+        label = f"{s} (limit={limit})" if s == "stratamem" else s
         print(f"  {label:<24}" + "".join(f"{_fmt(v):>11}" for v, _ in vals.values()))
-    counts = {m: _mean(overall["memstrata"], m)[1] for m in METRICS}
+    counts = {m: _mean(overall["stratamem"], m)[1] for m in METRICS}
     print(
         f"  (questions counted: turn level {counts['turn@5']}, session level "
         f"{counts['sess@5']}; the limit=10 row reaches few sessions, so its session R@k is "
@@ -744,29 +744,29 @@ def report(ds: Dataset, ing: dict[str, Any], ev: dict[str, Any], limit: int) -> 
 
     title = "per category" if ds.key == "locomo" else "per question type"
     print(
-        f"\n  {title:<27}{'n':>5}   memstrata turn R@5 R@10, sess R@5 R@10"
+        f"\n  {title:<27}{'n':>5}   stratamem turn R@5 R@10, sess R@5 R@10"
         "   BM25 raw turns, the same"
     )
     out["groups"] = {}
     for g, label in ds.groups.items():
         per = {s: [r for r in rows[s] if r["group"] == g] for s in shown}
-        if not per["memstrata"]:
+        if not per["stratamem"]:
             continue
         vals = {s: {m: _mean(per[s], m)[0] for m in METRICS} for s in shown}
         out["groups"][label] = {
-            "n": len(per["memstrata"]),
-            "n_turn_level": _mean(per["memstrata"], "turn@5")[1],
+            "n": len(per["stratamem"]),
+            "n_turn_level": _mean(per["stratamem"], "turn@5")[1],
             **{s: {m: round(v, 2) for m, v in vals[s].items()} for s in shown},
         }
         cells = "      ".join(" ".join(_fmt(vals[s][m]) for m in METRICS) for s in SYSTEMS)
-        n_turn = _mean(per["memstrata"], "turn@5")[1]
-        n_sess = _mean(per["memstrata"], "sess@5")[1]
+        n_turn = _mean(per["stratamem"], "turn@5")[1]
+        n_sess = _mean(per["stratamem"], "sess@5")[1]
         n = str(n_sess) if n_turn == n_sess else f"{n_turn}/{n_sess}"
         print(f"  {label:<27}{n:>5}      {cells}")
     if (
         ds.key == "locomo"
-        and rows["memstrata"]
-        and any(r["group"] == "5" for r in rows["memstrata"])
+        and rows["stratamem"]
+        and any(r["group"] == "5" for r in rows["stratamem"])
     ):
         print("  (category 5, adversarial, is not part of the overall figures)")
 
@@ -790,7 +790,7 @@ def report(ds: Dataset, ing: dict[str, Any], ev: dict[str, Any], limit: int) -> 
             f"n={len(block)})"
         )
 
-    engine_rows = rows["memstrata"]
+    engine_rows = rows["stratamem"]
     short_sessions = sum(1 for r in engine_rows if r["sessions"] < 10)
     short_turns = sum(1 for r in engine_rows if r["turns"] < 10)
     layer_total = sum(ev["layers"].values()) or 1
@@ -918,7 +918,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     info = machine_info()
     print(
-        f"memstrata retrieval benchmark: {info['cpu']}, {info['cores']} cores, "
+        f"stratamem retrieval benchmark: {info['cpu']}, {info['cores']} cores, "
         f"{info['ram_gib']} GiB RAM, engine {info['engine']}, embedder {args.embedder}, "
         f"split {args.split}, shape {args.shape}, load {info.get('loadavg_1m_at_start')}"
     )
@@ -929,7 +929,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "shape": args.shape,
         "datasets": {},
     }
-    with tempfile.TemporaryDirectory(prefix="memstrata-retrieval-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="stratamem-retrieval-") as tmp:
         for key in keys:
             if key == "locomo":
                 ds = locomo_dataset(args.split, args.limit_conversations, args.shape)

@@ -15,7 +15,7 @@ the HNSW index both where the user's rows are half of it and where they are a tw
   noise (cosine ~0.9; ``search._corpus``, as bench/search.py builds its messages): ~3,400
   tight clusters of near-duplicates, a hard case for HNSW recall.
 * PostgreSQL, bulk-loaded the way an operator would migrate a project: facts with their
-  tsvector (the store's own ``fts_body`` words, ``to_tsvector('memstrata_fts', ..)``) and
+  tsvector (the store's own ``fts_body`` words, ``to_tsvector('stratamem_fts', ..)``) and
   vectors by COPY into a fresh database made by the engine's migrations, vacuumed (as
   autovacuum would; a kept database of an earlier build: vacuum it once), then the HNSW
   index is built by the store's own ``_prepare_vectors`` (the index the engine creates and
@@ -34,7 +34,7 @@ the HNSW index both where the user's rows are half of it and where they are a tw
 Pipeline (``--part pipeline``)
 ------------------------------
 ``--messages`` LoCoMo turns (default 2,000; a user per conversation session, sent four at a
-time) are stored with no worker running, then 1, 2 and 4 ``memstrata worker`` processes
+time) are stored with no worker running, then 1, 2 and 4 ``stratamem worker`` processes
 are started on the backlog (offline mode: heuristic extraction, no LLM; ``--embedder
 hash`` by default, ``local`` for the bundled model). Throughput is the messages processed
 after every worker was up, divided by the time from then until none was left.
@@ -42,10 +42,10 @@ after every worker was up, divided by the time from then until none was left.
     python bench/scale.py                      # everything, 1,000,000 facts (see docs)
     python bench/scale.py --quick              # 50,000 facts, 1,000 messages (~3 min)
     python bench/scale.py --part search --backend postgres --facts 200000
-    python bench/scale.py --part search --reuse postgresql://.../memstrata_bench_scale
+    python bench/scale.py --part search --reuse postgresql://.../stratamem_bench_scale
     python bench/scale.py --part pipeline --embedder local --json
 
-PostgreSQL: ``--pg`` is a superuser URL of the server (default $MEMSTRATA_TEST_POSTGRES_URL,
+PostgreSQL: ``--pg`` is a superuser URL of the server (default $STRATAMEM_TEST_POSTGRES_URL,
 else postgresql://postgres@127.0.0.1:5432/postgres); the benchmark creates its own
 databases and drops them unless ``--keep``. ``--reuse URL`` searches a database kept by
 an earlier run (same --facts and --seed) instead of building one.
@@ -82,11 +82,11 @@ from _common import (
     summarize,
     verdict,
 )
-from memstrata import Memory
-from memstrata.embed import Embedder, make_embedder
-from memstrata.store import ClaimedBatch, FactWrite, LayerWrite
-from memstrata.store._text import fts_query_terms
 from search import _corpus, _embed_all, _pool_texts
+from stratamem import Memory
+from stratamem.embed import Embedder, make_embedder
+from stratamem.store import ClaimedBatch, FactWrite, LayerWrite
+from stratamem.store._text import fts_query_terms
 
 SEARCH_P95_TARGET_MS = 20.0
 LIMIT = 10
@@ -142,7 +142,7 @@ class CachedEmbedder:
 def _admin_url(arg: str | None) -> str:
     return (
         arg
-        or os.environ.get("MEMSTRATA_TEST_POSTGRES_URL")
+        or os.environ.get("STRATAMEM_TEST_POSTGRES_URL")
         or "postgresql://postgres@127.0.0.1:5432/postgres"
     )
 
@@ -234,8 +234,8 @@ def _load_postgres(
     import psycopg
     from pgvector.psycopg import register_vector
 
-    from memstrata.store.postgres import PostgresStore
-    from memstrata.store.postgres._fulltext import fts_body
+    from stratamem.store.postgres import PostgresStore
+    from stratamem.store.postgres._fulltext import fts_body
 
     Memory(url, embedder=embedder, workers=0).close()  # migrations, as an app would
     owners = _owners(len(texts))
@@ -261,7 +261,7 @@ def _load_postgres(
                 "confidence, message_ids, model, prompt_version, created_at, fts, fts_len) "
                 "SELECT pk, %s, 'f' || pk, user_id, text, 'fact', observed, 0.9, "
                 "ARRAY['m' || pk], 'bench', 'bench', observed, "
-                "to_tsvector('memstrata_fts', doc), len FROM fact_load ORDER BY pk",
+                "to_tsvector('stratamem_fts', doc), len FROM fact_load ORDER BY pk",
                 (PROJECT,),
             )
             c.execute("DROP TABLE fact_load")
@@ -425,7 +425,7 @@ def _ef_sweep(
     url: str, user: str, qvecs: np.ndarray, exact_pks: list[list[int]], emb_id: str
 ) -> list[dict[str, Any]]:
     """Recall@10 and latency of the vector part at other ``postgres_ef_search`` values."""
-    from memstrata.store.postgres import PostgresStore
+    from stratamem.store.postgres import PostgresStore
 
     rows = []
     for ef in (100, 400, 1000):
@@ -554,7 +554,7 @@ def run_search(args: argparse.Namespace, pool: Pool, backend: str, n: int) -> di
             with Memory(url, embedder=embedder, workers=0) as mem:
                 measure(mem)
             return result
-        name = f"memstrata_bench_scale_{n}"
+        name = f"stratamem_bench_scale_{n}"
         with _database(admin, name, keep=args.keep) as url:
             build = _load_postgres(url, embedder, texts, vecs)
             result["build"] = build
@@ -604,7 +604,7 @@ class _Progress:
         else:
             import sqlite3
 
-            from memstrata.store.sqlite import sqlite_path
+            from stratamem.store.sqlite import sqlite_path
 
             self._conn = sqlite3.connect(sqlite_path(url))
 
@@ -617,9 +617,9 @@ class _Progress:
 
 
 def _drain(url: str, workers: int, embedder: str, total: int, workdir: Path) -> dict[str, Any]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSTRATA_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STRATAMEM_")}
     env.update(
-        {"MEMSTRATA_DATABASE_URL": url, "MEMSTRATA_EMBEDDER": embedder, "MEMSTRATA_LLM": "none"}
+        {"STRATAMEM_DATABASE_URL": url, "STRATAMEM_EMBEDDER": embedder, "STRATAMEM_LLM": "none"}
     )
     logs = [workdir / f"worker-{workers}-{k}.log" for k in range(workers)]
     procs = []
@@ -629,7 +629,7 @@ def _drain(url: str, workers: int, embedder: str, total: int, workdir: Path) -> 
         with open(log, "wb") as out:
             procs.append(
                 subprocess.Popen(
-                    [sys.executable, "-m", "memstrata", "-v", "worker", "--threads", "1"],
+                    [sys.executable, "-m", "stratamem", "-v", "worker", "--threads", "1"],
                     stdout=out,
                     stderr=subprocess.STDOUT,
                     env=env,
@@ -677,7 +677,7 @@ def run_pipeline(args: argparse.Namespace, backend: str, n: int) -> dict[str, An
             if backend == "postgres":
                 ctx: Any = _database(
                     _admin_url(args.pg),
-                    f"memstrata_bench_pipeline_{secrets.token_hex(3)}",
+                    f"stratamem_bench_pipeline_{secrets.token_hex(3)}",
                     keep=False,
                 )
             else:
@@ -735,7 +735,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     info = machine_info()
     print(
-        f"memstrata scale benchmark: {info['cpu']}, {info['cores']} cores, {info['ram_gib']} GiB "
+        f"stratamem scale benchmark: {info['cpu']}, {info['cores']} cores, {info['ram_gib']} GiB "
         f"RAM, engine {info['engine']}, load {info.get('loadavg_1m_at_start')}"
     )
     results: dict[str, Any] = {"machine": info, "quick": args.quick}

@@ -82,10 +82,10 @@ from _common import (
     synthetic_texts,
     verdict,
 )
-from memstrata import Memory
-from memstrata.embed import Embedder, make_embedder
-from memstrata.store import SearchFilters
-from memstrata.store._text import fts_query_terms, scope_token
+from stratamem import Memory
+from stratamem.embed import Embedder, make_embedder
+from stratamem.store import SearchFilters
+from stratamem.store._text import fts_query_terms, scope_token
 
 SEARCH_P95_TARGET_MS = 25.0
 USER = "bench-user"
@@ -304,7 +304,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     info = machine_info()
     print(
-        f"memstrata search benchmark: {info['cpu']}, {info['cores']} cores, "
+        f"stratamem search benchmark: {info['cpu']}, {info['cores']} cores, "
         f"{info['ram_gib']} GiB RAM, SIMD {info['simd']}, engine {info['engine']}, "
         f"load {info.get('loadavg_1m_at_start')}"
     )
@@ -322,7 +322,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"{max(0, n - len(pool))} synthetic variants with derived vectors"
     )
 
-    with tempfile.TemporaryDirectory(prefix="memstrata-bench-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="stratamem-bench-") as tmp:
         url = f"sqlite:///{os.path.join(tmp, 'search.db')}"
         opened: list[Memory] = []
         try:

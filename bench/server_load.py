@@ -1,6 +1,6 @@
 """Server under load: N concurrent clients on loopback adding messages and querying context.
 
-Starts a real ``memstrata serve`` (embedded SQLite, background worker, the local embedder
+Starts a real ``stratamem serve`` (embedded SQLite, background worker, the local embedder
 unless ``--embedder``) on 127.0.0.1 and runs ``--clients`` asyncio clients against it for
 ``--seconds``. Each client is one user with one session: it adds a few LoCoMo turns
 (``POST /api/sessions/{id}/messages``, asynchronous by default), then asks a LoCoMo
@@ -42,7 +42,7 @@ from _common import (
     summarize,
 )
 
-KEY_RE = re.compile(r"\bms_[A-Za-z0-9_-]{20,}")
+KEY_RE = re.compile(r"\bsm_[A-Za-z0-9_-]{20,}")
 
 
 def _free_port() -> int:
@@ -56,12 +56,12 @@ class Server:
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.out = workdir / "serve.out"
-        env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSTRATA_")}
-        env["MEMSTRATA_WORKERS"] = str(workers)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("STRATAMEM_")}
+        env["STRATAMEM_WORKERS"] = str(workers)
         cmd = [
             sys.executable,
             "-m",
-            "memstrata",
+            "stratamem",
             "--embedder",
             embedder,
             "serve",
@@ -75,7 +75,7 @@ class Server:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise SystemExit(f"memstrata serve exited: {self.out.read_text()}")
+                raise SystemExit(f"stratamem serve exited: {self.out.read_text()}")
             try:
                 if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
                     break
@@ -83,7 +83,7 @@ class Server:
                 time.sleep(0.1)
         else:
             self.stop()
-            raise SystemExit("memstrata serve did not come up in 120 s")
+            raise SystemExit("stratamem serve did not come up in 120 s")
         keys = KEY_RE.findall(self.out.read_text())
         if not keys:
             self.stop()
@@ -232,7 +232,7 @@ def main() -> None:
     if not 1 <= args.clients <= 256 or not 1 <= args.seconds <= 600:
         raise SystemExit("--clients 1..256 and --seconds 1..600 (load tests are bounded)")
 
-    with tempfile.TemporaryDirectory(prefix="memstrata-load-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="stratamem-load-") as tmp:
         server = Server(Path(tmp), args.embedder, args.workers)
         try:
             load = Load(args)
@@ -244,7 +244,7 @@ def main() -> None:
     routes = {route: summarize(values) for route, values in sorted(load.latency.items())}
     total = sum(s.n for s in routes.values())
     print(
-        f"memstrata {engine_version()}: {args.clients} clients for {elapsed:.1f} s on loopback, "
+        f"stratamem {engine_version()}: {args.clients} clients for {elapsed:.1f} s on loopback, "
         f"embedder {args.embedder}, {args.workers} worker thread(s), "
         f"{args.batch} messages per add, a context query every {args.query_every} adds"
     )

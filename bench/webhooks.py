@@ -56,10 +56,10 @@ from _common import (
     verdict,
 )
 from fakes.webhook_receiver import WebhookReceiver, silent_port
-from memstrata import Memory
-from memstrata.hooks._http import WebhookHttp
-from memstrata.hooks._signing import new_secret, signature_headers
-from memstrata.hooks._ssrf import AllowList
+from stratamem import Memory
+from stratamem.hooks._http import WebhookHttp
+from stratamem.hooks._signing import new_secret, signature_headers
+from stratamem.hooks._ssrf import AllowList
 
 SUBJECTS = ["I", "My sister", "My manager", "Our team", "My neighbour"]
 VERBS = ["moved to", "started a course in", "is planning a trip to", "loves the food of"]

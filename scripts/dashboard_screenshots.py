@@ -1,7 +1,7 @@
 """Take the screenshots of docs/dashboard.md: the dashboard over the demo conversation.
 
-Starts `memstrata serve` on a new SQLite file, stores the package's demo conversation
-(``memstrata demo``'s) through the REST API, asks for context once (so the recall log has an
+Starts `stratamem serve` on a new SQLite file, stores the package's demo conversation
+(``stratamem demo``'s) through the REST API, asks for context once (so the recall log has an
 entry) and corrects a summary's status, then signs in with Debian's Chromium (driven by
 Playwright, as the browser tests do) and saves desktop-sized PNGs to docs/images/.
 
@@ -26,7 +26,7 @@ from typing import Any
 import httpx
 from playwright.sync_api import Page, sync_playwright
 
-from memstrata import connect
+from stratamem import connect
 
 OUT = Path(__file__).resolve().parent.parent / "docs" / "images"
 USER = "alex"
@@ -37,8 +37,8 @@ def _serve(db: Path) -> tuple[subprocess.Popen[bytes], str, str]:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     log = db.with_suffix(".log")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSTRATA_")}
-    cmd = [sys.executable, "-m", "memstrata", "serve", "--port", str(port)]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STRATAMEM_")}
+    cmd = [sys.executable, "-m", "stratamem", "serve", "--port", str(port)]
     cmd += ["--database-url", f"sqlite:///{db}"]
     with open(log, "wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
@@ -46,18 +46,18 @@ def _serve(db: Path) -> tuple[subprocess.Popen[bytes], str, str]:
     for _ in range(600):
         try:
             if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                key = re.search(r"\bms_[A-Za-z0-9_-]{20,}", log.read_text())
+                key = re.search(r"\bsm_[A-Za-z0-9_-]{20,}", log.read_text())
                 assert key, log.read_text()
                 return proc, url, key.group(0)
         except httpx.TransportError:
             pass
         time.sleep(0.1)
     proc.kill()
-    raise SystemExit(f"memstrata serve did not start:\n{log.read_text()}")
+    raise SystemExit(f"stratamem serve did not start:\n{log.read_text()}")
 
 
 def _load(url: str, key: str) -> None:
-    demo = resources.files("memstrata._demo").joinpath("conversation.jsonl").read_text()
+    demo = resources.files("stratamem._demo").joinpath("conversation.jsonl").read_text()
     by_session: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for line in demo.splitlines():
         message = json.loads(line)
@@ -83,7 +83,7 @@ def main() -> None:
             _load(url, key)
             with sync_playwright() as pw:
                 browser = pw.chromium.launch(
-                    executable_path=os.environ.get("MEMSTRATA_CHROMIUM", "/usr/bin/chromium"),
+                    executable_path=os.environ.get("STRATAMEM_CHROMIUM", "/usr/bin/chromium"),
                     args=["--no-sandbox", "--disable-dev-shm-usage"],
                 )
                 page = browser.new_page(viewport={"width": 1280, "height": 800})

@@ -6,8 +6,8 @@ arguments, and import its helpers::
     from browser import page_log, screenshot
     from playwright.sync_api import expect
 
-    def test_dashboard(memstrata_server, page):
-        page.goto(f"{memstrata_server.url}/ui")
+    def test_dashboard(stratamem_server, page):
+        page.goto(f"{stratamem_server.url}/ui")
         expect(page.get_by_role("heading", name="Memory")).to_be_visible()
         screenshot(page, "ui-home")
         assert not page_log(page).errors
@@ -15,26 +15,26 @@ arguments, and import its helpers::
 Fixtures:
 
 - ``browser`` (module): one headless Chromium per test module, launched from Debian's
-  ``/usr/bin/chromium`` (or ``MEMSTRATA_CHROMIUM``); Playwright's own browser download is
+  ``/usr/bin/chromium`` (or ``STRATAMEM_CHROMIUM``); Playwright's own browser download is
   never used. ``.ci/tools.sh`` installs the package.
 - ``page``: a page in a fresh context, 1280x800; ``phone_page``: 390x844, mobile and touch.
   ``new_page(viewport, **context_options)`` makes more (each in its own context). Pages
   fail an action after 10 s, not Playwright's 30. When a test fails, each of its pages is
   screenshot as ``FAILED-<test>-<n>.png``.
-- ``memstrata_server`` (module): ``memstrata serve`` on 127.0.0.1 (tests/server_proc.py's
+- ``stratamem_server`` (module): ``stratamem serve`` on 127.0.0.1 (tests/server_proc.py's
   ``ServerProcess``) on a SQLite file, admin API enabled with ``ADMIN_TOKEN``; its
   ``url`` and ``bootstrap_key()`` (an API key). A module that wants its own server (another
   store, such as conftest's ``module_db_url``, or other settings) starts a ``ServerProcess``.
 
 Helpers: ``screenshot(page, name)`` writes ``<name>.png`` (the whole page) to
-``MEMSTRATA_SCREENSHOT_DIR``, by default ``build/screenshots/`` (git-ignored): pictures for a
+``STRATAMEM_SCREENSHOT_DIR``, by default ``build/screenshots/`` (git-ignored): pictures for a
 person to look at, never committed, never compared. ``page_log(page)`` is what the page did
 wrong: requests to hosts other than the server's loopback address, which are refused (the
 suite has no internet, and a page must not depend on it), and uncaught errors and
 ``console.error`` messages.
 
 Without Chromium or the ``playwright`` package the browser tests are skipped, with that
-reason, except in CI (``CI`` or ``MEMSTRATA_REQUIRE_BROWSER`` set; ``.ci/run`` sets it),
+reason, except in CI (``CI`` or ``STRATAMEM_REQUIRE_BROWSER`` set; ``.ci/run`` sets it),
 where they fail.
 """
 
@@ -59,14 +59,14 @@ from server_proc import ServerProcess
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, ConsoleMessage, Page, Route
 
-# Read at import (collection), before conftest's autouse fixture hides MEMSTRATA_* variables.
-CHROMIUM = os.environ.get("MEMSTRATA_CHROMIUM", "").strip() or "/usr/bin/chromium"
+# Read at import (collection), before conftest's autouse fixture hides STRATAMEM_* variables.
+CHROMIUM = os.environ.get("STRATAMEM_CHROMIUM", "").strip() or "/usr/bin/chromium"
 REQUIRE_BROWSER = any(
     os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no")
-    for name in ("MEMSTRATA_REQUIRE_BROWSER", "CI")
+    for name in ("STRATAMEM_REQUIRE_BROWSER", "CI")
 )
 SCREENSHOT_DIR = Path(
-    os.environ.get("MEMSTRATA_SCREENSHOT_DIR", "").strip() or REPO / "build" / "screenshots"
+    os.environ.get("STRATAMEM_SCREENSHOT_DIR", "").strip() or REPO / "build" / "screenshots"
 )
 
 DESKTOP = {"width": 1280, "height": 800}
@@ -109,11 +109,11 @@ def _unavailable(reason: str) -> NoReturn:
 
 @pytest.fixture(scope="session")
 def chromium_executable() -> str:
-    """Chromium's path (``MEMSTRATA_CHROMIUM`` or /usr/bin/chromium); skips or fails without."""
+    """Chromium's path (``STRATAMEM_CHROMIUM`` or /usr/bin/chromium); skips or fails without."""
     path = CHROMIUM if os.sep in CHROMIUM else shutil.which(CHROMIUM)
     if not path or not os.access(path, os.X_OK):
         _unavailable(
-            f"no chromium at {CHROMIUM} (MEMSTRATA_CHROMIUM); on Debian, .ci/tools.sh "
+            f"no chromium at {CHROMIUM} (STRATAMEM_CHROMIUM); on Debian, .ci/tools.sh "
             "installs it (apt-get install chromium)"
         )
     return path
@@ -204,10 +204,10 @@ def phone_page(new_page: Callable[..., Page]) -> Page:
 
 
 @pytest.fixture(scope="module")
-def memstrata_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    """``memstrata serve`` on 127.0.0.1 and a SQLite file; admin API with ``ADMIN_TOKEN``."""
+def stratamem_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """``stratamem serve`` on 127.0.0.1 and a SQLite file; admin API with ``ADMIN_TOKEN``."""
     proc = ServerProcess(
-        tmp_path_factory.mktemp("browser-serve"), env={"MEMSTRATA_ADMIN_TOKEN": ADMIN_TOKEN}
+        tmp_path_factory.mktemp("browser-serve"), env={"STRATAMEM_ADMIN_TOKEN": ADMIN_TOKEN}
     ).start()
     try:
         yield proc

@@ -2,9 +2,9 @@
 
 Tests that take ``db_url`` (directly or through ``mem`` / ``make_memory``) run once per
 store backend: ``[sqlite]`` on a file in tmp_path and ``[postgres]`` in a fresh schema of
-a throwaway database on the server ``MEMSTRATA_TEST_POSTGRES_URL`` names. Without that
+a throwaway database on the server ``STRATAMEM_TEST_POSTGRES_URL`` names. Without that
 variable the PostgreSQL half is skipped, except in CI (``CI`` or
-``MEMSTRATA_REQUIRE_POSTGRES`` set), where a missing server fails the run. A test or
+``STRATAMEM_REQUIRE_POSTGRES`` set), where a missing server fails the run. A test or
 module about SQLite files specifically is marked ``sqlite_only``.
 """
 
@@ -25,19 +25,19 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from fakes.memory_model import MemoryModel
 from fakes.openai_server import FakeOpenAIServer
-from memstrata import Memory
-from memstrata.embed import make_embedder
+from stratamem import Memory
+from stratamem.embed import make_embedder
 
-# The browser fixtures (page, phone_page, memstrata_server ...); tests/browser.py.
+# The browser fixtures (page, phone_page, stratamem_server ...); tests/browser.py.
 pytest_plugins = ["browser"]
 
 REPO = Path(__file__).resolve().parent.parent
 
-# Read once, before the autouse fixture below hides MEMSTRATA_* variables from the tests.
-POSTGRES_URL = os.environ.get("MEMSTRATA_TEST_POSTGRES_URL", "").strip()
+# Read once, before the autouse fixture below hides STRATAMEM_* variables from the tests.
+POSTGRES_URL = os.environ.get("STRATAMEM_TEST_POSTGRES_URL", "").strip()
 REQUIRE_POSTGRES = any(
     os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no")
-    for name in ("MEMSTRATA_REQUIRE_POSTGRES", "CI")
+    for name in ("STRATAMEM_REQUIRE_POSTGRES", "CI")
 )
 BACKENDS = ("sqlite", "postgres")
 
@@ -48,7 +48,7 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     if REQUIRE_POSTGRES and not POSTGRES_URL:
         raise pytest.UsageError(
-            "CI requires the PostgreSQL half of the suite, but MEMSTRATA_TEST_POSTGRES_URL "
+            "CI requires the PostgreSQL half of the suite, but STRATAMEM_TEST_POSTGRES_URL "
             "is not set (.ci/run sets it up with .ci/postgres.sh)"
         )
 
@@ -69,9 +69,9 @@ def backend() -> str:
 
 @pytest.fixture(autouse=True)
 def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    # A developer's MEMSTRATA_* variables must not change what the tests exercise.
+    # A developer's STRATAMEM_* variables must not change what the tests exercise.
     for key in list(os.environ):
-        if key.startswith("MEMSTRATA_"):
+        if key.startswith("STRATAMEM_"):
             monkeypatch.delenv(key)
 
 
@@ -98,15 +98,15 @@ def with_search_path(url: str, schema: str) -> str:
 def pg_database() -> Iterator[str]:
     """A database of its own for this test session, with pgvector; dropped at the end."""
     if not POSTGRES_URL:
-        pytest.skip("PostgreSQL tests need MEMSTRATA_TEST_POSTGRES_URL (see README: Tests)")
+        pytest.skip("PostgreSQL tests need STRATAMEM_TEST_POSTGRES_URL (see README: Tests)")
     import psycopg
 
-    name = f"memstrata_test_{os.getpid()}_{secrets.token_hex(3)}"
+    name = f"stratamem_test_{os.getpid()}_{secrets.token_hex(3)}"
     try:
         with psycopg.connect(POSTGRES_URL, autocommit=True, connect_timeout=10) as conn:
             conn.execute(f'CREATE DATABASE "{name}"')
     except psycopg.Error as exc:
-        message = f"PostgreSQL at MEMSTRATA_TEST_POSTGRES_URL is not usable: {exc}"
+        message = f"PostgreSQL at STRATAMEM_TEST_POSTGRES_URL is not usable: {exc}"
         if REQUIRE_POSTGRES:
             pytest.fail(message)
         pytest.skip(message)

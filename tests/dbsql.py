@@ -12,7 +12,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from memstrata.store.sqlite import sqlite_path
+from stratamem.store.sqlite import sqlite_path
 
 
 def _pg(sql: str, args: tuple[Any, ...]) -> str:
@@ -47,12 +47,12 @@ def is_postgres(url: str) -> bool:
     return url.startswith(("postgresql:", "postgres:"))
 
 
-# The names memstrata gives its PostgreSQL sessions: the store's and the job queue's.
-SESSION_NAMES = ("memstrata", "memstrata-jobs")
+# The names stratamem gives its PostgreSQL sessions: the store's and the job queue's.
+SESSION_NAMES = ("stratamem", "stratamem-jobs")
 
 
 def sessions(url: str, pids: Iterable[int] | None = None) -> dict[int, tuple[str, str, str]]:
-    """memstrata's sessions on the URL's database, or those of ``pids`` whatever their
+    """stratamem's sessions on the URL's database, or those of ``pids`` whatever their
     name: pid -> (name, state, query)."""
     where, arg = ("application_name", list(SESSION_NAMES)) if pids is None else ("pid", list(pids))
     found = rows(

@@ -1,8 +1,8 @@
-"""The fault matrix: cases that break one part of a memstrata deployment on purpose and count
+"""The fault matrix: cases that break one part of a stratamem deployment on purpose and count
 what survived. Used by ``bench/faults.py`` (the whole matrix, full size) and by
 ``tests/test_faults.py`` (a bounded subset); nothing here is a test by itself.
 
-Every part is real: ``memstrata serve`` and ``memstrata worker`` processes, SQLite files,
+Every part is real: ``stratamem serve`` and ``stratamem worker`` processes, SQLite files,
 PostgreSQL databases (a private cluster of our own when a case restarts the server), the
 OpenAI SDK against the fake servers of ``tests/fakes``. A case returns a :class:`Row`: the
 counts (accepted, stored, processed, failed, duplicated), the time to recover, and the
@@ -53,9 +53,9 @@ from dbsql import is_postgres, rows
 from fakes.memory_model import MemoryModel
 from fakes.openai_server import FakeOpenAIServer
 from fakes.webhook_receiver import WebhookReceiver
-from memstrata import Memory
-from memstrata.config import load_settings
 from server_proc import ServerProcess, free_port
+from stratamem import Memory
+from stratamem.config import load_settings
 
 P = ParamSpec("P")
 
@@ -370,21 +370,21 @@ def wait_settled(db_url: str, timeout: float) -> float | None:
 
 
 def process_env(embed: FakeOpenAIServer) -> dict[str, str]:
-    """Environment of the memstrata processes of a case: the fake embedding service, short
-    leases; the developer's own MEMSTRATA_* variables left out."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSTRATA_")}
+    """Environment of the stratamem processes of a case: the fake embedding service, short
+    leases; the developer's own STRATAMEM_* variables left out."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STRATAMEM_")}
     env.update(
         {
-            "MEMSTRATA_EMBEDDER_BASE_URL": embed.base_url,
-            "MEMSTRATA_EMBEDDER_API_KEY": "k",
-            "MEMSTRATA_JOB_LEASE_SECONDS": str(LEASE_SECONDS),
+            "STRATAMEM_EMBEDDER_BASE_URL": embed.base_url,
+            "STRATAMEM_EMBEDDER_API_KEY": "k",
+            "STRATAMEM_JOB_LEASE_SECONDS": str(LEASE_SECONDS),
         }
     )
     return env
 
 
 class WorkerProcess:
-    """``memstrata worker`` in a subprocess, its output appended to a file in ``workdir``."""
+    """``stratamem worker`` in a subprocess, its output appended to a file in ``workdir``."""
 
     def __init__(self, workdir: Path, db_url: str, env: dict[str, str]) -> None:
         self.db_url = db_url
@@ -393,7 +393,7 @@ class WorkerProcess:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, *extra: str) -> WorkerProcess:
-        cmd = [sys.executable, "-m", "memstrata", "--db", self.db_url, "--embedder", EMBEDDER]
+        cmd = [sys.executable, "-m", "stratamem", "--db", self.db_url, "--embedder", EMBEDDER]
         with open(self.out_path, "ab") as out:
             self.proc = subprocess.Popen(
                 [*cmd, "worker", *extra], stdout=out, stderr=subprocess.STDOUT, env=self.env
@@ -431,7 +431,7 @@ def mid_batch(embed: FakeOpenAIServer, db_url: str, timeout: float = 60.0) -> It
 
 
 def _pg_bin() -> Path | None:
-    env = os.environ.get("MEMSTRATA_PG_BIN")
+    env = os.environ.get("STRATAMEM_PG_BIN")
     if env:
         return Path(env)
     found = sorted(
@@ -450,9 +450,9 @@ class PrivateCluster:
     def __init__(self) -> None:
         bin_dir = _pg_bin()
         if bin_dir is None or not (bin_dir / "pg_ctl").exists():
-            raise FaultSetupError("no PostgreSQL server binaries (set MEMSTRATA_PG_BIN)")
+            raise FaultSetupError("no PostgreSQL server binaries (set STRATAMEM_PG_BIN)")
         self.bin = bin_dir
-        self.dir = Path(tempfile.mkdtemp(prefix="memstrata-pg-"))
+        self.dir = Path(tempfile.mkdtemp(prefix="stratamem-pg-"))
         self.data = self.dir / "data"
         self.log = self.dir / "server.log"
         self.port = free_port()
@@ -677,7 +677,7 @@ class _Struck:
 def _serving(
     db_url: str, workdir: Path, *extra: str
 ) -> Iterator[tuple[ServerProcess, FakeOpenAIServer]]:
-    """``memstrata serve`` on the store, embedding through a fake service whose gate
+    """``stratamem serve`` on the store, embedding through a fake service whose gate
     :func:`mid_batch` holds; yields the server and that fake."""
     with FakeOpenAIServer(dim=16) as embed:
         srv = ServerProcess(workdir, db_url=db_url, embedder=EMBEDDER, env=process_env(embed))
@@ -743,7 +743,7 @@ def _write_through(
 
 @_timed
 def serve_sigkill(db_url: str, workdir: Path, stream: Stream = Stream()) -> Row:
-    """SIGKILL of ``memstrata serve`` (API and its worker) while clients write and a batch
+    """SIGKILL of ``stratamem serve`` (API and its worker) while clients write and a batch
     is mid-flight; started again on the same port and store."""
     row = Row("serve-sigkill", _backend(db_url))
     with _serving(db_url, workdir) as (srv, embed):
@@ -759,7 +759,7 @@ def serve_sigkill(db_url: str, workdir: Path, stream: Stream = Stream()) -> Row:
 
 @_timed
 def worker_sigkill(db_url: str, workdir: Path, stream: Stream = Stream()) -> Row:
-    """SIGKILL of a ``memstrata worker`` process mid-batch while ``serve --no-worker``
+    """SIGKILL of a ``stratamem worker`` process mid-batch while ``serve --no-worker``
     accepts writes; the worker is started again."""
     row = Row("worker-sigkill", _backend(db_url))
     with _serving(db_url, workdir, "--no-worker") as (srv, embed):
@@ -780,7 +780,7 @@ def worker_sigkill(db_url: str, workdir: Path, stream: Stream = Stream()) -> Row
 def postgres_restart(
     cluster: PrivateCluster, db_url: str, workdir: Path, mode: str, stream: Stream = Stream()
 ) -> Row:
-    """``pg_ctl restart -m fast|immediate`` of a private cluster under ``memstrata serve``
+    """``pg_ctl restart -m fast|immediate`` of a private cluster under ``stratamem serve``
     (API and worker on it) while clients write and a batch is mid-flight."""
     row = Row(f"postgres-restart-{mode}", "postgres")
     with _serving(db_url, workdir) as (srv, embed):
@@ -794,7 +794,7 @@ def postgres_restart(
             end=lambda: None,
         )
         alive = srv.proc is not None and srv.proc.poll() is None
-    row.check("memstrata serve survived the restart", alive, "running" if alive else "exited")
+    row.check("stratamem serve survived the restart", alive, "running" if alive else "exited")
     row.note = f"pg_ctl restart {struck.down_s:.1f}s; " + row.note
     return row
 
@@ -1007,7 +1007,7 @@ def webhook_receiver_fault(
 ) -> Row:
     """A project's webhook receiver misbehaves (``RECEIVERS``): one sync ``fact.before_add``
     hook and ``async_slots`` async ones (as many as the server's async delivery slots), all
-    with ``timeout_ms``, on ``memstrata serve`` with its single worker thread. Meanwhile
+    with ``timeout_ms``, on ``stratamem serve`` with its single worker thread. Meanwhile
     another project writes with ``sync=True`` and has an async hook to a healthy receiver.
 
     Criteria: each delivery to the bad receiver ends within ``timeout_ms`` + ``margin_s``
@@ -1023,13 +1023,13 @@ def webhook_receiver_fault(
     limit = timeout_ms / 1000 + margin_s
     sync_bound = timeout_ms / 1000 + 3.0
     async_bound = 3.0
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSTRATA_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STRATAMEM_")}
     env.update(
         {
-            "MEMSTRATA_ADMIN_TOKEN": ADMIN_TOKEN,
-            "MEMSTRATA_WEBHOOK_ALLOW": "127.0.0.1",
-            "MEMSTRATA_WEBHOOK_MAX_ATTEMPTS": "1",
-            "MEMSTRATA_WEBHOOK_ASYNC_CONCURRENCY": str(async_slots),
+            "STRATAMEM_ADMIN_TOKEN": ADMIN_TOKEN,
+            "STRATAMEM_WEBHOOK_ALLOW": "127.0.0.1",
+            "STRATAMEM_WEBHOOK_MAX_ATTEMPTS": "1",
+            "STRATAMEM_WEBHOOK_ASYNC_CONCURRENCY": str(async_slots),
         }
     )
     with WebhookReceiver(trickle_interval=0.2, trickle_seconds=trickle_seconds) as receiver:
@@ -1225,7 +1225,7 @@ def sqlite_processes(workdir: Path, *, processes: int = 4, messages: int = 40) -
 
 
 def _child_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSTRATA_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STRATAMEM_")}
     src = str(Path(__file__).resolve().parent.parent / "src")
     env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
     return env

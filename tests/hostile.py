@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from memstrata.recall._format import HISTORY_HEADER, MEMORY_CLOSE, MEMORY_HEADER, MEMORY_OPEN
+from stratamem.recall._format import HISTORY_HEADER, MEMORY_CLOSE, MEMORY_HEADER, MEMORY_OPEN
 
 # Stored messages of the user, each an attempt to forge the block's structure.
 HOSTILE = [

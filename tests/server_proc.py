@@ -1,4 +1,4 @@
-"""A real `memstrata serve` process on 127.0.0.1 for the server tests (no in-process shortcuts).
+"""A real `stratamem serve` process on 127.0.0.1 for the server tests (no in-process shortcuts).
 
 The process runs on a SQLite file in its work directory, or on the store URL it is given
 (PostgreSQL too), with a background worker and the hashing embedder (unless told another)
@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx
 
-KEY_RE = re.compile(r"\bms_[A-Za-z0-9_-]{20,}")
+KEY_RE = re.compile(r"\bsm_[A-Za-z0-9_-]{20,}")
 
 
 def free_port() -> int:
@@ -31,7 +31,7 @@ def free_port() -> int:
 
 
 class ServerProcess:
-    """``python -m memstrata serve`` in a subprocess; ``start()`` returns once /healthz is up."""
+    """``python -m stratamem serve`` in a subprocess; ``start()`` returns once /healthz is up."""
 
     def __init__(
         self,
@@ -50,8 +50,8 @@ class ServerProcess:
         self.embedder = embedder
         self.stdout_path = workdir / f"serve-{self.port}.out"
         self.stderr_path = workdir / f"serve-{self.port}.err"
-        # The developer's MEMSTRATA_* variables must not change what the tests exercise.
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSTRATA_")}
+        # The developer's STRATAMEM_* variables must not change what the tests exercise.
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("STRATAMEM_")}
         self.env.update(env or {})
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -59,7 +59,7 @@ class ServerProcess:
         cmd = [
             sys.executable,
             "-m",
-            "memstrata",
+            "stratamem",
             "--embedder",
             self.embedder,
             "serve",
@@ -75,7 +75,7 @@ class ServerProcess:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"memstrata serve exited:\n{self.stderr()}")
+                raise RuntimeError(f"stratamem serve exited:\n{self.stderr()}")
             try:
                 if httpx.get(f"{self.url}/healthz", timeout=1.0).status_code == 200:
                     return self
@@ -83,7 +83,7 @@ class ServerProcess:
                 pass
             time.sleep(0.1)
         self.stop()
-        raise RuntimeError(f"memstrata serve did not come up:\n{self.stderr()}")
+        raise RuntimeError(f"stratamem serve did not come up:\n{self.stderr()}")
 
     def stop(self) -> int | None:
         if self.proc is None or self.proc.poll() is not None:

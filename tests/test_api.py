@@ -4,7 +4,7 @@ Signatures are compared with ``inspect.signature``: parameter names, kinds, defa
 annotations (evaluated to types), for every public method of every face. AsyncMemory must
 be Memory's exact mirror (made by ``in_thread``, or written out where it returns something
 else: sessions, views), AsyncMemoryClient MemoryClient's; each satisfies its protocol
-(``memstrata.api``) structurally, where an implementation may take more than the protocol
+(``stratamem.api``) structurally, where an implementation may take more than the protocol
 asks: a wider parameter type (``Mapping`` for ``dict``), a default where the protocol has
 none, extra parameters with defaults (``actor``).
 """
@@ -23,12 +23,12 @@ from typing import Any
 
 import pytest
 
-import memstrata
-from memstrata import AsyncMemory, AsyncMemoryAPI, Memory, MemoryAPI, api
-from memstrata.capture._capture import CaptureTarget
-from memstrata.client import AsyncMemoryClient, MemoryClient, RemoteMemory
-from memstrata.config import Settings
-from memstrata.types import AsyncSession, MemoryContext, RecallConfig, Session
+import stratamem
+from stratamem import AsyncMemory, AsyncMemoryAPI, Memory, MemoryAPI, api
+from stratamem.capture._capture import CaptureTarget
+from stratamem.client import AsyncMemoryClient, MemoryClient, RemoteMemory
+from stratamem.config import Settings
+from stratamem.types import AsyncSession, MemoryContext, RecallConfig, Session
 
 FACES = ("sessions", "messages", "facts", "summaries", "topics", "webhooks")
 # Faces of the embedded memory only: projects and keys (the server's operator has them),
@@ -43,7 +43,7 @@ ASYNC_RETURNS = {
     "Memory": "AsyncMemory",
     "MemoryClient": "AsyncMemoryClient",
 }
-# Names that annotations import only for type checkers (memstrata.capture's, ...).
+# Names that annotations import only for type checkers (stratamem.capture's, ...).
 HINT_NAMES = {"Settings": Settings, "MemoryContext": MemoryContext, "RecallConfig": RecallConfig}
 
 
@@ -59,7 +59,7 @@ def memories(tmp_path: Path) -> Iterator[tuple[Memory, AsyncMemory]]:
 @pytest.fixture
 def remote() -> Iterator[RemoteMemory]:
     # Nothing is sent: the faces and signatures are all this module looks at.
-    mem = memstrata.connect("http://127.0.0.1:9", api_key="ms_test")
+    mem = stratamem.connect("http://127.0.0.1:9", api_key="sm_test")
     yield mem
     mem.close()
 
@@ -312,7 +312,7 @@ def test_every_memory_satisfies_its_protocol(
         for obj in (amem, amem.for_project("p2"), aclient):
             assert isinstance(obj, AsyncMemoryAPI)
             _assert_satisfies(obj, AsyncMemoryAPI, type(obj).__name__)
-        with Memory("http://127.0.0.1:9", api_key="ms_test") as over_http:
+        with Memory("http://127.0.0.1:9", api_key="sm_test") as over_http:
             assert isinstance(over_http, RemoteMemory)
     finally:
         client.close()
@@ -357,8 +357,8 @@ def test_connect_is_the_remote_memory(remote: RemoteMemory) -> None:
     assert remote.base_url == "http://127.0.0.1:9"
 
 
-def test_importing_the_protocols_stays_out_of_import_memstrata() -> None:
-    code = "import sys, memstrata\nprint('memstrata.api' in sys.modules)\n"
+def test_importing_the_protocols_stays_out_of_import_stratamem() -> None:
+    code = "import sys, stratamem\nprint('stratamem.api' in sys.modules)\n"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False"]
 
@@ -367,7 +367,7 @@ def test_a_view_keeps_its_opener_so_exit_still_finishes_the_work(tmp_path: Path)
     db = tmp_path / "m.db"
     script = f"""
 import gc
-from memstrata import Memory
+from stratamem import Memory
 view = Memory({str(db)!r}, embedder="hash").for_project("p2")  # the opener is not kept
 gc.collect()
 view.sessions.create("u1", session_id="s1").add_messages(

@@ -1,6 +1,6 @@
 """Which way imports go: the layers of docs/architecture.md, checked on the source with ast.
 
-The page's table puts every room (package or top-level module) of ``src/memstrata`` in a
+The page's table puts every room (package or top-level module) of ``src/stratamem`` in a
 layer; a module may import rooms of its own layer or below, and the page lists each import
 that goes up. Every import counts, lazy and ``TYPE_CHECKING`` ones included.
 """
@@ -13,7 +13,7 @@ from pathlib import Path
 
 from conftest import REPO
 
-SRC = REPO / "src" / "memstrata"
+SRC = REPO / "src" / "stratamem"
 PAGE = REPO / "docs" / "architecture.md"
 
 
@@ -34,7 +34,7 @@ def _layers() -> dict[str, int]:
 
 
 def _room(parts: tuple[str, ...]) -> str:
-    """The room of a module under memstrata, given as path parts (``("store", "_rows.py")``)
+    """The room of a module under stratamem, given as path parts (``("store", "_rows.py")``)
     or module parts (``("store", "_rows")``; ``()`` is the package itself)."""
     if not parts:
         return "__init__.py"
@@ -47,13 +47,13 @@ def _is_module(parts: tuple[str, ...]) -> bool:
 
 
 def _imported(path: Path) -> set[tuple[str, ...]]:
-    """The memstrata modules ``path`` imports, as module parts under the package."""
+    """The stratamem modules ``path`` imports, as module parts under the package."""
     package = path.relative_to(SRC).parts[:-1]
     found: set[tuple[str, ...]] = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
             for alias in node.names:
-                if alias.name == "memstrata" or alias.name.startswith("memstrata."):
+                if alias.name == "stratamem" or alias.name.startswith("stratamem."):
                     found.add(tuple(alias.name.split(".")[1:]))
             continue
         if not isinstance(node, ast.ImportFrom):
@@ -61,7 +61,7 @@ def _imported(path: Path) -> set[tuple[str, ...]]:
         dotted = tuple(node.module.split(".")) if node.module else ()
         if node.level:
             module = package[: len(package) - node.level + 1] + dotted
-        elif dotted[:1] == ("memstrata",):
+        elif dotted[:1] == ("stratamem",):
             module = dotted[1:]
         else:
             continue

@@ -1,10 +1,10 @@
 """bench/qa.py end to end against a scripted model on loopback: ingest (the write pipeline
-through the same fake model), recall, answer with memstrata's context and with the whole
+through the same fake model), recall, answer with stratamem's context and with the whole
 conversation, judge, report.
 
 The benchmark data is not in the repository (CI runs on a clean clone), so the test writes a
 tiny dataset in LoCoMo's and LongMemEval's own formats into tmp_path and points
-``MEMSTRATA_DATA_DIR`` at it.
+``STRATAMEM_DATA_DIR`` at it.
 
 The fake answers the answer prompt with the gold answer when the context it was given
 holds it (else "I do not know"), and judges as the two protocols do but mechanically: mem0's
@@ -154,7 +154,7 @@ class QAModel:
 
 
 def _run(args: list[str], data: Path) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, MEMSTRATA_DATA_DIR=str(data))
+    env = dict(os.environ, STRATAMEM_DATA_DIR=str(data))
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO / "src"), env.get("PYTHONPATH")) if p)
     env.pop("OPENAI_API_KEY", None)
     env.pop("ANTHROPIC_API_KEY", None)
@@ -251,14 +251,14 @@ def test_qa_end_to_end_with_the_pipeline_on_the_model(
     assert {r["question"] for r in questions} == asked
     assert len(questions) == len(asked)
     for r in questions:
-        for system in ("memstrata", "full context"):
+        for system in ("stratamem", "full context"):
             row = r[system]
             assert row["answer"] and row["judge"] and "error" not in row, row
             assert isinstance(row["correct"], bool)
             assert row["answer_prompt_tokens"] > 0
-        assert r["memstrata"]["context"], r
-        assert r["memstrata"]["context_tokens"] > 0
-    # Two answer calls and two judge calls per question: memstrata and the baseline ran.
+        assert r["stratamem"]["context"], r
+        assert r["stratamem"]["context_tokens"] > 0
+    # Two answer calls and two judge calls per question: stratamem and the baseline ran.
     assert qa_model.seen["answer"] == 2 * len(asked)
     assert qa_model.seen["locomo judge"] == 2 * 5
     assert qa_model.seen["longmemeval judge"] == 2 * 2
@@ -306,24 +306,24 @@ def test_qa_end_to_end_with_the_pipeline_on_the_model(
         for label, group in labels.items():
             mine = [r for r in rows if group is None or r["group"] == group]
             printed = _printed_row(stdout, title, label)
-            for system in ("memstrata", "full context"):
+            for system in ("stratamem", "full context"):
                 k = sum(r[system]["correct"] for r in mine)
                 n = len(mine)
                 reported = result["datasets"][key]["groups"][label][system]
                 assert (reported["correct"], reported["n"]) == (k, n)
                 assert reported["accuracy"] == pytest.approx(100 * k / n, abs=0.01)
                 assert f"{100 * k / n:5.1f} [" in printed and f"{k:>4}/{n:<4}" in printed
-            # memstrata's cell comes first on the row, the baseline's second.
+            # stratamem's cell comes first on the row, the baseline's second.
             cells = re.findall(r"(\d+)/(\d+)", printed)
-            m_k = sum(r["memstrata"]["correct"] for r in mine)
+            m_k = sum(r["stratamem"]["correct"] for r in mine)
             f_k = sum(r["full context"]["correct"] for r in mine)
             assert cells == [(str(m_k), str(len(mine))), (str(f_k), str(len(mine)))]
     # Abstention is judged with LongMemEval's abstention prompt: "I do not know" is right.
-    assert by_q["What is my cat's name?"]["memstrata"]["correct"] is True
+    assert by_q["What is my cat's name?"]["stratamem"]["correct"] is True
     assert "abstention (_abs, also above)" in stdout
 
     # Tokens, latency and the pipeline's LLM use per message are reported.
-    assert "memstrata formatted_context: median" in stdout
+    assert "stratamem formatted_context: median" in stdout
     assert "recall: get_memory (one at a time)" in stdout
     assert "answer call, full context" in stdout
     llm = locomo["pipeline_llm"]
@@ -366,7 +366,7 @@ def test_qa_on_anthropic_with_the_pipeline_offline(tmp_path: Path, data: Path) -
         models = [b["model"] for b in server.bodies("/v1/messages")]
     questions = [r for r in _records(out) if r["type"] == "question"]
     assert len(questions) == 2 and all("full context" not in r for r in questions)
-    assert all(r["memstrata"]["judge"] for r in questions)
+    assert all(r["stratamem"]["judge"] for r in questions)
     # No pipeline calls: the two answers are the answer model's, the two verdicts the judge's.
     assert sorted(models) == ["claude-fake"] * 2 + ["claude-judge"] * 2
     assert model.pipeline.calls == {}

@@ -1,5 +1,5 @@
 """The browser-test stack works: Debian's Chromium, driven by Playwright, renders pages of a
-real ``memstrata serve`` (tests/browser.py), refuses requests off the loopback address, and
+real ``stratamem serve`` (tests/browser.py), refuses requests off the loopback address, and
 screenshots land in the screenshot directory."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from browser import DESKTOP, PHONE, page_log, screenshot
 from server_proc import ServerProcess
 
 
-def test_healthz_renders(memstrata_server: ServerProcess, page: Page) -> None:
-    response = page.goto(f"{memstrata_server.url}/healthz")
+def test_healthz_renders(stratamem_server: ServerProcess, page: Page) -> None:
+    response = page.goto(f"{stratamem_server.url}/healthz")
     assert response is not None and response.status == 200
     # Chromium shows a JSON answer as text in the page.
     body = json.loads(page.locator("body").inner_text())
@@ -29,13 +29,13 @@ def test_healthz_renders(memstrata_server: ServerProcess, page: Page) -> None:
 
 
 def test_docs_page_served_and_external_assets_refused(
-    memstrata_server: ServerProcess, phone_page: Page
+    stratamem_server: ServerProcess, phone_page: Page
 ) -> None:
     # /docs is FastAPI's Swagger UI, whose script and stylesheet come from a CDN: the page
     # arrives, its title is rendered, and those requests are refused (and recorded), not sent
     # (FastAPI's favicon, on fastapi.tiangolo.com, too).
-    phone_page.goto(f"{memstrata_server.url}/docs")
-    expect(phone_page).to_have_title("memstrata - Swagger UI")
+    phone_page.goto(f"{stratamem_server.url}/docs")
+    expect(phone_page).to_have_title("stratamem - Swagger UI")
     expect(phone_page.locator("#swagger-ui")).to_be_attached()
     hosts = {urlsplit(url).hostname for url in page_log(phone_page).blocked}
     assert "cdn.jsdelivr.net" in hosts

@@ -17,8 +17,8 @@ from agno.agent import Agent
 from agno.models.openai import OpenAIChat
 
 from fakes.openai_server import FakeOpenAIServer
-from memstrata import Memory
-from memstrata.capture import MEMORY_PREAMBLE
+from stratamem import Memory
+from stratamem.capture import MEMORY_PREAMBLE
 
 ANSWER = "Try roasted chickpeas instead of peanuts."
 ASK = "Any snack ideas? I am allergic to peanuts, remember."
@@ -190,7 +190,7 @@ def test_memory_failures_never_reach_the_run(
 
     mem.get_memory = broken  # type: ignore[method-assign]
     mem.add_messages = broken  # type: ignore[method-assign]
-    with caplog.at_level(logging.ERROR, "memstrata.capture"), mem.scope(user_id="ana"):
+    with caplog.at_level(logging.ERROR, "stratamem.capture"), mem.scope(user_id="ana"):
         assert agent.run(ASK).content == ANSWER
         assert mem.llm.flush(5)
     assert MEMORY_PREAMBLE not in _system(server.chat_requests()[-1])

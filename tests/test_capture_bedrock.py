@@ -20,8 +20,8 @@ from botocore.exceptions import ClientError
 from botocore.response import StreamingBody
 
 from fakes.bedrock_server import FakeBedrockServer
-from memstrata import Memory
-from memstrata.capture import MEMORY_PREAMBLE
+from stratamem import Memory
+from stratamem.capture import MEMORY_PREAMBLE
 
 ANSWER = "Try roasted chickpeas instead of peanuts."
 MODEL = "anthropic.claude-3-haiku-20240307-v1:0"
@@ -226,7 +226,7 @@ def test_converse_stream_broken_midway_is_captured_with_the_error(
     server.fail_stream_after(3)
     with mem.scope(user_id="ana", session_id="chat"):
         stream = client.converse_stream(modelId=MODEL, messages=_converse_messages())["stream"]
-        with pytest.raises(Exception):  # noqa: B017 - botocore's own error, as without memstrata
+        with pytest.raises(Exception):  # noqa: B017 - botocore's own error, as without stratamem
             list(stream)
     capture = _capture(mem)
     assert capture["error"]
@@ -327,7 +327,7 @@ def test_memory_failures_never_reach_the_call(
 
     mem.get_memory = broken  # type: ignore[method-assign]
     mem.add_messages = broken  # type: ignore[method-assign]
-    with caplog.at_level(logging.ERROR, "memstrata.capture"), mem.scope(user_id="ana"):
+    with caplog.at_level(logging.ERROR, "stratamem.capture"), mem.scope(user_id="ana"):
         reply = client.converse(modelId=MODEL, messages=_converse_messages())
         streamed = list(
             client.converse_stream(modelId=MODEL, messages=_converse_messages())["stream"]

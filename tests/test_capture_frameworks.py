@@ -1,4 +1,4 @@
-"""Framework integrations are optional: importing memstrata and using mem.llm load none of
+"""Framework integrations are optional: importing stratamem and using mem.llm load none of
 them, and their absence breaks neither the import nor registration of other clients."""
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ def _run(code: str) -> dict[str, object]:
     return json.loads(out.stdout)
 
 
-def test_memstrata_loads_no_framework(tmp_path: object) -> None:
+def test_stratamem_loads_no_framework(tmp_path: object) -> None:
     code = (
         "import json, sys\n"
-        "from memstrata import Memory\n"
+        "from stratamem import Memory\n"
         f"mem = Memory('sqlite:///{tmp_path}/m.db', embedder='hash')\n"
         "try:\n"
         "    mem.llm.register(object())\n"
@@ -37,7 +37,7 @@ def test_missing_frameworks_break_nothing(tmp_path: object) -> None:
     # None in sys.modules makes an import fail, as when the package is not installed.
     blocked = "".join(f"sys.modules[{m!r}] = None\n" for m in FRAMEWORKS)
     code = (
-        "import json, sys\n" + blocked + "from memstrata import Memory\n"
+        "import json, sys\n" + blocked + "from stratamem import Memory\n"
         f"mem = Memory('sqlite:///{tmp_path}/m.db', embedder='hash')\n"
         "errors = []\n"
         "for kwargs in ({'chatopenai': object()}, {'bedrock': object()}, {'agno': 1}):\n"

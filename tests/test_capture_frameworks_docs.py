@@ -14,7 +14,7 @@ import pytest
 
 from fakes.bedrock_server import FakeBedrockServer
 from fakes.openai_server import FakeOpenAIServer
-from memstrata.capture import MEMORY_PREAMBLE
+from stratamem.capture import MEMORY_PREAMBLE
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "capture.md"
 ANSWER = "Pasta with tomatoes."
@@ -29,7 +29,7 @@ def _examples() -> dict[str, str]:
 
 PRELUDE = """
 import json, sys
-from memstrata import Memory
+from stratamem import Memory
 mem = Memory(sys.argv[1], embedder="hash", capture_recall_timeout_ms=10_000)
 mem.sessions.create(user_id="u1", session_id="llm-u1").add_messages(
     [{"role": "user", "content": "I cook tonight for my vegetarian sister."}], sync=True

@@ -20,8 +20,8 @@ from google.genai import errors as genai_errors
 from google.genai import types
 
 from fakes.google_server import FakeGeminiServer
-from memstrata import Memory
-from memstrata.capture import MEMORY_PREAMBLE
+from stratamem import Memory
+from stratamem.capture import MEMORY_PREAMBLE
 
 COOK = "You are a helpful cook."
 QUESTION = "Suggest a snack with peanuts?"
@@ -412,7 +412,7 @@ def test_a_stream_broken_mid_way_raises_to_the_caller_and_is_captured(
     with mem.scope(user_id="ana", session_id="broken"), pytest.raises(Exception) as caught:
         for chunk in client.models.generate_content_stream(model="gemini-test", contents="Go"):
             seen.append(chunk.text)
-    assert not type(caught.value).__module__.startswith("memstrata")  # the SDK's own error
+    assert not type(caught.value).__module__.startswith("stratamem")  # the SDK's own error
     assert seen == ["one", " two"]
     assert _stored(mem, "broken") == [("user", "Go"), ("assistant", "one two")]
     capture = _capture(mem, "broken")
@@ -429,14 +429,14 @@ def test_async_plain_and_stream(mem: Memory, server: FakeGeminiServer) -> None:
         async def ask(user: str) -> str | None:
             with mem.scope(user_id=user, session_id=f"{user}-async"):
                 r = await client.aio.models.generate_content(
-                    model="gemini-test", contents=f"hello from {user}"
+                    model="gemini-test", contents=f"hello from {user}: peanuts?"
                 )
             return r.text
 
         async def ask_stream(user: str) -> str:
             with mem.scope(user_id=user, session_id=f"{user}-stream"):
                 stream = await client.aio.models.generate_content_stream(
-                    model="gemini-test", contents=f"stream for {user}"
+                    model="gemini-test", contents=f"stream for {user}: peanuts?"
                 )
                 return "".join([c.text or "" async for c in stream])
 
@@ -451,14 +451,20 @@ def test_async_plain_and_stream(mem: Memory, server: FakeGeminiServer) -> None:
         else ""
         for body in server.generate_requests()
     }
-    assert "allergic to peanuts" in systems["hello from ana"]
-    assert systems["stream for ana"].startswith(MEMORY_PREAMBLE)
+    assert "allergic to peanuts" in systems["hello from ana: peanuts?"]
+    assert systems["stream for ana: peanuts?"].startswith(MEMORY_PREAMBLE)
     # ana's memory never goes into cy's calls, however the two interleave.
-    assert "peanuts" not in systems["hello from cy"] + systems["stream for cy"]
-    assert "ana" not in systems["hello from cy"] + systems["stream for cy"]
-    assert _stored(mem, "ana-async") == [("user", "hello from ana"), ("assistant", "Noted!")]
-    assert ("user", "hello from cy") in _stored(mem, "cy-async")
-    assert _stored(mem, "ana-stream") == [("user", "stream for ana"), ("assistant", "Noted!")]
+    cy = systems["hello from cy: peanuts?"] + systems["stream for cy: peanuts?"]
+    assert "allergic" not in cy and "ana" not in cy
+    assert _stored(mem, "ana-async") == [
+        ("user", "hello from ana: peanuts?"),
+        ("assistant", "Noted!"),
+    ]
+    assert ("user", "hello from cy: peanuts?") in _stored(mem, "cy-async")
+    assert _stored(mem, "ana-stream") == [
+        ("user", "stream for ana: peanuts?"),
+        ("assistant", "Noted!"),
+    ]
     assert "partial" not in _capture(mem, "ana-stream")
 
 
@@ -535,7 +541,7 @@ def test_an_async_stream_broken_mid_way_raises_and_is_captured(
 
     with pytest.raises(Exception) as caught:
         asyncio.run(scenario())
-    assert not type(caught.value).__module__.startswith("memstrata")
+    assert not type(caught.value).__module__.startswith("stratamem")
     assert seen == ["one", " two"]
     assert _stored(mem, "broken") == [("user", "Go"), ("assistant", "one two")]
     assert type(caught.value).__name__ in _capture(mem, "broken")["error"]

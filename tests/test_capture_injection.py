@@ -40,7 +40,7 @@ from fakes.google_server import FakeGeminiServer
 from fakes.openai_server import FakeOpenAIServer
 from fakes.xai_server import FakeXAIServer
 from hostile import HOSTILE, assert_one_safe_block
-from memstrata import Memory
+from stratamem import Memory
 
 litellm.telemetry = False
 litellm.suppress_debug_info = True

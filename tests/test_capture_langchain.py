@@ -29,8 +29,8 @@ from fakes.anthropic_server import FakeAnthropicServer
 from fakes.bedrock_server import FakeBedrockServer
 from fakes.google_server import FakeGeminiServer
 from fakes.openai_server import FakeOpenAIServer
-from memstrata import Memory
-from memstrata.capture import MEMORY_PREAMBLE
+from stratamem import Memory
+from stratamem.capture import MEMORY_PREAMBLE
 
 ANSWER = "Try roasted chickpeas instead of peanuts."
 ASK = "Any snack ideas? I am allergic to peanuts, remember."
@@ -309,7 +309,7 @@ def test_memory_failures_never_reach_the_call(
 
     mem.get_memory = broken  # type: ignore[method-assign]
     mem.add_messages = broken  # type: ignore[method-assign]
-    with caplog.at_level(logging.ERROR, "memstrata.capture"), mem.scope(user_id="ana"):
+    with caplog.at_level(logging.ERROR, "stratamem.capture"), mem.scope(user_id="ana"):
         assert model.invoke(ASK).text == ANSWER
         assert "".join(c.text for c in model.stream(ASK)) == ANSWER
         assert asyncio.run(model.ainvoke(ASK)).text == ANSWER

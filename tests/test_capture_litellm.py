@@ -24,8 +24,8 @@ import litellm
 import openai
 
 from fakes.openai_server import FakeOpenAIServer
-from memstrata import Memory
-from memstrata.capture import MEMORY_PREAMBLE
+from stratamem import Memory
+from stratamem.capture import MEMORY_PREAMBLE
 
 # No telemetry, no logging callbacks (they would post to their services), and no
 # "Give Feedback / Get Help" banner printed on each expected error.
@@ -132,7 +132,7 @@ def test_register_wraps_the_module_and_unregister_restores_it(mem: Memory) -> No
     assert litellm.completion.__wrapped__ is completion  # functools.wraps: same name, docs
     mem.llm.unregister(litellm)
     assert litellm.completion is completion and litellm.acompletion is acompletion
-    assert not hasattr(litellm, "_memstrata_capture")
+    assert not hasattr(litellm, "_stratamem_capture")
     # Identity, not a name: a look-alike module is not litellm.
     with pytest.raises(TypeError, match="litellm module"):
         mem.llm.register(types.ModuleType("litellm"))

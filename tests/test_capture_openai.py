@@ -16,10 +16,10 @@ import pytest
 
 from dbsql import writes_held
 from fakes.openai_server import FakeOpenAIServer
-from memstrata import Memory
-from memstrata.capture import MEMORY_PREAMBLE
-from memstrata.errors import ConfigError, ValidationError
-from memstrata.recall._format import HISTORY_HEADER
+from stratamem import Memory
+from stratamem.capture import MEMORY_PREAMBLE
+from stratamem.errors import ConfigError, ValidationError
+from stratamem.recall._format import HISTORY_HEADER
 
 
 @pytest.fixture
@@ -394,7 +394,7 @@ def test_history_injection_never_duplicates_turns(
 
 SCRIPT = """
 import sys, openai
-from memstrata import Memory
+from stratamem import Memory
 mem = Memory(sys.argv[1], embedder="hash")
 client = mem.llm.register(openai.OpenAI(base_url=sys.argv[2], api_key="k", max_retries=0))
 with mem.scope(user_id="u", session_id="s"):
@@ -419,7 +419,7 @@ def test_a_short_script_loses_nothing_at_exit(
 
 
 def test_async_memory_exposes_capture(db_url: str, server: FakeOpenAIServer) -> None:
-    from memstrata import AsyncMemory
+    from stratamem import AsyncMemory
 
     async def scenario() -> None:
         async with AsyncMemory(db_url, embedder="hash") as amem:
@@ -490,7 +490,7 @@ def test_leaving_a_with_block_after_streamed_calls_stores_every_exchange(
 def test_closing_an_async_memory_after_async_calls_stores_every_exchange(
     make_memory: Any, db_url: str, server: FakeOpenAIServer
 ) -> None:
-    from memstrata import AsyncMemory
+    from stratamem import AsyncMemory
 
     async def scenario() -> None:
         async with AsyncMemory(db_url, embedder="hash", capture_recall=False) as amem:
@@ -540,7 +540,7 @@ def test_the_placement_is_a_setting_and_can_change_at_run_time(
 ) -> None:
     with pytest.raises(ConfigError, match="capture_injection"):
         make_memory(capture_injection="prompt")
-    monkeypatch.setenv("MEMSTRATA_CAPTURE_INJECTION", "system")
+    monkeypatch.setenv("STRATAMEM_CAPTURE_INJECTION", "system")
     mem = make_memory()
     assert mem.llm.injection == "system"
     mem.sessions.create(user_id="ana", session_id="chat").add_messages(
@@ -566,9 +566,9 @@ def test_the_placement_is_a_setting_and_can_change_at_run_time(
 
 
 def test_a_user_turn_of_unknown_shape_gets_the_block_in_the_system_slot() -> None:
-    from memstrata.capture import Attribution
-    from memstrata.capture._capture import Recalled
-    from memstrata.capture._openai import inject_chat
+    from stratamem.capture import Attribution
+    from stratamem.capture._capture import Recalled
+    from stratamem.capture._openai import inject_chat
 
     recalled = Recalled(Attribution("ana"), f"{MEMORY_PREAMBLE}\n</memory>")
     odd = [{"role": "user", "content": 42}]
@@ -578,13 +578,15 @@ def test_a_user_turn_of_unknown_shape_gets_the_block_in_the_system_slot() -> Non
     ]
 
 
+# Each names what the other session's memory is about, so that recall finds it by its words
+# (the hashing embedder matches words, not meaning).
 QUESTIONS = [
-    "What about food?",
-    "What about food on the train?",
-    "What about food at the hotel?",
-    "What about food for the kids?",
-    "What about food near the beach?",
-    "What about food after the hike?",
+    "What about peanuts?",
+    "What about peanuts on the train?",
+    "What about peanuts at the hotel?",
+    "What about peanuts for the kids?",
+    "What about peanuts near the beach?",
+    "What about peanuts after the hike?",
     "What about food with peanuts?",
 ]
 

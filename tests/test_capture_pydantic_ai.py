@@ -22,8 +22,8 @@ from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
 
 from fakes.openai_server import FakeOpenAIServer
-from memstrata import Memory
-from memstrata.capture import MEMORY_PREAMBLE
+from stratamem import Memory
+from stratamem.capture import MEMORY_PREAMBLE
 
 ANSWER = "Try roasted chickpeas instead of peanuts."
 ASK = "Any snack ideas? I am allergic to peanuts, remember."
@@ -104,7 +104,7 @@ def test_registration_by_name(mem: Memory, server: FakeOpenAIServer) -> None:
     assert mem.llm.register(pydantic_ai=agent) is agent
     assert "iter" not in vars(agent)  # wrapped on the class, for registered agents only
     mem.llm.unregister(agent)
-    assert "iter" not in vars(Agent) or not hasattr(vars(Agent)["iter"], "__memstrata_original__")
+    assert "iter" not in vars(Agent) or not hasattr(vars(Agent)["iter"], "__stratamem_original__")
 
 
 def test_agent_run_sync_injects_once_and_captures_the_run(
@@ -248,7 +248,7 @@ def test_memory_failures_never_reach_the_run(
 
     mem.get_memory = broken  # type: ignore[method-assign]
     mem.add_messages = broken  # type: ignore[method-assign]
-    with caplog.at_level(logging.ERROR, "memstrata.capture"), mem.scope(user_id="ana"):
+    with caplog.at_level(logging.ERROR, "stratamem.capture"), mem.scope(user_id="ana"):
         assert agent.run_sync(ASK).output == ANSWER
         assert mem.llm.flush(5)
     assert _systems(server)[-1] == ["You are a helpful cook."]

@@ -24,8 +24,8 @@ from pydantic import BaseModel
 
 from fakes.anthropic_server import FakeAnthropicServer
 from fakes.openai_server import FakeOpenAIServer
-from memstrata import Memory
-from memstrata.capture import MEMORY_PREAMBLE
+from stratamem import Memory
+from stratamem.capture import MEMORY_PREAMBLE
 
 ANSWER = "Try roasted chickpeas instead of peanuts."
 TOOL = {"tool_calls": [{"id": "call_1", "name": "lookup", "arguments": '{"q": "snacks"}'}]}

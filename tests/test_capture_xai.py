@@ -14,8 +14,8 @@ import xai_sdk
 from xai_sdk.chat import system, user
 
 from fakes.xai_server import FakeXAIServer
-from memstrata import Memory
-from memstrata.capture import MEMORY_PREAMBLE
+from stratamem import Memory
+from stratamem.capture import MEMORY_PREAMBLE
 
 
 @pytest.fixture
@@ -75,7 +75,7 @@ def test_register_is_idempotent_and_reversible(mem: Memory, server: FakeXAIServe
     assert "create" in vars(client.chat)
     chat = client.chat.create(model="grok-test", messages=[user("Any snack ideas?")])
     sdk_stub = client.chat._stub
-    assert chat._stub is not sdk_stub  # this chat's requests pass through memstrata
+    assert chat._stub is not sdk_stub  # this chat's requests pass through stratamem
     mem.llm.unregister(client)
     assert "create" not in vars(client.chat)  # the SDK's own method again
     assert chat._stub is sdk_stub  # and the chat made meanwhile has the SDK's stub back
@@ -179,7 +179,7 @@ def test_the_sdk_gets_its_own_stub_and_grpc_stream_types(
     mem: Memory, server: FakeXAIServer
 ) -> None:
     """The chat's stub is a ``ChatStub`` to ``isinstance`` and its stream RPC hands the SDK a
-    ``grpc.Call`` (and ``grpc.Future``), as without memstrata; what the caller reads is the
+    ``grpc.Call`` (and ``grpc.Future``), as without stratamem; what the caller reads is the
     SDK's own ``chat.stream()``."""
     client = mem.llm.register(_client(server))
     sdk_stub = client.chat._stub

@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from memstrata.recall._format import MEMORY_HEADER, MEMORY_OPEN
+from stratamem.recall._format import MEMORY_HEADER, MEMORY_OPEN
 
 
 def run(*args: str, db: str | None = None, check: bool = True, **env: str) -> Any:
-    full = [sys.executable, "-m", "memstrata.cli"]
+    full = [sys.executable, "-m", "stratamem.cli"]
     if db:
         full += ["--db", db]
     proc = subprocess.run(
@@ -82,7 +82,7 @@ def test_import_search_stats_and_worker(tmp_path: Path, db_url: str) -> None:
     stats = json.loads(run("--embedder", "hash", "stats", "--json", db=db).stdout)
     assert stats["messages"] == {"pending": 0, "processed": 5, "failed": 0}
     assert stats["users"] == 2 and stats["schema_version"] >= 1
-    assert stats["embedder"] == "hash:v1:384"
+    assert stats["embedder"] == "hash:v2:384"
     assert "schema_version" in run("--embedder", "hash", "stats", db=db).stdout
 
     # Accepted without waiting, then processed by a separate worker process.
@@ -110,10 +110,10 @@ def test_reindex_switches_embedder(tmp_path: Path, db_url: str) -> None:
     data.write_text('{"role": "user", "content": "bees and honey"}\n', encoding="utf-8")
     run("--embedder", "hash", "import", str(data), "-q", "--user-id", "u", db=db)
     failed = run("--embedder", "hash:64", "search", "bees", "--user-id", "u", db=db, check=False)
-    assert failed.returncode == 2 and "memstrata reindex" in failed.stderr
+    assert failed.returncode == 2 and "stratamem reindex" in failed.stderr
     assert "Traceback" not in failed.stderr
     out = run("--embedder", "hash:64", "reindex", db=db).stdout
-    assert "vectors are now made by hash:v1:64; 1 stored" in out
+    assert "vectors are now made by hash:v2:64; 1 stored" in out
     assert "bees" in run("--embedder", "hash:64", "search", "bees", "--user-id", "u", db=db).stdout
 
 
@@ -139,11 +139,11 @@ def test_projects_and_keys(db_url: str) -> None:
     out = run("keys", "create", "acme", "--name", "ci", db=db).stdout
     key_id = out.split()[2]
     secret = out.strip().splitlines()[-1]
-    assert secret.startswith("ms_")
+    assert secret.startswith("sm_")
     listed = run("keys", "list", "acme", db=db).stdout
     assert key_id in listed and "active" in listed and secret not in listed
 
-    from memstrata import Memory
+    from stratamem import Memory
 
     with Memory(db, embedder="hash", workers=0) as mem:
         assert mem.keys.verify(secret).project_id == "acme"  # type: ignore[union-attr]

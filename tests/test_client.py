@@ -1,4 +1,4 @@
-"""memstrata.client against a real `memstrata serve` process on 127.0.0.1.
+"""stratamem.client against a real `stratamem serve` process on 127.0.0.1.
 
 Sync and async round trips in GUMem's SDK shape, typed errors for every refusal, timeouts
 against a server that never answers, retries only where they are safe, RemoteMemory as the
@@ -24,11 +24,12 @@ from typing import Any
 import openai
 import pytest
 
-import memstrata.errors as engine_errors
+import stratamem.errors as engine_errors
 from fakes.openai_server import FakeOpenAIServer
-from memstrata import Memory
-from memstrata.capture import MEMORY_PREAMBLE
-from memstrata.client import (
+from server_proc import ServerProcess, free_port
+from stratamem import Memory
+from stratamem.capture import MEMORY_PREAMBLE
+from stratamem.client import (
     APIConnectionError,
     APIError,
     APITimeoutError,
@@ -42,8 +43,7 @@ from memstrata.client import (
     ServerError,
     ValidationError,
 )
-from memstrata.types import AddResult, Fact, Hit, MemoryContext, RecallConfig, Session, Summary
-from server_proc import ServerProcess, free_port
+from stratamem.types import AddResult, Fact, Hit, MemoryContext, RecallConfig, Session, Summary
 
 pytestmark = pytest.mark.slow
 
@@ -57,8 +57,8 @@ def server(tmp_path_factory: pytest.TempPathFactory, module_db_url: str) -> Iter
         tmp_path_factory.mktemp("client"),
         db_url=module_db_url,
         env={
-            "MEMSTRATA_MAX_CONTENT_CHARS": str(MAX_CONTENT),
-            "MEMSTRATA_MAX_BODY_BYTES": str(MAX_BODY),
+            "STRATAMEM_MAX_CONTENT_CHARS": str(MAX_CONTENT),
+            "STRATAMEM_MAX_BODY_BYTES": str(MAX_BODY),
         },
     ).start()
     try:
@@ -231,12 +231,12 @@ def test_async_round_trip(server: ServerProcess) -> None:
 
 
 def test_a_bad_or_missing_key_is_an_authentication_error(server: ServerProcess) -> None:
-    with MemoryClient(api_key="ms_not-a-real-key-000000000000", base_url=server.url) as c:
+    with MemoryClient(api_key="sm_not-a-real-key-000000000000", base_url=server.url) as c:
         with pytest.raises(AuthenticationError) as info:
             c.sessions.create(user_id="x")
         assert info.value.status_code == 401 and info.value.code == "unauthorized"
         assert info.value.request_id
-        assert isinstance(info.value, engine_errors.MemstrataError)
+        assert isinstance(info.value, engine_errors.StratamemError)
         assert c.health()["status"] == "ok"  # no key needed there
     anonymous = MemoryClient(base_url=server.url)  # no key at all
     with anonymous, pytest.raises(AuthenticationError, match="Authorization"):
@@ -361,7 +361,7 @@ def test_a_refused_connection_is_retried_then_reported(silent: _Silent) -> None:
 
 
 class _Flaky:
-    """Answers ``status`` to the first ``failures`` requests, then a memstrata envelope
+    """Answers ``status`` to the first ``failures`` requests, then a stratamem envelope
     (after ``delay`` seconds); counts the requests each path received."""
 
     def __init__(self, failures: int, status: int = 503, delay: float = 0.0) -> None:
@@ -440,7 +440,7 @@ def test_503_is_retried_only_for_idempotent_requests() -> None:
             result = c.add_messages("s2", [{"role": "user", "content": "hi"}])
             assert result.message_ids == ["m1"]
             assert flaky.seen["/api/sessions/s2/messages"] == 2
-            # Something that is not a memstrata answer is reported as such.
+            # Something that is not a stratamem answer is reported as such.
             with pytest.raises(APIError, match="not what this client expects"):
                 c.sessions.get("s3")
     finally:
@@ -449,7 +449,7 @@ def test_503_is_retried_only_for_idempotent_requests() -> None:
 
 @pytest.mark.parametrize("status", [502, 504])
 def test_a_proxys_502_and_504_are_retried_like_503(status: int) -> None:
-    # What nginx answers while the memstrata server behind it restarts (502) or is slow
+    # What nginx answers while the stratamem server behind it restarts (502) or is slow
     # (504): safe to resend for what a resend cannot duplicate, as a 503 is.
     flaky = _Flaky(failures=1, status=status)
     try:
@@ -516,7 +516,7 @@ def test_remote_memory_offers_the_facade_with_the_same_signatures(remote: Remote
         "close",
     ):
         assert _params(getattr(RemoteMemory, name)) == _params(getattr(embedded, name)), name
-    from memstrata import memory as local
+    from stratamem import memory as local
 
     faces = {
         "sessions": (local.Sessions, ("create", "get", "list")),
@@ -750,7 +750,7 @@ def test_a_short_script_loses_no_captured_exchange_at_exit(
 ) -> None:
     script = f"""
 import openai
-from memstrata.client import RemoteMemory
+from stratamem.client import RemoteMemory
 mem = RemoteMemory({server.url!r}, api_key={server.bootstrap_key()!r})
 c = mem.llm.register(openai.OpenAI(base_url={llm.base_url!r}, api_key="k", max_retries=0))
 with mem.scope(user_id="exit", session_id="exit-1"):
@@ -768,10 +768,10 @@ with mem.scope(user_id="exit", session_id="exit-1"):
 def test_importing_the_client_package_does_not_load_httpx() -> None:
     code = (
         "import sys\n"
-        "import memstrata.client\n"
-        "from memstrata.client import NotFoundError, APIError\n"
+        "import stratamem.client\n"
+        "from stratamem.client import NotFoundError, APIError\n"
         "print('httpx' in sys.modules)\n"
-        "memstrata.client.MemoryClient\n"
+        "stratamem.client.MemoryClient\n"
         "print('httpx' in sys.modules)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

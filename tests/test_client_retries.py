@@ -1,7 +1,7 @@
 """A write whose answer is lost after it committed is resent by the client and stored once.
 
 A fault-injecting proxy (``fakes.fault_proxy``) sits between the client and a real
-`memstrata serve` on 127.0.0.1: it lets each write reach the server and commit, then drops
+`stratamem serve` on 127.0.0.1: it lets each write reach the server and commit, then drops
 the connection or answers 503 instead of the server's answer. The sync client, the async
 client and the remote ``Memory`` resend (they gave the messages, events and sessions their
 ids before the first try), and every message and session exists exactly once, on both
@@ -23,8 +23,9 @@ import pytest
 
 from fakes import FakeOpenAIServer
 from fakes.fault_proxy import Fault, FaultProxy
-from memstrata import Memory
-from memstrata.client import (
+from server_proc import ServerProcess
+from stratamem import Memory
+from stratamem.client import (
     APIConnectionError,
     AsyncMemoryClient,
     ConflictError,
@@ -32,7 +33,6 @@ from memstrata.client import (
     RemoteMemory,
     ServerError,
 )
-from server_proc import ServerProcess
 
 pytestmark = pytest.mark.slow
 
@@ -42,7 +42,7 @@ def server(tmp_path_factory: pytest.TempPathFactory, module_db_url: str) -> Iter
     proc = ServerProcess(
         tmp_path_factory.mktemp("retries"),
         db_url=module_db_url,
-        env={"MEMSTRATA_WEBHOOK_ALLOW": "127.0.0.1"},
+        env={"STRATAMEM_WEBHOOK_ALLOW": "127.0.0.1"},
     ).start()
     try:
         yield proc

@@ -1,4 +1,4 @@
-"""Rows to public models by field name (``memstrata._convert.from_row``)."""
+"""Rows to public models by field name (``stratamem._convert.from_row``)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 import pytest
 from pydantic import BaseModel
 
-from memstrata._convert import from_row
+from stratamem._convert import from_row
 
 
 class Note(BaseModel):

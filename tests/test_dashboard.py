@@ -18,9 +18,9 @@ from starlette.testclient import TestClient
 
 from fakes.memory_model import MemoryModel
 from fakes.openai_server import FakeOpenAIServer
-from memstrata import Memory
-from memstrata.server import create_app
-from memstrata.server._settings import ServerSettings
+from stratamem import Memory
+from stratamem.server import create_app
+from stratamem.server._settings import ServerSettings
 
 ADMIN = "admin-token-for-tests"
 SCRIPT = "<script>alert('x')</script> likes tea"
@@ -144,7 +144,7 @@ def test_pages_need_a_session(dash: Dash) -> None:
 def test_sign_in_sets_a_strict_http_only_cookie(dash: Dash, world: dict[str, Any]) -> None:
     r = dash.sign_in(world["key_a"])
     assert r.status_code == 303 and r.headers["location"] == "/ui/"
-    cookie = next(c for c in r.headers.get_list("set-cookie") if c.startswith("memstrata_ui="))
+    cookie = next(c for c in r.headers.get_list("set-cookie") if c.startswith("stratamem_ui="))
     attrs = {p.strip().split("=")[0].lower() for p in cookie.split(";")}
     assert {"httponly", "samesite", "path"} <= attrs
     assert "samesite=strict" in cookie.lower() and "path=/ui" in cookie.lower()
@@ -155,11 +155,11 @@ def test_sign_in_sets_a_strict_http_only_cookie(dash: Dash, world: dict[str, Any
     assert page.status_code == 200 and "Overview" in page.text
 
 
-@pytest.mark.parametrize("secret", ["ms_wrong_key_1234567890abcdef", "", "admin-token-for-test"])
+@pytest.mark.parametrize("secret", ["sm_wrong_key_1234567890abcdef", "", "admin-token-for-test"])
 def test_a_wrong_key_is_refused(dash: Dash, secret: str) -> None:
     r = dash.sign_in(secret)
     assert r.status_code in (400, 401)
-    assert not [c for c in r.headers.get_list("set-cookie") if c.startswith("memstrata_ui=")]
+    assert not [c for c in r.headers.get_list("set-cookie") if c.startswith("stratamem_ui=")]
     assert dash.get("/", follow_redirects=False).status_code == 303
 
 
@@ -184,11 +184,11 @@ def test_sign_in_goes_back_to_the_page_asked_for_never_elsewhere(
 
 
 def test_sign_out_ends_the_session_on_the_server(signed_in: Dash) -> None:
-    token = signed_in.client.cookies.get("memstrata_ui")
+    token = signed_in.client.cookies.get("stratamem_ui")
     signed_in.get("/")
     assert signed_in.post("/logout").status_code == 303
     # The old cookie, replayed, opens nothing: the session is gone from the store.
-    signed_in.client.cookies.set("memstrata_ui", token, path="/ui")
+    signed_in.client.cookies.set("stratamem_ui", token, path="/ui")
     assert signed_in.get("/", follow_redirects=False).status_code == 303
 
 
@@ -575,7 +575,7 @@ def test_the_cookie_is_secure_over_https(world: dict[str, Any]) -> None:
     with TestClient(app, base_url="https://memory.example") as client:
         dash = Dash(client)
         r = dash.sign_in(world["key_a"])
-        cookie = next(c for c in r.headers.get_list("set-cookie") if c.startswith("memstrata_ui="))
+        cookie = next(c for c in r.headers.get_list("set-cookie") if c.startswith("stratamem_ui="))
         assert "secure" in cookie.lower().split("; ")
 
 

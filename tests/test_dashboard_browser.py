@@ -1,10 +1,10 @@
-"""The dashboard in a real headless Chromium against a real `memstrata serve` (tests/browser.py).
+"""The dashboard in a real headless Chromium against a real `stratamem serve` (tests/browser.py).
 
 What a person does: sign in, browse a user's memory, follow provenance from a summary to its
 messages and back, run a recall, change a summary's status with a reason and find it in the
 history, manage a webhook, erase a user; and what must not happen: a wrong key let in, a form
 without its CSRF token obeyed, memory text run as markup. Each page is screenshot to
-build/screenshots/ (MEMSTRATA_SCREENSHOT_DIR) for a person to look at.
+build/screenshots/ (STRATAMEM_SCREENSHOT_DIR) for a person to look at.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from browser import ADMIN_TOKEN, page_log, screenshot
-from memstrata import connect
 from server_proc import ServerProcess
+from stratamem import connect
 
 pytestmark = pytest.mark.slow
 
@@ -35,15 +35,15 @@ CONVERSATION = [
 
 
 @pytest.fixture(scope="module")
-def server(memstrata_server: ServerProcess) -> Iterator[ServerProcess]:
+def server(stratamem_server: ServerProcess) -> Iterator[ServerProcess]:
     """The server with one user's conversation processed into memory."""
-    with connect(memstrata_server.url, api_key=memstrata_server.bootstrap_key()) as mem:
+    with connect(stratamem_server.url, api_key=stratamem_server.bootstrap_key()) as mem:
         session = mem.sessions.create("alice", session_id="trip", title="Moving")
         session.add_messages([{"role": "user", "content": t} for t in CONVERSATION], sync=True)
         mem.sessions.create("bob", session_id="b1").add_messages(
             [{"role": "user", "content": "I play the cello."}], sync=True
         )
-    yield memstrata_server
+    yield stratamem_server
 
 
 def _dialogs(page: Page) -> list[str]:
@@ -74,7 +74,7 @@ def _clean(page: Page, *refused: int) -> None:
 
 
 def test_a_wrong_key_is_refused(server: ServerProcess, page: Page) -> None:
-    _sign_in(page, server, "ms_this_is_not_a_key_at_all_000000", accepted=False)
+    _sign_in(page, server, "sm_this_is_not_a_key_at_all_000000", accepted=False)
     expect(page.get_by_role("alert")).to_have_text("That key was not accepted.")
     screenshot(page, "dashboard-login-refused")
     page.goto(f"{server.url}/ui/users")
@@ -155,7 +155,7 @@ def test_browse_explain_and_govern_a_users_memory(server: ServerProcess, page: P
     page.get_by_label("Name").fill("audit trail")
     page.get_by_label("Event").select_option("after_llm")
     page.get_by_label("Mode").select_option("async")
-    page.get_by_label("Target URL").fill("https://hooks.example.com/memstrata")
+    page.get_by_label("Target URL").fill("https://hooks.example.com/stratamem")
     page.get_by_role("button", name="Create webhook").click()
     expect(page.get_by_label("Signing secret")).to_have_value(re.compile(r"^whsec_"))
     screenshot(page, "dashboard-webhook-secret")

@@ -20,16 +20,16 @@ import numpy as np
 import pytest
 
 import dbsql
-from memstrata import Memory
-from memstrata.errors import NotFoundError, ValidationError
-from memstrata.store import LayerWrite, Store, TopicWrite, UiSessionRow, open_store
-from memstrata.testing import HashingEmbedder
-from memstrata.types import Fact, Message, Summary, Topic
+from stratamem import Memory
+from stratamem.errors import NotFoundError, ValidationError
+from stratamem.store import LayerWrite, Store, TopicWrite, UiSessionRow, open_store
+from stratamem.testing import HashingEmbedder
+from stratamem.types import Fact, Message, Summary, Topic
 from test_store_contract import add, claim, fact, summary
 
 P = "proj"
 DIM = 8
-EMB = f"hash:v1:{DIM}"
+EMB = f"hash:v2:{DIM}"
 
 
 def vec(*hot: float) -> np.ndarray:
@@ -469,11 +469,11 @@ def test_an_older_database_is_upgraded_with_the_dashboards_table(
     backend: str, db_url: str, memory: Callable[..., Memory]
 ) -> None:
     if backend == "postgres":
-        from memstrata.store.postgres import PostgresStore, latest_schema_version
+        from stratamem.store.postgres import PostgresStore, latest_schema_version
 
         old: Store = PostgresStore(db_url, migrate_to=5)
     else:
-        from memstrata.store.sqlite import SQLiteStore, latest_schema_version
+        from stratamem.store.sqlite import SQLiteStore, latest_schema_version
 
         old = SQLiteStore(db_url, migrate_to=11)
     try:
@@ -493,7 +493,7 @@ def test_an_older_database_is_upgraded_with_the_dashboards_table(
     )
     # PostgreSQL keeps the full-text document in the row (SQLite in its own table).
     fts = (
-        (", fts, fts_len", ", to_tsvector('memstrata_fts', 'from before the upgrade'), 4")
+        (", fts, fts_len", ", to_tsvector('stratamem_fts', 'from before the upgrade'), 4")
         if backend == "postgres"
         else ("", "")
     )

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from conftest import REPO
-from memstrata.config import Settings
-from memstrata.types import RecallConfig
+from stratamem.config import Settings
+from stratamem.types import RecallConfig
 
 
 def test_every_setting_is_documented() -> None:
     page = (REPO / "docs" / "configuration.md").read_text(encoding="utf-8")
     for name in Settings.model_fields:
-        assert f"| `{name}` | `MEMSTRATA_{name.upper()}` |" in page, name
+        assert f"| `{name}` | `STRATAMEM_{name.upper()}` |" in page, name
 
 
 def test_every_recall_config_key_is_documented() -> None:
@@ -23,7 +23,7 @@ def test_readme_starts_with_the_two_commands() -> None:
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
     blocks = [b.split("```", 1)[0].strip() for b in readme.split("```bash\n")[1:3]]
-    assert blocks[0].endswith('pip install -e ".[server]" && memstrata serve')
+    assert blocks[0].endswith('pip install -e ".[server]" && stratamem serve')
     assert blocks[1] in ci  # CI runs exactly the documented test command
 
 
@@ -32,11 +32,11 @@ def test_the_architecture_page_names_the_store_files_that_exist() -> None:
     the two backends hold the same files, and every hook a backend implements is named."""
     import re
 
-    from memstrata.store._core.store import SQLStore
+    from stratamem.store._core.store import SQLStore
 
     page = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
-    store = REPO / "src" / "memstrata" / "store"
-    layout = page.split("```\nsrc/memstrata/store/\n", 1)[1].split("```", 1)[0]
+    store = REPO / "src" / "stratamem" / "store"
+    layout = page.split("```\nsrc/stratamem/store/\n", 1)[1].split("```", 1)[0]
     for name in set(re.findall(r"\b(_?[a-z_]+\.py)\b", layout)):
         assert list(store.rglob(name)), name
     sqlite, postgres = ({p.name for p in (store / b).glob("*.py")} for b in ("sqlite", "postgres"))

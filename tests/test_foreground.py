@@ -10,10 +10,10 @@ from typing import Any
 
 import numpy as np
 
-from memstrata import Memory
-from memstrata._foreground import Foreground
-from memstrata.embed import make_embedder
-from memstrata.pipeline._pipeline import BATCH_PAUSE_SECONDS
+from stratamem import Memory
+from stratamem._foreground import Foreground
+from stratamem.embed import make_embedder
+from stratamem.pipeline._pipeline import BATCH_PAUSE_SECONDS
 
 
 def _in_thread(fn: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:

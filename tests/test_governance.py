@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 import dbsql
-from memstrata import Memory
-from memstrata.errors import NotFoundError, ValidationError
-from memstrata.store import LeaseLostError
-from memstrata.store._text import scope_token
+from stratamem import Memory
+from stratamem.errors import NotFoundError, ValidationError
+from stratamem.store import LeaseLostError
+from stratamem.store._text import scope_token
 
 TRIP = [
     {"id": "m1", "role": "user", "content": "I moved to Berlin last May."},
@@ -35,7 +35,7 @@ def _rows(mem: Memory, sql: str, *args: Any) -> list[tuple[Any, ...]]:
 def _indexed(mem: Memory, table: str, word: str) -> int:
     """Rows of a layer whose full-text entry still holds ``word``."""
     if dbsql.is_postgres(mem.settings.database_url):
-        sql = f"SELECT count(*) FROM {table} WHERE fts @@ to_tsquery('memstrata_fts', ?)"
+        sql = f"SELECT count(*) FROM {table} WHERE fts @@ to_tsquery('stratamem_fts', ?)"
     else:
         sql = f"SELECT count(*) FROM {table}_fts WHERE {table}_fts MATCH ?"
     return int(_rows(mem, sql, word)[0][0])
@@ -182,7 +182,7 @@ def test_export_user_has_every_layer_with_provenance(mem: Memory) -> None:
     summary = mem.summaries.list(user_id="u1")[0]
     mem.set_status(summary.id, "deprioritized", reason="stale")
     data = mem.export_user("u1")
-    assert data["format"] == "memstrata.export/1"
+    assert data["format"] == "stratamem.export/1"
     assert [m["id"] for m in data["messages"]] == ["m1", "m2", "m3"]
     assert {s["id"] for s in data["sessions"]} == {"s1", "s2"}
     assert all(f["message_ids"] for f in data["facts"])
@@ -270,7 +270,7 @@ def test_keys_are_hashed_shown_once_and_revocable(mem: Memory) -> None:
     assert mem.projects.create("ignored", project_id="acme") == project
     assert [p.id for p in mem.projects.list()] == ["acme"]
     record, secret = mem.keys.create("acme", name="ci")
-    assert secret.startswith("ms_") and secret.startswith(record.prefix)
+    assert secret.startswith("sm_") and secret.startswith(record.prefix)
     stored = _rows(mem, "SELECT * FROM api_keys")
     assert secret not in repr(stored)
     assert mem.keys.verify(secret).id == record.id  # type: ignore[union-attr]

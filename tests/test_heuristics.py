@@ -13,20 +13,20 @@ from pathlib import Path
 
 import pytest
 
-from memstrata.pipeline import is_small_talk
-from memstrata.pipeline._dates import resolve_dates
-from memstrata.pipeline._drafts import FactDraft
-from memstrata.pipeline._heuristics import (
+from stratamem.pipeline import is_small_talk
+from stratamem.pipeline._dates import resolve_dates
+from stratamem.pipeline._drafts import FactDraft
+from stratamem.pipeline._heuristics import (
     extract_facts,
     is_correction,
     speaker_name,
     split_sentences,
     topic_for,
 )
-from memstrata.store import MessageRow
-from memstrata.types import NOTE_EVENT
+from stratamem.store import MessageRow
+from stratamem.types import NOTE_EVENT
 
-DEMO = Path(__file__).resolve().parent.parent / "src/memstrata/_demo/conversation.jsonl"
+DEMO = Path(__file__).resolve().parent.parent / "src/stratamem/_demo/conversation.jsonl"
 
 MON = datetime(2026, 4, 27, 10, 0, tzinfo=timezone.utc)  # a Monday
 WED = datetime(2026, 4, 29, 10, 0, tzinfo=timezone.utc)

@@ -15,9 +15,9 @@ import pytest
 
 import dbsql
 from fakes.openai_server import FakeOpenAIServer
-from memstrata import Memory, ProcessingError
-from memstrata.embed.openai import OpenAIEmbedder
-from memstrata.store.sqlite import sqlite_path
+from stratamem import Memory, ProcessingError
+from stratamem.embed.openai import OpenAIEmbedder
+from stratamem.store.sqlite import sqlite_path
 
 
 def _msg(i: int, **extra: Any) -> dict[str, Any]:
@@ -231,7 +231,7 @@ def test_concurrent_writer_threads(make_memory: Any, db_url: str) -> None:
 _WRITER = textwrap.dedent(
     """
     import sys
-    from memstrata import Memory
+    from stratamem import Memory
     url, k = sys.argv[1], int(sys.argv[2])
     with Memory(url, embedder="hash") as mem:
         s = mem.sessions.create(user_id=f"p{k}", session_id=f"p{k}")
@@ -268,7 +268,7 @@ def test_concurrent_writer_processes(db_url: str, make_memory: Any) -> None:
 _EXITER = textwrap.dedent(
     """
     import os, sys
-    from memstrata import Memory
+    from stratamem import Memory
     url, how = sys.argv[1], sys.argv[2]
     mem = Memory(url, embedder="hash")
     s = mem.sessions.create(user_id="u1", session_id="s1")
@@ -284,7 +284,7 @@ _EXITER = textwrap.dedent(
 @pytest.mark.parametrize("how", ["soft", "hard"])
 def test_short_script_loses_nothing_on_exit(db_url: str, make_memory: Any, how: str) -> None:
     # A short lease so that the dead process's in-flight job is reclaimed quickly.
-    env = {**os.environ, "MEMSTRATA_JOB_LEASE_SECONDS": "1"}
+    env = {**os.environ, "STRATAMEM_JOB_LEASE_SECONDS": "1"}
     subprocess.run([sys.executable, "-c", _EXITER, db_url, how], check=True, timeout=120, env=env)
     statuses = dict(_rows(db_url, "SELECT status, count(*) FROM messages GROUP BY status"))
     assert sum(statuses.values()) == 20

@@ -14,17 +14,17 @@ import pytest
 
 from dbsql import await_lock_wait, execute, rows, sessions, sessions_left
 from fakes.openai_server import FakeOpenAIServer
-from memstrata import Memory
-from memstrata.embed import make_embedder
-from memstrata.errors import ProcessingError
-from memstrata.jobs._procrastinate import _procrastinate_schema
-from memstrata.store import LeaseLostError
+from stratamem import Memory
+from stratamem.embed import make_embedder
+from stratamem.errors import ProcessingError
+from stratamem.jobs._procrastinate import _procrastinate_schema
+from stratamem.store import LeaseLostError
 
 WAKE_UPS = "SELECT lock, queueing_lock, args, status FROM procrastinate_jobs ORDER BY id"
 
 
 def _key(project: str, user: str) -> str:
-    return f"memstrata:{len(project)}:{project}:{user}"
+    return f"stratamem:{len(project)}:{project}:{user}"
 
 
 def _say(session: Any, *texts: str) -> Any:
@@ -141,7 +141,7 @@ def _fetch_as_dead_worker(url: str) -> tuple[int, int]:
             (worker_id,),
         )
         job = conn.execute(
-            "SELECT id FROM procrastinate_fetch_job_v2(ARRAY['memstrata'], %s)", (worker_id,)
+            "SELECT id FROM procrastinate_fetch_job_v2(ARRAY['stratamem'], %s)", (worker_id,)
         ).fetchone()
     assert job is not None and job[0] is not None
     return int(worker_id), int(job[0])

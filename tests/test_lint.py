@@ -44,7 +44,7 @@ def test_mypy() -> None:
     # virtualenvs can share it.
     uid = os.getuid() if hasattr(os, "getuid") else 0
     cache = os.environ.get("MYPY_CACHE_DIR") or str(
-        Path(tempfile.gettempdir()) / f"memstrata-mypy-{uid}"
+        Path(tempfile.gettempdir()) / f"stratamem-mypy-{uid}"
     )
     proc = subprocess.run(
         [sys.executable, "-m", "mypy", "--cache-dir", cache],

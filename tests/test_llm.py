@@ -1,4 +1,4 @@
-"""Tests of memstrata.llm: the OpenAI and Anthropic adapters driven through the real SDKs
+"""Tests of stratamem.llm: the OpenAI and Anthropic adapters driven through the real SDKs
 against fake servers on localhost, ``complete_json``'s parse-validate-repair loop, and
 ``make_chat_model``. Nothing of ours is mocked."""
 
@@ -22,8 +22,8 @@ import pytest
 from fakes._http import estimate_tokens
 from fakes.anthropic_server import FakeAnthropicServer
 from fakes.openai_server import FakeOpenAIServer
-from memstrata.errors import ConfigError
-from memstrata.llm import (
+from stratamem.errors import ConfigError
+from stratamem.llm import (
     CallLog,
     LLMError,
     LLMOutputError,
@@ -32,8 +32,8 @@ from memstrata.llm import (
     make_chat_model,
     parse_json_object,
 )
-from memstrata.llm.anthropic import AnthropicChatModel
-from memstrata.llm.openai import OpenAIChatModel
+from stratamem.llm.anthropic import AnthropicChatModel
+from stratamem.llm.openai import OpenAIChatModel
 
 SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -114,7 +114,7 @@ def test_openai_sends_json_schema_and_returns_text_and_usage(oai: FakeOpenAIServ
     ]
     assert body["response_format"] == {
         "type": "json_schema",
-        "json_schema": {"name": "memstrata_output", "schema": SCHEMA, "strict": False},
+        "json_schema": {"name": "stratamem_output", "schema": SCHEMA, "strict": False},
     }
     assert body["max_tokens"] == 321
     assert body["temperature"] == 0
@@ -166,7 +166,7 @@ def test_openai_falls_back_to_plain_text_and_remembers(
     oai.chat_script = lambda body: '{"facts": []}'
     model = openai_model(oai)
 
-    with caplog.at_level(logging.WARNING, logger="memstrata.llm"):
+    with caplog.at_level(logging.WARNING, logger="stratamem.llm"):
         assert model.complete("sys", "one", schema=SCHEMA, max_tokens=50).text == '{"facts": []}'
     kinds = [body.get("response_format", {}).get("type") for body in oai.chat_requests()]
     assert kinds == ["json_schema", "json_object", None]
@@ -310,7 +310,7 @@ def test_openai_warns_when_cut_at_max_tokens(
             ],
         }
     )
-    with caplog.at_level(logging.WARNING, logger="memstrata.llm"):
+    with caplog.at_level(logging.WARNING, logger="stratamem.llm"):
         result = openai_model(oai).complete("s", "u", schema=SCHEMA, max_tokens=3)
     assert result.text == '{"facts": ["'
     assert result.model == "gpt-test-2024"  # what the server says it ran
@@ -404,7 +404,7 @@ def test_anthropic_falls_back_to_schema_in_prompt_and_remembers(
     ant.chat_replies.extend(['{"facts": ["a"]}', '{"facts": ["b"]}'])
     model = anthropic_model(ant)
 
-    with caplog.at_level(logging.WARNING, logger="memstrata.llm"):
+    with caplog.at_level(logging.WARNING, logger="stratamem.llm"):
         assert model.complete("sys", "one", schema=SCHEMA, max_tokens=50).text == (
             '{"facts": ["a"]}'
         )
@@ -688,7 +688,7 @@ def test_complete_json_repairs_malformed_json_once(
 ) -> None:
     oai.chat_replies.extend(['{"facts": ["a",', '{"facts": ["a"]}'])
     calls = CallLog()
-    with caplog.at_level(logging.WARNING, logger="memstrata.llm"):
+    with caplog.at_level(logging.WARNING, logger="stratamem.llm"):
         value, raw = complete_json(
             openai_model(oai),
             "sys",
@@ -834,7 +834,7 @@ def test_make_chat_model_without_the_sdk_is_a_config_error(
     monkeypatch: pytest.MonkeyPatch, spec: str, module: str, extra: str
 ) -> None:
     monkeypatch.setitem(sys.modules, module, None)
-    with pytest.raises(ConfigError, match=rf"memstrata\[{extra}\]"):
+    with pytest.raises(ConfigError, match=rf"stratamem\[{extra}\]"):
         make_chat_model(spec, base_url="http://127.0.0.1:1", api_key="k")
 
 
@@ -863,7 +863,7 @@ def _post_ignoring_errors(fake: FakeOpenAIServer | FakeAnthropicServer) -> None:
 
 
 def test_openai_reasoning_model_parameters_fallback() -> None:
-    from memstrata.llm.openai import OpenAIChatModel
+    from stratamem.llm.openai import OpenAIChatModel
 
     def script(body: dict[str, Any]) -> Any:
         if "max_tokens" in body or "temperature" in body:

@@ -1,6 +1,6 @@
 """The MCP face, driven by the official SDK's own client: in process (the tools on both
-stores), over stdio (a real ``memstrata mcp`` process) and over streamable HTTP (a real
-``memstrata serve``): what each tool returns, corrections and forgetting, bad arguments as
+stores), over stdio (a real ``stratamem mcp`` process) and over streamable HTTP (a real
+``stratamem serve``): what each tool returns, corrections and forgetting, bad arguments as
 tool errors, and that neither another project's key nor a tool argument reaches another
 user's memory.
 """
@@ -24,10 +24,10 @@ from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult
 
-from memstrata import Memory
-from memstrata.mcp import MemoryTools
-from memstrata.mcp._server import PROFILE_URI, build_server
 from server_proc import ServerProcess
+from stratamem import Memory
+from stratamem.mcp import MemoryTools
+from stratamem.mcp._server import PROFILE_URI, build_server
 
 pytestmark = pytest.mark.slow
 
@@ -220,14 +220,14 @@ def test_a_user_id_that_is_no_id_is_refused_before_serving(tmp_path: Path) -> No
         MemoryTools(mem, "two words")
 
 
-# -- stdio: a real `memstrata mcp` process ---------------------------------------------------
+# -- stdio: a real `stratamem mcp` process ---------------------------------------------------
 
 
 def _stdio(db_url: str, *args: str) -> StdioServerParameters:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSTRATA_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STRATAMEM_")}
     return StdioServerParameters(
         command=sys.executable,
-        args=["-m", "memstrata", "--embedder", "hash", "mcp", "--database-url", db_url, *args],
+        args=["-m", "stratamem", "--embedder", "hash", "mcp", "--database-url", db_url, *args],
         env=env,
     )
 
@@ -247,16 +247,16 @@ def test_stdio_process(db_url: str) -> None:
 def test_stdio_needs_a_user(tmp_path: Path) -> None:
     import subprocess
 
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSTRATA_")}
-    cmd = [sys.executable, "-m", "memstrata", "mcp", "--database-url", f"{tmp_path}/m.db"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STRATAMEM_")}
+    cmd = [sys.executable, "-m", "stratamem", "mcp", "--database-url", f"{tmp_path}/m.db"]
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=60)
     assert done.returncode == 2
-    assert "--user-id or MEMSTRATA_MCP_USER_ID" in done.stderr
+    assert "--user-id or STRATAMEM_MCP_USER_ID" in done.stderr
     bad = subprocess.run([*cmd, "--user-id", "a b"], capture_output=True, text=True, env=env)
     assert bad.returncode == 2 and "user_id" in bad.stderr and not bad.stdout
 
 
-# -- streamable HTTP: a real `memstrata serve` -----------------------------------------------
+# -- streamable HTTP: a real `stratamem serve` -----------------------------------------------
 
 
 class Served:
@@ -289,7 +289,7 @@ def served(tmp_path_factory: pytest.TempPathFactory, module_db_url: str) -> Iter
     proc = ServerProcess(
         tmp_path_factory.mktemp("mcp-server"),
         db_url=module_db_url,
-        env={"MEMSTRATA_ADMIN_TOKEN": ADMIN},
+        env={"STRATAMEM_ADMIN_TOKEN": ADMIN},
     ).start()
     try:
         yield Served(proc)
@@ -310,7 +310,7 @@ def test_http_tools(served: Served) -> None:
             await stay_with_the_connections_user(c, others)
             assert (await _call(c, "list_memories"))["count"] == 0
         # The user in a header instead of the URL.
-        async with served.connect("/mcp", **{"X-Memstrata-User-Id": "u1"}) as c:
+        async with served.connect("/mcp", **{"X-Stratamem-User-Id": "u1"}) as c:
             hits = await _call(c, "search_memories", query="peanuts")
             assert others in [h["id"] for h in hits["results"]]
             await correct_then_forget(c)
@@ -330,7 +330,7 @@ def test_http_tools(served: Served) -> None:
 
 
 def test_stdio_against_the_server(served: Served) -> None:
-    """``memstrata mcp`` with an http(s) URL and a key: the tools over the remote memory."""
+    """``stratamem mcp`` with an http(s) URL and a key: the tools over the remote memory."""
 
     async def scenario() -> None:
         params = _stdio(served.url, "--user-id", "u-remote", "--api-key", served.key)
@@ -356,13 +356,13 @@ def test_stdio_against_the_server(served: Served) -> None:
         ("/mcp/users/u1", {}, 401, "missing or malformed Authorization"),
         (
             "/mcp/users/u1",
-            {"Authorization": "Api-Key ms_wrong_key_0123456789abcdef"},
+            {"Authorization": "Api-Key sm_wrong_key_0123456789abcdef"},
             401,
             "invalid",
         ),
         ("/mcp/users/u1", {"Authorization": "Basic dTE6cHc="}, 401, "malformed"),
         ("/mcp", {"key": ""}, 400, "no user"),
-        ("/mcp/users/u1", {"key": "", "X-Memstrata-User-Id": "u2"}, 400, "names user"),
+        ("/mcp/users/u1", {"key": "", "X-Stratamem-User-Id": "u2"}, 400, "names user"),
         ("/mcp/users/a%20b", {"key": ""}, 400, "user_id"),
     ],
 )
@@ -386,8 +386,8 @@ def test_http_without_the_sdk_says_how_to_install_it(
 ) -> None:
     from fastapi.testclient import TestClient
 
-    import memstrata.mcp._http as endpoint
-    from memstrata.server import create_app
+    import stratamem.mcp._http as endpoint
+    from stratamem.server import create_app
 
     def without_sdk() -> None:
         raise ModuleNotFoundError("No module named 'mcp'", name="mcp")
@@ -404,4 +404,4 @@ def test_http_without_the_sdk_says_how_to_install_it(
             )
             assert api.get("/healthz").status_code == 200  # the REST API is unaffected
     assert r.status_code == 501
-    assert "pip install 'memstrata[mcp]'" in r.json()["error"]["detail"]
+    assert "pip install 'stratamem[mcp]'" in r.json()["error"]["detail"]

@@ -17,10 +17,10 @@ import pytest
 from fakes.memory_model import MemoryModel
 from fakes.openai_server import FakeOpenAIServer
 from fakes.webhook_receiver import WebhookReceiver
-from memstrata import Memory
-from memstrata.embed import make_embedder
-from memstrata.pipeline._pipeline import SUPERSEDE_SIMILARITY, embedding_text
-from memstrata.types import CORRECTS, NOTE_EVENT, Summary
+from stratamem import Memory
+from stratamem.embed import make_embedder
+from stratamem.pipeline._pipeline import SUPERSEDE_SIMILARITY, embedding_text
+from stratamem.types import CORRECTS, NOTE_EVENT, Summary
 
 LATTE = "I love oat milk lattes every morning."
 
@@ -247,7 +247,7 @@ def test_a_deprioritized_summary_can_be_corrected(make_memory: Any) -> None:
 
 @pytest.fixture
 def pipeline_log(caplog: pytest.LogCaptureFixture) -> Iterator[pytest.LogCaptureFixture]:
-    with caplog.at_level(logging.INFO, "memstrata.pipeline"):
+    with caplog.at_level(logging.INFO, "stratamem.pipeline"):
         yield caplog
 
 

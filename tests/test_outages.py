@@ -20,9 +20,9 @@ import dbsql
 from fakes.anthropic_server import FakeAnthropicServer
 from fakes.memory_model import MemoryModel
 from fakes.openai_server import FakeOpenAIServer
-from memstrata import Memory
-from memstrata.cli import main
-from memstrata.errors import ProcessingError
+from stratamem import Memory
+from stratamem.cli import main
+from stratamem.errors import ProcessingError
 
 SPECS = {"openai": "openai:fake-chat", "anthropic": "anthropic:fake-claude"}
 # What the error of each fault says (the SDK's exception, or the status).
@@ -112,7 +112,7 @@ def test_an_outage_pauses_processing_until_the_model_answers_again(
         server.close()
 
 
-def test_another_process_sees_the_pause_in_memstrata_stats(
+def test_another_process_sees_the_pause_in_stratamem_stats(
     make_memory: Callable[..., Memory], db_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     server = _server("openai")
@@ -123,7 +123,7 @@ def test_another_process_sees_the_pause_in_memstrata_stats(
         _until(lambda: _failures(mem) >= 2, "two failures")
 
         def stats(*extra: str) -> str:
-            cli = [sys.executable, "-m", "memstrata.cli", "--db", db_url, "--embedder", "hash"]
+            cli = [sys.executable, "-m", "stratamem.cli", "--db", db_url, "--embedder", "hash"]
             return subprocess.run(
                 [*cli, "stats", *extra],
                 capture_output=True,

@@ -9,7 +9,7 @@ import zipfile
 from importlib import resources
 from pathlib import Path
 
-import memstrata
+import stratamem
 from conftest import REPO
 
 
@@ -17,8 +17,8 @@ def test_import_is_fast_and_loads_no_sdk_or_model() -> None:
     code = (
         "import json, sys, time\n"
         "t = time.perf_counter()\n"
-        "import memstrata\n"
-        "from memstrata import Memory, AsyncMemory, RecallConfig\n"
+        "import stratamem\n"
+        "from stratamem import Memory, AsyncMemory, RecallConfig\n"
         "elapsed = time.perf_counter() - t\n"
         "heavy = [m for m in ('openai', 'anthropic', 'google.genai', 'litellm', 'onnxruntime',"
         " 'tokenizers', 'usearch', 'httpx', 'tqdm', 'psycopg', 'psycopg_pool', 'pgvector',"
@@ -44,24 +44,24 @@ def test_import_is_fast_and_loads_no_sdk_or_model() -> None:
 
 
 def test_public_names() -> None:
-    for name in memstrata.__all__:
-        assert getattr(memstrata, name) is not None
-    assert memstrata.ValidationError.__mro__[1] is memstrata.MemstrataError
+    for name in stratamem.__all__:
+        assert getattr(stratamem, name) is not None
+    assert stratamem.ValidationError.__mro__[1] is stratamem.StratamemError
 
 
 def test_ships_type_information() -> None:
-    # The PEP 561 marker: type checkers read memstrata's own annotations. The wheel takes
-    # every file under src/memstrata (pyproject's hatch packages), this one with them.
-    assert (resources.files("memstrata") / "py.typed").is_file()
+    # The PEP 561 marker: type checkers read stratamem's own annotations. The wheel takes
+    # every file under src/stratamem (pyproject's hatch packages), this one with them.
+    assert (resources.files("stratamem") / "py.typed").is_file()
 
 
 def test_vector_index_and_local_model_load_in_either_order() -> None:
     # usearch imported before onnxruntime crashed the interpreter (SIGSEGV); the vector
     # index loads the model runtime first so the order of use does not matter.
     code = (
-        "from memstrata.store.sqlite._vectors import _usearch_index\n"
+        "from stratamem.store.sqlite._vectors import _usearch_index\n"
         "_usearch_index()\n"
-        "from memstrata.embed import make_embedder\n"
+        "from stratamem.embed import make_embedder\n"
         "print(make_embedder('local').embed(['hello there']).shape)\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
@@ -78,7 +78,7 @@ def test_the_wheel_holds_every_file_the_package_reads(tmp_path: Path) -> None:
         check=True,
         capture_output=True,
     )
-    (wheel,) = tmp_path.glob("memstrata-*.whl")
+    (wheel,) = tmp_path.glob("stratamem-*.whl")
     shipped = set(zipfile.ZipFile(wheel).namelist())
     src = REPO / "src"
     needed = [
@@ -89,7 +89,7 @@ def test_the_wheel_holds_every_file_the_package_reads(tmp_path: Path) -> None:
             "store/*/migrations/*.sql",
             "**/*.onnx",
         )
-        for p in (src / "memstrata").glob(pattern)
+        for p in (src / "stratamem").glob(pattern)
     ]
     assert len(needed) > 20
     missing = [str(p.relative_to(src)) for p in needed if str(p.relative_to(src)) not in shipped]

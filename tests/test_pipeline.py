@@ -17,8 +17,8 @@ import dbsql
 from fakes.anthropic_server import FakeAnthropicServer
 from fakes.memory_model import MemoryModel
 from fakes.openai_server import FakeOpenAIServer
-from memstrata import Memory
-from memstrata.pipeline._pipeline import layer_embedding_text
+from stratamem import Memory
+from stratamem.pipeline._pipeline import layer_embedding_text
 
 CONVERSATION = [
     ("c01", "user", "Hi there!"),
@@ -141,8 +141,8 @@ def test_conversation_becomes_facts_summaries_and_topics(
     assert maya.id in topics["family"].summary_ids
     usage = mem.stats()["llm_usage"]
     assert usage["extract openai:fake-chat"]["calls"] == 2
-    # `memstrata stats` reports the token accounting.
-    from memstrata.cli import main
+    # `stratamem stats` reports the token accounting.
+    from stratamem.cli import main
 
     assert main(["--db", mem.store.url, "stats"]) == 0
     out = capsys.readouterr().out
@@ -443,7 +443,7 @@ def test_a_summary_hook_passing_on_a_chain_of_this_batchs_summaries(make_memory:
     # One chunk adds a summary and the next supersedes it: a summary.before_add hook that
     # passes the list on names the first by the id it was sent, which validation replaces
     # with a fresh one; the second must follow, or the store supersedes an unknown summary.
-    from memstrata.testing import ChatCall, ScriptedChatModel
+    from stratamem.testing import ChatCall, ScriptedChatModel
 
     def respond(call: ChatCall) -> dict[str, Any]:
         if call.user.startswith("CONTEXT"):
@@ -497,7 +497,7 @@ def test_a_summary_hook_passing_on_a_chain_of_this_batchs_summaries(make_memory:
 
 
 def test_hooks_validate_registration(mem: Memory) -> None:
-    from memstrata import ValidationError
+    from stratamem import ValidationError
 
     with pytest.raises(ValidationError, match=r"topic.before_llm: supported are"):
         mem.hooks.register("topic", "before_llm", lambda p: None)
@@ -631,7 +631,7 @@ def test_offline_before_add_hooks_fire(make_memory: Any) -> None:
 
 
 def test_llm_spec_errors(tmp_path: Any) -> None:
-    from memstrata import ConfigError
+    from stratamem import ConfigError
 
     with pytest.raises(ConfigError, match="invalid llm"):
         Memory(f"sqlite:///{tmp_path}/x.db", embedder="hash", llm="gpt4")
@@ -657,8 +657,8 @@ def test_json_dump_of_public_layers(make_memory: Any) -> None:
 def test_topics_are_reused_by_normalised_name_and_can_be_merged(
     make_memory: Any, openai_server: FakeOpenAIServer, model: MemoryModel, local_embedder: Any
 ) -> None:
-    from memstrata import NotFoundError
-    from memstrata.pipeline._pipeline import topic_key
+    from stratamem import NotFoundError
+    from stratamem.pipeline._pipeline import topic_key
 
     assert topic_key("Food & Diet") == topic_key("food and diets") == "food and diet"
     mem = _llm_memory(make_memory, openai_server, local_embedder)
@@ -744,7 +744,7 @@ def test_reindex_embeds_facts_and_summaries_as_the_pipeline_does(
     reindexed = make_memory(embedder="hash")
     reindexed.sessions.create("u", session_id="s").add_messages(turns, sync=True)
     reindexed.close()
-    # Opened with another embedder: every vector is made again (`memstrata reindex`).
+    # Opened with another embedder: every vector is made again (`stratamem reindex`).
     reindexed = make_memory(embedder="hash:64", workers=0, embedder_mismatch="reindex")
     assert list(reindexed.stats()["vectors"]) == [reindexed.embedder.id]
     fresh = make_memory(f"sqlite:///{tmp_path / 'fresh.db'}", embedder="hash:64")

@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memstrata import ConfigError, Memory
-from memstrata._priority import in_lowered_thread, lower_this_thread
-from memstrata.embed import make_embedder
+from stratamem import ConfigError, Memory
+from stratamem._priority import in_lowered_thread, lower_this_thread
+from stratamem.embed import make_embedder
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="per-thread niceness is Linux's"
@@ -148,7 +148,7 @@ def test_worker_nice_out_of_range_is_refused(tmp_path: Path, value: object) -> N
 
 def test_the_local_models_batch_threads_are_lowered() -> None:
     pytest.importorskip("onnxruntime")
-    from memstrata.embed.local import LocalEmbedder
+    from stratamem.embed.local import LocalEmbedder
 
     base = _nice()
     before = set(_threads_nice())
@@ -165,7 +165,7 @@ def test_the_local_models_batch_threads_are_lowered() -> None:
 
 def test_batch_nice_out_of_range_is_refused() -> None:
     pytest.importorskip("onnxruntime")
-    from memstrata.embed.local import LocalEmbedder
+    from stratamem.embed.local import LocalEmbedder
 
     with pytest.raises(ConfigError, match="batch_nice"):
         LocalEmbedder(batch_nice=20)

@@ -1,4 +1,4 @@
-"""The memory proxy (``memstrata proxy``, and ``/v1`` on ``memstrata serve``), driven the way
+"""The memory proxy (``stratamem proxy``, and ``/v1`` on ``stratamem serve``), driven the way
 applications drive it: the official ``openai`` and ``anthropic`` SDKs with their base URL
 set to the proxy, ``curl``, and the CLI as a process; the proxy runs under uvicorn on
 loopback, over real SQLite and PostgreSQL stores, in front of the loopback fake providers.
@@ -36,19 +36,19 @@ from dbsql import is_postgres, rows
 from fakes.anthropic_server import FakeAnthropicServer
 from fakes.openai_server import FakeOpenAIServer, fake_vector
 from inproc_server import InProcessServer
-from memstrata import Memory
-from memstrata.capture import MEMORY_PREAMBLE
-from memstrata.proxy import create_proxy_app
-from memstrata.server import create_app, load_server_settings
 from server_proc import ServerProcess, free_port
+from stratamem import Memory
+from stratamem.capture import MEMORY_PREAMBLE
+from stratamem.proxy import create_proxy_app
+from stratamem.server import create_app, load_server_settings
 
 SECRET = "sk-test-SECRET123"
 ANTHROPIC_SECRET = "sk-ant-SECRET456"
-USER = "X-Memstrata-User-Id"
-SESSION = "X-Memstrata-Session-Id"
-PROCESS = "X-Memstrata-Process-Id"
-KEY = "X-Memstrata-Api-Key"
-MEMORY = "x-memstrata-memory"
+USER = "X-Stratamem-User-Id"
+SESSION = "X-Stratamem-Session-Id"
+PROCESS = "X-Stratamem-Process-Id"
+KEY = "X-Stratamem-Api-Key"
+MEMORY = "x-stratamem-memory"
 
 # What the store plays no part in runs on SQLite only; the rest on both stores.
 store_free = pytest.mark.sqlite_only
@@ -178,7 +178,7 @@ StartProxy = Callable[..., Proxy]
 
 @pytest.fixture
 def start_proxy(oai: FakeOpenAIServer, ant: FakeAnthropicServer) -> Iterator[StartProxy]:
-    """``start_proxy(memory, **proxy_settings)``: ``memstrata proxy``'s app over ``memory``
+    """``start_proxy(memory, **proxy_settings)``: ``stratamem proxy``'s app over ``memory``
     in front of the fakes (``proxy_upstream=None``: no upstream)."""
     with ExitStack() as stack:
 
@@ -529,11 +529,11 @@ def test_headers_cross_as_the_upstream_and_the_caller_need(proxy: Proxy) -> None
         "request-id": "req_ant456",
         "anthropic-ratelimit-requests-remaining": "49",
     }
-    memstrata_headers = {PROCESS: "agent-7", SESSION: "s-1"}
+    stratamem_headers = {PROCESS: "agent-7", SESSION: "s-1"}
     client = proxy.openai(
         organization="org-test",
         project="proj-test",
-        headers={"X-Trace-Id": "trace-1", **memstrata_headers},
+        headers={"X-Trace-Id": "trace-1", **stratamem_headers},
         default_query={"api-version": "2024-10-21"},  # Azure-style: the query crosses too
     )
     for way in ("chat", "chat-stream", "responses", "responses-stream"):
@@ -550,10 +550,10 @@ def test_headers_cross_as_the_upstream_and_the_caller_need(proxy: Proxy) -> None
         assert got["openai-project"] == "proj-test"
         assert got["x-trace-id"] == "trace-1"
         assert got["x-stainless-lang"] == "python"
-        assert not [h for h in got if h.startswith("x-memstrata")]
+        assert not [h for h in got if h.startswith("x-stratamem")]
         assert got["host"] == f"127.0.0.1:{proxy.oai.port}"  # the upstream's, not the proxy's
 
-    beta = {"anthropic-beta": "prompt-caching-2024-07-31", **memstrata_headers}
+    beta = {"anthropic-beta": "prompt-caching-2024-07-31", **stratamem_headers}
     client = proxy.anthropic(headers=beta)
     for way in ("messages", "messages-stream", "messages-helper"):
         asked = ask(proxy, way, "Hello?", client=client)
@@ -564,7 +564,7 @@ def test_headers_cross_as_the_upstream_and_the_caller_need(proxy: Proxy) -> None
         assert_same_key_headers(proxy.tee.sent_headers[-1], got)
         assert got["anthropic-version"] == proxy.tee.sent_headers[-1]["anthropic-version"]
         assert got["anthropic-beta"] == "prompt-caching-2024-07-31"
-        assert not [h for h in got if h.startswith("x-memstrata")]
+        assert not [h for h in got if h.startswith("x-stratamem")]
 
 
 @store_free
@@ -640,7 +640,7 @@ def test_bodies_the_proxy_cannot_read_or_will_not_take(
     r = httpx.post(
         f"{proxy.url}/v1/chat/completions",
         content=chunks,
-        headers={"X-Memstrata-User-Id": "ana", "Content-Type": "application/json"},
+        headers={"X-Stratamem-User-Id": "ana", "Content-Type": "application/json"},
     )
     assert r.status_code == 413
     assert r.json()["error"]["message"] == "request body larger than 4096 bytes"
@@ -648,7 +648,7 @@ def test_bodies_the_proxy_cannot_read_or_will_not_take(
 
 
 @store_free
-def test_serve_spends_its_own_upstream_key_only_for_a_memstrata_key(
+def test_serve_spends_its_own_upstream_key_only_for_a_stratamem_key(
     mem: Memory, oai: FakeOpenAIServer, ant: FakeAnthropicServer
 ) -> None:
     mem.projects.create("default", project_id="default")
@@ -661,16 +661,16 @@ def test_serve_spends_its_own_upstream_key_only_for_a_memstrata_key(
     )
     with InProcessServer(create_app(mem, settings)) as server:
         proxy = Proxy(server.url, mem, oai, ant)
-        # Without the memstrata key: refused, on the memory routes and every other path,
+        # Without the stratamem key: refused, on the memory routes and every other path,
         # with a user or without one.
         for user in ("ana", None):
             with pytest.raises(openai.AuthenticationError):
                 ask(proxy, "chat", "Hello?", user_id=user)
             with pytest.raises(anthropic.AuthenticationError):
                 ask(proxy, "messages", "Hello?", user_id=user)
-        with pytest.raises(openai.AuthenticationError, match="x-memstrata-api-key"):
+        with pytest.raises(openai.AuthenticationError, match="x-stratamem-api-key"):
             proxy.openai().models.list()
-        wrong = proxy.openai(headers={KEY: "ms_wrong_key_0123456789abcdef"})
+        wrong = proxy.openai(headers={KEY: "sm_wrong_key_0123456789abcdef"})
         with pytest.raises(openai.AuthenticationError, match="invalid"):
             wrong.embeddings.create(model="text-embedding-fake", input="hello")
         assert not oai.requests and not oai.get_requests and not ant.requests
@@ -923,7 +923,7 @@ def test_no_user_is_refused_in_the_providers_shape(mem: Memory, proxy: Proxy) ->
     with pytest.raises(openai.BadRequestError) as raised:
         ask(proxy, "chat", "Hello?", user_id=None)
     assert raised.value.status_code == 400
-    assert "x-memstrata-user-id" in raised.value.message
+    assert "x-stratamem-user-id" in raised.value.message
     assert raised.value.body["type"] == "invalid_request_error"  # type: ignore[index]
     assert raised.value.response.headers[MEMORY] == "off"
     with pytest.raises(openai.BadRequestError, match="no user"):
@@ -932,7 +932,7 @@ def test_no_user_is_refused_in_the_providers_shape(mem: Memory, proxy: Proxy) ->
         ask(proxy, "messages", "Hello?", user_id=None)
     body: Any = refused.value.body
     assert body["type"] == "error" and body["error"]["type"] == "invalid_request_error"
-    assert "x-memstrata-user-id" in body["error"]["message"]
+    assert "x-stratamem-user-id" in body["error"]["message"]
     with pytest.raises(anthropic.BadRequestError, match="no user"):
         ask(proxy, "messages-helper", "Hello?", user_id=None)
     assert not proxy.oai.requests and not proxy.ant.requests
@@ -965,8 +965,8 @@ def test_without_require_user_no_user_is_relayed_without_memory(
         ({USER: "u" * 201}, "user_id"),
         ({USER: "ana", SESSION: "a/b c"}, "session_id"),
         ({USER: "ana", PROCESS: "p;q"}, "process_id"),
-        ({SESSION: "s-1"}, "need x-memstrata-user-id"),
-        ({PROCESS: "p-1"}, "need x-memstrata-user-id"),
+        ({SESSION: "s-1"}, "need x-stratamem-user-id"),
+        ({PROCESS: "p-1"}, "need x-stratamem-user-id"),
     ],
 )
 def test_invalid_ids_are_refused(
@@ -1085,7 +1085,7 @@ def test_memory_down_the_request_goes_upstream_unchanged(
             url = f"http://127.0.0.1:{sock.getsockname()[1]}"
         remote = Memory(
             url,
-            api_key="ms_unreachable_key_0123456789",
+            api_key="sm_unreachable_key_0123456789",
             timeout=1.0,
             max_retries=0,
             capture_recall_timeout_ms=300,
@@ -1137,19 +1137,19 @@ def test_no_upstream_is_a_501_naming_the_setting(mem: Memory, start_proxy: Start
     with pytest.raises(openai.APIStatusError) as raised:
         ask(proxy, "chat", "Hello?")
     assert raised.value.status_code == 501
-    assert "MEMSTRATA_PROXY_UPSTREAM" in raised.value.message
+    assert "STRATAMEM_PROXY_UPSTREAM" in raised.value.message
     with pytest.raises(anthropic.APIStatusError) as refused:
         ask(proxy, "messages", "Hello?")
     assert refused.value.status_code == 501
     message = refused.value.body["error"]["message"]  # type: ignore[index]
-    assert "MEMSTRATA_PROXY_ANTHROPIC_UPSTREAM" in message
+    assert "STRATAMEM_PROXY_ANTHROPIC_UPSTREAM" in message
     r = httpx.get(f"{proxy.url}/v1/models")
-    assert r.status_code == 501 and "MEMSTRATA_PROXY_UPSTREAM" in r.json()["error"]["message"]
+    assert r.status_code == 501 and "STRATAMEM_PROXY_UPSTREAM" in r.json()["error"]["message"]
 
 
 @store_free
 def test_serve_without_a_proxy_upstream_says_which_setting(mem: Memory) -> None:
-    """``memstrata serve`` mounts /v1 always; unconfigured, it says how to configure it."""
+    """``stratamem serve`` mounts /v1 always; unconfigured, it says how to configure it."""
     settings = load_server_settings()
     with InProcessServer(create_app(mem, settings)) as server:
         r = httpx.post(
@@ -1158,7 +1158,7 @@ def test_serve_without_a_proxy_upstream_says_which_setting(mem: Memory) -> None:
             headers={USER: "ana", KEY: "whatever"},
         )
     assert r.status_code == 501
-    assert "MEMSTRATA_PROXY_UPSTREAM" in r.json()["error"]["message"]
+    assert "STRATAMEM_PROXY_UPSTREAM" in r.json()["error"]["message"]
 
 
 # -- plain curl ---------------------------------------------------------------------------------
@@ -1189,7 +1189,7 @@ def test_curl(mem: Memory, proxy: Proxy) -> None:
     plain = _curl("-i", f"{proxy.url}/v1/chat/completions", *common, "-d", json.dumps(body))
     head, _, payload = plain.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 200")
-    assert b"x-memstrata-memory: injected" in head.lower()
+    assert b"x-stratamem-memory: injected" in head.lower()
     assert json.loads(payload)["choices"][0]["message"]["content"] == "Noted."
     assert payload == proxy.oai.answers[-1]
 
@@ -1209,13 +1209,13 @@ def test_curl(mem: Memory, proxy: Proxy) -> None:
     assert [m.content for m in stored(mem, "llm-ana", 4)][-1] == "Try almond cookies."
 
 
-# -- memstrata proxy, the command ---------------------------------------------------------------
+# -- stratamem proxy, the command ---------------------------------------------------------------
 
 
 def _env() -> dict[str, str]:
     import os
 
-    return {k: v for k, v in os.environ.items() if not k.startswith("MEMSTRATA_")}
+    return {k: v for k, v in os.environ.items() if not k.startswith("STRATAMEM_")}
 
 
 def test_the_proxy_command(tmp_path: Path, oai: FakeOpenAIServer, ant: FakeAnthropicServer) -> None:
@@ -1225,7 +1225,7 @@ def test_the_proxy_command(tmp_path: Path, oai: FakeOpenAIServer, ant: FakeAnthr
     cmd = [
         sys.executable,
         "-m",
-        "memstrata",
+        "stratamem",
         "-v",
         "--embedder",
         "hash",
@@ -1239,7 +1239,7 @@ def test_the_proxy_command(tmp_path: Path, oai: FakeOpenAIServer, ant: FakeAnthr
         "--database-url",
         f"sqlite:///{db}",
     ]
-    env = {**_env(), "MEMSTRATA_CAPTURE_RECALL_TIMEOUT_MS": "10000"}
+    env = {**_env(), "STRATAMEM_CAPTURE_RECALL_TIMEOUT_MS": "10000"}
     with open(out, "wb") as o, open(err, "wb") as e:
         proc = subprocess.Popen(cmd, stdout=o, stderr=e, env=env)
     try:
@@ -1277,7 +1277,7 @@ def test_the_proxy_command(tmp_path: Path, oai: FakeOpenAIServer, ant: FakeAnthr
         # SIGTERM: uvicorn stops, the proxy stores what it captured, the Memory closes.
         assert proc.wait(30) == 0
     logs = out.read_text() + err.read_text()
-    assert f"memstrata proxy on http://127.0.0.1:{port}" in logs
+    assert f"stratamem proxy on http://127.0.0.1:{port}" in logs
     # The access log: one JSON line a request, the route's template, never a header.
     assert '"method": "POST", "path": "/v1/chat/completions", "status": 200' in logs
     with Memory(f"sqlite:///{db}", embedder="hash", workers=0) as mem:
@@ -1295,17 +1295,17 @@ def test_the_proxy_command(tmp_path: Path, oai: FakeOpenAIServer, ant: FakeAnthr
 
 def test_the_proxy_command_needs_an_upstream(tmp_path: Path) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "memstrata", "proxy", "--database-url", str(tmp_path / "m.db")],
+        [sys.executable, "-m", "stratamem", "proxy", "--database-url", str(tmp_path / "m.db")],
         capture_output=True,
         text=True,
         env=_env(),
         timeout=60,
     )
     assert done.returncode == 2
-    assert "--upstream URL (or MEMSTRATA_PROXY_UPSTREAM)" in done.stderr
+    assert "--upstream URL (or STRATAMEM_PROXY_UPSTREAM)" in done.stderr
 
 
-# -- memstrata serve --proxy-upstream: a project per memstrata key ------------------------------
+# -- stratamem serve --proxy-upstream: a project per stratamem key ------------------------------
 
 ADMIN = "admin-proxy-tests-0123456789"
 
@@ -1333,7 +1333,7 @@ def served(tmp_path_factory: pytest.TempPathFactory, module_db_url: str) -> Iter
         proc = ServerProcess(
             tmp_path_factory.mktemp("proxy-serve"),
             db_url=module_db_url,
-            env={"MEMSTRATA_ADMIN_TOKEN": ADMIN, "MEMSTRATA_CAPTURE_RECALL_TIMEOUT_MS": "10000"},
+            env={"STRATAMEM_ADMIN_TOKEN": ADMIN, "STRATAMEM_CAPTURE_RECALL_TIMEOUT_MS": "10000"},
         ).start("--proxy-upstream", oai.base_url, "--proxy-anthropic-upstream", ant.base_url)
         try:
             admin = {"Authorization": f"Bearer {ADMIN}"}
@@ -1362,9 +1362,9 @@ def fresh(served: Served) -> Served:
 
 @pytest.mark.parametrize(
     ("key", "says"),
-    [(None, "send the memstrata project key"), ("ms_wrong_key_0123456789abcdef", "invalid")],
+    [(None, "send the stratamem project key"), ("sm_wrong_key_0123456789abcdef", "invalid")],
 )
-def test_serve_refuses_a_missing_or_wrong_memstrata_key(
+def test_serve_refuses_a_missing_or_wrong_stratamem_key(
     fresh: Served, key: str | None, says: str
 ) -> None:
     proxy = fresh.proxy()
@@ -1401,7 +1401,7 @@ def test_serve_keeps_each_projects_memory(fresh: Served) -> None:
     assert "allergic to peanuts" in block_of(
         fresh.oai.chat_requests()[-1]["messages"][-1]["content"], "Any snack with peanuts?"
     )
-    assert not [h for h in fresh.oai.request_headers[-1] if h.startswith("x-memstrata")]
+    assert not [h for h in fresh.oai.request_headers[-1] if h.startswith("x-stratamem")]
     assert fresh.oai.request_headers[-1]["authorization"] == f"Bearer {SECRET}"
 
     # Another project's key, the same user id: that project's memory, which is empty.

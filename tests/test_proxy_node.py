@@ -23,11 +23,11 @@ import pytest
 
 from fakes.openai_server import FakeOpenAIServer
 from inproc_server import InProcessServer
-from memstrata import Memory
-from memstrata.capture import MEMORY_PREAMBLE
-from memstrata.proxy import create_proxy_app
-from memstrata.server import load_server_settings
 from node_packages import installed_packages, node_tool
+from stratamem import Memory
+from stratamem.capture import MEMORY_PREAMBLE
+from stratamem.proxy import create_proxy_app
+from stratamem.server import load_server_settings
 
 NODE_PROJECT = Path(__file__).parent / "node"
 SECRET = "sk-test-SECRET123"
@@ -39,7 +39,7 @@ def _tool(name: str) -> str:
 
 def _node_modules() -> Path:
     """tests/node's packages (the official openai SDK)."""
-    return installed_packages(NODE_PROJECT, "memstrata-node", "openai")
+    return installed_packages(NODE_PROJECT, "stratamem-node", "openai")
 
 
 @pytest.fixture(scope="module")
@@ -119,7 +119,7 @@ def test_a_node_application_through_the_proxy(
         for headers in upstream.request_headers:
             assert headers["authorization"] == f"Bearer {SECRET}"
             assert headers["x-stainless-lang"] == "js"
-            assert not [h for h in headers if h.startswith("x-memstrata")]
+            assert not [h for h in headers if h.startswith("x-stratamem")]
 
         assert _messages(mem, 4) == [
             ("user", "Can you suggest a snack with peanuts?"),

@@ -1,4 +1,4 @@
-"""The query models (memstrata._queries): every field's valid and invalid values, and the
+"""The query models (stratamem._queries): every field's valid and invalid values, and the
 words of each refusal, which the engine, the server and the client all report."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from memstrata import ValidationError
-from memstrata._checks import ID_RULE, check_id, check_paging
-from memstrata._queries import (
+from stratamem import ValidationError
+from stratamem._checks import ID_RULE, check_id, check_paging
+from stratamem._queries import (
     ContextQuery,
     ContextRequest,
     FactQuery,
@@ -25,8 +25,8 @@ from memstrata._queries import (
     arguments,
     field_path,
 )
-from memstrata.client import ValidationError as ClientValidationError
-from memstrata.types import ID_PATTERN, RecallConfig
+from stratamem.client import ValidationError as ClientValidationError
+from stratamem.types import ID_PATTERN, RecallConfig
 
 LONE = "\ud800"
 UNICODE = "must be valid Unicode text: U+D800 at position 0 is a lone UTF-16 surrogate"

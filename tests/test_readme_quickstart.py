@@ -1,4 +1,4 @@
-"""The README's curl lines, run verbatim (host and key aside) against `memstrata serve`."""
+"""The README's curl lines, run verbatim (host and key aside) against `stratamem serve`."""
 
 from __future__ import annotations
 

@@ -11,17 +11,17 @@ from typing import Any
 import pytest
 
 from hostile import HOSTILE
-from memstrata import AsyncMemory, Memory
-from memstrata.recall import estimate_tokens
-from memstrata.recall._escape import escape_label, escape_quote, escape_text
-from memstrata.recall._format import (
+from stratamem import AsyncMemory, Memory
+from stratamem.recall import estimate_tokens
+from stratamem.recall._escape import escape_label, escape_quote, escape_text
+from stratamem.recall._format import (
     HISTORY_HEADER,
     MEMORY_CLOSE,
     MEMORY_HEADER,
     MEMORY_OPEN,
     format_context,
 )
-from memstrata.types import Hit, Message
+from stratamem.types import Hit, Message
 
 CONVERSATION = [
     ("2026-03-02T09:14:00Z", "user", "Hi! I just moved from Lisbon to Berlin for a new job."),

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from memstrata import AsyncMemory, Memory
-from memstrata._queries import MAX_EXCLUDE_TEXTS
-from memstrata.errors import ValidationError
+from stratamem import AsyncMemory, Memory
+from stratamem._queries import MAX_EXCLUDE_TEXTS
+from stratamem.errors import ValidationError
 
 PREFS = [
     "I am allergic to peanuts.",

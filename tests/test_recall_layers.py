@@ -11,11 +11,11 @@ import pytest
 
 import dbsql
 from fakes.openai_server import FakeOpenAIServer
-from memstrata import Memory
-from memstrata.errors import ValidationError
-from memstrata.recall._format import MEMORY_CLOSE, MEMORY_HEADER, MEMORY_OPEN
-from memstrata.recall._rerank import RERANK_PROMPT
-from memstrata.types import RecallConfig
+from stratamem import Memory
+from stratamem.errors import ValidationError
+from stratamem.recall._format import MEMORY_CLOSE, MEMORY_HEADER, MEMORY_OPEN
+from stratamem.recall._rerank import RERANK_PROMPT
+from stratamem.types import RecallConfig
 
 LIFE = [
     ("2025-03-01T10:00:00Z", "I live in Lisbon with my cat Miso."),

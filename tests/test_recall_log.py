@@ -16,12 +16,12 @@ import pytest
 from fakes.anthropic_server import FakeAnthropicServer
 from fakes.openai_server import FakeOpenAIServer
 from inproc_server import InProcessServer
-from memstrata import Memory
-from memstrata.errors import ValidationError
-from memstrata.proxy import create_proxy_app
-from memstrata.server import ServerSettings, create_app, load_server_settings
-from memstrata.store import RecallRecordRow
-from memstrata.types import RecallRecord
+from stratamem import Memory
+from stratamem.errors import ValidationError
+from stratamem.proxy import create_proxy_app
+from stratamem.server import ServerSettings, create_app, load_server_settings
+from stratamem.store import RecallRecordRow
+from stratamem.types import RecallRecord
 
 FACT = "I am allergic to peanuts."
 
@@ -147,7 +147,7 @@ def test_the_proxy_records_its_route(make_memory: Any, server: FakeOpenAIServer)
             base_url=f"{proxy.url}/v1",
             api_key="sk-x",
             max_retries=0,
-            default_headers={"X-Memstrata-User-Id": "ana", "X-Memstrata-Session-Id": "px"},
+            default_headers={"X-Stratamem-User-Id": "ana", "X-Stratamem-Session-Id": "px"},
         )
         client.chat.completions.create(
             model="m", messages=[{"role": "user", "content": "snack with peanuts?"}]
@@ -202,7 +202,7 @@ def test_bounded_by_entries_and_retention(make_memory: Any) -> None:
 
 
 def test_a_writer_that_falls_behind_drops_the_oldest(make_memory: Any) -> None:
-    from memstrata._recall_log import RecallRecorder
+    from stratamem._recall_log import RecallRecorder
 
     mem: Memory = make_memory()
     recorder = RecallRecorder(mem.store, max_entries=100, retention_hours=1, capacity=2)

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 import dbsql
-from memstrata import Memory
-from memstrata.recall import _plan, _select
-from memstrata.recall._plan import SearchOptions, plan_query
-from memstrata.store import SearchFilters
+from stratamem import Memory
+from stratamem.recall import _plan, _select
+from stratamem.recall._plan import SearchOptions, plan_query
+from stratamem.store import SearchFilters
 
 NOW = datetime(2026, 6, 15, 12, 0, tzinfo=timezone.utc)
 
@@ -163,7 +163,7 @@ def test_a_hypothetical_question_is_embedded_without_the_names(
 
 def test_search_embeds_the_planned_text(make_memory: Any) -> None:
     """The retrieval stage embeds ``plan.embedded``, not the raw question."""
-    from memstrata.embed.hashing import HashingEmbedder
+    from stratamem.embed.hashing import HashingEmbedder
 
     seen: list[str] = []
 
@@ -322,11 +322,11 @@ def test_turns_stored_before_the_mark_existed_are_judged_by_the_upgrade(
     """The migration that adds the mark judges the turns already stored the same way, so
     an upgraded database keeps lifting answers to its old questions."""
     if backend == "postgres":
-        from memstrata.store.postgres import PostgresStore
+        from stratamem.store.postgres import PostgresStore
 
         PostgresStore(db_url, migrate_to=8).close()
     else:
-        from memstrata.store.sqlite import SQLiteStore
+        from stratamem.store.sqlite import SQLiteStore
 
         SQLiteStore(db_url, migrate_to=14).close()
     long_ago = "2025-01-01T00:00:00.000000Z"

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from memstrata.recall._scoring import Candidate, Key, ScorerWeights, score
+from stratamem.recall._scoring import Candidate, Key, ScorerWeights, score
 
 Q: Key = ("message", 1)  # Ann: "Where did you go on that road trip?"
 A: Key = ("message", 2)  # Bob: "We drove up the coast."

@@ -1,4 +1,4 @@
-"""``Memory("http://...")`` is the same facade over a real memstrata server."""
+"""``Memory("http://...")`` is the same facade over a real stratamem server."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from memstrata import Memory
-from memstrata.client import RemoteMemory
 from server_proc import ServerProcess
+from stratamem import Memory
+from stratamem.client import RemoteMemory
 
 pytestmark = pytest.mark.slow
 
@@ -29,8 +29,8 @@ def test_an_http_url_gives_the_remote_facade(
         mem.close()
 
         # The same from the environment, as a deployed app would configure it.
-        monkeypatch.setenv("MEMSTRATA_DATABASE_URL", server.url)
-        monkeypatch.setenv("MEMSTRATA_API_KEY", key)
+        monkeypatch.setenv("STRATAMEM_DATABASE_URL", server.url)
+        monkeypatch.setenv("STRATAMEM_API_KEY", key)
         with Memory() as remote:
             assert isinstance(remote, RemoteMemory)
             assert remote.sessions.get("s1").user_id == "u1"

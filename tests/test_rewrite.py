@@ -12,7 +12,7 @@ import re
 
 import pytest
 
-from memstrata.recall._rewrite import Rewrite, RewriteKind, rewrite_query
+from stratamem.recall._rewrite import Rewrite, RewriteKind, rewrite_query
 
 
 def _texts(query: str) -> dict[RewriteKind, str]:

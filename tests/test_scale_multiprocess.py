@@ -1,5 +1,5 @@
-"""Scale-out on loopback, every part a real process: two API replicas (``memstrata serve
---no-worker``) and three workers (``memstrata worker``) on one fresh PostgreSQL database.
+"""Scale-out on loopback, every part a real process: two API replicas (``stratamem serve
+--no-worker``) and three workers (``stratamem worker``) on one fresh PostgreSQL database.
 Twelve users write through both APIs at once; one worker is SIGKILLed while it holds a
 batch. Afterwards:
 
@@ -38,8 +38,8 @@ import pytest
 from conftest import POSTGRES_URL
 from dbsql import execute, rows
 from fakes.openai_server import FakeOpenAIServer
-from memstrata.store import open_store
 from server_proc import KEY_RE, free_port
+from stratamem.store import open_store
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -78,8 +78,8 @@ CREATE TRIGGER job_audit AFTER UPDATE ON jobs
 @pytest.fixture
 def fresh_database() -> Iterator[str]:
     if not POSTGRES_URL:
-        pytest.skip("needs MEMSTRATA_TEST_POSTGRES_URL (see README: Tests)")
-    name = f"memstrata_scale_{secrets.token_hex(4)}"
+        pytest.skip("needs STRATAMEM_TEST_POSTGRES_URL (see README: Tests)")
+    name = f"stratamem_scale_{secrets.token_hex(4)}"
     with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     url = urlunsplit(urlsplit(POSTGRES_URL)._replace(path=f"/{name}"))
@@ -97,14 +97,14 @@ class Fleet:
 
     def __init__(self, workdir: Path, db_url: str, embed_url: str) -> None:
         self.workdir = workdir
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSTRATA_")}
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("STRATAMEM_")}
         self.env.update(
             {
-                "MEMSTRATA_DATABASE_URL": db_url,
-                "MEMSTRATA_EMBEDDER": "openai:fake-embed",
-                "MEMSTRATA_EMBEDDER_BASE_URL": embed_url,
-                "MEMSTRATA_EMBEDDER_API_KEY": "k",
-                "MEMSTRATA_JOB_LEASE_SECONDS": LEASE_SECONDS,
+                "STRATAMEM_DATABASE_URL": db_url,
+                "STRATAMEM_EMBEDDER": "openai:fake-embed",
+                "STRATAMEM_EMBEDDER_BASE_URL": embed_url,
+                "STRATAMEM_EMBEDDER_API_KEY": "k",
+                "STRATAMEM_JOB_LEASE_SECONDS": LEASE_SECONDS,
             }
         )
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
@@ -112,7 +112,7 @@ class Fleet:
     def spawn(self, name: str, *args: str) -> subprocess.Popen[bytes]:
         with open(self.workdir / f"{name}.out", "wb") as out:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "memstrata", *args],
+                [sys.executable, "-m", "stratamem", *args],
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 env=self.env,
@@ -225,7 +225,7 @@ def _victim_holds(db_url: str, pid: int) -> list[int]:
 
 def test_two_apis_three_workers_one_killed(fresh_database: str, tmp_path: Path) -> None:
     db_url = fresh_database
-    open_store(db_url).close()  # memstrata's tables, so that the audit can be attached
+    open_store(db_url).close()  # stratamem's tables, so that the audit can be attached
     execute(db_url, AUDIT_SQL)
     users = [f"u{k:02d}" for k in range(USERS)]
     accepted: dict[str, list[str]] = defaultdict(list)

@@ -1,4 +1,4 @@
-"""The REST server over HTTP, against a real `memstrata serve` process on 127.0.0.1.
+"""The REST server over HTTP, against a real `stratamem serve` process on 127.0.0.1.
 
 Every route, authentication and the admin API, limits and errors, the structured access log,
 and a cross-project matrix in which one project's key meets another project's ids.
@@ -20,10 +20,10 @@ import httpx
 import pytest
 
 from hostile import ESCAPED, HOSTILE, assert_one_safe_block
-from memstrata import Memory
-from memstrata._queries import MAX_EXCLUDE_TEXTS
-from memstrata.recall._format import MEMORY_CLOSE, MEMORY_HEADER, MEMORY_OPEN
 from server_proc import ServerProcess, client
+from stratamem import Memory
+from stratamem._queries import MAX_EXCLUDE_TEXTS
+from stratamem.recall._format import MEMORY_CLOSE, MEMORY_HEADER, MEMORY_OPEN
 
 pytestmark = pytest.mark.slow
 
@@ -73,9 +73,9 @@ def srv(tmp_path_factory: pytest.TempPathFactory, module_db_url: str) -> Iterato
         tmp_path_factory.mktemp("server"),
         db_url=module_db_url,
         env={
-            "MEMSTRATA_ADMIN_TOKEN": ADMIN,
-            "MEMSTRATA_MAX_BODY_BYTES": str(MAX_BODY),
-            "MEMSTRATA_MAX_CONTENT_CHARS": str(MAX_CONTENT),
+            "STRATAMEM_ADMIN_TOKEN": ADMIN,
+            "STRATAMEM_MAX_BODY_BYTES": str(MAX_BODY),
+            "STRATAMEM_MAX_CONTENT_CHARS": str(MAX_CONTENT),
         },
     ).start()
     try:
@@ -178,7 +178,7 @@ def test_serve_prints_the_url_and_a_bootstrap_key_only_on_first_start(tmp_path: 
 
     again = ServerProcess(tmp_path).start()
     try:
-        assert "ms_" not in again.stdout()
+        assert "sm_" not in again.stdout()
         with client(again.url, key) as c:
             ok(c.get("/api/sessions"))  # the first key still works
     finally:
@@ -208,7 +208,7 @@ def test_project_route_names_the_keys_project(srv: Srv) -> None:
     assert me["project_id"] == "whoami" and me["name"] == "whoami"
     assert key.startswith(me["key"]["prefix"]) and me["key"]["name"] == "tests"
     assert key not in json.dumps(me)
-    with srv.api("ms_not-a-key") as c:
+    with srv.api("sm_not-a-key") as c:
         err(c.get("/api/project"), 401)
 
 
@@ -220,7 +220,7 @@ def test_keys_are_required_and_both_header_forms_work(srv: Srv) -> None:
     for header in (
         f"Basic {srv.key}",
         f"Api-Key {srv.key}x",
-        "Api-Key ms_notakeyatallnotakeyatall",
+        "Api-Key sm_notakeyatallnotakeyatall",
         f"Api-Key  {srv.key} extra",
         "Bearer",
     ):
@@ -233,7 +233,7 @@ def test_revoked_keys_are_refused_like_unknown_ones(srv: Srv) -> None:
     with srv.admin() as a:
         created = ok(a.post("/admin/projects/default/keys", json={"name": "short-lived"}), 201)
     secret, key_id = created["secret"], created["key"]["id"]
-    assert secret.startswith("ms_") and created["key"]["prefix"] == secret[:9]
+    assert secret.startswith("sm_") and created["key"]["prefix"] == secret[:9]
     with srv.api(secret) as c:
         ok(c.get("/api/sessions"))
     with srv.admin() as a:
@@ -241,7 +241,7 @@ def test_revoked_keys_are_refused_like_unknown_ones(srv: Srv) -> None:
         assert revoked["revoked_at"] is not None
     with srv.api(secret) as c:
         refused = err(c.get("/api/sessions"), 401, "unauthorized")
-    with srv.api("ms_" + "x" * 43) as c:
+    with srv.api("sm_" + "x" * 43) as c:
         unknown = err(c.get("/api/sessions"), 401, "unauthorized")
     assert {**refused, "request_id": None} == {**unknown, "request_id": None}
 
@@ -287,12 +287,12 @@ def test_admin_api(srv: Srv) -> None:
 def test_admin_api_is_off_without_a_token(make_memory: Any) -> None:
     from fastapi.testclient import TestClient
 
-    from memstrata.server import ServerSettings, create_app
+    from stratamem.server import ServerSettings, create_app
 
     app = create_app(make_memory(), ServerSettings(admin_token=None))
     with TestClient(app) as tc:
         e = err(tc.get("/admin/projects", headers={"Authorization": "Bearer anything"}), 403)
-        assert "MEMSTRATA_ADMIN_TOKEN" in e["detail"]
+        assert "STRATAMEM_ADMIN_TOKEN" in e["detail"]
 
 
 def test_an_unexpected_error_is_a_500_with_a_request_id_and_nothing_else(
@@ -300,7 +300,7 @@ def test_an_unexpected_error_is_a_500_with_a_request_id_and_nothing_else(
 ) -> None:
     from fastapi.testclient import TestClient
 
-    from memstrata.server import ServerSettings, create_app
+    from stratamem.server import ServerSettings, create_app
 
     mem: Memory = make_memory()
 
@@ -310,7 +310,7 @@ def test_an_unexpected_error_is_a_500_with_a_request_id_and_nothing_else(
     mem.keys.verify = explode  # type: ignore[method-assign]
     app = create_app(mem, ServerSettings())
     with TestClient(app, raise_server_exceptions=False) as tc:
-        r = tc.get("/api/sessions", headers={"Authorization": "Api-Key ms_x"})
+        r = tc.get("/api/sessions", headers={"Authorization": "Api-Key sm_x"})
     e = err(r, 500, "internal_error")
     assert e["request_id"] in e["detail"]
     for leak in ("boom", "secret", "Traceback", "RuntimeError", ".py"):
@@ -319,9 +319,9 @@ def test_an_unexpected_error_is_a_500_with_a_request_id_and_nothing_else(
 
 
 def test_the_server_package_imports_without_fastapi() -> None:
-    # `memstrata.server` is importable (settings, create_app) before FastAPI is needed.
+    # `stratamem.server` is importable (settings, create_app) before FastAPI is needed.
     code = (
-        "import sys, memstrata, memstrata.server\n"
+        "import sys, stratamem, stratamem.server\n"
         "print(sorted(m for m in ('fastapi', 'starlette', 'uvicorn') if m in sys.modules))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -805,7 +805,7 @@ def test_export_and_erase(srv: Srv) -> None:
     with srv.api() as c:
         _fill(c, "erase-user", "erase-session")
         exported = ok(c.get("/api/users/erase-user/export"))
-        assert exported["format"] == "memstrata.export/1" and exported["user_id"] == "erase-user"
+        assert exported["format"] == "stratamem.export/1" and exported["user_id"] == "erase-user"
         assert len(exported["messages"]) == 3 and exported["facts"] and exported["summaries"]
         assert exported["summaries"][0]["history"]
 

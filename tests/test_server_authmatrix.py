@@ -34,11 +34,11 @@ import pytest
 from fastapi.testclient import TestClient
 
 from fakes.webhook_receiver import WebhookReceiver
-from memstrata.server import ServerSettings, create_app
+from stratamem.server import ServerSettings, create_app
 
 # Shaped like an API key, so the admin-token-as-key rows are refused by the key lookup and
 # not merely by the prefix check in front of it.
-ADMIN = "ms_admin" + secrets.token_urlsafe(24)
+ADMIN = "sm_admin" + secrets.token_urlsafe(24)
 OWNER = "proj-" + secrets.token_hex(4)
 CANARY = "canary" + secrets.token_hex(6)
 TEXTS = (
@@ -226,7 +226,7 @@ def credentials(owner_key: str, revoked: str, right: str) -> list[Cred]:
         Cred("no scheme", "refused", right),
         Cred("two values", "refused", f"Api-Key {right} {right}"),
         Cred("garbage", "refused", "Api-Key \"'%;--<>{}"),
-        Cred("unknown key", "refused", "Api-Key ms_" + secrets.token_urlsafe(32)),
+        Cred("unknown key", "refused", "Api-Key sm_" + secrets.token_urlsafe(32)),
         Cred("very long", "refused", f"Bearer {right}{'A' * 65_536}"),
         Cred("non-ASCII", "refused", f"Api-Key {right}ключ".encode()),
         Cred("control characters", "refused", f"Api-Key {right}\x00\x1b\x7f".encode("latin-1")),

@@ -6,7 +6,7 @@ import re
 from typing import Any
 
 from conftest import REPO
-from memstrata.server import ServerSettings, create_app
+from stratamem.server import ServerSettings, create_app
 
 
 def _operations(make_memory: Any) -> list[tuple[str, str]]:
@@ -38,7 +38,7 @@ def test_every_route_has_a_curl_example(make_memory: Any) -> None:
 def test_every_server_setting_is_documented() -> None:
     page = (REPO / "docs" / "configuration.md").read_text(encoding="utf-8")
     for name in ServerSettings.model_fields:
-        assert f"| `{name}` | `MEMSTRATA_{name.upper()}` |" in page, name
+        assert f"| `{name}` | `STRATAMEM_{name.upper()}` |" in page, name
 
 
 def test_openapi_declares_a_response_model_for_every_operation(make_memory: Any) -> None:

@@ -1,4 +1,4 @@
-"""GUMem's documented cURL commands, run with curl against `memstrata serve`.
+"""GUMem's documented cURL commands, run with curl against `stratamem serve`.
 
 The commands below are kept as literal text and run through bash; only the host
 (``http://localhost:8000``) and the key (``your_api_key``) are replaced. The add-memory and

@@ -1,7 +1,7 @@
 """Property-based run of Schemathesis against the server's own /openapi.json: no 5xx, ever.
 
 Every operation gets generated valid (positive) and invalid (negative) requests, sent with a
-valid key (the admin token on /admin), to a real `memstrata serve` process. Each answer must
+valid key (the admin token on /admin), to a real `stratamem serve` process. Each answer must
 be a non-5xx envelope with a request id, with a declared status and a body matching the
 schema declared for it. Bounded so it fits in the suite: a fixed number of examples per
 operation and mode, no shrinking.
@@ -36,7 +36,7 @@ EXAMPLES = 15
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory, module_db_url: str) -> Iterator[ServerProcess]:
     proc = ServerProcess(
-        tmp_path_factory.mktemp("fuzz"), db_url=module_db_url, env={"MEMSTRATA_ADMIN_TOKEN": ADMIN}
+        tmp_path_factory.mktemp("fuzz"), db_url=module_db_url, env={"STRATAMEM_ADMIN_TOKEN": ADMIN}
     ).start()
     try:
         yield proc

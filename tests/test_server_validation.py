@@ -1,4 +1,4 @@
-"""Input no store can hold, over HTTP against a real `memstrata serve` process, each backend.
+"""Input no store can hold, over HTTP against a real `stratamem serve` process, each backend.
 
 A lone UTF-16 surrogate (a JSON ``"\\ud800"`` escape, or the raw bytes ED A0 80) in any text
 field, and percent-escapes that are not UTF-8 (``%ED%A0%80``) in a path or query string,
@@ -32,7 +32,7 @@ def srv(tmp_path_factory: pytest.TempPathFactory, module_db_url: str) -> Iterato
     proc = ServerProcess(
         tmp_path_factory.mktemp("server"),
         db_url=module_db_url,
-        env={"MEMSTRATA_ADMIN_TOKEN": ADMIN},
+        env={"STRATAMEM_ADMIN_TOKEN": ADMIN},
     ).start()
     try:
         yield proc
@@ -319,7 +319,7 @@ def test_epoch_seconds_are_seconds_whatever_their_size(api: httpx.Client) -> Non
 
 
 def test_the_remote_memory_refuses_it_before_sending(srv: ServerProcess, api: httpx.Client) -> None:
-    from memstrata import Memory, ValidationError
+    from stratamem import Memory, ValidationError
 
     with Memory(srv.url, api_key=srv.bootstrap_key()) as remote:
         session = remote.sessions.create("remote-u", session_id="remote-s")

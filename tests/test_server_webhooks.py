@@ -1,7 +1,7 @@
-"""/api/webhooks over HTTP, against a real `memstrata serve` process on 127.0.0.1.
+"""/api/webhooks over HTTP, against a real `stratamem serve` process on 127.0.0.1.
 
 The server's pipeline calls real receivers on 127.0.0.1 (allowed through the server's own
-MEMSTRATA_WEBHOOK_ALLOW); signatures are checked with the ``standardwebhooks`` package.
+STRATAMEM_WEBHOOK_ALLOW); signatures are checked with the ``standardwebhooks`` package.
 """
 
 from __future__ import annotations
@@ -48,10 +48,10 @@ def srv(tmp_path_factory: pytest.TempPathFactory, module_db_url: str) -> Iterato
         tmp_path_factory.mktemp("server-webhooks"),
         db_url=module_db_url,
         env={
-            "MEMSTRATA_ADMIN_TOKEN": ADMIN,
-            "MEMSTRATA_WEBHOOK_ALLOW": "127.0.0.1",
-            "MEMSTRATA_WEBHOOK_BACKOFF_SECONDS": "0.01",
-            "MEMSTRATA_WEBHOOK_MAX_ATTEMPTS": "2",
+            "STRATAMEM_ADMIN_TOKEN": ADMIN,
+            "STRATAMEM_WEBHOOK_ALLOW": "127.0.0.1",
+            "STRATAMEM_WEBHOOK_BACKOFF_SECONDS": "0.01",
+            "STRATAMEM_WEBHOOK_MAX_ATTEMPTS": "2",
         },
     ).start()
     try:
@@ -287,7 +287,7 @@ def test_webhooks_are_project_scoped(srv: Srv) -> None:
 
 
 def test_python_clients_manage_webhooks(srv: Srv, receiver: WebhookReceiver) -> None:
-    from memstrata.client import AsyncMemoryClient, MemoryClient, NotFoundError, ValidationError
+    from stratamem.client import AsyncMemoryClient, MemoryClient, NotFoundError, ValidationError
 
     key = srv.new_project("client-hooks")
     with MemoryClient(api_key=key, base_url=srv.url) as c:

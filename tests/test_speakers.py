@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from memstrata import Memory
-from memstrata._speakers import speaker_of, speaker_prefix, without_speaker
+from stratamem import Memory
+from stratamem._speakers import speaker_of, speaker_prefix, without_speaker
 
 # content -> the speaker found in it (None: not a speaker label)
 PREFIXES = [

@@ -22,8 +22,8 @@ import numpy as np
 import pytest
 
 import dbsql
-from memstrata.errors import ConflictError, EmbedderMismatchError
-from memstrata.store import (
+from stratamem.errors import ConflictError, EmbedderMismatchError
+from stratamem.store import (
     ApiKeyRow,
     CallWrite,
     ClaimedBatch,
@@ -1922,10 +1922,10 @@ def test_projects_and_api_keys(store: Store) -> None:
     store.create_project("beta", "Beta")
     assert store.get_project("nope") is None
     assert [p.id for p in store.list_projects()] == ["acme", "beta"]
-    key = ApiKeyRow("k1", "acme", "ci", "ms_abc", "2026-01-01T00:00:00.000000Z")
+    key = ApiKeyRow("k1", "acme", "ci", "sm_abc", "2026-01-01T00:00:00.000000Z")
     store.create_api_key(key, "hash-1")
     store.create_api_key(
-        ApiKeyRow("k2", "beta", None, "ms_def", "2026-01-02T00:00:00.000000Z"), "hash-2"
+        ApiKeyRow("k2", "beta", None, "sm_def", "2026-01-02T00:00:00.000000Z"), "hash-2"
     )
     assert store.find_api_key("hash-1") == key
     assert store.find_api_key("hash-x") is None
@@ -2068,8 +2068,8 @@ def test_projects_and_keys_of_the_same_time_are_listed_by_id(store: Store, db_ur
     dbsql.execute(db_url, "UPDATE projects SET created_at = ?", NOW)
     assert [p.id for p in store.list_projects()] == ["alpha", "zeta"]
     for key_id in ("k2", "k1"):
-        store.create_api_key(ApiKeyRow(key_id, "alpha", None, "ms_x", NOW), f"hash-{key_id}")
-    store.create_api_key(ApiKeyRow("k0", "zeta", None, "ms_x", "2026-03-02T00:00:00.000000Z"), "h")
+        store.create_api_key(ApiKeyRow(key_id, "alpha", None, "sm_x", NOW), f"hash-{key_id}")
+    store.create_api_key(ApiKeyRow("k0", "zeta", None, "sm_x", "2026-03-02T00:00:00.000000Z"), "h")
     assert [k.id for k in store.list_api_keys(None)] == ["k1", "k2", "k0"]
     assert [k.id for k in store.list_api_keys("alpha")] == ["k1", "k2"]
 

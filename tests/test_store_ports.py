@@ -15,11 +15,11 @@ from typing import Any, Protocol
 
 import pytest
 
-from memstrata.jobs import WorkerPool, open_queue
-from memstrata.store import Store, WebhookStore, open_store
-from memstrata.store._ports import ROLES
-from memstrata.store.postgres import PostgresStore
-from memstrata.store.sqlite import SQLiteStore
+from stratamem.jobs import WorkerPool, open_queue
+from stratamem.store import Store, WebhookStore, open_store
+from stratamem.store._ports import ROLES
+from stratamem.store.postgres import PostgresStore
+from stratamem.store.sqlite import SQLiteStore
 
 BACKENDS = (SQLiteStore, PostgresStore)
 KINDS = {"sqlite": "sqlite", "postgres": "postgresql"}

@@ -2,7 +2,7 @@
 dimension, the cached full-text statistics of large tables, and its connection URL.
 
 The behaviour every store shares is tested in test_store_contract.py; these tests need a
-server (MEMSTRATA_TEST_POSTGRES_URL) and are skipped without one, like the contract's
+server (STRATAMEM_TEST_POSTGRES_URL) and are skipped without one, like the contract's
 PostgreSQL half.
 """
 
@@ -22,12 +22,12 @@ import pytest
 
 import dbsql
 from conftest import REPO
-from memstrata.errors import StoreError, ValidationError
-from memstrata.store import LayerWrite, SearchFilters, SessionRow, open_store
-from memstrata.store._core.migrations import read_migrations
-from memstrata.store.postgres import _fulltext as pg_fts
-from memstrata.store.postgres import _store as pg
-from memstrata.store.postgres._connection import mask_url
+from stratamem.errors import StoreError, ValidationError
+from stratamem.store import LayerWrite, SearchFilters, SessionRow, open_store
+from stratamem.store._core.migrations import read_migrations
+from stratamem.store.postgres import _fulltext as pg_fts
+from stratamem.store.postgres import _store as pg
+from stratamem.store.postgres._connection import mask_url
 from test_store_contract import EMB, NOW, P, add, claim, fact, message, process, summary, unit
 
 
@@ -41,7 +41,7 @@ def store(pg_url: str) -> Iterator[pg.PostgresStore]:
 def test_processes_starting_together_migrate_once(pg_url: str) -> None:
     code = (
         "import sys\n"
-        "from memstrata.store.postgres import PostgresStore\n"
+        "from stratamem.store.postgres import PostgresStore\n"
         "PostgresStore(sys.argv[1]).close()\n"
     )
     procs = [
@@ -54,12 +54,12 @@ def test_processes_starting_together_migrate_once(pg_url: str) -> None:
     versions = dbsql.rows(pg_url, "SELECT version, name FROM schema_migrations ORDER BY version")
     # Each migration file applied once (the numbers may have a gap while a branch that
     # takes the number before is not merged yet).
-    files = [(v, name) for v, name, _ in read_migrations("memstrata.store.postgres.migrations")]
+    files = [(v, name) for v, name, _ in read_migrations("stratamem.store.postgres.migrations")]
     assert versions == files and versions[-1][0] == pg.latest_schema_version()
     assert versions[0][1] == "0001_schema.sql"
 
 
-def test_a_database_of_a_newer_memstrata_is_refused(store: pg.PostgresStore, pg_url: str) -> None:
+def test_a_database_of_a_newer_stratamem_is_refused(store: pg.PostgresStore, pg_url: str) -> None:
     dbsql.execute(pg_url, "INSERT INTO schema_migrations VALUES (99, 'future.sql', 'x')")
     with pytest.raises(StoreError, match="schema version 99, newer"):
         pg.PostgresStore(pg_url)
@@ -226,7 +226,7 @@ def _written_by_version_1(url: str, user: str, sid: str, texts: list[str]) -> li
             url,
             "INSERT INTO messages (project_id, id, user_id, session_id, role, content, "
             "content_hash, ts, created_at, job_id, fts, fts_len) VALUES (?, ?, ?, ?, 'user', "
-            "?, 'h', ?, ?, ?, to_tsvector('memstrata_fts', ?), ?) RETURNING pk",
+            "?, 'h', ?, ?, ?, to_tsvector('stratamem_fts', ?), ?) RETURNING pk",
             *(P, f"{user}-{sid}-{i}", user, sid, text, NOW, NOW, job, text, len(text.split())),
         )[0][0]
         for i, text in enumerate(texts)
@@ -455,8 +455,8 @@ def test_closing_ends_the_connections_other_threads_hold(pg_url: str) -> None:
 
 
 def test_ci_fails_instead_of_skipping_without_a_server(tmp_path: Any) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSTRATA_")}
-    env.update(MEMSTRATA_REQUIRE_POSTGRES="1")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STRATAMEM_")}
+    env.update(STRATAMEM_REQUIRE_POSTGRES="1")
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_docs.py"],
         cwd=REPO,
@@ -466,7 +466,7 @@ def test_ci_fails_instead_of_skipping_without_a_server(tmp_path: Any) -> None:
         timeout=120,
     )
     assert proc.returncode != 0
-    assert "MEMSTRATA_TEST_POSTGRES_URL is not set" in proc.stdout + proc.stderr
+    assert "STRATAMEM_TEST_POSTGRES_URL is not set" in proc.stdout + proc.stderr
 
 
 def test_text_postgresql_cannot_hold_is_the_callers_error(store: pg.PostgresStore) -> None:

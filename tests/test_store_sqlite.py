@@ -12,13 +12,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from memstrata import EmbedderMismatchError, Memory, StoreError
-from memstrata._products import similarities
-from memstrata.store import SearchFilters, parse_metadata_filters
-from memstrata.store._text import fts_document, fts_query_terms
-from memstrata.store.sqlite import SQLiteStore, latest_schema_version, sqlite_path
-from memstrata.store.sqlite._dialect import SQLiteDialect
-from memstrata.store.sqlite._vectors import VectorScope
+from stratamem import EmbedderMismatchError, Memory, StoreError
+from stratamem._products import similarities
+from stratamem.store import SearchFilters, parse_metadata_filters
+from stratamem.store._text import fts_document, fts_query_terms
+from stratamem.store.sqlite import SQLiteStore, latest_schema_version, sqlite_path
+from stratamem.store.sqlite._dialect import SQLiteDialect
+from stratamem.store.sqlite._vectors import VectorScope
 
 # About the SQLite store itself (files, FTS5 plans, the in-process vector index);
 # what every store must do is in test_store_contract.py.
@@ -37,7 +37,7 @@ def test_wal_mode_and_schema_version(mem: Memory, db_url: str) -> None:
 
 
 def test_migrations_upgrade_a_file_from_an_older_schema_in_place(db_url: str) -> None:
-    # Build a version-1 file the way version 1 of memstrata wrote it: no search tables.
+    # Build a version-1 file the way version 1 of stratamem wrote it: no search tables.
     SQLiteStore(db_url, migrate_to=1).close()
     with _conn(db_url) as conn:
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
@@ -75,7 +75,7 @@ def test_migrations_upgrade_a_file_from_an_older_schema_in_place(db_url: str) ->
         assert {"schema_migrated_0001_core.sql", "schema_migrated_0002_search.sql"} <= names
 
 
-def test_a_file_from_a_newer_memstrata_is_refused(db_url: str) -> None:
+def test_a_file_from_a_newer_stratamem_is_refused(db_url: str) -> None:
     SQLiteStore(db_url).close()
     with _conn(db_url) as conn:
         conn.execute("PRAGMA user_version = 99")
@@ -321,30 +321,30 @@ def test_embedder_mismatch_is_detected_not_mixed(db_url: str) -> None:
         mem.sessions.create(user_id="u1", session_id="s").add_messages(
             [{"role": "user", "content": "I keep bees"}], sync=True
         )
-    with pytest.raises(EmbedderMismatchError, match=r"'hash:v1:384' .* 'hash:v1:128'.*reindex"):
+    with pytest.raises(EmbedderMismatchError, match=r"'hash:v2:384' .* 'hash:v2:128'.*reindex"):
         Memory(db_url, embedder="hash:128")
     with Memory(db_url, embedder="hash:128", embedder_mismatch="reindex", workers=0) as mem:
         # The message and what was derived from it (its fact and summary) are re-embedded.
         layers = mem.stats()
         assert mem.stats()["vectors"] == {
-            "hash:v1:128": 1 + layers["facts"] + sum(layers["summaries"].values())
+            "hash:v2:128": 1 + layers["facts"] + sum(layers["summaries"].values())
         }
         hits = mem.search("bees", user_id="u1")
         # (the fact is restated by its one-fact summary, so it is listed once, as that)
         assert {h.layer for h in hits if h.signals.get("vector", 0) > 0} == {"message", "summary"}
     with Memory(db_url, embedder="hash:128") as mem:  # now the stored embedder
-        assert mem.store.get_meta("embedder") == "hash:v1:128"
+        assert mem.store.get_meta("embedder") == "hash:v2:128"
 
 
 def test_a_store_of_the_earlier_bundled_model_is_told_to_reindex(db_url: str) -> None:
-    from memstrata.embed.local import LocalEmbedder
+    from stratamem.embed.local import LocalEmbedder
 
     with Memory(db_url, embedder="hash:384") as mem:
         mem.store.set_meta("embedder", LocalEmbedder.replaces[0])
     # The earlier model no longer ships: "open it with the original embedder" cannot help.
     with pytest.raises(EmbedderMismatchError, match="earlier version of the bundled") as err:
         Memory(db_url, embedder="local")
-    assert "memstrata reindex" in str(err.value) and "MEMSTRATA_EMBEDDER" not in str(err.value)
+    assert "stratamem reindex" in str(err.value) and "STRATAMEM_EMBEDDER" not in str(err.value)
 
 
 def test_store_refuses_to_write_vectors_of_another_embedder(db_url: str) -> None:
@@ -355,7 +355,7 @@ def test_store_refuses_to_write_vectors_of_another_embedder(db_url: str) -> None
         rows = mem.store.list_messages("default")
         with pytest.raises(EmbedderMismatchError):
             mem.store.put_message_vectors("other:7", rows, np.zeros((1, 7), np.float32))
-        assert mem.stats()["vectors"] == {"hash:v1:384": 1}
+        assert mem.stats()["vectors"] == {"hash:v2:384": 1}
 
 
 def test_message_metadata_round_trips_unicode(mem: Memory) -> None:
@@ -368,7 +368,7 @@ def test_message_metadata_round_trips_unicode(mem: Memory) -> None:
 
 
 def test_similar_summaries_skip_retired_ones_even_when_they_crowd_the_top(db_url: str) -> None:
-    from memstrata.store import LayerWrite, SummaryWrite
+    from stratamem.store import LayerWrite, SummaryWrite
 
     rng = np.random.default_rng(3)
     q = rng.normal(size=16).astype(np.float32)
@@ -406,11 +406,11 @@ def test_similar_summaries_skip_retired_ones_even_when_they_crowd_the_top(db_url
                 writes = [summary(f"n{i}", near(50.0), supersedes=f"s{i}") for i in range(35)]
             store.complete_batch(
                 batch,
-                embedder="hash:v1:16",
+                embedder="hash:v2:16",
                 vectors=np.zeros((1, 16), np.float32),
                 layers=LayerWrite(summaries=writes),
             )
-        found = store.similar_summaries("default", "u1", q, "hash:v1:16", 3)
+        found = store.similar_summaries("default", "u1", q, "hash:v2:16", 3)
     assert len(found) == 3
     assert all(
         row.status == "active" and row.id in {f"s{i}" for i in range(35, 40)} for row, _ in found
@@ -476,8 +476,8 @@ _SPIN_PROBE = """
 import sys, threading, time
 from pathlib import Path
 import numpy as np
-from memstrata._products import similarities
-from memstrata.store.sqlite._vectors import VectorScope
+from stratamem._products import similarities
+from stratamem.store.sqlite._vectors import VectorScope
 
 def other_threads_cpu():
     main = str(threading.get_native_id())
@@ -535,7 +535,7 @@ def test_large_products_leave_no_blas_thread_spinning(plain: str, ours: str) -> 
 
 _CLOSE_UNDER_A_STATEMENT = """
 import sys, threading
-from memstrata.store.sqlite import SQLiteStore
+from stratamem.store.sqlite import SQLiteStore
 store = SQLiteStore(sys.argv[1])
 inside, closed = threading.Event(), threading.Event()
 

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memstrata.pipeline._dates import resolve_dates
-from memstrata.recall._temporal import TimeIntent, parse_time_intent, window_boost
+from stratamem.pipeline._dates import resolve_dates
+from stratamem.recall._temporal import TimeIntent, parse_time_intent, window_boost
 
 UTC = timezone.utc
 # A Tuesday afternoon in summer: weeks, months and seasons all have a "before" and an "after".

@@ -1,4 +1,4 @@
-"""memstrata.testing: a scripted chat model and the hashing embedder drive a real Memory."""
+"""stratamem.testing: a scripted chat model and the hashing embedder drive a real Memory."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-import memstrata.embed.hashing
-from memstrata import Memory
-from memstrata.errors import ConfigError, ProcessingError
-from memstrata.llm import LLMError
-from memstrata.pipeline.prompts import CONSOLIDATE, EXTRACT, TOPICS
-from memstrata.testing import Answer, ChatCall, HashingEmbedder, ScriptedChatModel
+import stratamem.embed.hashing
+from stratamem import Memory
+from stratamem.errors import ConfigError, ProcessingError
+from stratamem.llm import LLMError
+from stratamem.pipeline.prompts import CONSOLIDATE, EXTRACT, TOPICS
+from stratamem.testing import Answer, ChatCall, HashingEmbedder, ScriptedChatModel
 
 SAILING = [{"role": "user", "content": "I love sailing on the lake"}]
 
@@ -112,7 +112,7 @@ def test_llm_takes_a_spec_or_a_chat_model(db_url: str) -> None:
 
 
 def test_the_hashing_embedder_is_the_one_behind_hash(make_memory: Callable[..., Memory]) -> None:
-    assert HashingEmbedder is memstrata.embed.hashing.HashingEmbedder
+    assert HashingEmbedder is stratamem.embed.hashing.HashingEmbedder
     mem = make_memory(embedder=HashingEmbedder())
     session = mem.sessions.create("u1", session_id="s1")
     session.add_messages(SAILING, sync=True)

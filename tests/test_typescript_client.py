@@ -1,10 +1,10 @@
-"""The TypeScript client (``clients/typescript``, the npm package ``memstrata``), built and
+"""The TypeScript client (``clients/typescript``, the npm package ``stratamem``), built and
 tested from here so that ``.ci/run`` covers it.
 
 Its devDependencies (TypeScript, openapi-typescript) are installed with ``npm ci`` once per
 lockfile into a cache outside the checkout; the package is copied beside them, built (ESM +
 CJS with declarations), its generated types are checked against the app's OpenAPI
-document, and its ``node --test`` suites run against real ``memstrata serve`` processes
+document, and its ``node --test`` suites run against real ``stratamem serve`` processes
 started by the suites themselves (with this interpreter). A last test follows the README's
 two commands in a fresh Node project. Without ``node`` and ``npm`` the tests fail: CI
 installs them (``.ci/tools.sh``).
@@ -55,9 +55,9 @@ def _run(
 
 
 def _env(**extra: str) -> dict[str, str]:
-    # This checkout's memstrata first, whatever the developer's environment says; no
-    # MEMSTRATA_* settings of theirs.
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSTRATA_")}
+    # This checkout's stratamem first, whatever the developer's environment says; no
+    # STRATAMEM_* settings of theirs.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STRATAMEM_")}
     env["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(REPO / "src"), os.environ.get("PYTHONPATH", "")) if p
     )
@@ -67,7 +67,7 @@ def _env(**extra: str) -> dict[str, str]:
 
 def _node_modules() -> Path:
     """The package's devDependencies (TypeScript, openapi-typescript)."""
-    return installed_packages(PACKAGE, "memstrata-ts-client", "typescript")
+    return installed_packages(PACKAGE, "stratamem-ts-client", "typescript")
 
 
 def _copy_sources(to: Path) -> Path:
@@ -119,7 +119,7 @@ def test_the_node_suites_against_a_real_server(package: Path) -> None:
     done = _run(
         [_tool("node"), "--test", *(f"test/{s}" for s in SUITES)],
         package,
-        env=_env(MEMSTRATA_TEST_PYTHON=sys.executable),
+        env=_env(STRATAMEM_TEST_PYTHON=sys.executable),
         timeout=600,
     )
     output = done.stdout + done.stderr
@@ -155,7 +155,7 @@ def _readme_example() -> str:
 
 
 CONSUMER_ESM = """\
-import { MemoryClient, NotFoundError, verifyWebhook } from "memstrata";
+import { MemoryClient, NotFoundError, verifyWebhook } from "stratamem";
 const [url, key] = process.argv.slice(2);
 const client = new MemoryClient({ apiKey: key, baseUrl: url });
 const session = await client.sessions.create({ userId: "node-app", sessionId: "fresh-1" });
@@ -168,7 +168,7 @@ console.log(JSON.stringify({ context: ctx.formatted_context, missing,
 """
 
 CONSUMER_CJS = """\
-const { MemoryClient, ConflictError } = require("memstrata");
+const { MemoryClient, ConflictError } = require("stratamem");
 const [url, key] = process.argv.slice(2);
 const client = new MemoryClient({ apiKey: key, baseUrl: url });
 (async () => {
@@ -182,10 +182,10 @@ const client = new MemoryClient({ apiKey: key, baseUrl: url });
 
 def test_a_fresh_node_project_in_the_readmes_two_commands(tmp_path: Path) -> None:
     """The README's two commands, run as written (the repository's path put in), make
-    `memstrata` importable with both `import` and `require` in a new Node project."""
+    `stratamem` importable with both `import` and `require` in a new Node project."""
     node, npm = _tool("node"), _tool("npm")
     _node_modules()  # fills npm's own cache, so the install below needs no download
-    repo = tmp_path / "memstrata"
+    repo = tmp_path / "stratamem"
     _copy_sources(repo / "clients" / "typescript")
     app = tmp_path / "app"
     app.mkdir()
@@ -193,18 +193,18 @@ def test_a_fresh_node_project_in_the_readmes_two_commands(tmp_path: Path) -> Non
     init = _run([npm, "init", "-y"], app, env=env)
     assert init.returncode == 0, init.stderr
     for command in _readme_install_commands():
-        line = command.replace("/path/to/memstrata", str(repo))
+        line = command.replace("/path/to/stratamem", str(repo))
         done = subprocess.run(
             line, shell=True, cwd=app, capture_output=True, text=True, timeout=600, env=env
         )
         assert done.returncode == 0, f"{line}\n{done.stdout}\n{done.stderr}"
     manifest = json.loads((app / "package.json").read_text(encoding="utf-8"))
-    assert "memstrata" in manifest["dependencies"]
+    assert "stratamem" in manifest["dependencies"]
 
     (app / "esm.mjs").write_text(CONSUMER_ESM, encoding="utf-8")
     (app / "readme.mjs").write_text(_readme_example(), encoding="utf-8")
     (app / "cjs.cjs").write_text(CONSUMER_CJS, encoding="utf-8")
-    server = ServerProcess(tmp_path, env={"MEMSTRATA_UI": "false"}).start()
+    server = ServerProcess(tmp_path, env={"STRATAMEM_UI": "false"}).start()
     try:
         args = [server.url, server.bootstrap_key()]
         esm = _run([node, "esm.mjs", *args], app, env=env, timeout=120)
@@ -216,7 +216,7 @@ def test_a_fresh_node_project_in_the_readmes_two_commands(tmp_path: Path) -> Non
         example = (app / "readme.mjs").read_text(encoding="utf-8")
         (app / "readme.mjs").write_text(example.replace(DEFAULT_URL, server.url), "utf-8")
         readme = _run(
-            [node, "readme.mjs"], app, env={**env, "MEMSTRATA_API_KEY": args[1]}, timeout=120
+            [node, "readme.mjs"], app, env={**env, "STRATAMEM_API_KEY": args[1]}, timeout=120
         )
         assert readme.returncode == 0, readme.stdout + readme.stderr
         assert "Berlin" in readme.stdout

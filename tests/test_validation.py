@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from memstrata import ConfigError, ConflictError, Memory, NotFoundError, StoreError, ValidationError
-from memstrata.types import Session
+from stratamem import ConfigError, ConflictError, Memory, NotFoundError, StoreError, ValidationError
+from stratamem.types import Session
 
 GOOD = {"role": "user", "content": "I moved to Berlin", "timestamp": "2026-04-24T10:30:00Z"}
 
@@ -192,7 +192,7 @@ def test_configuration_errors(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) ->
         Memory("sqlite:///:memory:", embedder="hash")
     with pytest.raises(ConfigError, match="not_an_option"):
         Memory(f"sqlite:///{tmp_path}/a.db", embedder="hash", not_an_option=1)
-    monkeypatch.setenv("MEMSTRATA_JOB_MAX_ATTEMPTS", "zero")
+    monkeypatch.setenv("STRATAMEM_JOB_MAX_ATTEMPTS", "zero")
     with pytest.raises(ConfigError, match="job_max_attempts"):
         Memory(f"sqlite:///{tmp_path}/a.db", embedder="hash")
 
@@ -200,12 +200,12 @@ def test_configuration_errors(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) ->
 def test_environment_configures_and_arguments_win(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("MEMSTRATA_DATABASE_URL", f"sqlite:///{tmp_path}/env.db")
-    monkeypatch.setenv("MEMSTRATA_EMBEDDER", "hash:64")
-    monkeypatch.setenv("MEMSTRATA_PROJECT_ID", "p-env")
+    monkeypatch.setenv("STRATAMEM_DATABASE_URL", f"sqlite:///{tmp_path}/env.db")
+    monkeypatch.setenv("STRATAMEM_EMBEDDER", "hash:64")
+    monkeypatch.setenv("STRATAMEM_PROJECT_ID", "p-env")
     with Memory(workers=0) as mem:
         assert mem.store.url.endswith("env.db")
-        assert mem.embedder.id == "hash:v1:64"
+        assert mem.embedder.id == "hash:v2:64"
         assert mem.project_id == "p-env"
     with Memory(f"sqlite:///{tmp_path}/arg.db", project_id="p-arg", workers=0) as mem:
         assert mem.store.url.endswith("arg.db")
@@ -404,7 +404,7 @@ def test_surrogate_pairs_and_other_unicode_are_text_like_any_other(mem: Memory) 
     s.add_messages([{**MSG, "content": "I love 😀 and 中文", "metadata": {"😀": ["é"]}}])
     assert [m.metadata for m in s.messages()] == [{"😀": ["é"]}]
     assert mem.search("中文 😀", user_id="u1") is not None
-    assert mem.keys.verify(f"ms_{LONE}") is None  # no key, rather than an encoding error
+    assert mem.keys.verify(f"sm_{LONE}") is None  # no key, rather than an encoding error
 
 
 # -- times as numbers ---------------------------------------------------------------------

@@ -24,7 +24,7 @@ import dbsql
 from fakes.memory_model import MemoryModel
 from fakes.openai_server import FakeOpenAIServer
 from fakes.webhook_receiver import WebhookReceiver
-from memstrata import Memory, NotFoundError, ValidationError
+from stratamem import Memory, NotFoundError, ValidationError
 
 POINTS = [
     ("fact", "before_llm"),
@@ -675,7 +675,7 @@ def _until(check: Any, timeout: float = 10) -> None:
     ],
 )
 def test_private_literal_targets_are_refused_at_creation(mem: Memory, url: str) -> None:
-    with pytest.raises(ValidationError, match="MEMSTRATA_WEBHOOK_ALLOW") as info:
+    with pytest.raises(ValidationError, match="STRATAMEM_WEBHOOK_ALLOW") as info:
         mem.webhooks.create(resource="fact", event="before_add", target_url=url)
     assert any("target_url" in p for p in info.value.problems)
     assert mem.webhooks.list() == []
@@ -713,7 +713,7 @@ def test_allow_list_by_host_name_permits_a_private_target(
 
 
 def test_invalid_allow_list_is_a_config_error(tmp_path: Any) -> None:
-    from memstrata import ConfigError
+    from stratamem import ConfigError
 
     with pytest.raises(ConfigError, match="webhook_allow"):
         Memory(f"sqlite:///{tmp_path}/x.db", embedder="hash", webhook_allow="10.0.0.0/33")
@@ -743,7 +743,7 @@ def test_create_validates(mem: Memory, fields: dict[str, Any], problem: str) -> 
     args: dict[str, Any] = {
         "resource": "fact",
         "event": "before_add",
-        "target_url": "https://hooks.example.com/memstrata",
+        "target_url": "https://hooks.example.com/stratamem",
     }
     args.update(fields)
     with pytest.raises(ValidationError) as info:
@@ -1006,7 +1006,7 @@ def test_forget_removes_deliveries_that_showed_a_summary_to_the_model(
 def test_async_memory_mirrors_webhooks(make_memory: Any, db_url: str) -> None:
     import asyncio
 
-    from memstrata import AsyncMemory
+    from stratamem import AsyncMemory
 
     async def run() -> None:
         amem = AsyncMemory(db_url, embedder="hash", workers=0)

@@ -19,7 +19,7 @@ import uvicorn
 from conftest import REPO
 from fakes.memory_model import MemoryModel
 from fakes.openai_server import FakeOpenAIServer
-from memstrata import Memory
+from stratamem import Memory
 
 PAGE = (REPO / "docs" / "webhooks.md").read_text(encoding="utf-8")
 
@@ -83,10 +83,10 @@ def test_pii_redaction_receiver(make_memory: Any, monkeypatch: pytest.MonkeyPatc
     hook, secret = mem.webhooks.create(
         resource="fact",
         event="before_add",
-        target_url=f"http://127.0.0.1:{port}/memstrata/redact",
+        target_url=f"http://127.0.0.1:{port}/stratamem/redact",
         timeout_ms=5000,
     )
-    monkeypatch.setenv("MEMSTRATA_HOOK_SECRET", secret)
+    monkeypatch.setenv("STRATAMEM_HOOK_SECRET", secret)
     with _serve("pii", port):
         s = mem.sessions.create(user_id="ana")
         s.add_messages(
@@ -112,9 +112,9 @@ def test_business_rules_receiver(
     mem = _llm_memory(make_memory, server, workers=0)
     port = _port()
     _, secret = mem.webhooks.create(
-        resource="fact", event="before_llm", target_url=f"http://127.0.0.1:{port}/memstrata/rules"
+        resource="fact", event="before_llm", target_url=f"http://127.0.0.1:{port}/stratamem/rules"
     )
-    monkeypatch.setenv("MEMSTRATA_HOOK_SECRET", secret)
+    monkeypatch.setenv("STRATAMEM_HOOK_SECRET", secret)
     with _serve("rules", port):
         s = mem.sessions.create(user_id="u")
         s.add_messages([{"role": "user", "content": "I prefer oat milk."}], sync=True)
@@ -130,9 +130,9 @@ def test_profile_sync_receiver(make_memory: Any, monkeypatch: pytest.MonkeyPatch
         resource="summary",
         event="before_add",
         mode="async",
-        target_url=f"http://127.0.0.1:{port}/memstrata/profile",
+        target_url=f"http://127.0.0.1:{port}/stratamem/profile",
     )
-    monkeypatch.setenv("MEMSTRATA_HOOK_SECRET", secret)
+    monkeypatch.setenv("STRATAMEM_HOOK_SECRET", secret)
     with _serve("profile", port) as receiver:
         s = mem.sessions.create(user_id="bo")
         s.add_messages([{"role": "user", "content": "I live in Lisbon."}], sync=True)
@@ -159,10 +159,10 @@ def test_audit_receiver(
             resource=resource,
             event="after_llm",
             mode="async",
-            target_url=f"http://127.0.0.1:{port}/memstrata/audit",
+            target_url=f"http://127.0.0.1:{port}/stratamem/audit",
         )
     log = tmp_path / "audit.jsonl"
-    monkeypatch.setenv("MEMSTRATA_HOOK_SECRETS", json.dumps(secrets))
+    monkeypatch.setenv("STRATAMEM_HOOK_SECRETS", json.dumps(secrets))
     monkeypatch.setenv("AUDIT_LOG", str(log))
     with _serve("audit", port):
         s = mem.sessions.create(user_id="cy")

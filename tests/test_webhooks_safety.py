@@ -24,9 +24,9 @@ import standardwebhooks
 import trustme
 
 from fakes.webhook_receiver import WebhookReceiver, silent_port
-from memstrata.hooks._http import WebhookHttp, http_failure
-from memstrata.hooks._signing import new_secret, sign, signature_headers
-from memstrata.hooks._ssrf import (
+from stratamem.hooks._http import WebhookHttp, http_failure
+from stratamem.hooks._signing import new_secret, sign, signature_headers
+from stratamem.hooks._ssrf import (
     AllowList,
     DeliveryError,
     TargetRefused,
@@ -81,7 +81,7 @@ def test_public_addresses_pass(address: str) -> None:
     ],
 )
 def test_literal_private_targets_are_refused(url: str) -> None:
-    with pytest.raises(TargetRefused, match=r"refused: .*MEMSTRATA_WEBHOOK_ALLOW"):
+    with pytest.raises(TargetRefused, match=r"refused: .*STRATAMEM_WEBHOOK_ALLOW"):
         pin(parse_target(url), AllowList(), resolver=_no_dns)
 
 

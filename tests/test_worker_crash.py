@@ -14,22 +14,22 @@ import pytest
 
 from dbsql import rows as _rows
 from fakes.openai_server import FakeOpenAIServer
-from memstrata import Memory
-from memstrata.embed import make_embedder
-from memstrata.store import LeaseLostError, open_store
+from stratamem import Memory
+from stratamem.embed import make_embedder
+from stratamem.store import LeaseLostError, open_store
 
 
 def _worker(db_url: str, base_url: str, *extra: str) -> subprocess.Popen[bytes]:
     env = {
         **os.environ,
-        "MEMSTRATA_DATABASE_URL": db_url,
-        "MEMSTRATA_EMBEDDER": "openai:fake-embed",
-        "MEMSTRATA_EMBEDDER_BASE_URL": base_url,
-        "MEMSTRATA_EMBEDDER_API_KEY": "k",
-        "MEMSTRATA_JOB_LEASE_SECONDS": "2",
+        "STRATAMEM_DATABASE_URL": db_url,
+        "STRATAMEM_EMBEDDER": "openai:fake-embed",
+        "STRATAMEM_EMBEDDER_BASE_URL": base_url,
+        "STRATAMEM_EMBEDDER_API_KEY": "k",
+        "STRATAMEM_JOB_LEASE_SECONDS": "2",
     }
     return subprocess.Popen(
-        [sys.executable, "-m", "memstrata.cli", "worker", *extra],
+        [sys.executable, "-m", "stratamem.cli", "worker", *extra],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

@@ -3,7 +3,7 @@
 Every request is forwarded to the upstream server and answered there, so a write has
 committed before anything goes wrong; then, for the requests a test armed a fault for, the
 answer is lost on the way back: the connection is dropped without a byte of it
-(``"drop"``, as when a server or a load balancer restarts) or a memstrata 503 envelope
+(``"drop"``, as when a server or a load balancer restarts) or a stratamem 503 envelope
 goes back instead (``"503"``, as when the store fails after the commit)::
 
     proxy = FaultProxy(server.url)

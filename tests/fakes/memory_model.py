@@ -1,4 +1,4 @@
-"""A scripted stand-in for an LLM that answers memstrata's three pipeline prompts.
+"""A scripted stand-in for an LLM that answers stratamem's three pipeline prompts.
 
 It reads the prompt the real adapter sent (through the real SDK, over loopback HTTP) and
 answers with simple deterministic rules, the way a small but competent model would:

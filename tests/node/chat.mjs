@@ -1,6 +1,6 @@
-// A Node.js application using the official openai package, with the memstrata proxy as its
+// A Node.js application using the official openai package, with the stratamem proxy as its
 // base URL: one plain and one streamed chat completion, the user named in a default header.
-// Prints one JSON object (answers, the X-Memstrata-Memory header of each call) on stdout.
+// Prints one JSON object (answers, the X-Stratamem-Memory header of each call) on stdout.
 //
 //   node chat.mjs <proxy base URL, e.g. http://127.0.0.1:8000/v1> <user id> <question> <question>
 //
@@ -18,7 +18,7 @@ if (!baseURL || !user || !first || !second) {
 const client = new OpenAI({
   baseURL,
   apiKey: process.env.OPENAI_API_KEY,
-  defaultHeaders: { "X-Memstrata-User-Id": user },
+  defaultHeaders: { "X-Stratamem-User-Id": user },
   maxRetries: 0,
   timeout: 30_000,
 });
@@ -41,13 +41,13 @@ console.log(
     openai: VERSION,
     plain: {
       answer: plain.data.choices[0].message.content,
-      memory: plain.response.headers.get("x-memstrata-memory"),
+      memory: plain.response.headers.get("x-stratamem-memory"),
       requestId: plain.response.headers.get("x-request-id"),
     },
     streamed: {
       answer: pieces.join(""),
       chunks: pieces.length,
-      memory: streamed.response.headers.get("x-memstrata-memory"),
+      memory: streamed.response.headers.get("x-stratamem-memory"),
     },
   }),
 );

@@ -1,7 +1,7 @@
-"""Print the REST API's OpenAPI document, the one `memstrata serve` serves at /openapi.json.
+"""Print the REST API's OpenAPI document, the one `stratamem serve` serves at /openapi.json.
 
 Built from the FastAPI app as the server builds it, without starting a server or opening a
-store: ``python scripts/openapi.py > openapi.json``. The developer's ``MEMSTRATA_*``
+store: ``python scripts/openapi.py > openapi.json``. The developer's ``STRATAMEM_*``
 variables are ignored so the document is the same on every machine. ``npm run generate``
 runs this (with ``$PYTHON``, default ``python3``) and turns the document into
 ``src/openapi.ts``.
@@ -15,9 +15,9 @@ import sys
 
 
 def main() -> int:
-    for name in [k for k in os.environ if k.startswith("MEMSTRATA_")]:
+    for name in [k for k in os.environ if k.startswith("STRATAMEM_")]:
         del os.environ[name]
-    from memstrata.server import create_app
+    from stratamem.server import create_app
 
     json.dump(create_app().openapi(), sys.stdout, indent=2)
     sys.stdout.write("\n")

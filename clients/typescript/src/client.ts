@@ -1,10 +1,10 @@
 /**
- * `MemoryClient`: memstrata's REST API as typed calls, in the Python client's shape
- * (`memstrata.client.MemoryClient`): the same method families, the same retry rules and
+ * `MemoryClient`: stratamem's REST API as typed calls, in the Python client's shape
+ * (`stratamem.client.MemoryClient`): the same method families, the same retry rules and
  * the same errors, with camelCase names and options. Answers are the server's JSON as the
  * generated types describe it (snake_case fields, timestamps as ISO-8601 strings).
  */
-import { MemstrataError, ProcessingError, ValidationError, NotFoundError } from "./errors.js";
+import { StratamemError, ProcessingError, ValidationError, NotFoundError } from "./errors.js";
 import type { FieldProblem } from "./errors.js";
 import {
   DEFAULT_BASE_URL,
@@ -52,13 +52,13 @@ import type {
 } from "./types.js";
 
 export interface ClientOptions {
-  /** Sent as `Authorization: Api-Key <key>` (default: `MEMSTRATA_API_KEY`). A key pasted
-   * with its scheme (`"Bearer ms_..."`) is sent as given. */
+  /** Sent as `Authorization: Api-Key <key>` (default: `STRATAMEM_API_KEY`). A key pasted
+   * with its scheme (`"Bearer sm_..."`) is sent as given. */
   apiKey?: string;
-  /** The server (default: `MEMSTRATA_BASE_URL`, else an http(s) `MEMSTRATA_DATABASE_URL`,
+  /** The server (default: `STRATAMEM_BASE_URL`, else an http(s) `STRATAMEM_DATABASE_URL`,
    * else `http://127.0.0.1:8000`). `host:port` without a scheme means `http://`. */
   baseUrl?: string;
-  /** The server's `MEMSTRATA_ADMIN_TOKEN`, for `projects` and `keys` (the /admin API). */
+  /** The server's `STRATAMEM_ADMIN_TOKEN`, for `projects` and `keys` (the /admin API). */
   adminToken?: string;
   /** Longest wait for one attempt's answer, in milliseconds (default 30000). */
   timeout?: number;
@@ -324,15 +324,15 @@ function env(name: string): string | undefined {
 }
 
 function defaultBaseUrl(): string {
-  const url = env("MEMSTRATA_BASE_URL") ?? env("MEMSTRATA_DATABASE_URL") ?? "";
+  const url = env("STRATAMEM_BASE_URL") ?? env("STRATAMEM_DATABASE_URL") ?? "";
   return /^https?:\/\//i.test(url) ? url : DEFAULT_BASE_URL;
 }
 
 /**
- * A memstrata server, over HTTP.
+ * A stratamem server, over HTTP.
  *
  * ```ts
- * const client = new MemoryClient({ apiKey: "ms_...", baseUrl: "http://127.0.0.1:8000" });
+ * const client = new MemoryClient({ apiKey: "sm_...", baseUrl: "http://127.0.0.1:8000" });
  * const session = await client.sessions.create({ userId: "u1", title: "trip planning" });
  * await session.addMessages([{ role: "user", content: "I moved to Berlin in March." }]);
  * const ctx = await session.getMemory("Where does the user live?");
@@ -362,7 +362,7 @@ export class MemoryClient {
     }
     this.transport = new Transport({
       baseUrl: options.baseUrl ?? defaultBaseUrl(),
-      apiKey: options.apiKey ?? env("MEMSTRATA_API_KEY"),
+      apiKey: options.apiKey ?? env("STRATAMEM_API_KEY"),
       adminToken: options.adminToken,
       timeoutMs: options.timeout ?? DEFAULT_TIMEOUT_MS,
       maxRetries: options.maxRetries ?? DEFAULT_MAX_RETRIES,
@@ -409,7 +409,7 @@ export class MemoryClient {
     const ids = spec.ids ?? {};
     const filled = (path as string).replace(/\{([a-z_]+)\}/g, (_, name: string) => {
       const id = ids[name];
-      if (id === undefined) throw new MemstrataError(`${path}: no value for {${name}}`);
+      if (id === undefined) throw new StratamemError(`${path}: no value for {${name}}`);
       return segment(id);
     });
     const call: Call = {

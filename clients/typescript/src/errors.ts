@@ -1,6 +1,6 @@
 /**
  * Errors of the client: one class per way a request to the server can fail, as in the
- * Python client (`memstrata.client`). Every error derives from {@link MemstrataError};
+ * Python client (`stratamem.client`). Every error derives from {@link StratamemError};
  * every error about a request from {@link APIError}, which carries what the server said:
  * `status`, `code`, `detail`, `requestId` (quote it when reporting a server error) and the
  * decoded `body`. Validation errors also carry `problems`, one `{field, message}` per
@@ -14,7 +14,7 @@ export interface FieldProblem {
 }
 
 /** The base class of every error this package throws. */
-export class MemstrataError extends Error {
+export class StratamemError extends Error {
   constructor(message: string) {
     super(message);
     this.name = new.target.name;
@@ -22,17 +22,17 @@ export class MemstrataError extends Error {
 }
 
 /** `wait()` ran out of time with messages still unprocessed (they stay queued). */
-export class ProcessingError extends MemstrataError {}
+export class ProcessingError extends StratamemError {}
 
 /** A webhook delivery whose signature, timestamp or headers do not check out. */
-export class WebhookVerificationError extends MemstrataError {}
+export class WebhookVerificationError extends StratamemError {}
 
 /**
  * The server could not be reached, or it answered with an error. `status` is undefined
  * when no answer came (connection refused, timeout) and for arguments refused before any
  * request was sent.
  */
-export class APIError extends MemstrataError {
+export class APIError extends StratamemError {
   status: number | undefined = undefined;
   /** The server's stable error code: `not_found`, `conflict`, `validation_error` ... */
   code: string | undefined = undefined;

@@ -1,6 +1,6 @@
 /**
  * The HTTP layer under the client: URL, key, timeouts, retries, envelope, errors. The rules
- * are the Python client's (`memstrata/client/_http.py`):
+ * are the Python client's (`stratamem/client/_http.py`):
  *
  * - A request that never reached the server (connection refused, host not found) is
  *   always safe to resend.
@@ -15,7 +15,7 @@ import {
   APIError,
   APIStatusError,
   APITimeoutError,
-  MemstrataError,
+  StratamemError,
   ValidationError,
   errorForStatus,
   retryAfterSeconds,
@@ -308,7 +308,7 @@ export class Transport {
     if (typeof body !== "object" || body === null || !("success" in body)) {
       const error = new APIStatusError(
         `${call.method} ${call.path}: the server answered ${response.status} without ` +
-          "memstrata's envelope; is baseUrl a memstrata server?",
+          "stratamem's envelope; is baseUrl a stratamem server?",
       );
       error.status = response.status;
       error.body = body;
@@ -320,4 +320,4 @@ export class Transport {
   }
 }
 
-export { MemstrataError };
+export { StratamemError };

@@ -1,10 +1,10 @@
 /**
- * memstrata's TypeScript client: long-term memory for LLM apps from Node.js (and any
- * runtime with `fetch`), against a memstrata server (`memstrata serve`).
+ * stratamem's TypeScript client: long-term memory for LLM apps from Node.js (and any
+ * runtime with `fetch`), against a stratamem server (`stratamem serve`).
  *
  * ```ts
- * import { MemoryClient } from "memstrata";
- * const client = new MemoryClient({ apiKey: process.env.MEMSTRATA_API_KEY });
+ * import { MemoryClient } from "stratamem";
+ * const client = new MemoryClient({ apiKey: process.env.STRATAMEM_API_KEY });
  * ```
  */
 export {
@@ -42,7 +42,7 @@ export type {
   SummaryVersion,
 } from "./client.js";
 export {
-  MemstrataError,
+  StratamemError,
   APIError,
   APIConnectionError,
   APITimeoutError,

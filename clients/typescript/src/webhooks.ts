@@ -1,6 +1,6 @@
 /**
- * `verifyWebhook`: check a delivery of a memstrata webhook the Standard Webhooks way
- * (https://www.standardwebhooks.com/), as the server signs it (`memstrata/hooks/_signing.py`):
+ * `verifyWebhook`: check a delivery of a stratamem webhook the Standard Webhooks way
+ * (https://www.standardwebhooks.com/), as the server signs it (`stratamem/hooks/_signing.py`):
  *
  * - `webhook-id`: the delivery id; `webhook-timestamp`: Unix seconds of this attempt;
  * - `webhook-signature`: `v1,` + base64 HMAC-SHA256 over `{id}.{timestamp}.{body}` keyed

@@ -1,4 +1,4 @@
-// Every method family of the client against a real `memstrata serve` on 127.0.0.1, the
+// Every method family of the client against a real `stratamem serve` on 127.0.0.1, the
 // errors it maps (401, 404, 409, 413, 422), webhook verification of deliveries the server
 // signed, and the generated types against the document the server serves. State is read
 // back through the API, never from what the client sent.
@@ -383,7 +383,7 @@ describe("admin: projects and keys", () => {
 
 describe("errors", () => {
   test("401: a wrong key", async () => {
-    const bad = new MemoryClient({ apiKey: "ms_not_a_real_key_0000000000000", baseUrl: server.url });
+    const bad = new MemoryClient({ apiKey: "sm_not_a_real_key_0000000000000", baseUrl: server.url });
     const error = await bad.sessions.list().catch((e) => e);
     assert.ok(error instanceof AuthenticationError && error instanceof APIError);
     assert.equal(error.status, 401);

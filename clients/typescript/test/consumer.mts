@@ -6,7 +6,7 @@ import {
   type Fact,
   type MemoryContext,
   type WebhookPayload,
-} from "memstrata";
+} from "stratamem";
 
 export async function example(client: MemoryClient): Promise<string> {
   const session = await client.sessions.create({ userId: "u1" });

@@ -1,4 +1,4 @@
-// Retries against a real `memstrata serve` that is SIGKILLed and started again on the same
+// Retries against a real `stratamem serve` that is SIGKILLed and started again on the same
 // port and SQLite file in the middle of the test: an add whose answer was lost is resent
 // with the ids the client gave its messages before the first try, so the server stores each
 // message exactly once (read back through the API afterwards).
@@ -15,7 +15,7 @@ const posts = [];
 
 before(async () => {
   // A killed worker's job is taken over after job_lease_seconds: 1 s instead of 30 s.
-  server = await new ServerProcess({ env: { MEMSTRATA_JOB_LEASE_SECONDS: "1" } }).start();
+  server = await new ServerProcess({ env: { STRATAMEM_JOB_LEASE_SECONDS: "1" } }).start();
   // The first delivery is held unanswered (the server's batch waits for it); later ones
   // answer "no change" at once.
   hooks = await receiver((req, delivery) =>

@@ -1,10 +1,10 @@
-// A real `memstrata serve` process on 127.0.0.1 for the tests (as tests/server_proc.py
+// A real `stratamem serve` process on 127.0.0.1 for the tests (as tests/server_proc.py
 // starts one for the Python suite): a free port, a SQLite file in a temp directory, the
 // hashing embedder and the offline pipeline, so it needs no network and starts in seconds.
 //
-// The Python that runs it: $MEMSTRATA_TEST_PYTHON (tests/test_typescript_client.py sets it
+// The Python that runs it: $STRATAMEM_TEST_PYTHON (tests/test_typescript_client.py sets it
 // to its own interpreter), else the repository's .venv/bin/python, else python3; it must
-// import memstrata (an editable install, or PYTHONPATH=src).
+// import stratamem (an editable install, or PYTHONPATH=src).
 import { spawn } from "node:child_process";
 import { existsSync, mkdtempSync, openSync, readFileSync, rmSync } from "node:fs";
 import { createServer } from "node:net";
@@ -13,11 +13,11 @@ import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 
 const here = dirname(fileURLToPath(import.meta.url));
-const KEY_RE = /\bms_[A-Za-z0-9_-]{20,}/;
+const KEY_RE = /\bsm_[A-Za-z0-9_-]{20,}/;
 export const ADMIN_TOKEN = "admin-token-for-the-typescript-tests";
 
 export function python() {
-  if (process.env.MEMSTRATA_TEST_PYTHON) return process.env.MEMSTRATA_TEST_PYTHON;
+  if (process.env.STRATAMEM_TEST_PYTHON) return process.env.STRATAMEM_TEST_PYTHON;
   const venv = resolve(here, "..", "..", "..", ".venv", "bin", "python");
   return existsSync(venv) ? venv : "python3";
 }
@@ -37,7 +37,7 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 export class ServerProcess {
   constructor({ env = {} } = {}) {
-    this.dir = mkdtempSync(join(tmpdir(), "memstrata-ts-"));
+    this.dir = mkdtempSync(join(tmpdir(), "stratamem-ts-"));
     this.db = `sqlite:///${join(this.dir, "m.db")}`;
     this.extraEnv = env;
     this.proc = undefined;
@@ -52,18 +52,18 @@ export class ServerProcess {
   async start(timeoutMs = 60_000) {
     this.port ??= await freePort();
     const env = Object.fromEntries(
-      Object.entries(process.env).filter(([k]) => !k.startsWith("MEMSTRATA_")),
+      Object.entries(process.env).filter(([k]) => !k.startsWith("STRATAMEM_")),
     );
     Object.assign(env, {
-      MEMSTRATA_ADMIN_TOKEN: ADMIN_TOKEN,
-      MEMSTRATA_WEBHOOK_ALLOW: "127.0.0.1",
-      MEMSTRATA_UI: "false",
+      STRATAMEM_ADMIN_TOKEN: ADMIN_TOKEN,
+      STRATAMEM_WEBHOOK_ALLOW: "127.0.0.1",
+      STRATAMEM_UI: "false",
       ...this.extraEnv,
     });
     // Appended: a process started again keeps the earlier run's output (the bootstrap key).
     const out = openSync(join(this.dir, "serve.out"), "a");
     const err = openSync(join(this.dir, "serve.err"), "a");
-    const args = ["-m", "memstrata", "--embedder", "hash", "serve", "--port", String(this.port)];
+    const args = ["-m", "stratamem", "--embedder", "hash", "serve", "--port", String(this.port)];
     this.proc = spawn(python(), [...args, "--database-url", this.db], {
       env,
       stdio: ["ignore", out, err],
@@ -73,7 +73,7 @@ export class ServerProcess {
     const deadline = Date.now() + timeoutMs;
     while (Date.now() < deadline) {
       const code = await Promise.race([exited, sleep(100).then(() => undefined)]);
-      if (code !== undefined) throw new Error(`memstrata serve exited (${code}):\n${this.stderr()}`);
+      if (code !== undefined) throw new Error(`stratamem serve exited (${code}):\n${this.stderr()}`);
       try {
         const r = await fetch(`${this.url}/healthz`);
         if (r.status === 200) return this;
@@ -82,10 +82,10 @@ export class ServerProcess {
       }
     }
     await this.stop();
-    throw new Error(`memstrata serve did not come up:\n${this.stderr()}`);
+    throw new Error(`stratamem serve did not come up:\n${this.stderr()}`);
   }
 
-  /** The bootstrap key `memstrata serve` printed on first start. */
+  /** The bootstrap key `stratamem serve` printed on first start. */
   key() {
     const found = readFileSync(join(this.dir, "serve.out"), "utf8").match(KEY_RE);
     if (!found) throw new Error(`no bootstrap key printed:\n${this.stdout()}`);

@@ -174,17 +174,17 @@ test("a timeout is APITimeoutError and is not resent", async () => {
   }
 });
 
-test("an answer without memstrata's envelope is an APIStatusError", async () => {
+test("an answer without stratamem's envelope is an APIStatusError", async () => {
   const srv = await http((req, res) => {
     res.writeHead(200, { "content-type": "text/html" });
-    res.end("<html>not memstrata</html>");
+    res.end("<html>not stratamem</html>");
   });
   try {
     const c = new MemoryClient({ apiKey: "k", baseUrl: srv.url });
     const error = await c.sessions.get("s1").catch((e) => e);
     assert.ok(error instanceof APIStatusError);
-    assert.match(error.message, /without memstrata's envelope/);
-    assert.equal(error.body, "<html>not memstrata</html>");
+    assert.match(error.message, /without stratamem's envelope/);
+    assert.equal(error.body, "<html>not stratamem</html>");
   } finally {
     await srv.close();
   }

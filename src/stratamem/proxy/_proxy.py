@@ -1,0 +1,518 @@
+"""The memory proxy: provider APIs in front of an upstream, with memory around each call.
+
+``POST /v1/chat/completions`` and ``/v1/responses`` (OpenAI's shapes) and ``/v1/messages``
+(Anthropic's) recall memory for the user the request names, inject it, forward the request,
+relay the answer as it arrives and capture the exchange. The recall, the injection and the
+reading of answers are capture's own endpoints (``capture/_openai.py``,
+``capture/_anthropic.py``) applied to the request body, exactly as ``mem.llm.register``
+applies them to an SDK call's keyword arguments. Any other ``/v1/...`` request is relayed
+without memory, so a client that also lists models or embeds text needs only the one base
+URL.
+
+Memory never stands in the way: when it is slow or down the request goes upstream as the
+caller sent it, and ``X-Stratamem-Memory`` says what happened (``injected``, ``none``,
+``skipped``, ``off``). Upstream answers, errors included, reach the caller as the upstream
+sent them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+import anyio
+import httpx
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+
+from ..capture._anthropic import MESSAGES
+from ..capture._openai import CHAT, RESPONSES
+from ..capture._scope import Attribution, check, scope
+from ..capture._wrap import Endpoint, captured, prepared, stream_parts
+from ..errors import ValidationError
+from ._json import loads
+from ._sse import EventDecoder
+from ._upstream import Upstream, body_decoder, response_headers
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable
+
+    from ..capture._capture import Capture, Recalled
+
+__all__ = [
+    "KEY_HEADER",
+    "MEMORY_HEADER",
+    "PROCESS_HEADER",
+    "SESSION_HEADER",
+    "USER_HEADER",
+    "CaptureSource",
+    "MemoryProxy",
+    "Refused",
+    "refusal",
+]
+
+log = logging.getLogger("stratamem.proxy")
+
+USER_HEADER = "x-stratamem-user-id"
+SESSION_HEADER = "x-stratamem-session-id"
+PROCESS_HEADER = "x-stratamem-process-id"
+KEY_HEADER = "x-stratamem-api-key"
+MEMORY_HEADER = "x-stratamem-memory"
+
+_METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
+_RECALL_THREADS = 64
+
+
+# What a handler returns when its caller has gone: nobody reads it.
+_GONE = Response(status_code=499)
+
+
+class Refused(Exception):
+    """A request the proxy answers itself (no user, a bad id, a wrong stratamem key)."""
+
+    def __init__(self, status: int, message: str, *, kind: str = "invalid_request_error"):
+        super().__init__(message)
+        self.status = status
+        self.kind = kind
+
+
+class CaptureSource(Protocol):
+    """Where a request's memory is: one memory (``stratamem proxy``), or the project its
+    stratamem key names (``stratamem serve``)."""
+
+    async def capture_for(self, request: Request) -> Capture | None:
+        """The request's capture; None when memory cannot be reached now (the request
+        then goes on without it). Raises :class:`Refused`."""
+        ...
+
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class _Api:
+    endpoint: Endpoint
+    anthropic: bool  # the upstream, key header and error shape are Anthropic's
+    request: str  # what the recall log calls a call of this route
+
+
+_APIS = {
+    path: _Api(endpoint, anthropic=anthropic, request=f"POST {path}")
+    for path, endpoint, anthropic in (
+        ("/v1/chat/completions", CHAT, False),
+        ("/v1/responses", RESPONSES, False),
+        ("/v1/messages", MESSAGES, True),
+    )
+}
+
+
+def _error_body(message: str, *, anthropic: bool, kind: str) -> dict[str, Any]:
+    if anthropic:
+        return {"type": "error", "error": {"type": kind, "message": message}}
+    return {"error": {"message": message, "type": kind, "param": None, "code": None}}
+
+
+def _error(status: int, message: str, *, anthropic: bool, kind: str) -> JSONResponse:
+    """An error the proxy itself answers, in the provider's shape, so the caller's SDK
+    raises it with the message intact."""
+    body = _error_body(message, anthropic=anthropic, kind=kind)
+    return JSONResponse(body, status_code=status, headers={MEMORY_HEADER: "off"})
+
+
+def refusal(path: str, message: str) -> dict[str, Any] | None:
+    """A body refused before the proxy reads it (over the size limit), in the provider's
+    shape on the proxy's paths; None elsewhere (``server/_limits.py``)."""
+    if not path.startswith("/v1/"):
+        return None
+    return _error_body(message, anthropic=path == "/v1/messages", kind="invalid_request_error")
+
+
+async def _body(request: Request, anthropic: bool) -> bytes | JSONResponse:
+    """The request's body, or the provider-shaped 413 of a body that grew past the limit
+    while it streamed in (one with a Content-Length over it never gets here)."""
+    try:
+        return await request.body()
+    except HTTPException as exc:
+        return _error(
+            exc.status_code, str(exc.detail), anthropic=anthropic, kind="invalid_request_error"
+        )
+
+
+def _identity(request: Request) -> Attribution | None:
+    headers = request.headers
+    user = headers.get(USER_HEADER)
+    session = headers.get(SESSION_HEADER)
+    process = headers.get(PROCESS_HEADER)
+    if user is None:
+        if session is not None or process is not None:
+            raise Refused(400, f"{SESSION_HEADER} and {PROCESS_HEADER} need {USER_HEADER}")
+        return None
+    try:
+        return check(user_id=user, session_id=session, process_id=process)
+    except ValidationError as exc:
+        problems = "; ".join(exc.problems) if exc.problems else str(exc)
+        raise Refused(400, f"invalid stratamem header: {problems}") from None
+
+
+def _json_object(raw: bytes) -> dict[str, Any] | None:
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        return None
+    return body if isinstance(body, dict) else None
+
+
+def _prepare(
+    api: _Api, capture: Capture, who: Attribution, body: dict[str, Any]
+) -> tuple[Recalled | None, Any]:
+    # In a worker thread: recall blocks (bounded by capture_recall_timeout_ms).
+    with scope(who.user_id, who.session_id, who.process_id):
+        return prepared(api.endpoint, capture, body, source="proxy", label=api.request)
+
+
+@dataclass
+class _Call:
+    """One proxied call with memory: what capture needs once the answer is in.
+
+    Only answers are captured (whole, or partial when the caller left a stream early). An
+    attempt the upstream refused or failed is not: each of an SDK's retries is a request of
+    its own here, so storing every failed attempt would store the user's turn once per try.
+    """
+
+    endpoint: Endpoint
+    capture: Capture
+    recalled: Recalled
+    body: dict[str, Any]
+    start: float = 0.0
+
+    def answered(self, raw: bytes) -> None:
+        try:
+            answer = loads(raw)
+        except ValueError:
+            log.warning("stratamem: the upstream's answer is not JSON; the call is not captured")
+            return
+        captured(self.endpoint, self.capture, self.recalled, self.body, answer, self.start)
+
+
+async def _raw_body(answer: httpx.Response) -> bytes:
+    """The answer's bytes as the upstream sent them (``aread`` would decode them)."""
+    return b"".join([chunk async for chunk in answer.aiter_raw()])
+
+
+async def _until_disconnect(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _unless_gone(request: Request, work: Awaitable[Any]) -> Any:
+    """``work``'s result, or None when the caller disconnects first (``work`` is then
+    cancelled: the upstream stops generating an answer nobody will read)."""
+    task = asyncio.ensure_future(work)
+    gone = asyncio.ensure_future(_until_disconnect(request.receive))
+    try:
+        await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+    if task.done():
+        return task.result()
+    task.cancel()
+    with contextlib.suppress(BaseException):
+        await task
+    return None
+
+
+class _Relay:
+    """The upstream's streamed answer, relayed chunk by chunk as it arrives.
+
+    The client's disconnect is watched while the upstream is awaited, so a client that
+    goes away stops the upstream's generation at once (not at its next chunk) and its
+    exchange is captured as partial. ``finish(partial, error)`` runs exactly once."""
+
+    def __init__(
+        self,
+        upstream: httpx.Response,
+        headers: list[tuple[bytes, bytes]],
+        on_chunk: Callable[[bytes], None] | None = None,
+        finish: Callable[[bool, BaseException | None], None] | None = None,
+    ) -> None:
+        self.upstream = upstream
+        self.headers = headers
+        self.on_chunk = on_chunk
+        self.finish = finish
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        ended, error = False, None
+        try:
+            async with anyio.create_task_group() as group:
+
+                async def watch() -> None:
+                    await _until_disconnect(receive)
+                    group.cancel_scope.cancel()
+
+                group.start_soon(watch)
+                ended, error = await self._pump(send)
+                group.cancel_scope.cancel()
+        finally:
+            if self.finish is not None:
+                self._finish(not ended and error is None, error)
+            # Not read to its end: the connection is closed, so the upstream stops.
+            with anyio.CancelScope(shield=True):
+                await self.upstream.aclose()
+        if error is not None:
+            # Headers are sent: aborting the connection is how the client learns the
+            # stream broke (a clean end would pass a truncated answer for a whole one).
+            raise error
+
+    async def _pump(self, send: Send) -> tuple[bool, BaseException | None]:
+        """(whether the whole answer was relayed, the upstream's error if it broke)."""
+        try:
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": self.upstream.status_code,
+                    "headers": self.headers,
+                }
+            )
+            # Raw: the bytes as the upstream sent them (compressed or not); every chunk
+            # that arrived before a break is relayed before the break is.
+            async for chunk in self.upstream.aiter_raw():
+                if self.on_chunk is not None:
+                    self.on_chunk(chunk)
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except httpx.HTTPError as exc:
+            return False, exc
+        except OSError:  # the client went away while a chunk was being sent
+            return False, None
+        return True, None
+
+    def _finish(self, partial: bool, error: BaseException | None) -> None:
+        assert self.finish is not None
+        try:
+            self.finish(partial, error)
+        except Exception:
+            log.exception("stratamem: capturing a proxied stream failed")
+
+
+def _tap(
+    call: _Call, decode: Callable[[bytes], bytes]
+) -> tuple[Callable[[bytes], None], Callable[[bool, BaseException | None], None]]:
+    """What reads a copy of the stream for capture: SSE events into the endpoint's
+    accumulator, and the exchange when the stream ends. ``decode`` undoes a compression
+    the upstream applied although asked not to (the caller gets the bytes as sent)."""
+    add, finish = stream_parts(call.endpoint, call.capture, call.recalled, call.body, call.start)
+    decoder = EventDecoder()
+
+    def on_chunk(chunk: bytes) -> None:
+        try:
+            for event in decoder.feed(decode(chunk)):
+                add(event)
+        except Exception:  # an event we cannot read must not break the caller's stream
+            log.exception("stratamem: could not read a proxied stream event")
+
+    return on_chunk, finish
+
+
+class MemoryProxy:
+    """The proxy's routes. ``openai`` is the upstream of the OpenAI-shaped routes and of
+    every other ``/v1`` path, ``anthropic`` that of ``/v1/messages``; a route whose upstream
+    is None answers 501. ``require_user``: a memory route without ``X-Stratamem-User-Id``
+    is refused (400) rather than relayed without memory."""
+
+    def __init__(
+        self,
+        captures: CaptureSource,
+        *,
+        openai: Upstream | None,
+        anthropic: Upstream | None,
+        require_user: bool = True,
+        timeout_s: float = 600.0,
+    ) -> None:
+        self._captures = captures
+        self._openai = openai
+        self._anthropic = anthropic
+        self.require_user = require_user
+        self._timeout_s = timeout_s
+        self._client: httpx.AsyncClient | None = None
+        # Each call's recall blocks a thread for up to its bound: a pool of the proxy's own,
+        # so that many concurrent calls neither queue behind asyncio's small default pool
+        # (min(32, cores + 4) threads) nor starve what else uses it.
+        self._pool = ThreadPoolExecutor(_RECALL_THREADS, thread_name_prefix="stratamem-proxy")
+
+    def routes(self) -> list[Route]:
+        memory = [Route(path, self._with_memory, methods=["POST"]) for path in _APIS]
+        return [*memory, Route("/v1/{path:path}", self._relay_only, methods=_METHODS)]
+
+    async def aclose(self) -> None:
+        """Close the upstream connections and store what capture has queued."""
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+        await asyncio.to_thread(self._captures.close)
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    # -- routes -------------------------------------------------------------------------
+
+    async def _with_memory(self, request: Request) -> Response | _Relay:
+        api = _APIS[request.url.path]
+        upstream = self._anthropic if api.anthropic else self._openai
+        if upstream is None:
+            return self._unconfigured(api.anthropic)
+        raw = await _body(request, api.anthropic)
+        if isinstance(raw, JSONResponse):
+            return raw
+        try:
+            who = _identity(request)
+            if who is None and self.require_user:
+                raise Refused(
+                    400,
+                    f"no user: send {USER_HEADER} (and optionally {SESSION_HEADER}) so the "
+                    "call is remembered for that user; without it every caller would share "
+                    "one memory",
+                )
+            call, state, raw = await self._memory(request, api, upstream, who, raw)
+        except Refused as exc:
+            return _error(exc.status, str(exc), anthropic=api.anthropic, kind=exc.kind)
+        return await self._forward(request, upstream, raw, state, call)
+
+    async def _relay_only(self, request: Request) -> Response | _Relay:
+        upstream = self._openai
+        if upstream is None:
+            return self._unconfigured(anthropic=False)
+        if upstream.key is not None:  # the proxy's key is spent only for a known caller
+            try:
+                await self._captures.capture_for(request)
+            except Refused as exc:
+                return _error(exc.status, str(exc), anthropic=False, kind=exc.kind)
+        raw = await _body(request, anthropic=False)
+        if isinstance(raw, JSONResponse):
+            return raw
+        return await self._forward(request, upstream, raw, "off", None)
+
+    # -- internals -----------------------------------------------------------------------
+
+    async def _memory(
+        self,
+        request: Request,
+        api: _Api,
+        upstream: Upstream,
+        who: Attribution | None,
+        raw: bytes,
+    ) -> tuple[_Call | None, str, bytes]:
+        """(the call to capture, the memory header's value, the body to send)."""
+        body = _json_object(raw)  # not JSON: sent as it is, the upstream says what is wrong
+        remembered = who is not None and body is not None
+        if not remembered and upstream.key is None:
+            return None, "off", raw
+        # With the proxy's own upstream key, this also keeps strangers from spending it.
+        capture = await self._captures.capture_for(request)
+        if who is None or body is None:
+            return None, "off", raw
+        if capture is None:
+            return None, "skipped", raw
+        if capture.recall or capture.inject_history:
+            recalled, sent = await asyncio.get_running_loop().run_in_executor(
+                self._pool, _prepare, api, capture, who, body
+            )
+        else:  # nothing to wait for: no thread hop (on a busy machine, a wake-up costs)
+            recalled, sent = _prepare(api, capture, who, body)
+        if recalled is None:  # preparing failed (logged): the call goes as it came
+            return None, "skipped", raw
+        call = _Call(api.endpoint, capture, recalled, body)
+        # Nothing injected: the caller's bytes go. (The Responses and Anthropic endpoints
+        # return a copy of the request even when they put nothing into it.)
+        if sent is body or sent == body:
+            return call, "skipped" if recalled.skipped else "none", raw
+        encoded = json.dumps(sent, ensure_ascii=False, separators=(",", ":")).encode()
+        return call, "injected", encoded
+
+    async def _forward(
+        self,
+        request: Request,
+        upstream: Upstream,
+        raw: bytes,
+        state: str,
+        call: _Call | None,
+    ) -> Response | _Relay:
+        client = self._http()
+        outgoing = client.build_request(
+            request.method,
+            upstream.target(request.url.path, request.url.query),
+            headers=upstream.headers(request.headers.items()),
+            content=raw,
+        )
+        if call is not None:
+            call.start = time.perf_counter()
+        try:
+            # Until its headers arrive, a plain call's answer is the whole wait: a caller
+            # that gives up meanwhile cancels it (nothing is stored; its SDK retries).
+            answer: httpx.Response | None = await _unless_gone(
+                request, client.send(outgoing, stream=True)
+            )
+        except httpx.HTTPError as exc:
+            return self._unreachable(request, upstream, exc)
+        if answer is None:
+            return _GONE
+        headers = [
+            *response_headers(answer.headers.raw),
+            (MEMORY_HEADER.encode(), state.encode()),
+        ]
+        decode = body_decoder(answer.headers.get("content-encoding"))
+        streamed = answer.headers.get("content-type", "").startswith("text/event-stream")
+        if call is None or answer.status_code >= 400 or decode is None:
+            return _Relay(answer, headers)  # relayed as it comes, not captured
+        if streamed:
+            return _Relay(answer, headers, *_tap(call, decode))
+        try:
+            content: bytes | None = await _unless_gone(request, _raw_body(answer))
+        except httpx.HTTPError as exc:
+            return self._unreachable(request, upstream, exc)
+        finally:
+            await answer.aclose()
+        if content is None:
+            return _GONE
+        call.answered(decode(content))
+        relayed = Response(content, status_code=answer.status_code)
+        relayed.raw_headers.extend(headers)
+        return relayed
+
+    def _http(self) -> httpx.AsyncClient:
+        if self._client is None:
+            self._client = httpx.AsyncClient(
+                timeout=httpx.Timeout(self._timeout_s, connect=10.0),
+                follow_redirects=False,
+                limits=httpx.Limits(max_connections=200, max_keepalive_connections=50),
+                # The caller's request decides; never the proxy's environment.
+                trust_env=False,
+            )
+        return self._client
+
+    @staticmethod
+    def _unreachable(request: Request, upstream: Upstream, exc: BaseException) -> JSONResponse:
+        reason = type(exc).__name__
+        log.warning("stratamem: the upstream %s failed: %s", upstream.url, reason)
+        return _error(
+            502,
+            f"stratamem proxy: the upstream {upstream.url} failed ({reason})",
+            anthropic=request.url.path == "/v1/messages",
+            kind="api_error",
+        )
+
+    def _unconfigured(self, anthropic: bool) -> JSONResponse:
+        which = "STRATAMEM_PROXY_ANTHROPIC_UPSTREAM or " if anthropic else ""
+        return _error(
+            501,
+            f"the stratamem proxy has no upstream for this route: set {which}"
+            "STRATAMEM_PROXY_UPSTREAM (stratamem proxy --upstream URL)",
+            anthropic=anthropic,
+            kind="api_error",
+        )

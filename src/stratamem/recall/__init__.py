@@ -1,0 +1,196 @@
+"""The read path: layered hybrid search, the local scorer, rerank, and context assembly.
+
+A recall is a straight line of stages, each a function of the plan and of the previous
+stage's output (docs/recall.md, "The stages"):
+
+1. plan (``_plan``): the query read once — its period, variants, terms, the names it
+   mentions, whether it asks for several things, the layers and candidate counts;
+2. retrieve (``_retrieve``): full-text and vector candidates of every layer, with their
+   evidence (cosines, neighbouring turns, time, status);
+3. score (``_scoring``): one ranking on one scale over every layer;
+4. chain (``_chain``, ``multi_hop_chain`` only): a second retrieval seeded by the best hits;
+5. select (``_select``): rerank of the head when asked, the head spread over sessions for
+   a question asking for several things, exclusions, the hits returned;
+6. assemble (``_context``, ``get_memory`` only): history, topics, quotes, the token budget.
+
+``Recaller`` runs them. Full text sees a message the moment it is accepted; the vector side
+once a worker has embedded it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager, nullcontext
+from datetime import datetime
+from functools import partial
+
+from .._foreground import Foreground
+from .._queries import SEARCH_LAYERS
+from .._time import parse_iso as parse_ts
+from ..embed import Embedder
+from ..llm import ChatModel
+from ..store import SearchFilters, SessionRow
+from ..types import Hit, MemoryContext, RecallConfig
+from ._chain import chain
+from ._context import assemble, carried_texts
+from ._plan import QueryPlan, SearchOptions, plan_query, search_options
+from ._retrieve import RecallStore, StoredRow, retrieve
+from ._rows import message_from_row
+from ._scoring import DEFAULT_WEIGHTS, Key, Scored, ScorerWeights, rank
+from ._select import select
+from ._tokens import estimate_tokens
+
+__all__ = [
+    "SEARCH_LAYERS",
+    "RecallStore",
+    "Recaller",
+    "SearchOptions",
+    "estimate_tokens",
+    "message_from_row",
+    "parse_ts",
+    "search_options",
+]
+
+
+class Recaller:
+    """Runs the recall stages over a store, an embedder and (for rerank) a chat model."""
+
+    def __init__(
+        self,
+        store: RecallStore,
+        embedder: Embedder,
+        *,
+        chat: ChatModel | None = None,
+        weights: ScorerWeights = DEFAULT_WEIGHTS,
+        foreground: Foreground | None = None,
+    ) -> None:
+        self.store = store
+        self.embedder = embedder
+        self.chat = chat
+        self.weights = weights
+        self.foreground = foreground
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
+
+    def _executor(self) -> ThreadPoolExecutor:
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(4, thread_name_prefix="stratamem-recall")
+            return self._pool
+
+    def close(self) -> None:
+        with self._pool_lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True)
+
+    @contextmanager
+    def _foreground(self) -> Iterator[None]:
+        # A recall is waited for: this process's background threads (the pipeline, the
+        # capture writer) and an embedder that runs background batches on the same cores
+        # (the local model) let it go first for its whole length, not only while the
+        # query itself is embedded.
+        foreground = getattr(self.embedder, "foreground", None)
+        with (
+            self.foreground.hold() if self.foreground is not None else nullcontext(),
+            foreground() if foreground is not None else nullcontext(),
+        ):
+            yield
+
+    def search(
+        self,
+        project_id: str,
+        user_id: str,
+        query: str,
+        *,
+        limit: int,
+        filters: SearchFilters,
+        options: SearchOptions | None = None,
+        exclude: Sequence[str] = (),
+        rows: dict[str, StoredRow] | None = None,
+        carried: frozenset[str] = frozenset(),
+    ) -> list[Hit]:
+        """Ranked hits of every layer asked for, each with its provenance message ids.
+        ``rows``, when given, receives the stored row of each hit by id. Messages whose id
+        is in ``exclude``, or whose stripped content is in ``carried``, are passed over:
+        the next-ranked items take their places."""
+        if limit <= 0 or not query.strip():
+            return []
+        with self._foreground():
+            plan = plan_query(
+                query,
+                project_id=project_id,
+                user_id=user_id,
+                filters=filters,
+                options=options or SearchOptions(),
+                limit=limit,
+                speakers=self.store.speaker_names(project_id, user_id),
+                excluded=len(exclude),
+                carried=len(carried),
+                locate=lambda event, opts: self._locate(project_id, user_id, event, opts),
+            )
+            scored = self._rank(plan)
+            if plan.options.router == "multi_hop_chain":
+                scored = chain(self.store, plan, scored, self._rank)
+            return select(
+                self.store,
+                plan,
+                scored,
+                limit=limit,
+                exclude=exclude,
+                texts=carried,
+                chat=self.chat,
+                rows=rows,
+            )
+
+    def _rank(self, plan: QueryPlan) -> dict[Key, Scored]:
+        """Retrieve and score: what one plan finds, ranked."""
+        return rank(retrieve(self.store, self.embedder, self._executor(), plan), plan, self.weights)
+
+    def _locate(
+        self, project_id: str, user_id: str, event: str, options: SearchOptions
+    ) -> datetime | None:
+        """When ``event`` was talked about ("before the move": the move): the time of the
+        best message for it. The search for it takes no more candidates than the recall it
+        serves (a capture recall's are few)."""
+        hits = self.search(
+            project_id,
+            user_id,
+            event,
+            limit=1,
+            filters=SearchFilters(),
+            options=SearchOptions(
+                layers=("message",), as_of=options.as_of, per_layer=options.per_layer
+            ),
+        )
+        return hits[0].timestamp if hits else None
+
+    def context(
+        self,
+        *,
+        project_id: str,
+        session: SessionRow,
+        query: str | None,
+        config: RecallConfig,
+        filters: SearchFilters,
+        details: bool,
+        exclude_texts: Sequence[str] = (),
+    ) -> MemoryContext:
+        """``get_memory``: the session's recent turns and what recall finds for ``query``,
+        formatted within the token budget. A message whose content is one of
+        ``exclude_texts`` (stripped) is in the prompt already: it is left out of the history,
+        the matches (the next-ranked take its slot) and the quotes (the next source message
+        takes its place), before anything is formatted."""
+        with self._foreground():
+            return assemble(
+                self.store,
+                partial(self.search, project_id, session.user_id, filters=filters),
+                project_id=project_id,
+                session=session,
+                query=query,
+                config=config,
+                details=details,
+                texts=carried_texts(exclude_texts),
+            )

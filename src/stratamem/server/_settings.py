@@ -1,0 +1,96 @@
+"""Settings of the REST server, from arguments and ``STRATAMEM_*`` environment variables.
+
+They live apart from the engine's :class:`stratamem.config.Settings` because only the server
+reads them; both use the same prefix, so one environment configures a deployment.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field, SecretStr
+from pydantic import ValidationError as PydanticValidationError
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from ..errors import ConfigError
+
+__all__ = ["ServerSettings", "load_server_settings"]
+
+
+class ServerSettings(BaseSettings):
+    # extra="ignore": the engine's STRATAMEM_* variables share the prefix and are not ours.
+    model_config = SettingsConfigDict(env_prefix="STRATAMEM_", extra="ignore", frozen=True)
+
+    host: str = Field(default="127.0.0.1", description="Interface `stratamem serve` binds.")
+    port: int = Field(default=8000, ge=1, le=65535, description="TCP port of `stratamem serve`.")
+    admin_token: SecretStr | None = Field(
+        default=None,
+        description="Bearer token of the /admin API (projects and keys); unset, the admin "
+        "API answers 403.",
+    )
+    max_body_bytes: int = Field(
+        default=1_048_576,
+        ge=1024,
+        le=1 << 30,
+        description="Largest request body accepted; larger ones are refused with 413.",
+    )
+    proxy_upstream: str | None = Field(
+        default=None,
+        description="Memory proxy: base URL of the OpenAI-compatible upstream of "
+        "/v1/chat/completions, /v1/responses and every other /v1 path, e.g. "
+        "`https://api.openai.com` or `http://127.0.0.1:11434` (Ollama); unset, the proxy's "
+        "routes answer 501.",
+    )
+    proxy_anthropic_upstream: str | None = Field(
+        default=None,
+        description="Memory proxy: base URL of /v1/messages' upstream, e.g. "
+        "`https://api.anthropic.com` (default: proxy_upstream).",
+    )
+    proxy_upstream_api_key: SecretStr | None = Field(
+        default=None,
+        description="Memory proxy: the provider key sent upstream instead of the caller's "
+        "(then `stratamem serve` requires a stratamem key on every proxied request, "
+        "`/v1` paths without memory included).",
+    )
+    proxy_require_user: bool = Field(
+        default=True,
+        description="Memory proxy: refuse (400) a chat, responses or messages request "
+        "without X-Stratamem-User-Id; false relays it without memory.",
+    )
+    proxy_timeout_s: float = Field(
+        default=600.0,
+        gt=0,
+        le=3600,
+        description="Memory proxy: longest wait for the upstream's next byte.",
+    )
+    proxy_max_body_bytes: int = Field(
+        default=32 * 1_048_576,
+        ge=1024,
+        le=1 << 30,
+        description="Memory proxy: largest request body accepted on /v1 paths (images "
+        "travel inline); larger ones are refused with 413.",
+    )
+    ui: bool = Field(
+        default=True,
+        description="Serve the dashboard at /ui (sign-in with a project API key or the "
+        "admin token); false leaves /ui unrouted.",
+    )
+    ui_session_hours: float = Field(
+        default=12.0,
+        gt=0,
+        le=24 * 30,
+        description="Dashboard: how long a sign-in lasts before the browser must sign in again.",
+    )
+
+
+def load_server_settings(**overrides: Any) -> ServerSettings:
+    """Server settings; ``None`` arguments mean "not given" so the environment still applies."""
+    given = {k: v for k, v in overrides.items() if v is not None}
+    try:
+        return ServerSettings(**given)
+    except PydanticValidationError as exc:
+        problems = [
+            f"{'.'.join(str(p) for p in err['loc']) or 'settings'}: {err['msg']}"
+            for err in exc.errors()
+        ]
+        raise ConfigError("invalid server configuration:\n  " + "\n  ".join(problems)) from None
