@@ -29,9 +29,7 @@ def test_the_old_name_appears_nowhere_but_the_rename_note() -> None:
     files = _tracked_and_new_files()
     assert "pyproject.toml" in files and len(files) > 100  # the listing worked
     in_paths = [p for p in files if OLD_NAME.search(p.encode())]
-    in_content = [
-        p for p in files if p != RENAME_NOTE and OLD_NAME.search((REPO / p).read_bytes())
-    ]
+    in_content = [p for p in files if p != RENAME_NOTE and OLD_NAME.search((REPO / p).read_bytes())]
     assert in_paths == [] and in_content == []
 
 
