@@ -156,6 +156,20 @@ LONGMEMEVAL_TYPES = (
     "knowledge-update",
     "temporal-reasoning",
 )
+BEAM_FILE = "beam_500k_dev.json.xz"
+BEAM_TYPES = (
+    "information_extraction",
+    "knowledge_update",
+    "temporal_reasoning",
+    "multi_session_reasoning",
+    "contradiction_resolution",
+    "event_ordering",
+    "instruction_following",
+    "preference_following",
+    "summarization",
+)
+_BEAM_DATE = "%B-%d-%Y"  # "January-05-2024"
+_BEAM_MARKER = re.compile(r"\s*->->\s*[\d,\s]+$")  # " ->-> 4,32": the benchmark's index
 _LOCOMO_DATE = "%I:%M %p on %d %B, %Y"  # "1:56 pm on 8 May, 2023"
 _LME_DATE = "%Y/%m/%d (%a) %H:%M"  # "2023/05/20 (Sat) 02:21"
 _ID_RE = re.compile(ID_PATTERN)
@@ -433,6 +447,109 @@ def longmemeval_dataset(split: str, limit: int | None, shape: str = "roles") -> 
         ds.notes.append(
             f"{no_turns} questions have evidence in assistant turns only: session level only"
         )
+    return ds
+
+
+def _load_beam() -> list[dict[str, Any]]:
+    path = data_dir() / BEAM_FILE
+    if not path.is_file():
+        raise SystemExit(
+            f"benchmark data not found: {path}; set STRATAMEM_DATA_DIR to the folder "
+            f"holding {BEAM_FILE}"
+        )
+    with lzma.open(path, "rt", encoding="utf-8") as f:
+        items = json.load(f)
+    if not isinstance(items, list):
+        raise SystemExit(f"{path}: expected a JSON list of chats")
+    return items
+
+
+def _beam_evidence(raw: Any) -> list[int]:
+    """A question's ``source_chat_ids``: a list of turn ids, or a dict of such lists."""
+    if isinstance(raw, dict):
+        raw = [i for ids in raw.values() for i in (ids if isinstance(ids, list) else [ids])]
+    if not isinstance(raw, list):
+        return []
+    return [int(i) for i in raw if isinstance(i, int) or str(i).isdigit()]
+
+
+def beam_dataset(split: str, limit: int | None, shape: str = "roles") -> Dataset:
+    """BEAM 500K: each chat one user, each batch one session, every turn (both roles) a
+    message; the batch's ``time_anchor`` (on its first turn) then a minute per turn."""
+    chats = _halves(_load_beam(), split)
+    if limit is not None:
+        chats = chats[:limit]
+    ds = Dataset(
+        key="beam",
+        title="BEAM",
+        unit="chats",
+        users=[],
+        groups={t: t for t in BEAM_TYPES},
+        overall=BEAM_TYPES,
+    )
+    for chat in chats:
+        uid = _safe_id(f"beam-{chat['conversation_id']}")
+        sessions: list[BenchSession] = []
+        turn_session: dict[str, str] = {}
+        clock: datetime | None = None
+        for batch in chat["chat"]:
+            turns = [x for group in batch["turns"] for x in group]
+            anchor = next((x["time_anchor"] for x in turns if x.get("time_anchor")), None)
+            if anchor is not None:
+                clock = datetime.strptime(str(anchor), _BEAM_DATE).replace(
+                    hour=9, tzinfo=timezone.utc
+                )
+            elif clock is None:
+                raise SystemExit(f"BEAM chat {chat['conversation_id']}: no time anchor")
+            session = f"B{batch['batch_number']}"
+            docs = []
+            for i, x in enumerate(turns):
+                content = _BEAM_MARKER.sub("", str(x.get("content") or "")).strip()
+                if not content:
+                    continue
+                turn = str(x["id"])
+                turn_session[turn] = session
+                role = "user" if x.get("role") == "user" else "assistant"
+                docs.append(
+                    Doc(
+                        mid=_safe_id(f"{uid}/{turn}"),
+                        turn=turn,
+                        session=session,
+                        role="user" if shape == "prefixed" else role,
+                        name=None,
+                        content=f"{role.capitalize()}: {content}"
+                        if shape == "prefixed"
+                        else content,
+                        timestamp=clock + timedelta(minutes=i),
+                        bm25_text=content,
+                    )
+                )
+            if docs:
+                sessions.append(BenchSession(_safe_id(f"{uid}/{session}"), docs))
+            # The next batch without an anchor of its own continues a day later.
+            clock = clock + timedelta(days=1)
+        as_of = max(d.timestamp for s in sessions for d in s.docs) + timedelta(days=1)
+        questions = []
+        for qtype, items in chat["probing_questions"].items():
+            for i, q in enumerate(items):
+                gold = [str(g) for g in _beam_evidence(q.get("source_chat_ids"))]
+                gold = [g for g in gold if g in turn_session]
+                if not gold:
+                    ds.skipped[f"no evidence ({qtype})"] += 1
+                    continue
+                if qtype not in ds.groups:
+                    ds.groups[qtype] = qtype
+                questions.append(
+                    Question(
+                        qid=f"{uid}#{qtype}#{i}",
+                        text=str(q["question"]).strip(),
+                        group=qtype,
+                        gold_turns=frozenset(gold),
+                        gold_sessions=frozenset(turn_session[g] for g in gold),
+                        as_of=as_of,
+                    )
+                )
+        ds.users.append(User(uid, sessions, questions, sessions[-1].engine_id))
     return ds
 
 
@@ -721,6 +838,8 @@ def report(ds: Dataset, ing: dict[str, Any], ev: dict[str, Any], limit: int) -> 
     skipped = ", ".join(f"{n} {why}" for why, n in sorted(ds.skipped.items())) or "none"
     if ds.key == "locomo":
         scope = f"{n_users} conversations, {n_q} questions with evidence in categories 1-4"
+    elif ds.key == "beam":
+        scope = f"{n_users} chats, {n_q} questions with evidence turns (both roles indexed)"
     else:
         scope = f"{n_q} questions with evidence, one haystack each"
     print(f"\n{ds.title} ({scope}; skipped: {skipped})")
@@ -881,14 +1000,15 @@ def _db_path(args: argparse.Namespace, key: str, tmp: str) -> Path:
 
 def main(argv: Sequence[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--dataset", choices=("locomo", "longmemeval", "all"), default="all")
-    p.add_argument("--limit-conversations", type=int, default=None, help="LoCoMo: first N")
+    p.add_argument("--dataset", choices=("locomo", "longmemeval", "beam", "all"), default="all")
+    p.add_argument("--limit-conversations", type=int, default=None, help="LoCoMo / BEAM: first N")
     p.add_argument("--limit-questions", type=int, default=None, help="LongMemEval: first N")
     p.add_argument(
         "--split",
         choices=("all", "first-half", "second-half"),
         default="all",
-        help="LoCoMo conversations 1-3 / 4-6, LongMemEval questions 0-49 / 50-99",
+        help="LoCoMo conversations 1-3 / 4-6, LongMemEval questions 0-49 / 50-99, BEAM chats "
+        "1-3 / 4-5",
     )
     p.add_argument(
         "--shape",
@@ -914,7 +1034,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--json", action="store_true", help="also print a JSON line of results")
     args = p.parse_args(argv)
     limit = max(10, args.search_limit)
-    keys = ("locomo", "longmemeval") if args.dataset == "all" else (args.dataset,)
+    keys = ("locomo", "longmemeval", "beam") if args.dataset == "all" else (args.dataset,)
 
     info = machine_info()
     print(
@@ -933,6 +1053,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         for key in keys:
             if key == "locomo":
                 ds = locomo_dataset(args.split, args.limit_conversations, args.shape)
+            elif key == "beam":
+                ds = beam_dataset(args.split, args.limit_conversations, args.shape)
             else:
                 ds = longmemeval_dataset(args.split, args.limit_questions, args.shape)
             if not ds.users:
