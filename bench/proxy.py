@@ -436,7 +436,8 @@ async def _stream(
                 finish = choice.finish_reason or finish
         state = raw.headers.get("x-stratamem-memory") or "absent"
     except openai.OpenAIError as exc:
-        out["errors"].append(type(exc).__name__)
+        status = getattr(exc, "status_code", None)
+        out["errors"].append(type(exc).__name__ + ("" if status is None else f" {status}"))
         return
     out["first"].append(first)
     out["total"].append(time.perf_counter() - t0)

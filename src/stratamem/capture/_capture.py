@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import os
 import queue
 import threading
 import time
@@ -99,6 +100,11 @@ _STOP = object()
 
 # The longest register() waits for the embedding model to load (normally ~0.3-0.5 s).
 MODEL_LOAD_WAIT_SECONDS = 30.0
+
+# Recalls run at once: a recall waits on the store and on the embedding model (which both
+# release the GIL) as much as it computes, so a few more than the cores keep them busy; many
+# more would only share the cores among recalls that all miss their bound.
+_RECALL_THREADS = 2 * min(os.cpu_count() or 1, 4)
 
 # At most this much garbage-collection time extends one recall's wait (see Capture._result).
 MAX_PAUSE_CREDIT_SECONDS = 1.0
@@ -333,11 +339,17 @@ class Capture:
         if not (self.recall or self.inject_history) or not query:
             return Recalled(who)
         start = time.perf_counter()
+        future: Future[Recalled] | None = None
         try:
             texts = self._exclusions(carried)
-            recalled = self._result(self._pool().submit(self._recall, who, query, texts))
+            future = self._pool().submit(self._recall, who, query, texts)
+            recalled = self._result(future)
             return dataclasses.replace(recalled, query=query, latency_ms=elapsed_ms(start))
         except FutureTimeout:
+            # Not started yet: nobody waits for it any more, so it is not run (under load,
+            # recalls run for calls long gone would make every later one late too).
+            assert future is not None
+            future.cancel()
             log.warning(
                 "stratamem: recall took longer than %d ms; the call goes on without memory",
                 self.recall_timeout * 1000,
@@ -409,7 +421,9 @@ class Capture:
     def _pool(self) -> ThreadPoolExecutor:
         with self._lock:
             if self._recall_pool is None:
-                self._recall_pool = ThreadPoolExecutor(2, thread_name_prefix="stratamem-recall")
+                self._recall_pool = ThreadPoolExecutor(
+                    _RECALL_THREADS, thread_name_prefix="stratamem-recall"
+                )
             return self._recall_pool
 
     def _session(self, who: Attribution) -> str:
