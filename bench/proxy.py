@@ -34,9 +34,21 @@ messages stored are checked against the exchanges proxied. Questions are LoCoMo 
 so the client knows what every stream must carry. "Other load" excludes the fake's and the
 proxy's processes.
 
+* ``--seconds N`` (load mode, instead of the above): ``stratamem serve`` with the proxy
+  mounted on its ``/v1`` (a subprocess, SQLite, ``--embedder``, the recall user's
+  ``--memories`` and a project key), ready when ``/healthz`` says so; ``--clients``
+  clients each stream one call after another (``X-Stratamem-Api-Key``, the recall user,
+  a session per client) for N seconds, after the same clients against the fake directly
+  for N/4 s (at least 5). Reported: time to first chunk both ways and the added p50/p95
+  (target p95 <= 50 ms); the share of requests that got their memory (``X-Stratamem-Memory``
+  ``injected`` or ``none``, not ``skipped``; target >= 95 %); answered exchanges stored vs
+  answered, once serve has stopped; and serve's log lines of recall timeouts and failed
+  key checks.
+
     python bench/proxy.py              # 300 rounds per figure, 400 memories, 16 x 20 rounds
     python bench/proxy.py --quick      # 100 rounds, 200 memories, 16 x 6 rounds (~1 min)
     python bench/proxy.py --in-process --json
+    python bench/proxy.py --clients 64 --seconds 60   # the load mode
 """
 
 from __future__ import annotations
@@ -397,7 +409,11 @@ def _empty() -> dict[str, list[Any]]:
 
 
 async def _stream(
-    client: openai.AsyncOpenAI, question: str, expected: str, out: dict[str, list[Any]]
+    client: openai.AsyncOpenAI,
+    question: str,
+    expected: str,
+    out: dict[str, list[Any]],
+    headers: dict[str, str] | None = None,
 ) -> None:
     t0 = time.perf_counter()
     first = None
@@ -406,7 +422,10 @@ async def _stream(
     finish = None
     try:
         raw = await client.chat.completions.with_raw_response.create(
-            model="m", messages=[{"role": "user", "content": question}], stream=True
+            model="m",
+            messages=[{"role": "user", "content": question}],
+            stream=True,
+            extra_headers=headers,
         )
         async for chunk in raw.parse():
             if first is None:
@@ -417,7 +436,8 @@ async def _stream(
                 finish = choice.finish_reason or finish
         state = raw.headers.get("x-stratamem-memory") or "absent"
     except openai.OpenAIError as exc:
-        out["errors"].append(type(exc).__name__)
+        status = getattr(exc, "status_code", None)
+        out["errors"].append(type(exc).__name__ + ("" if status is None else f" {status}"))
         return
     out["first"].append(first)
     out["total"].append(time.perf_counter() - t0)
@@ -582,6 +602,163 @@ def _remember(db: str, args: argparse.Namespace) -> None:
         mem.close()
 
 
+# -- sustained load against stratamem serve -------------------------------------------------
+
+
+def _load_memory(db: str, args: argparse.Namespace) -> str:
+    """The recall user's memories (as for recall on) and a project key for serve's /v1."""
+    from stratamem import Memory
+    from stratamem.errors import ConflictError
+
+    _remember(db, args)
+    with Memory(db, embedder=args.embedder, workers=0) as mem:
+        with contextlib.suppress(ConflictError):
+            mem.projects.create("default", project_id="default")
+        _, secret = mem.keys.create("default", name="bench")
+    return str(secret)
+
+
+@contextlib.contextmanager
+def _serve(db: str, embedder: str, upstream: str, log: Path) -> Iterator[tuple[str, int]]:
+    """``stratamem serve`` with the proxy mounted on its /v1; yields that URL and the pid.
+    Ready when ``/healthz`` answers 200 (as a load balancer would judge it)."""
+    port = _free_port()
+    cmd = [sys.executable, "-m", "stratamem", "--db", db, "--embedder", embedder, "serve"]
+    cmd += ["--port", str(port), "--proxy-upstream", upstream]
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=_env())
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            if proc.poll() is not None:
+                raise SystemExit(f"stratamem serve exited: see {log}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{url}/healthz", timeout=1.0).status_code == 200:
+                    break
+            if time.monotonic() > deadline:
+                raise SystemExit("stratamem serve did not become ready within 120 s")
+            time.sleep(0.05)
+        yield f"{url}/v1", proc.pid
+    finally:
+        proc.terminate()  # the proxy stores what capture queued before the memory closes
+        try:
+            proc.wait(120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+async def _load_phase(
+    url: str, headers: dict[str, str] | None, args: argparse.Namespace, seconds: float
+) -> dict[str, list[Any]]:
+    """``args.clients`` clients, each streaming one call after another for ``seconds``."""
+    answers = _answers()
+    out = _empty()
+    limits = httpx.Limits(max_connections=args.clients, max_keepalive_connections=args.clients)
+    client = openai.AsyncOpenAI(
+        base_url=url,
+        api_key="k",
+        max_retries=0,
+        http_client=httpx.AsyncClient(limits=limits, timeout=120),
+    )
+    stop = time.monotonic() + seconds
+
+    async def one(i: int) -> None:
+        n = 0
+        mine = None if headers is None else {**headers, "X-Stratamem-Session-Id": f"load-{i}"}
+        while time.monotonic() < stop:
+            question = QUESTIONS[(i * 131 + n) % len(QUESTIONS)]
+            n += 1
+            await _stream(client, question, _answer_for(answers, question), out, mine)
+
+    try:
+        await asyncio.gather(*(one(i) for i in range(args.clients)))
+    finally:
+        await client.close()
+    return out
+
+
+def _load_stored(db: str, embedder: str) -> int:
+    """Answers stored in the load's sessions (``load-<client>``)."""
+    from stratamem import Memory
+
+    with Memory(db, embedder=embedder, workers=0) as mem:
+        count = 0
+        for session in mem.sessions.list(user_id=USER, limit=10_000):
+            if session.id.startswith("load-"):
+                messages = session.messages(limit=10_000)
+                count += sum(1 for m in messages if m.role == "assistant")
+        return count
+
+
+def _load(args: argparse.Namespace, upstream: _Upstream, tmp: str) -> dict[str, Any]:
+    """``--seconds``: sustained load through ``stratamem serve``'s proxy (see --help)."""
+    db = f"sqlite:///{tmp}/load.db"
+    log = Path(tmp) / "serve.log"
+    key = _load_memory(db, args)
+    headers = {"X-Stratamem-User-Id": USER, "X-Stratamem-Api-Key": key}
+    upstream.chunk_ms(args.chunk_ms)
+    result: dict[str, Any] = {"clients": args.clients, "seconds": args.seconds}
+    with _serve(db, args.embedder, upstream.origin, log) as (url, pid):
+        pids = [upstream.proc.pid, pid]
+        direct_seconds = max(5.0, args.seconds / 4)
+        with other_load(pids) as load:
+            direct = asyncio.run(_load_phase(f"{upstream.origin}/v1", None, args, direct_seconds))
+            proxied = asyncio.run(_load_phase(url, headers, args, args.seconds))
+    upstream.chunk_ms(0)
+    states = Counter(proxied["states"])
+    answered = len(proxied["complete"])
+    stored = _load_stored(db, args.embedder)
+    text = log.read_text(errors="replace")
+    d, p = summarize(direct["first"]), summarize(proxied["first"])
+    remembered = states.get("injected", 0) + states.get("none", 0)
+    result.update(
+        other_load=load[0],
+        direct_first_chunk=d,
+        proxied_first_chunk=p,
+        added_first_chunk_ms={"p50": p.p50 - d.p50, "p95": p.p95 - d.p95},
+        requests=answered + len(proxied["errors"]),
+        answered=answered,
+        complete=sum(proxied["complete"]),
+        errors=dict(Counter(proxied["errors"])),
+        memory_header=dict(states),
+        memory_share=remembered / answered if answered else 0.0,
+        stored=stored,
+        log_recall_timeouts=text.count("recall took longer than"),
+        log_key_check_failures=text.count("could not check a key"),
+        log_tracebacks=text.count("Traceback"),
+    )
+    print(
+        f"\nload: {args.clients} streaming clients for {args.seconds:g} s through stratamem "
+        f"serve's /v1 ({args.embedder} embedder, a user with {args.memories} memories, "
+        f"{args.chunk_ms:g} ms between chunks; other load {load[0]:.0%})"
+    )
+    print(format_summary("direct: time to first chunk", d))
+    print(format_summary("proxied: time to first chunk", p))
+    a = result["added_first_chunk_ms"]
+    share = result["memory_share"]
+    print(
+        f"  added time to first chunk: p50 {a['p50']:+.1f} ms, p95 {a['p95']:+.1f} ms; "
+        f"target p95 <= 50 ms: {verdict(a['p95'], 50.0, higher_is_better=False)}"
+    )
+    print(
+        f"  memory: {remembered} of {answered} answered requests ({share:.1%}; "
+        f"X-Stratamem-Memory {dict(states)}); target >= 95%: "
+        f"{verdict(share * 100, 95.0, higher_is_better=True)}"
+    )
+    print(
+        f"  stored: {stored} of {answered} answered exchanges; {result['complete']} streams "
+        f"complete; errors {result['errors'] or 'none'}"
+    )
+    print(
+        f"  serve's log: {result['log_recall_timeouts']} recall timeouts, "
+        f"{result['log_key_check_failures']} key checks that failed, "
+        f"{result['log_tracebacks']} tracebacks"
+    )
+    return result
+
+
 def _plain(value: Any) -> Any:
     if hasattr(value, "as_dict"):
         return value.as_dict()
@@ -602,6 +779,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--recall", choices=("both", "off", "on"), default="both")
     p.add_argument("--no-bare", action="store_true", help="skip the bare relay")
     p.add_argument("--quick", action="store_true", help="100 calls, 200 memories, 6 rounds")
+    p.add_argument(
+        "--seconds",
+        type=float,
+        default=0.0,
+        help="load mode: --clients streaming clients for this long through stratamem serve",
+    )
     p.add_argument("--json", action="store_true")
     p.add_argument("--fake-upstream", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--bare-relay", help=argparse.SUPPRESS)
@@ -626,11 +809,13 @@ def main(argv: list[str] | None = None) -> None:
     try:
         with tempfile.TemporaryDirectory() as tmp:
             log = Path(tmp) / "proxy.log"
-            if args.recall in ("both", "off"):
+            if args.seconds > 0:
+                results["load"] = _load(args, upstream, tmp)
+            if args.seconds <= 0 and args.recall in ("both", "off"):
                 results["recall_off"] = _run(
                     "recall off", f"sqlite:///{tmp}/off.db", "hash", False, upstream, args, log, 2.0
                 )
-            if args.recall in ("both", "on"):
+            if args.seconds <= 0 and args.recall in ("both", "on"):
                 db = f"sqlite:///{tmp}/on.db"
                 _remember(db, args)
                 label = f"recall on, a user with {args.memories} memories"

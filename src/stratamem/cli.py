@@ -391,12 +391,14 @@ def _exit_on_sigterm(signum: int, frame: Any) -> None:
 
 
 def _print_proxy(settings: Any, url: str) -> None:
+    from .proxy import redacted  # an upstream URL's credentials are never shown
+
     upstream = settings.proxy_upstream
     anthropic = settings.proxy_anthropic_upstream or upstream
     if upstream:
-        print(f"  proxy: {url}/v1 (OpenAI-compatible) -> {upstream}", flush=True)
+        print(f"  proxy: {url}/v1 (OpenAI-compatible) -> {redacted(upstream)}", flush=True)
     if anthropic:
-        print(f"  proxy: {url} (Anthropic-compatible) -> {anthropic}", flush=True)
+        print(f"  proxy: {url} (Anthropic-compatible) -> {redacted(anthropic)}", flush=True)
 
 
 # -- proxy ---------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import os
 import queue
 import threading
 import time
@@ -23,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, get_args
 from .._queries import MAX_EXCLUDE_TEXTS
 from .._strings import text_problem
 from .._time import utcnow
-from ..errors import ValidationError
+from ..errors import ConflictError, ValidationError
 from ..recall._format import MEMORY_HEADER, MEMORY_OPEN, without_history
 from ._layers import inside
 from ._pauses import collector_pauses
@@ -89,12 +90,21 @@ class Recalled:
     query: str | None = None
     hits: int = 0
     latency_ms: float | None = None
+    # Why the exchange cannot be stored as asked (the session belongs to another user):
+    # found by the recall, which claims the session first. In-process, the call goes on (it
+    # is not stored: logged); the proxy refuses the request (409) before relaying it.
+    refused: str | None = None
 
 
 _STOP = object()
 
 # The longest register() waits for the embedding model to load (normally ~0.3-0.5 s).
 MODEL_LOAD_WAIT_SECONDS = 30.0
+
+# Recalls run at once: a recall waits on the store and on the embedding model (which both
+# release the GIL) as much as it computes, so a few more than the cores keep them busy; many
+# more would only share the cores among recalls that all miss their bound.
+_RECALL_THREADS = 2 * min(os.cpu_count() or 1, 4)
 
 # At most this much garbage-collection time extends one recall's wait (see Capture._result).
 MAX_PAUSE_CREDIT_SECONDS = 1.0
@@ -210,6 +220,11 @@ class Capture:
             self._clients[id(client)] = (client, restore)
         return client
 
+    def warm_up(self) -> None:
+        """Wait (at most MODEL_LOAD_WAIT_SECONDS) until a recall can be made within its
+        bound, as :meth:`register` does: the proxy's readiness waits for this."""
+        self._await_model()
+
     def _await_model(self) -> None:
         # A new Memory loads the local model in the background (~0.5 s). A recall before
         # that is done would outlast its bound (50 ms), so the first calls of a process, and
@@ -305,9 +320,7 @@ class Capture:
             if self.default_user is None:
                 return None
             who = Attribution(self.default_user, who.session_id, who.process_id)
-        if who.session_id is None:
-            who = Attribution(who.user_id, f"llm-{who.user_id}"[:200], who.process_id)
-        return who
+        return in_default_session(who)
 
     def before(self, query: str | None, carried: Sequence[str] = ()) -> Recalled | None:
         """Attribution and recalled memory for a call about to be made. ``carried``: the
@@ -326,15 +339,24 @@ class Capture:
         if not (self.recall or self.inject_history) or not query:
             return Recalled(who)
         start = time.perf_counter()
+        future: Future[Recalled] | None = None
         try:
             texts = self._exclusions(carried)
-            recalled = self._result(self._pool().submit(self._recall, who, query, texts))
+            future = self._pool().submit(self._recall, who, query, texts)
+            recalled = self._result(future)
             return dataclasses.replace(recalled, query=query, latency_ms=elapsed_ms(start))
         except FutureTimeout:
+            # Not started yet: nobody waits for it any more, so it is not run (under load,
+            # recalls run for calls long gone would make every later one late too).
+            assert future is not None
+            future.cancel()
             log.warning(
                 "stratamem: recall took longer than %d ms; the call goes on without memory",
                 self.recall_timeout * 1000,
             )
+        except ConflictError as exc:
+            log.warning("stratamem: %s; the call is not captured", exc)
+            return Recalled(who, skipped=True, query=query, refused=str(exc))
         except Exception:
             log.exception("stratamem: recall failed; the call goes on without memory")
         return Recalled(who, skipped=True, query=query, latency_ms=elapsed_ms(start))
@@ -399,7 +421,9 @@ class Capture:
     def _pool(self) -> ThreadPoolExecutor:
         with self._lock:
             if self._recall_pool is None:
-                self._recall_pool = ThreadPoolExecutor(2, thread_name_prefix="stratamem-recall")
+                self._recall_pool = ThreadPoolExecutor(
+                    _RECALL_THREADS, thread_name_prefix="stratamem-recall"
+                )
             return self._recall_pool
 
     def _session(self, who: Attribution) -> str:
@@ -522,13 +546,39 @@ class Capture:
             messages[0]["metadata"] = {"capture": capture}
         if not messages:
             return
+        most = self._m.settings.max_content_chars
         for m in messages:
             if m["process_id"] is None:
                 del m["process_id"]
+            chars = len(m["content"])
+            if chars > most:  # stored cut, rather than not at all
+                m["content"], kept = truncated(m["content"], most)
+                meta = m.setdefault("metadata", {}).setdefault("capture", {})
+                meta["truncated"] = {"chars": chars, "kept": kept}
         # The next call's recall is likely running now: store after it (bounded wait).
         if self._before_store is not None:
             self._before_store()
         self._m.add_messages(sid, messages)
+
+
+# Ends a captured text cut to max_content_chars (what a message may hold): the beginning is
+# kept, which is where a question or an answer says most; the metadata has the length.
+TRUNCATION_MARK = "\n[stratamem: truncated, {kept} of {chars} characters kept]"
+
+
+def truncated(text: str, most: int) -> tuple[str, int]:
+    """``text`` cut to at most ``most`` characters, the cut marked; and how many it kept."""
+    mark = TRUNCATION_MARK.format(kept="0" * len(str(most)), chars=len(text))
+    kept = max(most - len(mark), 0)
+    mark = TRUNCATION_MARK.format(kept=kept, chars=len(text))
+    return (text[:kept] + mark)[:most], kept
+
+
+def in_default_session(who: Attribution) -> Attribution:
+    """``who`` with a user, in its session or by default the user's ``llm-<user>``."""
+    if who.session_id is None and who.user_id is not None:
+        return Attribution(who.user_id, f"llm-{who.user_id}"[:200], who.process_id)
+    return who
 
 
 def elapsed_ms(start: float) -> float:

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Accumulator",
     "Endpoint",
+    "ExchangeSink",
     "Unpack",
     "captured",
     "capturing",
@@ -51,6 +52,13 @@ class Accumulator(Protocol):
         error: str | None,
         /,
     ) -> Exchange: ...
+
+
+class ExchangeSink(Protocol):
+    """Where a captured exchange goes: a :class:`Capture`, or the proxy's stand-in for the
+    capture of a project still being looked up."""
+
+    def after(self, exchange: Exchange, /) -> None: ...
 
 
 # (the answer in what a call returned, what the caller gets for that answer or for its
@@ -141,7 +149,7 @@ def _failed(
 
 def captured(
     endpoint: Endpoint,
-    capture: Capture,
+    capture: ExchangeSink,
     recalled: Recalled,
     request: Any,
     answer: Any,
@@ -154,7 +162,7 @@ def captured(
 
 
 def stream_parts(
-    endpoint: Endpoint, capture: Capture, recalled: Recalled, request: Any, start: float
+    endpoint: Endpoint, capture: ExchangeSink, recalled: Recalled, request: Any, start: float
 ) -> tuple[Callable[[Any], None], Callable[[bool, BaseException | None], None]]:
     acc = endpoint.accumulator()
 

@@ -21,7 +21,7 @@ from ._proxy import (
     MemoryProxy,
     refusal,
 )
-from ._upstream import Upstream, base_url
+from ._upstream import Upstream, base_url, redacted
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
@@ -40,6 +40,7 @@ __all__ = [
     "ProjectMemories",
     "build_proxy",
     "create_proxy_app",
+    "redacted",
     "refusal",
 ]
 
@@ -81,6 +82,7 @@ def create_proxy_app(memory: Memory, settings: ServerSettings) -> Starlette:
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await proxy.warm_up()  # before it listens: /health answers once memory can
         try:
             yield
         finally:

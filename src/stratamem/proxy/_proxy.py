@@ -12,7 +12,8 @@ URL.
 Memory never stands in the way: when it is slow or down the request goes upstream as the
 caller sent it, and ``X-Stratamem-Memory`` says what happened (``injected``, ``none``,
 ``skipped``, ``off``). Upstream answers, errors included, reach the caller as the upstream
-sent them.
+sent them. An answered exchange is stored, or counted and logged (``MemoryProxy.unstored``)
+when it cannot be: never dropped silently.
 """
 
 from __future__ import annotations
@@ -21,33 +22,40 @@ import asyncio
 import contextlib
 import json
 import logging
+import threading
 import time
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 import anyio
 import httpx
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.routing import Match, Route
 from starlette.types import Receive, Scope, Send
 
 from ..capture._anthropic import MESSAGES
+from ..capture._capture import Recalled, in_default_session
 from ..capture._openai import CHAT, RESPONSES
 from ..capture._scope import Attribution, check, scope
-from ..capture._wrap import Endpoint, captured, prepared, stream_parts
+from ..capture._wrap import Endpoint, ExchangeSink, captured, prepared, stream_parts
 from ..errors import ValidationError
 from ._json import loads
-from ._sse import EventDecoder
-from ._upstream import Upstream, body_decoder, response_headers
+from ._sse import EventDecoder, EventTooLarge
+from ._upstream import UnsafePath, Upstream, body_decoder, response_headers
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable
 
-    from ..capture._capture import Capture, Recalled
+    from ..capture._capture import Capture, Exchange
+
+    # A project key check still running: the request went on without memory, and its
+    # exchange goes to the project's capture once the check is done.
+    Pending: TypeAlias = asyncio.Future[Capture]
 
 __all__ = [
     "KEY_HEADER",
@@ -58,6 +66,7 @@ __all__ = [
     "CaptureSource",
     "MemoryProxy",
     "Refused",
+    "Unstored",
     "refusal",
 ]
 
@@ -71,6 +80,8 @@ MEMORY_HEADER = "x-stratamem-memory"
 
 _METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
 _RECALL_THREADS = 64
+# How long closing waits for key checks still running (their exchanges are stored after).
+CLOSE_WAIT_SECONDS = 10.0
 
 
 # What a handler returns when its caller has gone: nobody reads it.
@@ -90,9 +101,16 @@ class CaptureSource(Protocol):
     """Where a request's memory is: one memory (``stratamem proxy``), or the project its
     stratamem key names (``stratamem serve``)."""
 
-    async def capture_for(self, request: Request) -> Capture | None:
-        """The request's capture; None when memory cannot be reached now (the request
-        then goes on without it). Raises :class:`Refused`."""
+    # The project of every request (the access log names it), if there is only one.
+    project_id: str | None
+
+    async def capture_for(self, request: Request) -> Capture | Pending:
+        """The request's capture, or the check still running that will give it (the
+        request then goes on without memory). Raises :class:`Refused`."""
+        ...
+
+    def warm_up(self) -> None:
+        """Block until recall can answer within its bound (the embedding model loaded)."""
         ...
 
     def close(self) -> None: ...
@@ -100,13 +118,14 @@ class CaptureSource(Protocol):
 
 @dataclass(frozen=True)
 class _Api:
+    path: str
     endpoint: Endpoint
     anthropic: bool  # the upstream, key header and error shape are Anthropic's
     request: str  # what the recall log calls a call of this route
 
 
 _APIS = {
-    path: _Api(endpoint, anthropic=anthropic, request=f"POST {path}")
+    path: _Api(path, endpoint, anthropic=anthropic, request=f"POST {path}")
     for path, endpoint, anthropic in (
         ("/v1/chat/completions", CHAT, False),
         ("/v1/responses", RESPONSES, False),
@@ -121,11 +140,18 @@ def _error_body(message: str, *, anthropic: bool, kind: str) -> dict[str, Any]:
     return {"error": {"message": message, "type": kind, "param": None, "code": None}}
 
 
-def _error(status: int, message: str, *, anthropic: bool, kind: str) -> JSONResponse:
+def _error(
+    status: int,
+    message: str,
+    *,
+    anthropic: bool,
+    kind: str,
+    headers: Mapping[str, str] | None = None,
+) -> JSONResponse:
     """An error the proxy itself answers, in the provider's shape, so the caller's SDK
     raises it with the message intact."""
     body = _error_body(message, anthropic=anthropic, kind=kind)
-    return JSONResponse(body, status_code=status, headers={MEMORY_HEADER: "off"})
+    return JSONResponse(body, status_code=status, headers={MEMORY_HEADER: "off", **(headers or {})})
 
 
 def refusal(path: str, message: str) -> dict[str, Any] | None:
@@ -142,8 +168,13 @@ async def _body(request: Request, anthropic: bool) -> bytes | JSONResponse:
     try:
         return await request.body()
     except HTTPException as exc:
+        # Its headers close the connection: the rest of the body is never read.
         return _error(
-            exc.status_code, str(exc.detail), anthropic=anthropic, kind="invalid_request_error"
+            exc.status_code,
+            str(exc.detail),
+            anthropic=anthropic,
+            kind="invalid_request_error",
+            headers=exc.headers,
         )
 
 
@@ -168,7 +199,61 @@ def _json_object(raw: bytes) -> dict[str, Any] | None:
         body = json.loads(raw)
     except ValueError:
         return None
+    except RecursionError:  # no provider reads it either: said now, in the provider's shape
+        raise Refused(400, "the JSON body nests too deeply") from None
     return body if isinstance(body, dict) else None
+
+
+class _Route(Route):
+    """A route that names itself in the request's scope, as FastAPI's do: the access log
+    writes its template (``/v1/{path}``), never the raw path."""
+
+    def matches(self, scope: Scope) -> tuple[Match, Scope]:
+        match, child = super().matches(scope)
+        if match is not Match.NONE:
+            child["route"] = self
+        return match, child
+
+
+class Unstored:
+    """Answered exchanges the proxy could not store, counted by reason and each logged."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[str] = Counter()
+        self._lock = threading.Lock()
+
+    def __call__(self, reason: str) -> None:
+        with self._lock:
+            self.counts[reason] += 1
+            n = self.counts[reason]
+        log.warning("stratamem: an answered exchange is not stored: %s (%d so far)", reason, n)
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+
+class _Later:
+    """The capture of a request whose project key check outlasted the recall bound: the
+    exchange goes to the project's capture once the check is done (it is retried off the
+    request path while the store is down), or is counted as unstored."""
+
+    def __init__(self, check: Pending, unstored: Unstored) -> None:
+        self._check = check
+        self._unstored = unstored
+
+    def after(self, exchange: Exchange) -> None:
+        def checked(check: Pending) -> None:
+            if check.cancelled():
+                self._unstored("the proxy stopped before the project key was checked")
+            elif isinstance(error := check.exception(), Refused):
+                self._unstored(f"the project key was refused after the call ({error})")
+            elif error is not None:
+                self._unstored(f"the project key could not be checked ({type(error).__name__})")
+            else:
+                check.result().after(exchange)
+
+        self._check.add_done_callback(checked)
 
 
 def _prepare(
@@ -189,16 +274,20 @@ class _Call:
     """
 
     endpoint: Endpoint
-    capture: Capture
+    capture: ExchangeSink
     recalled: Recalled
     body: dict[str, Any]
+    unstored: Unstored
     start: float = 0.0
 
     def answered(self, raw: bytes) -> None:
         try:
             answer = loads(raw)
         except ValueError:
-            log.warning("stratamem: the upstream's answer is not JSON; the call is not captured")
+            self.unstored("the upstream's answer is not JSON")
+            return
+        except RecursionError:
+            self.unstored("the upstream's answer nests too deeply to read")
             return
         captured(self.endpoint, self.capture, self.recalled, self.body, answer, self.start)
 
@@ -308,18 +397,30 @@ def _tap(
 ) -> tuple[Callable[[bytes], None], Callable[[bool, BaseException | None], None]]:
     """What reads a copy of the stream for capture: SSE events into the endpoint's
     accumulator, and the exchange when the stream ends. ``decode`` undoes a compression
-    the upstream applied although asked not to (the caller gets the bytes as sent)."""
+    the upstream applied although asked not to (the caller gets the bytes as sent). An
+    event past the decoder's bound stops the reading (the rest is relayed only) and the
+    exchange is counted as unstored: what was read of it is not the answer."""
     add, finish = stream_parts(call.endpoint, call.capture, call.recalled, call.body, call.start)
-    decoder = EventDecoder()
+    decoder: EventDecoder | None = EventDecoder()
 
     def on_chunk(chunk: bytes) -> None:
+        nonlocal decoder
+        if decoder is None:
+            return
         try:
             for event in decoder.feed(decode(chunk)):
                 add(event)
+        except EventTooLarge as exc:
+            decoder = None
+            call.unstored(f"the answer's stream has {exc}: relayed, not read")
         except Exception:  # an event we cannot read must not break the caller's stream
             log.exception("stratamem: could not read a proxied stream event")
 
-    return on_chunk, finish
+    def finished(partial: bool, error: BaseException | None) -> None:
+        if decoder is not None:
+            finish(partial, error)
+
+    return on_chunk, finished
 
 
 class MemoryProxy:
@@ -343,17 +444,30 @@ class MemoryProxy:
         self.require_user = require_user
         self._timeout_s = timeout_s
         self._client: httpx.AsyncClient | None = None
+        self.unstored = Unstored()
+        # Key checks still running for exchanges relayed meanwhile: awaited when closing.
+        self._pending: set[Pending] = set()
         # Each call's recall blocks a thread for up to its bound: a pool of the proxy's own,
         # so that many concurrent calls neither queue behind asyncio's small default pool
         # (min(32, cores + 4) threads) nor starve what else uses it.
         self._pool = ThreadPoolExecutor(_RECALL_THREADS, thread_name_prefix="stratamem-proxy")
 
     def routes(self) -> list[Route]:
-        memory = [Route(path, self._with_memory, methods=["POST"]) for path in _APIS]
-        return [*memory, Route("/v1/{path:path}", self._relay_only, methods=_METHODS)]
+        memory = [_Route(path, self._with_memory, methods=["POST"]) for path in _APIS]
+        return [*memory, _Route("/v1/{path:path}", self._relay_only, methods=_METHODS)]
+
+    async def warm_up(self) -> None:
+        """Wait until recall can answer within its bound: a server's readiness (its
+        lifespan's start, before it listens) waits for this, so that its first requests
+        do not go out without memory while the embedding model loads."""
+        if self._openai is not None or self._anthropic is not None:
+            await asyncio.to_thread(self._captures.warm_up)
 
     async def aclose(self) -> None:
         """Close the upstream connections and store what capture has queued."""
+        if self._pending:  # their exchanges go to capture once their key is checked
+            await asyncio.wait(self._pending, timeout=CLOSE_WAIT_SECONDS)
+            await asyncio.sleep(0)  # the checks' callbacks hand the exchanges over
         if self._client is not None:
             await self._client.aclose()
             self._client = None
@@ -363,6 +477,7 @@ class MemoryProxy:
     # -- routes -------------------------------------------------------------------------
 
     async def _with_memory(self, request: Request) -> Response | _Relay:
+        request.state.project_id = self._captures.project_id
         api = _APIS[request.url.path]
         upstream = self._anthropic if api.anthropic else self._openai
         if upstream is None:
@@ -382,9 +497,10 @@ class MemoryProxy:
             call, state, raw = await self._memory(request, api, upstream, who, raw)
         except Refused as exc:
             return _error(exc.status, str(exc), anthropic=api.anthropic, kind=exc.kind)
-        return await self._forward(request, upstream, raw, state, call)
+        return await self._forward(request, upstream, api.path, raw, state, call)
 
     async def _relay_only(self, request: Request) -> Response | _Relay:
+        request.state.project_id = self._captures.project_id
         upstream = self._openai
         if upstream is None:
             return self._unconfigured(anthropic=False)
@@ -396,7 +512,9 @@ class MemoryProxy:
         raw = await _body(request, anthropic=False)
         if isinstance(raw, JSONResponse):
             return raw
-        return await self._forward(request, upstream, raw, "off", None)
+        # As the caller sent it: what the upstream decodes is what is checked.
+        path = request.scope.get("raw_path", request.url.path.encode()).decode("latin-1")
+        return await self._forward(request, upstream, path, raw, "off", None)
 
     # -- internals -----------------------------------------------------------------------
 
@@ -417,8 +535,12 @@ class MemoryProxy:
         capture = await self._captures.capture_for(request)
         if who is None or body is None:
             return None, "off", raw
-        if capture is None:
-            return None, "skipped", raw
+        if isinstance(capture, asyncio.Future):  # no memory now; stored once it is checked
+            self._pending.add(capture)
+            capture.add_done_callback(self._pending.discard)
+            later = _Later(capture, self.unstored)
+            skipped = Recalled(in_default_session(who), skipped=True)
+            return _Call(api.endpoint, later, skipped, body, self.unstored), "skipped", raw
         if capture.recall or capture.inject_history:
             recalled, sent = await asyncio.get_running_loop().run_in_executor(
                 self._pool, _prepare, api, capture, who, body
@@ -426,8 +548,11 @@ class MemoryProxy:
         else:  # nothing to wait for: no thread hop (on a busy machine, a wake-up costs)
             recalled, sent = _prepare(api, capture, who, body)
         if recalled is None:  # preparing failed (logged): the call goes as it came
+            self.unstored("preparing the call failed (logged above)")
             return None, "skipped", raw
-        call = _Call(api.endpoint, capture, recalled, body)
+        if recalled.refused is not None:  # the exchange could not be stored as asked
+            raise Refused(409, recalled.refused)
+        call = _Call(api.endpoint, capture, recalled, body, self.unstored)
         # Nothing injected: the caller's bytes go. (The Responses and Anthropic endpoints
         # return a copy of the request even when they put nothing into it.)
         if sent is body or sent == body:
@@ -439,14 +564,24 @@ class MemoryProxy:
         self,
         request: Request,
         upstream: Upstream,
+        path: str,
         raw: bytes,
         state: str,
         call: _Call | None,
     ) -> Response | _Relay:
+        try:
+            target = upstream.target(path, request.url.query)
+        except UnsafePath:
+            return _error(
+                400,
+                "the path has a '.' or '..' segment (raw or percent-encoded): it would leave /v1",
+                anthropic=False,
+                kind="invalid_request_error",
+            )
         client = self._http()
         outgoing = client.build_request(
             request.method,
-            upstream.target(request.url.path, request.url.query),
+            target,
             headers=upstream.headers(request.headers.items()),
             content=raw,
         )
@@ -499,10 +634,10 @@ class MemoryProxy:
     @staticmethod
     def _unreachable(request: Request, upstream: Upstream, exc: BaseException) -> JSONResponse:
         reason = type(exc).__name__
-        log.warning("stratamem: the upstream %s failed: %s", upstream.url, reason)
+        log.warning("stratamem: the upstream %s failed: %s", upstream.shown, reason)
         return _error(
             502,
-            f"stratamem proxy: the upstream {upstream.url} failed ({reason})",
+            f"stratamem proxy: the upstream {upstream.shown} failed ({reason})",
             anthropic=request.url.path == "/v1/messages",
             kind="api_error",
         )

@@ -8,14 +8,25 @@ header.
 
 from __future__ import annotations
 
+import re
 import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
+
+import httpx
 
 from ..errors import ConfigError
 
-__all__ = ["Upstream", "base_url", "body_decoder", "request_headers", "response_headers"]
+__all__ = [
+    "UnsafePath",
+    "Upstream",
+    "base_url",
+    "body_decoder",
+    "redacted",
+    "request_headers",
+    "response_headers",
+]
 
 # Hop-by-hop headers (RFC 9110 §7.6.1) and those the proxy sets itself: the body's length
 # changes when memory is injected, and the upstream is asked for an uncompressed answer
@@ -40,9 +51,11 @@ _NOT_FORWARDED = frozenset(
 # The places providers read a key from: replaced when the proxy has a key of its own.
 _KEY_HEADERS = frozenset({"authorization", "x-api-key", "api-key", "x-goog-api-key"})
 _OWN_PREFIX = "x-stratamem-"
-# The server computes these for the body it sends.
+# The server computes these for the body it sends; and it dates its answer itself (uvicorn
+# adds a Date header: the upstream's would make it two).
 _NOT_RETURNED = frozenset(
     {
+        "date",
         "connection",
         "keep-alive",
         "proxy-connection",
@@ -54,6 +67,59 @@ _NOT_RETURNED = frozenset(
         "content-length",
     }
 )
+
+
+# Query parameters whose value is a credential, in any case ("key", "api_key", "token",
+# "access_token", "sig", "X-Amz-Signature", ...): their values are never shown.
+_SECRET_PARAM = re.compile(r"(^|[-_.])(key|token|sig|signature|secret|password|auth)$", re.I)
+# How many rounds of percent-decoding a path is checked through: an upstream (or a server
+# behind it) may decode once more than the proxy did ("%252e" -> "%2e" -> ".").
+_DECODE_ROUNDS = 4
+
+
+def redacted(url: str) -> str:
+    """``url`` fit to show (logs, error bodies, the start banner): its userinfo (a user name
+    can be a token too) and the values of query parameters that carry credentials are
+    replaced by ``***``."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<an unreadable URL>"
+    netloc = parts.netloc
+    if "@" in netloc:
+        netloc = f"***@{netloc.rpartition('@')[2]}"
+    query = parts.query
+    pairs = parse_qsl(query, keep_blank_values=True)
+    if any(_SECRET_PARAM.search(k) for k, _ in pairs):
+        shown = [(k, "***" if _SECRET_PARAM.search(k) else v) for k, v in pairs]
+        query = urlencode(shown, safe="*")
+    return urlunsplit(parts._replace(netloc=netloc, query=query))
+
+
+class UnsafePath(ValueError):
+    """A request path that would leave ``/v1`` or the upstream's base path (dot segments,
+    raw or percent-encoded): refused before anything is sent."""
+
+
+def _dot_segments(path: str) -> bool:
+    segments = path.replace("\\", "/").split("/")
+    return any(segment in (".", "..") for segment in segments)
+
+
+def check_path(raw_path: str) -> None:
+    """Raise :class:`UnsafePath` when ``raw_path`` (as the caller sent it, percent-encoded)
+    holds a ``.`` or ``..`` segment in it or in any of its decodings, ``/`` and ``\\``
+    both separating segments (``%2e%2e``, ``..%2F``, ``%2e.``, ``%252e%252e``, ...)."""
+    path = raw_path
+    for _ in range(_DECODE_ROUNDS):
+        if _dot_segments(path):
+            raise UnsafePath(raw_path)
+        decoded = unquote(path, errors="replace")  # other bytes make no dot
+        if decoded == path:
+            return
+        path = decoded
+    # Still decoding after that many rounds: nobody sends that in good faith.
+    raise UnsafePath(raw_path)
 
 
 def base_url(url: str, what: str) -> str:
@@ -78,8 +144,26 @@ class Upstream:
     key: str | None = None
     key_header: str = "authorization"
 
-    def target(self, path: str, query: str) -> str:
-        return f"{self.url}{path}?{query}" if query else f"{self.url}{path}"
+    @property
+    def shown(self) -> str:
+        """The base URL as logs and error bodies show it (:func:`redacted`)."""
+        return redacted(self.url)
+
+    def target(self, raw_path: str, query: str) -> httpx.URL:
+        """The upstream URL of a ``/v1/...`` request path (percent-encoded, as received).
+        Raises :class:`UnsafePath` for a path with dot segments, and, checked again on the
+        URL itself, for one that would not land under the base URL's ``/v1/``."""
+        check_path(raw_path)
+        url = httpx.URL(f"{self.url}{raw_path}?{query}" if query else f"{self.url}{raw_path}")
+        base = httpx.URL(self.url)
+        inside = base.raw_path.rstrip(b"/") + b"/v1/"
+        if (
+            (url.scheme, url.host, url.port) != (base.scheme, base.host, base.port)
+            or not url.raw_path.startswith(inside)
+            or _dot_segments(url.path)
+        ):
+            raise UnsafePath(raw_path)
+        return url
 
     def headers(self, incoming: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
         out = request_headers(incoming, drop_keys=self.key is not None)

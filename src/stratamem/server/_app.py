@@ -57,6 +57,8 @@ def create_app(memory: Any = None, settings: ServerSettings | None = None) -> Fa
             from ..memory import Memory
 
             app.state.memory = Memory()
+        # Before it listens: with the proxy mounted, its first requests get memory.
+        await proxy.warm_up()
         try:
             yield
         finally:
