@@ -1,5 +1,6 @@
-"""The framework examples of docs/capture.md run as written, each in a fresh interpreter,
-against loopback fake providers reached through the SDKs' own environment variables."""
+"""The examples of docs/capture.md run as written (the first one, and each framework's), each
+in a fresh interpreter, against loopback fake providers reached through the SDKs' own
+environment variables."""
 
 from __future__ import annotations
 
@@ -40,6 +41,33 @@ assert mem.llm.flush(10)
 print()  # the LangChain example ends its streamed line without a newline
 print(json.dumps([[m.role, m.content] for m in mem.messages.list(session_id="llm-u1")]))
 """
+
+
+def test_first_example_recalls_the_first_call_in_the_second(tmp_path: Path) -> None:
+    """The page's first example makes two calls back to back, as a script does: the second is
+    sent with the memory of the first, because the example waits for it in between."""
+    code = re.search(r"```python\n(.*?)```", DOC.read_text(), re.S)
+    assert code is not None and "mem.llm.flush()" in code.group(1)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STRATAMEM_")}
+    with FakeOpenAIServer() as oai:
+        oai.chat_script = lambda body: "Noted."
+        env |= {"OPENAI_API_KEY": "k", "OPENAI_BASE_URL": oai.base_url}
+        # A loaded test machine may take longer than the default 50 ms to recall.
+        env["STRATAMEM_CAPTURE_RECALL_TIMEOUT_MS"] = "10000"
+        run = subprocess.run(
+            [sys.executable, "-c", code.group(1)],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=tmp_path,  # Memory() is ./stratamem.db
+            timeout=120,
+        )
+        assert run.returncode == 0, run.stderr[-3000:]
+        first, second = [body["messages"][-1]["content"] for body in oai.chat_requests()]
+    assert first == "I'm allergic to peanuts."
+    question, _, block = second.partition("\n\n")
+    assert question == "Can you suggest a snack?"
+    assert block.startswith(MEMORY_PREAMBLE) and "User is allergic to peanuts." in block
 
 
 def test_every_framework_has_an_example() -> None:

@@ -296,7 +296,7 @@ def test_users_are_searched_and_paged(signed_in: Dash, world: dict[str, Any]) ->
     for i in range(60):
         a.sessions.create(f"user-{i:03d}", session_id=f"sx{i}")
     first = signed_in.get("/users?q=user-").text
-    assert "60 user(s)" in first and "Page 1 of 2" in first
+    assert "60 users" in first and "Page 1 of 2" in first
     second = signed_in.get("/users?q=user-&page=2").text
     shown = set(re.findall(r"user-\d{3}", first)) | set(re.findall(r"user-\d{3}", second))
     assert len(shown) == 60
@@ -487,7 +487,8 @@ def test_failed_messages_show_their_error_and_are_retried(
         assert "processed again" in asked.text
         r = dash.post("/retry", confirm=True)
         assert r.status_code == 303 and r.headers["location"] == "/ui/?done=retried%3A1"
-        assert "1 job(s) queued again." in dash.get("/?done=retried:1").text
+        assert "1 job queued again." in dash.get("/?done=retried:1").text
+        assert "2 jobs queued again." in dash.get("/?done=retried:2").text
         mem.wait(timeout=60)
         assert mem.messages.list(status="failed") == []
         assert dash.get("/?done=<b>forged</b>").text.count("forged") == 0
@@ -641,3 +642,93 @@ def test_webhook_failures_are_on_the_overview(make_memory: Callable[..., Memory]
         assert str(escape(delivery.reason)) in section
         log = dash.get(f"/webhooks/{hook.id}").text
         assert "failed" in log and str(escape(delivery.reason)) in log
+
+
+# -- what the pages say ----------------------------------------------------------------------
+
+_COUNTED = re.compile(r"\b1 (users|sessions|messages|facts|summaries|topics|hits|recalls|tokens)\b")
+
+
+def test_counts_of_one_are_singular(signed_in: Dash, world: dict[str, Any]) -> None:
+    """Every page that counts says "1 summary", never "1 summaries" nor "summary(s)"."""
+    a: Memory = world["a"]
+    api = {"Authorization": f"Api-Key {world['key_a']}"}
+    recalled = signed_in.client.get("/api/sessions/s1/context?query=Ana", headers=api)
+    assert recalled.status_code == 200  # one recall in the log (REST recalls are logged)
+    single = next(t for t in a.topics.list(user_id="alice") if len(t.summary_ids) == 1)
+    summary = a.summaries.get(single.summary_ids[0])
+    assert len(summary.fact_ids) == len(summary.message_ids) == 1
+    user = signed_in.get("/users/alice").text
+    assert f'{escape(single.name)}</a> <span class="dim">topic · 1 summary</span>' in user
+    assert "v1 · 1 fact · 1 message · updated" in user
+    pages = {
+        path: signed_in.get(path).text
+        for path in ("/", "/users", "/users/alice", "/recall/log", "/recall?user_id=alice&query=x")
+    }
+    assert "1 user<" in pages["/users"].replace("</p>", "<").replace(".", "<")
+    assert '<span class="n">1</span> user</div>' in pages["/"]
+    assert '<span class="n">1</span> session</div>' in pages["/"]
+    assert "1 recall logged" in pages["/"]
+    for path, text in pages.items():
+        assert "(s)" not in text, path
+        assert not _COUNTED.search(text), (path, _COUNTED.search(text))
+    signed_in.get("/users/alice?tab=sessions")
+    forgotten = signed_in.post(
+        "/users/alice/forget", {"message_id": summary.message_ids[0]}, confirm=True
+    )
+    notice = signed_in.get(forgotten.headers["location"].removeprefix("/ui")).text
+    assert re.search(r"Forgotten: \d+ items? removed\.", notice)
+    assert "item(s)" not in notice
+
+
+def test_the_audit_log_is_newest_first(signed_in: Dash, world: dict[str, Any]) -> None:
+    a: Memory = world["a"]
+    first, second = (s.id for s in a.summaries.list(user_id="alice")[:2])
+    a.set_status(first, "archived", reason="first change")
+    a.set_status(second, "archived", reason="second change")
+    page = signed_in.get("/audit").text
+    assert page.index("second change") < page.index("first change")
+    assert "newest first" in page
+    assert [r.reason for r in a.audit(newest_first=True)] == ["second change", "first change"]
+    assert [r.reason for r in a.audit()] == ["first change", "second change"]
+    assert [r.reason for r in a.audit(newest_first=True, limit=1, offset=1)] == ["first change"]
+
+
+def test_a_behaviour_event_is_shown_as_an_event_of_its_type(
+    signed_in: Dash, world: dict[str, Any]
+) -> None:
+    a: Memory = world["a"]
+    added = a.sessions.get("s1").add_messages(
+        [
+            {
+                "role": "user",
+                "content": "trail running shoes",
+                "event_type": "search",
+                "page": "/shop/search",
+            }
+        ],
+        sync=True,
+    )
+    (event_id,) = added.message_ids
+    event = '<span class="badge event">search</span> event on <code>/shop/search</code>'
+    messages = signed_in.get("/users/alice?tab=messages").text
+    row = next(r for r in messages.split("<tr>") if "trail running shoes" in r)
+    assert event in row and ">user<" not in row
+    item = signed_in.get(f"/items/{event_id}").text
+    assert f"<dt>From</dt><dd>{event}</dd>" in item
+    # A turn is still its role's.
+    said = next(r for r in messages.split("<tr>") if "nurse in Lisbon" in r)
+    assert '<td data-label="Who">user</td>' in said
+
+
+def test_a_topic_left_without_current_summaries_is_not_listed(
+    signed_in: Dash, world: dict[str, Any]
+) -> None:
+    a: Memory = world["a"]
+    topic = next(t for t in a.topics.list(user_id="alice") if len(t.summary_ids) == 1)
+    heading = f'href="/ui/items/{topic.id}"'
+    assert heading in signed_in.get("/users/alice").text
+    a.set_status(topic.summary_ids[0], "deleted", reason="wrong")
+    assert topic.id in [t.id for t in a.topics.list(user_id="alice")]  # the topic remains
+    page = signed_in.get("/users/alice").text
+    assert heading not in page and "0 summaries" not in page

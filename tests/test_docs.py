@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import re
+from urllib.parse import unquote
+
+from markdown_it import MarkdownIt
+from markdown_it.token import Token
+
 from conftest import REPO
 from stratamem.config import Settings
 from stratamem.types import RecallConfig
@@ -81,3 +87,93 @@ def test_the_benchmarks_page_is_a_results_page() -> None:
         assert f"python bench/{name}" in body, f"the section of bench/{name} has no command"
         assert re.search(r"`[0-9a-f]{7,40}`", body), f"the section of bench/{name} names no commit"
         assert any(m in body for m in machines) or "machine not recorded" in body, name
+
+
+# -- links between the docs ------------------------------------------------------------------
+
+LINKED_PAGES = ["README.md", "clients/typescript/README.md", "docs/**/*.md"]
+
+
+def _markdown() -> MarkdownIt:
+    # CommonMark plus tables and strikethrough, as GitHub renders (bare URLs are no concern)
+    return MarkdownIt("commonmark").enable(["table", "strikethrough"])
+
+
+def _inline_text(token: Token) -> str:
+    """A heading's text as GitHub renders it: code spans' and links' text kept, markup and
+    inline HTML dropped."""
+    parts = []
+    for child in token.children or []:
+        if child.type in ("text", "code_inline"):
+            parts.append(child.content)
+        elif child.type in ("softbreak", "hardbreak"):
+            parts.append(" ")
+        elif child.type == "image":
+            parts.append(_inline_text(child))
+    return "".join(parts)
+
+
+def github_anchors(page: str) -> set[str]:
+    """The anchors GitHub gives a page's headings: the text lowercased, every character but
+    letters, digits, ``_``, ``-`` and spaces removed, spaces as ``-``; a repeated slug gets
+    ``-1``, ``-2``, ... (github-slugger's rules)."""
+    tokens = _markdown().parse(page)
+    seen: dict[str, int] = {}
+    anchors = set()
+    for i, token in enumerate(tokens):
+        if token.type != "heading_open":
+            continue
+        slug = re.sub(r"[^\w\- ]", "", _inline_text(tokens[i + 1]).strip().lower())
+        slug = slug.replace(" ", "-")
+        count = seen.get(slug, 0)
+        seen[slug] = count + 1
+        anchors.add(slug if count == 0 else f"{slug}-{count}")
+    return anchors
+
+
+def _links(page: str) -> list[str]:
+    found = []
+    for token in _markdown().parse(page):
+        for child in token.children or []:
+            if child.type == "link_open":
+                found.append(str(child.attrs["href"]))
+            elif child.type == "image":
+                found.append(str(child.attrs["src"]))
+    return found
+
+
+def test_github_anchors_follow_githubs_rules() -> None:
+    page = (
+        "# Capture: `mem.llm.register(client)`\n## What is injected, and where\n"
+        "## Settings\n## Settings\n### `heuristic` & co. — v2\n```\n# not a heading\n```\n"
+    )
+    assert github_anchors(page) == {
+        "capture-memllmregisterclient",
+        "what-is-injected-and-where",
+        "settings",
+        "settings-1",
+        "heuristic--co--v2",
+    }
+
+
+def test_every_relative_link_and_anchor_exists() -> None:
+    """Every link of the README and docs/ to a file of the repository names one that exists,
+    and every #anchor one of the target page's headings."""
+    pages = sorted({p for pattern in LINKED_PAGES for p in REPO.glob(pattern)})
+    assert len(pages) > 10
+    anchors = {p: github_anchors(p.read_text(encoding="utf-8")) for p in pages}
+    broken = []
+    for page in pages:
+        for href in _links(page.read_text(encoding="utf-8")):
+            if re.match(r"[a-z][a-z0-9+.-]*:", href, re.I):  # https:, mailto: ...
+                continue
+            path, _, anchor = unquote(href).partition("#")
+            target = (page.parent / path).resolve() if path else page
+            where = f"{page.relative_to(REPO)}: {href}"
+            if not target.is_relative_to(REPO) or not target.exists():
+                broken.append(f"{where} (no such file)")
+            elif anchor and target.suffix == ".md":
+                known = anchors.get(target) or github_anchors(target.read_text(encoding="utf-8"))
+                if anchor not in known:
+                    broken.append(f"{where} (no such heading)")
+    assert not broken, "broken links:\n" + "\n".join(broken)

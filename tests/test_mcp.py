@@ -136,33 +136,83 @@ async def correct_then_forget(c: Client) -> None:
     assert left["results"] == []
 
 
+# One bad call of every tool: each is refused with one line naming the field and what it
+# accepts, in stratamem's words, not pydantic's report (its model names, its links).
+BAD_CALLS: list[tuple[str, dict[str, Any], str]] = [
+    (
+        "search_memories",
+        {"query": "x", "layer": "bogus"},
+        "invalid search_memories: layer: expected one of 'summary', 'fact' or 'message' "
+        "(got 'bogus')",
+    ),
+    ("search_memories", {"query": "x", "limit": "ten"}, "limit: expected an integer (got 'ten')"),
+    ("search_memories", {"query": "x", "since": "May"}, "since: expected an ISO-8601 datetime"),
+    (
+        "search_memories",
+        {"query": "x", "include_superseded": "maybe"},
+        "include_superseded: expected true or false (got 'maybe')",
+    ),
+    ("search_memories", {}, "invalid search_memories: query: required"),
+    ("add_memory", {}, "invalid add_memory: text: required"),
+    ("add_memory", {"text": "x", "metadata": "bad"}, "metadata: expected an object (got 'bad')"),
+    ("add_memory", {"text": "x", "wait": "maybe"}, "wait: expected true or false (got 'maybe')"),
+    ("get_context", {"query": 3}, "invalid get_context: query: expected a string (got 3)"),
+    ("get_context", {"query": "x", "session_id": "a b"}, "session_id: expected 1-200 characters"),
+    (
+        "list_memories",
+        {"status": "gone"},
+        "status: expected one of 'active', 'deprioritized', 'archived', 'deleted' or "
+        "'superseded' (got 'gone')",
+    ),
+    ("list_memories", {"limit": 1.5}, "limit: expected an integer (got 1.5)"),
+    ("list_memories", {"offset": -1}, "offset: expected an integer >= 0 (got -1)"),
+    ("get_memory", {}, "invalid get_memory: memory_id: required"),
+    ("get_memory", {"memory_id": ""}, "memory_id: expected 1-200 characters"),
+    ("update_memory", {"memory_id": "s_x"}, "invalid update_memory: text: required"),
+    ("update_memory", {"memory_id": "f_x", "text": "y"}, "'f_x' is not a summary id"),
+    ("delete_memory", {"memory_id": None}, "memory_id: expected a string (got None)"),
+    ("forget", {}, "invalid forget: give session_id or topic_id"),
+    ("forget", {"session_id": 3}, "invalid forget: session_id: expected a string (got 3)"),
+    ("list_topics", {"x": 1}, ""),  # no parameters: an extra argument is ignored, not refused
+]
+
+
 async def refuse_bad_arguments(c: Client) -> None:
+    listed = {t.name: t for t in (await c.list_tools()).tools}
+    assert {name for name, _, _ in BAD_CALLS} == set(listed)
+    for tool, arguments, says in BAD_CALLS:
+        result = await c.call_tool(tool, arguments)
+        if not says:
+            assert not result.is_error, result.content
+            continue
+        text = _error(result)
+        assert says in text, (tool, arguments, text)
+        assert "\n" not in text and text.startswith(f"Error executing tool {tool}: ")
+        for noise in ("pydantic", "http", "Arguments", "[type=", "Traceback", "ValidationError"):
+            assert noise not in text, (tool, arguments, text)
+
     bad = _error(await c.call_tool("search_memories", {"query": "", "limit": 0}))
-    assert "invalid search" in bad
-    assert "query: expected a non-empty string" in bad
+    assert "invalid search: query: expected a non-empty string (got ''); " in bad
     assert "limit: expected an integer from 1 to 1000 (got 0)" in bad
-    assert "limit" in _error(await c.call_tool("search_memories", {"query": "x", "limit": "ten"}))
-    assert "layer" in _error(await c.call_tool("search_memories", {"query": "x", "layer": "all"}))
-    assert "since" in _error(await c.call_tool("search_memories", {"query": "x", "since": "May"}))
-    assert "memory_id" in _error(await c.call_tool("get_memory", {"memory_id": ""}))
     assert "no memory 's_nothing'" in _error(
         await c.call_tool("get_memory", {"memory_id": "s_nothing"})
     )
-    assert "give session_id or topic_id" in _error(await c.call_tool("forget", {}))
     both = _error(await c.call_tool("forget", {"session_id": "s", "topic_id": "t_x"}))
     assert "give exactly one of" in both
-    assert "status" in _error(await c.call_tool("list_memories", {"status": "gone"}))
-    assert "offset" in _error(await c.call_tool("list_memories", {"offset": -1}))
+
+    # update_memory takes summaries only, and says so: in its schema and when given another id.
+    memory_id = listed["update_memory"].input_schema["properties"]["memory_id"]["description"]
+    assert "(s_...)" in memory_id and "f_..." not in memory_id and "t_..." not in memory_id
+    assert "Only summaries" in memory_id
     added = await _call(c, "add_memory", text="I play the cello.", wait=True)
     message_id = added["message_ids"][0]
-    not_summary = _error(
-        await c.call_tool("update_memory", {"memory_id": message_id, "text": "I play piano."})
-    )
-    assert "is not a summary" in not_summary
-    assert "text" in _error(await c.call_tool("add_memory", {}))
-    # No traceback, no exception class names: what the model reads is the reason.
-    for text in (bad, not_summary):
-        assert "Traceback" not in text and "ValidationError" not in text
+    (fact,) = added["learned"]["facts"]
+    for not_summary in (message_id, fact["id"]):
+        refused = _error(
+            await c.call_tool("update_memory", {"memory_id": not_summary, "text": "I play piano."})
+        )
+        assert f"{not_summary!r} is not a summary id: update_memory corrects a summary" in refused
+        assert "search_memories with layer 'summary'" in refused
 
 
 async def stay_with_the_connections_user(c: Client, others_memory_id: str) -> None:

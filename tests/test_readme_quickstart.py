@@ -7,6 +7,7 @@ import os
 import subprocess
 from pathlib import Path
 
+import httpx
 import pytest
 
 from server_proc import ServerProcess
@@ -36,8 +37,22 @@ def test_readme_curl_lines_add_and_query_memory(tmp_path: Path) -> None:
             )
             assert done.returncode == 0, done.stderr
             answers.append(json.loads(done.stdout))
+        added, context = answers
+        assert added["success"] and added["data"]["processed"] is True
+        assert context["success"] and "Berlin" in context["data"]["formatted_context"]
+        # The structured answer holds what the block says: the summary, the fact it was drawn
+        # from (with its source message and date), and its topic naming that summary.
+        data = context["data"]
+        (message_id,) = added["data"]["message_ids"]
+        (fact,) = data["facts"]
+        assert "Berlin" in fact["text"] and fact["message_ids"] == [message_id]
+        assert fact["occurred_at"]  # "last May", resolved
+        (topic,) = data["topics"]
+        (summary_id,) = topic["summary_ids"]
+        with httpx.Client(
+            base_url=server.url, headers={"Authorization": f"Api-Key {env['KEY']}"}
+        ) as c:
+            summary = c.get(f"/api/summaries/{summary_id}").json()["data"]
+        assert summary["text"] == data["summary"] and summary["fact_ids"] == [fact["id"]]
     finally:
         server.stop()
-    added, context = answers
-    assert added["success"] and added["data"]["processed"] is True
-    assert context["success"] and "Berlin" in context["data"]["formatted_context"]

@@ -112,6 +112,29 @@ def test_formatted_context_is_dated_ordered_bounded_and_deterministic(semantic: 
     assert ctx.user_id == "alex" and ctx.session_id == "chat" and ctx.project_id == "default"
 
 
+def test_the_context_lists_the_facts_and_topic_members_of_its_summaries(semantic: Memory) -> None:
+    """A summary drawn from one fact is listed in the fact's place by the search, but the
+    structured answer still holds that fact; each topic names the answer's summaries filed
+    under it, best first."""
+    s = semantic.sessions.get("chat")
+    ctx = s.get_memory("What does Alex eat?", details=True)
+    assert ctx.matches is not None
+    summaries = [h for h in ctx.matches if h.layer == "summary"]
+    restating = [h for h in summaries if len(semantic.summaries.get(h.id).fact_ids) == 1]
+    assert restating
+    facts = {f.id for f in ctx.facts}
+    for h in restating:
+        assert semantic.summaries.get(h.id).fact_ids[0] in facts
+    assert ctx.topics
+    ranked = [h.id for h in summaries]
+    for topic in ctx.topics:
+        members = set(semantic.topics.get(topic.id).summary_ids)
+        assert topic.summary_ids == [sid for sid in ranked if sid in members] != []
+    # No fact slots (as capture asks): no facts, whatever the summaries rest on.
+    none = s.get_memory("What does Alex eat?", recall_config={"observation_semantic_top_k": 0})
+    assert none.facts == [] and none.summary == ctx.summary
+
+
 @pytest.mark.parametrize("budget", [50, 80, 120, 200, 400])
 def test_token_budget_is_respected(mem: Memory, budget: int) -> None:
     s = mem.sessions.create(user_id="u1")

@@ -199,13 +199,20 @@ class Governance:
         }
 
     def audit(
-        self, *, user_id: str | None = None, limit: int = 100, offset: int = 0
+        self,
+        *,
+        user_id: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+        newest_first: bool = False,
     ) -> list[AuditRecord]:
         self._check_open()
         check_paging(limit, offset)
         if user_id is not None:
             check_id(user_id, "user_id")
-        rows = self._store.list_audit(self._project_id, user_id, limit, offset)
+        rows = self._store.list_audit(
+            self._project_id, user_id, limit, offset, newest_first=newest_first
+        )
         return [_audit(r) for r in rows]
 
     def processing_status(self, session_id: str) -> ProcessingStatus:

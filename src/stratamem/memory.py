@@ -440,10 +440,18 @@ class Memory:
         return self._governance.export_user(user_id)
 
     def audit(
-        self, *, user_id: str | None = None, limit: int = 100, offset: int = 0
+        self,
+        *,
+        user_id: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+        newest_first: bool = False,
     ) -> list[AuditRecord]:
-        """Status changes, forgets and erasures in this project, oldest first."""
-        return self._governance.audit(user_id=user_id, limit=limit, offset=offset)
+        """Status changes, forgets and erasures in this project, oldest first (or newest
+        first: the dashboard's order)."""
+        return self._governance.audit(
+            user_id=user_id, limit=limit, offset=offset, newest_first=newest_first
+        )
 
     def processing_status(self, session_id: str) -> ProcessingStatus:
         """How far a session's messages are through the write pipeline."""

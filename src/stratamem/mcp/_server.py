@@ -17,8 +17,11 @@ from typing import Any
 
 from mcp.server import MCPServer
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
-from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import ToolAnnotations
+from mcp.server.mcpserver.context import Context
+from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
+from mcp.types import CallToolResult, InputRequiredResult, ToolAnnotations
+from pydantic import ValidationError as PydanticValidationError
+from pydantic_core import ErrorDetails
 
 from .. import __version__
 from ..errors import StratamemError
@@ -101,6 +104,62 @@ _TOOLS: dict[str, tuple[str, ToolAnnotations]] = {
 }
 
 
+def _one_line(exc: Exception) -> str:
+    """An error's text on one line: a ``ValidationError``'s problems (one per line under
+    its title) joined with "; ", as a model reads a tool error best."""
+    title, _, problems = str(exc).partition(":\n")
+    if not problems:
+        return title
+    return f"{title}: " + "; ".join(line.strip() for line in problems.splitlines())
+
+
+# What the SDK's schema check found wrong, in the words of stratamem's own checks.
+_EXPECTED = {
+    "missing": "required",
+    "int_type": "expected an integer",
+    "int_parsing": "expected an integer",
+    "int_from_float": "expected an integer",
+    "bool_type": "expected true or false",
+    "bool_parsing": "expected true or false",
+    "string_type": "expected a string",
+    "dict_type": "expected an object",
+}
+
+
+def _argument_problem(err: ErrorDetails) -> str:
+    field = ".".join(str(part) for part in err["loc"]) or "arguments"
+    kind = err["type"]
+    if kind == "literal_error":  # the accepted values, as the schema spells them
+        expected = f"expected one of {err.get('ctx', {}).get('expected', '')}"
+    else:
+        msg = err["msg"]
+        expected = _EXPECTED.get(kind, msg[:1].lower() + msg[1:])
+    if kind == "missing":
+        return f"{field}: {expected}"
+    return f"{field}: {expected} (got {err.get('input')!r:.60})"
+
+
+class _Server(MCPServer[Any]):
+    """The SDK's server, but arguments that fail the tool's schema are refused in one line
+    naming each field and what it accepts, like stratamem's own checks, instead of
+    pydantic's report (its model names and documentation links mean nothing to a model)."""
+
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None
+    ) -> CallToolResult | InputRequiredResult:
+        try:
+            return await super().call_tool(name, arguments, context)
+        except UnexpectedToolError:
+            raise
+        except ToolError as exc:
+            cause = exc.__cause__
+            if not isinstance(cause, PydanticValidationError):
+                raise
+            problems = "; ".join(_argument_problem(err) for err in cause.errors())
+            # Chained to pydantic's error: the SDK then logs the field names only.
+            raise ToolError(f"Error executing tool {name}: invalid {name}: {problems}") from cause
+
+
 def _tool(name: str) -> Callable[..., dict[str, Any]]:
     """``MemoryTools.<name>`` as an MCP tool function: the method's parameters without
     ``self``, acting for the request's user; stratamem's refusals become tool errors the
@@ -113,7 +172,7 @@ def _tool(name: str) -> Callable[..., dict[str, Any]]:
         try:
             result: dict[str, Any] = method(_current.get(), **arguments)
         except (StratamemError, ToolRefused) as exc:
-            raise ToolError(str(exc)) from None
+            raise ToolError(_one_line(exc)) from None
         return result
 
     tool.__signature__ = signature.replace(  # type: ignore[attr-defined]
@@ -147,7 +206,7 @@ def _profile() -> str:
 
 def build_server(identify: Callable[[ServerRequestContext[Any, Any]], MemoryTools]) -> MCPServer:
     """The MCP server whose requests act as ``identify`` says (called once per request)."""
-    server: MCPServer = MCPServer(
+    server: MCPServer = _Server(
         "stratamem",
         title="stratamem memory",
         instructions=_INSTRUCTIONS,

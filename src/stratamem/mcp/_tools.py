@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 
 from pydantic import Field
 
@@ -60,6 +60,14 @@ MemoryId = Annotated[
     str,
     Field(
         description="A memory's id: s_... (summary), f_... (fact), t_... (topic) or a message id."
+    ),
+]
+SummaryId = Annotated[
+    str,
+    Field(
+        description="The id of the summary to correct (s_...), as search_memories, "
+        "list_memories and get_memory return it. Only summaries are corrected: facts and "
+        "messages are the evidence they were drawn from, never edited."
     ),
 ]
 Status = Annotated[
@@ -351,14 +359,19 @@ class MemoryTools:
             return {"memory": _topic(item), "memories": [_summary(s) for s in members]}
         return {"memory": _message(item)}
 
-    def update_memory(self, memory_id: MemoryId, text: Correction) -> dict[str, Any]:
-        old = self._lookup(memory_id)
-        if not isinstance(old, Summary):
+    def update_memory(self, memory_id: SummaryId, text: Correction) -> dict[str, Any]:
+        check_id(memory_id, "memory_id")
+        # Refused by the id's form before any lookup, so the answer is the same whether or
+        # not such an item exists (and whoever's it is).
+        if not memory_id.startswith("s_"):
             raise ToolRefused(
-                f"{memory_id!r} is not a summary: corrections replace summaries (ids s_...), "
-                "which search_memories and list_memories return; facts and messages are "
-                "evidence and are never edited"
+                f"{memory_id!r} is not a summary id: update_memory corrects a summary (an "
+                "s_... id from search_memories, list_memories or get_memory); facts and "
+                "messages are the evidence summaries are drawn from and are never edited, so "
+                "correct the summary that states it (search_memories with layer 'summary' "
+                "finds it)"
             )
+        old = cast(Summary, self._lookup(memory_id))  # an s_ id is a summary's (_lookup)
         if old.status not in ("active", "deprioritized"):  # what recall presents as current
             after = f" by {old.superseded_by}" if old.superseded_by else ""
             raise ToolRefused(f"memory {memory_id!r} is {old.status}{after}; correct a current one")

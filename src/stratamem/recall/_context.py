@@ -2,7 +2,8 @@
 
 The session's recent turns, the search's hits (each layer within its cap, none far weaker
 than the best), the topics the summaries found belong to, the source messages quoted under
-each item, and the user's latest facts, formatted within the token budget by ``_format``.
+each item, the facts the hits rest on and the user's latest facts, formatted within the
+token budget by ``_format``.
 An item another one stands for (a fact its summary covers, a message an item quotes) is not
 listed twice.
 """
@@ -111,6 +112,33 @@ def _evidence(
     return out
 
 
+def _answer_facts(
+    store: RecallStore,
+    project_id: str,
+    matches: Sequence[Hit],
+    found: dict[str, StoredRow],
+    config: RecallConfig,
+) -> list[FactRow]:
+    """The facts the answer rests on, in the order of its hits, at most
+    ``observation_semantic_top_k``: each matched fact, and the fact of each one-fact summary
+    (the search lists such a summary in its fact's place: it says what the fact says, so
+    without it a summary drawn from a single statement would leave ``facts`` empty)."""
+    wanted: list[str] = []
+    for hit in matches:
+        row = found[hit.id]
+        if isinstance(row, FactRow):
+            wanted.append(row.id)
+        elif isinstance(row, SummaryRow) and len(row.fact_ids) == 1:
+            wanted.append(row.fact_ids[0])
+    wanted = list(dict.fromkeys(wanted))[: config.observation_semantic_top_k]
+    rows = {r.id: r for r in found.values() if isinstance(r, FactRow)}
+    restated = [f for f in wanted if f not in rows]
+    for r in store.get_facts(project_id, restated) if restated else []:
+        if r.status != "superseded" or config.include_superseded:
+            rows[r.id] = r
+    return [rows[f] for f in wanted if f in rows]
+
+
 def assemble(
     store: RecallStore,
     search: Search,
@@ -156,8 +184,12 @@ def assemble(
     topics = [t for _, t in sorted(topic_rank.values(), key=lambda x: (-x[0], x[1].name))][
         : config.topic_top_k
     ]
+    # Each topic lists the summaries of this answer filed under it, best first (the store
+    # reads a summary's topics without their members; a topic's own page lists them all).
+    for topic in topics:
+        topic.summary_ids = [s for s, ts in by_summary.items() if any(t.id == topic.id for t in ts)]
     evidence = _evidence(store, project_id, matches, config.observation_context_top_k, texts)
-    fact_rows = [r for h in matches if h.layer == "fact" and isinstance(r := found[h.id], FactRow)]
+    fact_rows = _answer_facts(store, project_id, matches, found, config)
     if config.observation_recent_limit:
         known = {r.id for r in fact_rows}
         fact_rows += [

@@ -314,7 +314,13 @@ class GovernanceStore(Protocol):
     def revoke_api_key(self, key_id: str) -> ApiKeyRow | None: ...
     def touch_api_key(self, key_id: str, when: str) -> None: ...
     def list_audit(
-        self, project_id: str, user_id: str | None, limit: int, offset: int
+        self,
+        project_id: str,
+        user_id: str | None,
+        limit: int,
+        offset: int,
+        *,
+        newest_first: bool = False,
     ) -> list[AuditRow]: ...
     def set_summary_status(
         self, project_id: str, summary_id: str, status: str, reason: str, actor: str

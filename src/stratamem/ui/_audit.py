@@ -18,7 +18,9 @@ def _audit(request: Request, viewer: Viewer, form: Form) -> Response:
     memory = viewer.project
     user_id = request.query_params.get("user_id", "").strip() or None
     page = page_of(request)
-    records = memory.audit(user_id=user_id, limit=PAGE + 1, offset=(page - 1) * PAGE)
+    records = memory.audit(
+        user_id=user_id, limit=PAGE + 1, offset=(page - 1) * PAGE, newest_first=True
+    )
     return render(
         request,
         "audit.html",

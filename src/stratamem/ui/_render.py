@@ -16,6 +16,8 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
+from ..types import NOTE_EVENT
+
 __all__ = ["SECURITY_HEADERS", "href", "render"]
 
 SECURITY_HEADERS = {
@@ -52,6 +54,12 @@ def _ms(value: float | None) -> str:
     return "—" if value is None else f"{value:.1f} ms"
 
 
+def _plural(n: float, one: str, many: str | None = None) -> str:
+    """The noun for ``n`` of it: ``one`` for 1, else ``many`` (``one`` + "s" by default).
+    Templates write ``{{ n }} {{ n|plural("summary", "summaries") }}``."""
+    return one if n == 1 else many or one + "s"
+
+
 _env = Environment(
     loader=PackageLoader("stratamem.ui", "templates"),
     autoescape=True,
@@ -61,6 +69,8 @@ _env = Environment(
 )
 _env.filters["when"] = _when
 _env.filters["ms"] = _ms
+_env.filters["plural"] = _plural
+_env.globals["NOTE_EVENT"] = NOTE_EVENT
 _env.filters["q"] = lambda s: quote(str(s), safe="")
 
 
@@ -72,11 +82,12 @@ def href(request: Request, path: str, **params: Any) -> str:
 
 
 # What a redirect after an action says it did: a code in ``?done=``, never free text (a
-# link could otherwise make the dashboard say anything). "{n}" takes the code's number.
+# link could otherwise make the dashboard say anything). "{n}" takes the code's number,
+# "{s}" the plural ending it needs.
 _NOTICES = {
-    "retried": "{n} job(s) queued again.",
+    "retried": "{n} job{s} queued again.",
     "status": "Status changed; the change is in the history below.",
-    "forgotten": "Forgotten: {n} item(s) removed.",
+    "forgotten": "Forgotten: {n} item{s} removed.",
     "erased": "The user was erased.",
     "hook_enabled": "Webhook enabled.",
     "hook_disabled": "Webhook disabled.",
@@ -92,7 +103,7 @@ def _notice(code: str | None) -> str | None:
     text = _NOTICES.get(name)
     if text is None or (number and not number.isdigit()):
         return None
-    return text.format(n=number or "")
+    return text.format(n=number or "", s=_plural(int(number or 0), "", "s"))
 
 
 def render(request: Request, template: str, code: int = 200, **context: Any) -> HTMLResponse:

@@ -56,14 +56,17 @@ def _users(request: Request, viewer: Viewer, form: Form) -> Response:
 def _by_topic(
     topics: Sequence[Any], summaries: Sequence[Summary]
 ) -> tuple[list[tuple[Any, list[Summary]]], list[Summary]]:
-    """Current summaries under their topics, and those filed under none."""
+    """Current summaries under their topics, and those filed under none. A topic none of
+    whose summaries is current (all deleted or archived, say) is left out: an empty
+    heading says nothing (the archived ones are listed apart)."""
     by_id = {s.id: s for s in summaries}
     filed: set[str] = set()
     grouped = []
     for topic in topics:
         items = [by_id[i] for i in topic.summary_ids if i in by_id]
         filed.update(s.id for s in items)
-        grouped.append((topic, items))
+        if items:
+            grouped.append((topic, items))
     return grouped, [s for s in summaries if s.id not in filed]
 
 

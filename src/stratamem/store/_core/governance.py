@@ -111,13 +111,22 @@ def audit(
 
 
 def list_audit(
-    tx: Tx, project_id: str, user_id: str | None, limit: int, offset: int
+    tx: Tx,
+    project_id: str,
+    user_id: str | None,
+    limit: int,
+    offset: int,
+    *,
+    newest_first: bool = False,
 ) -> list[AuditRow]:
+    """A page of the project's (or one user's) audit records, in the order they were
+    written or, with ``newest_first``, the reverse."""
     sql = f"SELECT {AUDIT_COLUMNS} FROM audit WHERE project_id = ?"
     params: tuple[str, ...] = (project_id,)
     if user_id is not None:
         sql, params = sql + " AND user_id = ?", (project_id, user_id)
-    rows = tx.all(sql + " ORDER BY pk LIMIT ? OFFSET ?", (*params, limit, offset))
+    order = " ORDER BY pk DESC" if newest_first else " ORDER BY pk"
+    rows = tx.all(sql + order + " LIMIT ? OFFSET ?", (*params, limit, offset))
     return [audit_row(r, tx.dialect) for r in rows]
 
 

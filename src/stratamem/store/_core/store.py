@@ -639,10 +639,18 @@ class SQLStore(ABC):
             governance.touch_api_key(tx, key_id, when)
 
     def list_audit(
-        self, project_id: str, user_id: str | None, limit: int, offset: int
+        self,
+        project_id: str,
+        user_id: str | None,
+        limit: int,
+        offset: int,
+        *,
+        newest_first: bool = False,
     ) -> list[AuditRow]:
         with self._query() as tx:
-            return governance.list_audit(tx, project_id, user_id, limit, offset)
+            return governance.list_audit(
+                tx, project_id, user_id, limit, offset, newest_first=newest_first
+            )
 
     def set_summary_status(
         self, project_id: str, summary_id: str, status: str, reason: str, actor: str
