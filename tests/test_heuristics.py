@@ -1198,6 +1198,11 @@ def test_speaker_name(name: str | None, expected: str | None) -> None:
         ("Pixel loves the beach.", False),
         ("Thanks! I took my turtles to the beach in Tampa.", False),
         ("What did you think? I loved the ending of that book.", False),
+        # A question about a subject is what a user asks an assistant, not small talk.
+        ("hmm, how do I set up Redis for caching user sessions and presence data?", False),
+        ("What if MongoDB is running but still can't connect? Should I check anything?", False),
+        ("Hey Joanna, what's been up since we last chatted? How's it going?", True),
+        ("What was it like for you both? Any plans for the summer?", True),
         ("", False),
         ("Take care! " * 40, False),  # long turns are not read
     ],

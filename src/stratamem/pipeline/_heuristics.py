@@ -332,11 +332,13 @@ _SMALL_TALK_MAX_CHARS = 400
 
 def is_small_talk(text: str) -> bool:
     """Whether a conversation turn is small talk as a whole: every sentence of it a
-    greeting, thanks or filler, small talk by ``_small_talk``'s categories, or a question
-    ("Take care!", "Cool! What did it look like?"). One sentence with something to say
-    makes it a turn with content. Read from the text alone, so a turn is judged when it
-    is stored, whichever model processes it later. A long turn is never small talk as a
-    whole, and is not read: this runs on every stored message."""
+    greeting, thanks or filler, small talk by ``_small_talk``'s categories, or a social
+    question ("Take care!", "Cool! What did it look like?"). One sentence with something
+    to say makes it a turn with content, and so does a question about a subject ("how do I
+    set up Redis for caching user sessions?": ``_asks_about_a_subject``). Read from the
+    text alone, so a turn is judged when it is stored, whichever model processes it later.
+    A long turn is never small talk as a whole, and is not read: this runs on every stored
+    message."""
     if len(text) > _SMALL_TALK_MAX_CHARS:
         return False
     sentences = [s for s in split_sentences(text) if s.strip()]
@@ -345,7 +347,9 @@ def is_small_talk(text: str) -> bool:
     for sentence in sentences:
         chinese = _is_chinese(sentence)
         if _is_question(sentence, chinese):
-            continue
+            if chinese or not _asks_about_a_subject(_strip_lead(sentence, chinese)[0]):
+                continue
+            return False
         body, _ = _strip_lead(sentence, chinese)
         if not body or _is_filler(body, chinese):
             continue
@@ -355,17 +359,49 @@ def is_small_talk(text: str) -> bool:
     return True
 
 
+# A question with at least this many content words is about a subject of its own; the
+# words that make a question (contracted wh-words) and indefinite pronouns do not count.
+_SUBJECT_QUESTION_WORDS = 4
+_QUESTION_SCAFFOLD = frozenset(
+    """what's how's where's who's when's why's which's whats hows anything something
+    everything nothing anyone someone everyone anybody somebody""".split()  # noqa: SIM905
+)
+
+
+def _asks_about_a_subject(question: str) -> bool:
+    """Whether an English question asks about a subject rather than keeping the talk going:
+    not turned to the listener ("What was it like for you?", "Any plans?") and with
+    ``_SUBJECT_QUESTION_WORDS`` content words or more ("what if MongoDB is running but
+    still can't connect?"). In a user's chat with an assistant most follow-ups are such
+    questions, and they are what later questions about the thread ask for; counting them
+    as small talk took a quarter of recall away from long technical chats."""
+    question = _QUOTED.sub('""', question)
+    if _small_talk_turn(question):
+        return False
+    words = [w.lower().replace("’", "'") for w in _WORD.findall(question)]
+    content = [
+        w for w in words if w not in _STOPWORDS and w not in _VAGUE and w not in _QUESTION_SCAFFOLD
+    ]
+    return len(content) >= _SUBJECT_QUESTION_WORDS
+
+
+def _small_talk_turn(body: str) -> bool:
+    """Whether a sentence is turned to the listener or to the exchange itself (the four
+    categories above), whatever it holds besides."""
+    return bool(
+        _ADDRESSED_TO_LISTENER.search(body)
+        or _REACTION.match(body)
+        or _TO_LISTENER.match(body)
+        or _LEAVING.search(body)
+    )
+
+
 def _small_talk(body: str) -> bool:
     """Whether an English conversation sentence is small talk (see the categories above)."""
     body = _QUOTED.sub('""', body)  # a quote's "you" is not the listener
     if _IMPERATIVE.match(body):
         return False  # a standing instruction: "Don't suggest steak houses to me"
-    if (
-        _ADDRESSED_TO_LISTENER.search(body)
-        or _REACTION.match(body)
-        or _TO_LISTENER.match(body)
-        or _LEAVING.search(body)
-    ):
+    if _small_talk_turn(body):
         return True
     words = [w.lower().replace("’", "'") for w in _WORD.findall(body)]
     content = [w for w in words if w not in _STOPWORDS and w not in _VAGUE]
