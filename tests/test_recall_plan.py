@@ -246,6 +246,85 @@ def test_hits_for_several_things_spread_over_sessions(
     assert first_sessions() == ["pasta-night"] * 3
 
 
+@pytest.mark.parametrize(
+    ("question", "thread", "subject"),
+    [
+        (
+            "Can you give me a thorough summary of everything involved in securing the "
+            "authentication system, covering all the challenges and solutions?",
+            True,
+            "involved securing authentication system",
+        ),
+        (
+            "How did my discussions about managing message data in the chat app progress?",
+            True,
+            "managing message data chat app",
+        ),
+        (
+            "Can you list the order in which I brought up different aspects of my resume "
+            "analyzer project throughout our conversations (mention 10 items)?",
+            True,
+            "resume analyzer project",
+        ),
+        ("Summarize what we said about Redis.", True, "said Redis."),
+        # the things are named: each is asked for (asks_for_many), no thread
+        ("What is the order of the three events: 'A', 'B' and 'C'?", False, None),
+        ("What did Jon say about Gina's progress with her store?", False, None),
+        ("Where does the user live?", False, None),
+    ],
+)
+def test_questions_asking_for_a_thread(question: str, thread: bool, subject: str | None) -> None:
+    plan = _plan_of(question)
+    assert _plan.asks_for_thread(question) is thread and plan.thread is thread
+    assert _plan.thread_subject(question) == subject if thread else True
+    # The subject is searched beside the question: it is what the thread is about.
+    assert plan.variants == ((question, subject) if thread else (question,))
+
+
+def test_a_thread_question_draws_its_head_from_every_session_earliest_first(
+    make_memory: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three sessions talk about the login tokens, the later two at length and more like
+    the question; asked for a summary of the thread, the head holds one turn of each
+    session in the order they took place before any second turn of one, and nothing of
+    the session about something else. Without the thread path the later sessions fill
+    the head."""
+    mem: Memory = make_memory()
+    for session, day, texts in [
+        ("jan", "2026-01-05", ["I set the JWT login token expiry to one hour."]),
+        (
+            "feb",
+            "2026-02-10",
+            [
+                "The JWT login token verification fails in Socket.io middleware.",
+                "I added JWT login token verification with a clock tolerance.",
+                "Refresh tokens for the JWT login now rotate on every use.",
+            ],
+        ),
+        (
+            "mar",
+            "2026-03-15",
+            [
+                "I moved the JWT login token secret to an environment variable.",
+                "The JWT login token secret now lives in the vault.",
+            ],
+        ),
+        ("apr", "2026-04-01", ["We booked a table at the Italian place for Friday."]),
+    ]:
+        mem.sessions.create(user_id="john", session_id=session).add_messages(
+            _turns(session, day, texts), sync=True
+        )
+    question = "Can you summarize how my JWT login token work went throughout our conversations?"
+
+    def head() -> list[str | None]:
+        hits = mem.search(question, user_id="john", layers=["message"], limit=8)
+        return [h.session_id for h in hits]
+
+    assert head()[:5] == ["jan", "feb", "mar", "feb", "mar"] and head()[-1] == "apr"
+    monkeypatch.setattr(_plan, "asks_for_thread", lambda query: False)
+    assert head()[:4] == ["feb", "mar", "mar", "feb"]
+
+
 def test_small_talk_counts_less(make_memory: Any) -> None:
     """A turn that is small talk as a whole carries the ``small_talk`` signal and counts
     0.8, from the moment it is stored (no processing needed), whoever said it; a turn

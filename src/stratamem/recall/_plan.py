@@ -27,6 +27,7 @@ __all__ = [
     "QueryPlan",
     "SearchOptions",
     "asks_for_many",
+    "asks_for_thread",
     "mentioned_names",
     "plan_query",
     "search_options",
@@ -107,6 +108,9 @@ class QueryPlan:
     # visited?", "What books did Melanie read?"): the hits should not all come from one
     # session.
     asks_for_many: bool
+    # The question asks for a whole thread ("summarise everything about ...", "in what
+    # order did ... progress"): its head is drawn from every session that talks about it.
+    thread: bool = False
 
     def chained(self, text: str) -> QueryPlan:
         """The plan of a second retrieval that searches ``text`` alone (multi-hop); the
@@ -169,6 +173,50 @@ def asks_for_many(query: str) -> bool:
     return any(p.search(text) for p in (_PERFECT, _PLURAL_WH, _COUNTED))
 
 
+# "Summarise everything about the authentication system", "In what order did my discussions
+# of message storage progress?", "Walk me through ... throughout our conversations": the
+# answer is a thread of many turns over the history, not the few most similar ones.
+_THREAD = re.compile(
+    r"\bsummar(?:y|ise|ize|ies|ising|izing)\b"
+    # the order a subject went in ("in what order did I bring up ..."); not "the order of
+    # the three events: ...", which names its things and is asked for each of them
+    r"|\b(?:in (?:what|which) order|the order in which|in (?:chronological )?order)\b"
+    r"|\bhow (?:did|has|have)\b[^?]*\b(?:progress|evolve|develop)\b|\b(?:progressed|evolved)\b"
+    r"|\bthroughout\b|\bacross (?:our|my|the|all|different) (?:\w+ )?(?:conversations|sessions"
+    r"|chats|discussions)\b|\bfrom start to finish\b|\bover time\b",
+    re.IGNORECASE,
+)
+# Words that say how a thread question wants its answer, not what it is about.
+_THREAD_SCAFFOLD = frozenset(
+    """can could would you me give provide list walk through tell a an the of in on about
+    to for and or with that which what how did do does i my we our us summary summarise
+    summarize summarising summarizing summaries thorough detailed comprehensive brief short
+    full entire whole overall everything all scope order ordered chronological brought up
+    bring discussed discussion discussions conversation conversations session sessions
+    different aspects aspect items item mention mentioned progress progressed
+    progression evolve evolved evolving throughout across over time start finish
+    beginning end process covering cover covered including include key main points point
+    challenges solutions improvements developments enhancements best practices came come
+    learned went go topic things thing various""".split()  # noqa: SIM905
+)
+
+
+def asks_for_thread(query: str) -> bool:
+    """Whether the question asks for a whole thread: a summary of a subject or how it went
+    over time (English question shapes only)."""
+    return bool(_THREAD.search(query))
+
+
+def thread_subject(query: str) -> str | None:
+    """What a thread question is about: its words without those that only say how the
+    answer should be given ("Can you give me a thorough summary of everything involved in
+    securing the authentication system?" -> "involved securing authentication system");
+    ``None`` when nothing is left."""
+    words = [w for w in re.findall(r"[\w'’.-]+", query) if w.casefold() not in _THREAD_SCAFFOLD]
+    words = [w for w in words if not w.isdigit()]
+    return " ".join(words) if len(words) >= 2 else None
+
+
 # "Would Caroline pursue writing as a career?", "What would Melanie likely enjoy?": a
 # question asking what a person would do or be is answered by anything they said about
 # themselves, whatever its words.
@@ -220,6 +268,10 @@ def plan_query(
     options = replace(options, as_of=as_of)
     intent = parse_time_intent(query, as_of)
     variants = [query]
+    thread = asks_for_thread(query)
+    subject = thread_subject(query) if thread else None
+    if subject is not None:
+        variants.append(subject)
     if options.router == "single_hop_parallel":
         variants += [r.text for r in rewrite_query(query)]
     n = options.per_layer or max(60, limit * 2) + excluded
@@ -255,4 +307,5 @@ def plan_query(
         fact_statuses=fact_statuses,
         per_layer=n,
         asks_for_many=asks_for_many(query),
+        thread=thread,
     )

@@ -12,6 +12,7 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from collections.abc import Sequence
+from datetime import datetime, timezone
 
 from .._time import parse_iso as parse_ts
 from ..llm import ChatModel
@@ -22,12 +23,17 @@ from ._rerank import rerank
 from ._retrieve import RecallStore, StoredRow, fill_rows
 from ._scoring import Key, Scored
 
-__all__ = ["SESSION_SPREAD", "carried", "select"]
+__all__ = ["SESSION_SPREAD", "THREAD_DEPTH", "THREAD_FLOOR", "carried", "select"]
 
 # For a question that asks for several things (``QueryPlan.asks_for_many``), each earlier
 # hit from the same session lowers a message's score by this much while the head of the
 # ranking is chosen: the things asked for were said in different conversations.
 SESSION_SPREAD = 0.15
+# A thread question's head is drawn from this many of the best items (or the limit, if
+# more), those scoring at least THREAD_FLOOR x the best: an item far below is not about the
+# subject, and would take a place in the first round only for being early.
+THREAD_DEPTH = 40
+THREAD_FLOOR = 0.7
 
 
 def carried(row: MessageRow, texts: frozenset[str]) -> bool:
@@ -120,6 +126,28 @@ def _spread(ranked: list[tuple[Key, Scored]], depth: int) -> list[tuple[Key, Sco
     return out + rest
 
 
+def _thread(ranked: list[tuple[Key, Scored]], depth: int) -> list[tuple[Key, Scored]]:
+    """The head of a thread question's ranking (the first ``depth`` items that score at
+    least ``THREAD_FLOOR`` x the best), as the thread went: the sessions they come from in
+    the order they took place, and in rounds, each round taking the best remaining item of
+    every session. The head so holds each conversation that talks about the subject,
+    earliest first, before any holds two. Facts and summaries (no session) each stand
+    alone, placed by their own time."""
+    floor = THREAD_FLOOR * (ranked[0][1].score if ranked else 0.0)
+    depth = min(depth, sum(1 for _, x in ranked[:depth] if x.score >= floor))
+    head, rest = ranked[:depth], ranked[depth:]
+    queues: dict[str | int, deque[tuple[Key, Scored]]] = {}
+    for i, item in enumerate(head):
+        queues.setdefault(item[1].cand.session or i, deque()).append(item)
+    undated = datetime.max.replace(tzinfo=timezone.utc)
+    order = sorted(queues.values(), key=lambda q: min(x.cand.ts or undated for _, x in q))
+    out: list[tuple[Key, Scored]] = []
+    while order:
+        out.extend(q.popleft() for q in order)
+        order = [q for q in order if q]
+    return out + rest
+
+
 def select(
     store: RecallStore,
     plan: QueryPlan,
@@ -138,7 +166,9 @@ def select(
         depth = max(limit * 2, 20)
         fill_rows(store, ranked[:depth])
         ranked = rerank(ranked, plan.query, chat=chat, depth=depth)
-    if plan.asks_for_many:
+    if plan.thread:
+        ranked = _thread(ranked, max(limit, THREAD_DEPTH))
+    elif plan.asks_for_many:
         ranked = _spread(ranked, max(limit, 20))
     message_score = {x.id: x.score for (lay, _), x in scored.items() if lay == "message"}
     # A summary made of one fact says what the fact says: list the summary only.
