@@ -19,6 +19,7 @@ from stratamem.pipeline._drafts import FactDraft
 from stratamem.pipeline._heuristics import (
     extract_facts,
     is_correction,
+    replaces,
     speaker_name,
     split_sentences,
     topic_for,
@@ -1209,3 +1210,29 @@ def test_speaker_name(name: str | None, expected: str | None) -> None:
 )
 def test_a_turn_is_small_talk_only_when_every_sentence_is(turn: str, small_talk: bool) -> None:
     assert is_small_talk(turn) is small_talk
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "replaced"),
+    [
+        ("User lives in Berlin.", "User moved to Lisbon.", True),
+        ("User runs 3 times a week.", "User now runs 5 times a week.", True),
+        ("User drives a Honda Civic.", "User now drives a Tesla Model 3.", True),
+        ("User eats meat.", "User no longer eats meat.", True),
+        ("用户住在柏林。", "用户现在住在里斯本。", True),  # no capitals to compare: the cue
+        # a cue word, but nothing said before is given another value
+        (
+            "User just got a new airbrush compressor.",
+            "User is actually planning to focus on the paint job with the new compressor.",
+            False,
+        ),
+        (
+            "User will start with a simple postcard rack.",
+            "User thinks User has a good starting point for the postcard collection now.",
+            False,
+        ),
+        ("User lives in Berlin.", "User now loves Berlin in the spring.", False),
+    ],
+)
+def test_a_cue_word_replaces_only_another_value(old: str, new: str, replaced: bool) -> None:
+    assert replaces(old, new) is replaced

@@ -325,6 +325,25 @@ def test_a_thread_question_draws_its_head_from_every_session_earliest_first(
     assert head()[:4] == ["feb", "mar", "mar", "feb"]
 
 
+@pytest.mark.parametrize(
+    ("question", "history"),
+    [
+        ("Where does the user live now?", False),
+        ("What car do I drive?", False),
+        ("What is my favourite coffee shop?", False),
+        ("Where did I live before?", True),
+        ("What car did I use to drive?", True),
+        ("How many times did I move?", True),
+        ("Have I ever been to Rome?", True),
+        ("What was my first job?", True),
+        ("我以前住在哪里？", True),
+    ],
+)
+def test_questions_about_the_past(question: str, history: bool) -> None:
+    assert _plan.asks_about_history(question) is history
+    assert _plan_of(question).history is history
+
+
 def test_small_talk_counts_less(make_memory: Any) -> None:
     """A turn that is small talk as a whole carries the ``small_talk`` signal and counts
     0.8, from the moment it is stored (no processing needed), whoever said it; a turn

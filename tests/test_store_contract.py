@@ -1792,7 +1792,9 @@ def test_recall_briefs_have_the_same_fields_and_types_on_every_backend(store: St
         for cls in (MessageBrief, FactBrief, SummaryBrief)
     }
     assert names == {
-        MessageBrief: "id session_id name ts superseded small_talk asks prev_pk next_pk vector",
+        MessageBrief: (
+            "id session_id name ts superseded small_talk asks prev_pk next_pk vector replaced_by"
+        ),
         FactBrief: "id status occurred_at observed_at created_at valid_to vector",
         SummaryBrief: "id status observed_at created_at valid_to fact_ids topic_ids vector",
     }
@@ -1825,6 +1827,7 @@ def test_recall_briefs_have_the_same_fields_and_types_on_every_backend(store: St
         "asks": bool,
     }
     assert isinstance(msgs[pks[1]], MessageBrief)
+    turn["replaced_by"] = tuple
     assert _field_types(msgs[pks[1]]) == {**turn, "prev_pk": int, "next_pk": int, "vector": bytes}
     # No name, no facts, no vector yet, the last turn.
     assert _field_types(msgs[pks[3]]) == {
@@ -1909,6 +1912,9 @@ def test_a_message_whose_facts_were_all_superseded_is_marked(store: Store) -> No
     msgs, _, _ = store.recall_briefs(P, "u1", [m0, m1, rows[0].pk])  # type: ignore[list-item]
     assert msgs[m0].superseded is True and msgs[m1].superseded is False  # type: ignore[index]
     assert msgs[rows[0].pk].superseded is False  # type: ignore[index]
+    # What holds instead: the summary that superseded its facts, so recall can rank it first.
+    assert msgs[m0].replaced_by == ("s-hh",)  # type: ignore[index]
+    assert msgs[m1].replaced_by == msgs[rows[0].pk].replaced_by == ()  # type: ignore[index]
 
 
 # -- projects, keys, audit, governance ------------------------------------------------------

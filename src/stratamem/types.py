@@ -229,6 +229,17 @@ class Hit(BaseModel):
     metadata: JsonObject = Field(default_factory=dict)
     # The evidence behind the rank (e.g. {"vector": 0.71, "fulltext": 3.2, "time_window": 1}).
     signals: dict[str, float] = Field(default_factory=dict)
+    # Whether it still holds. ``superseded``: a summary or fact replaced by a correction or
+    # a later value, or a message every fact of which was; ``expired``: a fact or summary
+    # whose ``valid_to`` passed before the search's time. Such hits are history: a question
+    # about the current value ranks them below what replaced them.
+    superseded: bool = False
+    expired: bool = False
+
+    @property
+    def current(self) -> bool:
+        """Neither superseded nor expired."""
+        return not (self.superseded or self.expired)
 
 
 class MemoryContext(BaseModel):

@@ -1367,6 +1367,16 @@ export interface components {
             signals?: {
                 [key: string]: number;
             };
+            /**
+             * Superseded
+             * @default false
+             */
+            superseded: boolean;
+            /**
+             * Expired
+             * @default false
+             */
+            expired: boolean;
         };
         /** KeyInfo */
         KeyInfo: {

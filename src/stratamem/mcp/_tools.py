@@ -282,6 +282,10 @@ class MemoryTools:
             "date": _when(h.timestamp),
             "session_id": h.session_id,
             "message_ids": h.message_ids,
+            # Whether it still holds: "current", or history ("superseded": corrected or
+            # replaced since; "expired": its validity ended), so the model does not state
+            # an old value as today's.
+            "status": "superseded" if h.superseded else "expired" if h.expired else "current",
         }
         if h.layer != "message":
             out["sources"] = self._messages(h.message_ids[:SOURCES_PER_HIT], limit=500)

@@ -786,7 +786,8 @@ class Pipeline:
                 said_by = re.compile(rf"(?<!\w){re.escape(who)}(?!\w)")
                 options = [o for o in options if said_by.search(o[1])]
             best = max(options, key=lambda o: o[2], default=None)
-            correction = "correction" in d.labels or heuristics.is_correction(d.text)
+            marked = "correction" in d.labels  # said to be one ("Correction: ...", "no longer")
+            correction = marked or heuristics.is_correction(d.text)
             if best is not None and best[2] >= STRENGTHEN_SIMILARITY and not correction:
                 sid, text, _, conf, _ = best
                 merged = 1.0 - (1.0 - conf) * (1.0 - w.confidence)
@@ -811,7 +812,12 @@ class Pipeline:
                 pending[sid] = (sw, w.vector)
                 continue
             supersedes = None
-            if best is not None and correction and best[2] >= SUPERSEDE_SIMILARITY:
+            if (
+                best is not None
+                and correction
+                and best[2] >= SUPERSEDE_SIMILARITY
+                and (marked or heuristics.replaces(best[1], d.text))
+            ):
                 supersedes = best[0]
                 retired.add(supersedes)
             speaker = speakers.get(w.id, ())

@@ -26,6 +26,7 @@ from ._temporal import TimeIntent, parse_time_intent
 __all__ = [
     "QueryPlan",
     "SearchOptions",
+    "asks_about_history",
     "asks_for_many",
     "asks_for_thread",
     "mentioned_names",
@@ -111,6 +112,10 @@ class QueryPlan:
     # The question asks for a whole thread ("summarise everything about ...", "in what
     # order did ... progress"): its head is drawn from every session that talks about it.
     thread: bool = False
+    # The question asks about the past ("where did I live before?"): superseded and expired
+    # memory counts in full. Otherwise it asks for what holds now, and such memory counts
+    # less than what replaced it.
+    history: bool = False
 
     def chained(self, text: str) -> QueryPlan:
         """The plan of a second retrieval that searches ``text`` alone (multi-hop); the
@@ -171,6 +176,26 @@ def asks_for_many(query: str) -> bool:
     23) and temporal-reasoning (11 of 22) ones."""
     text = query.strip()
     return any(p.search(text) for p in (_PERFECT, _PLURAL_WH, _COUNTED))
+
+
+# "Where did I live before?", "What did I use to drive?", "How many times did I move?",
+# "Have I ever ...?", "What was my first car?": the question is about the past, so what no
+# longer holds is evidence like the rest. Anything else asks for what holds now.
+_HISTORY = re.compile(
+    r"\b(?:before|previous(?:ly)?|formerly|former|used to|use to|originally|original"
+    r"|initial(?:ly)?|at first|in the past|ever|earlier|old|older|history|anymore|any more"
+    r"|no longer|first|how many times|how often|changed?|switch(?:ed)?|since when"
+    # asked in the past tense: what happened then, not what holds now
+    r"|did|was|were|had)\b"
+    r"|以前|之前|原来|曾经|过去",
+    re.IGNORECASE,
+)
+
+
+def asks_about_history(query: str) -> bool:
+    """Whether the question asks about the past (what held before, how things changed),
+    so superseded and expired memory is evidence like the rest."""
+    return bool(_HISTORY.search(query))
 
 
 # "Summarise everything about the authentication system", "In what order did my discussions
@@ -308,4 +333,5 @@ def plan_query(
         per_layer=n,
         asks_for_many=asks_for_many(query),
         thread=thread,
+        history=thread or asks_about_history(query),
     )

@@ -247,9 +247,11 @@ def _candidate(
         cand.prev = ("message", prev) if prev is not None else None
         cand.next = ("message", nxt) if nxt is not None else None
         cand.asked = _asks_the_next_speaker(brief, None if nxt is None else rows.messages.get(nxt))
-        # Raw history stays full evidence ("how many since..." needs the old value too); it
-        # is only marked, and get_memory leaves it out unless asked.
+        # Raw history stays full evidence ("how many times did I move?" needs the old value
+        # too): it is marked, ranked below what replaced it when that is found too
+        # (``_scoring.current_first``), and get_memory leaves it out unless asked.
         cand.superseded = brief.superseded
+        cand.replaced_by = brief.replaced_by
         if brief.small_talk:
             cand.small_talk, cand.weight = True, SMALL_TALK_WEIGHT
         return cand
@@ -261,11 +263,13 @@ def _candidate(
         when = brief.observed_at or brief.created_at
         cand.topics = tuple(brief.topic_ids)
     cand.ts = parse_ts(when)
-    cand.weight = _STATUS_WEIGHT.get(brief.status, 1.0)
+    cand.superseded = brief.status == "superseded"
+    cand.weight = 1.0 if cand.superseded and plan.history else _STATUS_WEIGHT.get(brief.status, 1.0)
     until = parse_ts(brief.valid_to)
     if until is not None and until < plan.as_of:
-        cand.weight *= EXPIRED_WEIGHT  # no longer holds: history, not current
         cand.expired = True
+        if not plan.history:
+            cand.weight *= EXPIRED_WEIGHT  # no longer holds: history, not current
     return cand
 
 

@@ -80,6 +80,7 @@ class Candidate:
     session: str | None = None
     topics: tuple[str, ...] = ()  # a summary's topics
     superseded: bool = False  # a message whose every fact was corrected since
+    replaced_by: tuple[str, ...] = ()  # a superseded message's successors (summary ids)
     small_talk: bool = False  # a message that is small talk as a whole
     asked: bool = False  # a question another named speaker answers in the next turn
     expired: bool = False  # a fact or summary whose validity ended before the question
@@ -311,6 +312,35 @@ class Scored:
         return self._signals
 
 
+# How far above a superseded message what replaced it is placed (``current_first``).
+CURRENT_MARGIN = 1e-3
+
+
+def current_first(
+    cands: Mapping[Key, Candidate], ids: Mapping[Key, str], scores: dict[Key, float]
+) -> None:
+    """What holds now before what it replaced: a summary that superseded a message's facts
+    (the user moved, a value changed, a correction was made) and that is itself a candidate
+    is raised just above that message, if it ranked below it. The old message keeps its
+    score, so it stays evidence for the question where it was; only the order of the two
+    changes. A replacement that is not a candidate (not about the question) changes
+    nothing."""
+    summaries = {ids[k]: k for k in cands if k[0] == "summary" and k in scores}
+    if not summaries:
+        return
+    raised: dict[Key, float] = {}
+    for key, c in cands.items():
+        if not c.replaced_by or key not in scores:
+            continue
+        successors = [summaries[s] for s in c.replaced_by if s in summaries]
+        if successors:
+            best = max(successors, key=lambda k: scores[k])
+            floor = scores[key] + CURRENT_MARGIN
+            if scores[best] < floor:
+                raised[best] = max(raised.get(best, 0.0), floor)
+    scores.update(raised)
+
+
 def rank(
     retrieved: Retrieved, plan: QueryPlan, weights: ScorerWeights = DEFAULT_WEIGHTS
 ) -> dict[Key, Scored]:
@@ -328,4 +358,6 @@ def rank(
         window=window,
         as_of=plan.as_of,
     )
+    if not plan.history:
+        current_first(cands, {k: b.id for k, b in retrieved.briefs.items()}, scores)
     return {k: Scored(s, retrieved.briefs[k], cands[k], window) for k, s in scores.items()}

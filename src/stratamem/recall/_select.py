@@ -196,6 +196,8 @@ def select(
                 continue  # the prompt holds it already (known once its row is read)
             hit = _hit(x.row, round(x.score, 6), message_score)
             hit.signals = x.signals
+            hit.superseded = x.cand.superseded or getattr(x.row, "status", None) == "superseded"
+            hit.expired = x.cand.expired
             hits.append(hit)
             if rows is not None:
                 rows[hit.id] = x.row

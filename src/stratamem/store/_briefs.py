@@ -36,6 +36,9 @@ class MessageBrief:
     prev_pk: int | None
     next_pk: int | None
     vector: bytes | None
+    # The summaries that superseded the message's facts (what holds instead), oldest
+    # first; empty when none was superseded.
+    replaced_by: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)

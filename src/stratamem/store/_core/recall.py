@@ -59,7 +59,14 @@ def _message_columns(d: Dialect, neighbours: bool) -> str:
         "(SELECT min(CASE WHEN f.status = 'superseded' THEN 1 ELSE 0 END) "
         "FROM fact_sources fs JOIN facts f ON f.pk = fs.fact_pk WHERE fs.message_pk = m.pk)"
     )
-    return f"m.pk, m.id, m.session_id, m.name, m.ts, {superseded}, m.small_talk, m.asks, {around}"
+    replaced_by = d.array_of(
+        "SELECT f.superseded_by AS value FROM fact_sources fs JOIN facts f ON f.pk = fs.fact_pk "
+        "WHERE fs.message_pk = m.pk AND f.status = 'superseded' ORDER BY f.pk"
+    )
+    return (
+        f"m.pk, m.id, m.session_id, m.name, m.ts, {superseded}, m.small_talk, m.asks, {around}, "
+        f"{replaced_by}"
+    )
 
 
 _FACT_COLUMNS = "m.pk, m.id, m.status, m.occurred_at, m.observed_at, m.created_at, m.valid_to"
@@ -108,7 +115,8 @@ def briefs(
     for read, found in zip(reads, rows, strict=True):
         if read.kind == "message":
             for row in found:
-                pk, id_, session, name, ts, superseded, small_talk, asks, prev, next_, vector = row
+                (pk, id_, session, name, ts, superseded, small_talk, asks, prev, next_) = row[:10]
+                replaced_by, vector = row[10], row[11]
                 messages[pk] = MessageBrief(
                     id_,
                     session,
@@ -120,6 +128,7 @@ def briefs(
                     prev,
                     next_,
                     vector,
+                    tuple(dict.fromkeys(str(s) for s in d.load_array(replaced_by) if s)),
                 )
         elif read.kind == "fact":
             for pk, id_, status, occurred, observed, created, valid_to, vector in found:
