@@ -148,6 +148,25 @@ def _thread(ranked: list[tuple[Key, Scored]], depth: int) -> list[tuple[Key, Sco
     return out + rest
 
 
+def _stated_by_summaries(scored: dict[Key, Scored]) -> set[str]:
+    """The facts a candidate summary states, to be listed once, as that summary.
+
+    A summary is made of its facts ("User is Alex. User just moved from Lisbon to Berlin"),
+    so a fact beside it says again part of what it says. Each such fact is left out, and
+    its summary takes the fact's score where that is higher, so it stands where the fact
+    would have ("Where does Alex live now?" listed "User is Alex." first, the summary that
+    holds the answer after it)."""
+    facts = {x.id: x for (layer, _), x in scored.items() if layer == "fact"}
+    stated: set[str] = set()
+    for x in scored.values():
+        if isinstance(x.brief, SummaryBrief):
+            own = [facts[f] for f in x.brief.fact_ids if f in facts]
+            if own:
+                x.score = max(x.score, *(f.score for f in own))
+                stated.update(f.id for f in own)
+    return stated
+
+
 def select(
     store: RecallStore,
     plan: QueryPlan,
@@ -161,6 +180,7 @@ def select(
 ) -> list[Hit]:
     """The first ``limit`` hits. ``rows``, when given, receives each hit's stored row."""
     skip = set(exclude)
+    restated = _stated_by_summaries(scored)
     ranked = sorted(scored.items(), key=lambda kv: (-kv[1].score, kv[0]))
     if plan.options.rerank:
         depth = max(limit * 2, 20)
@@ -171,11 +191,6 @@ def select(
     elif plan.asks_for_many:
         ranked = _spread(ranked, max(limit, 20))
     message_score = {x.id: x.score for (lay, _), x in scored.items() if lay == "message"}
-    # A summary made of one fact says what the fact says: list the summary only.
-    restated: set[str] = set()
-    for x in scored.values():
-        if isinstance(x.brief, SummaryBrief) and len(x.brief.fact_ids) == 1:
-            restated.add(x.brief.fact_ids[0])
     hits: list[Hit] = []
     pos = 0
     while len(hits) < limit and pos < len(ranked):
