@@ -465,3 +465,31 @@ def test_turns_stored_before_the_mark_existed_are_judged_by_the_upgrade(
         "old-a": False,
         "old-event": False,
     }
+
+
+def test_a_long_turn_is_as_close_as_its_closest_fact(make_memory: Any, local_embedder: Any) -> None:
+    """The embedder reads the first few hundred words of a turn: a long turn whose answer is
+    at its end is found through the fact drawn from that sentence, whose similarity it takes
+    (here above a short turn about another deadline)."""
+    mem: Memory = make_memory(embedder=local_embedder)
+    setup = " ".join(
+        f"Step {i}: the Dockerfile copies package.json, runs npm install and builds the app."
+        for i in range(40)
+    )
+    s = mem.sessions.create(user_id="u", session_id="s")
+    s.add_messages(
+        [
+            {
+                "id": "long",
+                "role": "user",
+                "content": f"{setup} My deployment deadline is March 1.",
+            },
+            {"id": "short", "role": "user", "content": "The design review is due in May."},
+        ],
+        sync=True,
+    )
+    hits = mem.search("When is my deployment deadline?", user_id="u", limit=10)
+    turns = [h for h in hits if h.layer == "message"]
+    fact = next(h for h in hits if h.layer != "message" and "March 1" in h.text)
+    assert [h.id for h in turns][:1] == ["long"], [(h.id, h.signals) for h in turns]
+    assert turns[0].signals["vector"] >= fact.signals["vector"] - 1e-6

@@ -1795,7 +1795,7 @@ def test_recall_briefs_have_the_same_fields_and_types_on_every_backend(store: St
         MessageBrief: (
             "id session_id name ts superseded small_talk asks prev_pk next_pk vector replaced_by"
         ),
-        FactBrief: "id status occurred_at observed_at created_at valid_to vector",
+        FactBrief: "id status occurred_at observed_at created_at valid_to vector message_ids",
         SummaryBrief: "id status observed_at created_at valid_to fact_ids topic_ids vector",
     }
     rows = add(store, ["Ann moved to Berlin", "Ann likes ramen", "Ann is home"], name="Ann")
@@ -1859,7 +1859,9 @@ def test_recall_briefs_have_the_same_fields_and_types_on_every_backend(store: St
         **{"id": str, "status": str, "occurred_at": str},
         **dates,
         "vector": bytes,
+        "message_ids": tuple,
     }
+    assert facts[f1.pk].message_ids == (rows[0].id,)
     summary_brief = sums[s1.pk]
     assert isinstance(summary_brief, SummaryBrief)
     assert _field_types(summary_brief) == {

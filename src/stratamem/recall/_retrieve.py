@@ -273,6 +273,23 @@ def _candidate(
     return cand
 
 
+def _turns_as_their_facts(rows: _Rows, keys: Sequence[Key], sims: dict[Key, list[float]]) -> None:
+    """A turn is as similar to the query as the closest fact drawn from it, when that is
+    closer than the turn's own vector. The embedder reads the first few hundred words of a
+    text only, and one vector averages everything a long turn says; its facts are
+    sentence-sized. Only turns and facts that are both candidates take part. BEAM (turns of
+    ~2,300 characters) turn R@5/R@10 +0.5/+1.1, LoCoMo +0.1, LongMemEval-S +-0."""
+    turn_of = {b.id: ("message", pk) for pk, b in rows.messages.items()}
+    for key in keys:
+        fact = rows.facts.get(key[1]) if key[0] == "fact" else None
+        if fact is None or key not in sims:
+            continue
+        for mid in fact.message_ids:
+            turn = turn_of.get(mid)
+            if turn is not None and turn in sims:
+                sims[turn] = [max(a, b) for a, b in zip(sims[turn], sims[key], strict=True)]
+
+
 def retrieve(store: RecallStore, embedder: Embedder, pool: Executor, plan: QueryPlan) -> Retrieved:
     """Every candidate of the plan's layers, with its evidence."""
 
@@ -300,6 +317,7 @@ def retrieve(store: RecallStore, embedder: Embedder, pool: Executor, plan: Query
         "summary": rows.summaries,
     }
     sims = _similarities(tables, ordered, qvecs)
+    _turns_as_their_facts(rows, ordered, sims)
     out = Retrieved({}, {})
     no_match = (0.0,) * len(plan.variants)
     for key in ordered:

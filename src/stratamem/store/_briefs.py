@@ -50,6 +50,8 @@ class FactBrief:
     created_at: str
     valid_to: str | None
     vector: bytes | None
+    # The messages it was drawn from (ids).
+    message_ids: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)

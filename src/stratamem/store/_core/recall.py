@@ -69,7 +69,9 @@ def _message_columns(d: Dialect, neighbours: bool) -> str:
     )
 
 
-_FACT_COLUMNS = "m.pk, m.id, m.status, m.occurred_at, m.observed_at, m.created_at, m.valid_to"
+_FACT_COLUMNS = (
+    "m.pk, m.id, m.status, m.occurred_at, m.observed_at, m.created_at, m.valid_to, m.message_ids"
+)
 
 
 @lru_cache(maxsize=8)
@@ -131,8 +133,17 @@ def briefs(
                     tuple(dict.fromkeys(str(s) for s in d.load_array(replaced_by) if s)),
                 )
         elif read.kind == "fact":
-            for pk, id_, status, occurred, observed, created, valid_to, vector in found:
-                facts[pk] = FactBrief(id_, status, occurred, observed, created, valid_to, vector)
+            for pk, id_, status, occurred, observed, created, valid_to, mids, vector in found:
+                facts[pk] = FactBrief(
+                    id_,
+                    status,
+                    occurred,
+                    observed,
+                    created,
+                    valid_to,
+                    vector,
+                    tuple(str(m) for m in d.load_array(mids)),
+                )
         else:
             load = d.load_array
             for pk, id_, status, observed, created, valid_to, fact_ids, topics, vector in found:
