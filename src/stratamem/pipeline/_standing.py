@@ -84,21 +84,30 @@ _LASTING = re.compile(
 )
 _PLEASE = r"(?:please\s+|pls\s+|kindly\s+)?"
 # "Always use ...", "Never book ...": always / never and a verb (not "Always a pleasure").
-_ALWAYS_NEVER = re.compile(
-    rf"^{_PLEASE}(?:always|never)\s+(?!(?:here|there|a|an|the|so|such|been|good|great|fun"
-    r"|easy|again|ever|mind|forget)\b)[a-z]",
-    _I,
+_ALWAYS_NEVER = re.compile(rf"^{_PLEASE}(?:always|never)\s+(?P<verb>[a-z]+)", _I)
+# Words after always / never that are no verb in the imperative: "Always a pleasure",
+# "Never saw this coming", "Always up for something sweet", "Always running around".
+_NOT_IMPERATIVE = frozenset(
+    """here there a an the so such been good great fun easy again ever mind forget up down
+    on in at out too my your our his her their its with for to happy ready nice welcome
+    glad sure late early busy thankful grateful saw said was were had did went got came
+    made thought knew told felt gave took ran seen done gone""".split()  # noqa: SIM905
 )
+# Sayings and encouragement, not instructions: "Never say never", "Don't limit yourself".
+_SAYING = re.compile(r"^never\s+say\s+never\b|\b(?:yourself|yourselves)\b", _I)
 # "Don't suggest steak houses", "Avoid jargon", "Stop using emojis".
 _NEGATIVE = re.compile(
-    rf"^{_PLEASE}(?:don['’]?t|do\s+not|avoid|stop|no\s+more)\s+(?P<verb>[a-z]+)(?:\s+(?P<next>[a-z]+))?",
+    rf"^{_PLEASE}(?:don['’]?t|do\s+not|avoid|stop|no\s+more)\s+(?:(?:ever|even|really|just)\s+)?"
+    r"(?P<verb>[a-z]+)(?:\s+(?P<next>[a-z]+))?",
     _I,
 )
 # Negative imperatives about this moment, not about later requests.
 _MOMENT_VERBS = frozenset(
     """worry worrying forget mind hesitate bother apologize apologise apologizing panic
-    rush stress freak judge laugh cry go leave""".split()  # noqa: SIM905
+    rush stress freak judge laugh cry go leave feel quit lose doubt underestimate overthink
+    beat blame take get""".split()  # noqa: SIM905
 )
+_ENCOURAGEMENT = frozenset((("give", "up"), ("let", "it"), ("let", "that"), ("let", "them")))
 # Imperatives that shape an answer; lasting only with a scope or a lasting word.
 _ANSWER_VERB = re.compile(
     rf"^{_PLEASE}(?:use|give|answer|reply|respond|write|keep|include|provide|show|format"
@@ -221,16 +230,22 @@ def standing(body: str, *, chinese: bool = False) -> Standing | None:
     lead = _LEADING_CLAUSE.match(body)
     if scope is not None and lead is not None and _SCOPE.match(lead.group("clause")):
         body = lead.group("rest")  # "For questions about travel, always include visas"
-    if _ALWAYS_NEVER.match(body):
+    if _SAYING.search(body):
+        return None
+    always = _ALWAYS_NEVER.match(body)
+    if always is not None:
+        verb = always.group("verb").lower()
+        if verb in _NOT_IMPERATIVE or verb.endswith("ing"):
+            return None
         return Standing("instruction", scope)
     negative = _NEGATIVE.match(body)
     if negative is not None:
         verb = negative.group("verb").lower()
-        if verb not in _MOMENT_VERBS and not (
-            verb in ("be", "get")
-            and (negative.group("next") or "").lower()
-            in ("sorry", "afraid", "shy", "me", "upset", "mad")
-        ):
+        after = (negative.group("next") or "").lower()
+        encouragement = (verb, after) in _ENCOURAGEMENT or (
+            verb == "be" and after in ("sorry", "afraid", "shy", "upset", "mad", "sad", "so")
+        )
+        if verb not in _MOMENT_VERBS and not encouragement:
             return Standing("instruction", scope)
     if _ANSWER_VERB.match(body) and (scope is not None or _LASTING.search(body)):
         return Standing("instruction", scope)

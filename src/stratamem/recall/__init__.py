@@ -43,7 +43,7 @@ from ._retrieve import RecallStore, StoredRow, retrieve
 from ._rows import message_from_row
 from ._scoring import DEFAULT_WEIGHTS, Key, Scored, ScorerWeights, rank
 from ._select import select
-from ._standing import TextVectors, applicable, with_standing
+from ._standing import SEARCH_MIN_SIMILARITY, TextVectors, applicable, with_standing
 from ._tokens import estimate_tokens
 
 __all__ = [
@@ -162,6 +162,7 @@ class Recaller:
                 query,
                 as_of=plan.options.as_of,
                 general=False,
+                minimum=SEARCH_MIN_SIMILARITY,
             )
             return with_standing(hits, items, limit)
 

@@ -6,8 +6,9 @@ every current standing item of the user (``Store.standing_facts``: active, not r
 a newer one on its scope nor by an operator) is a candidate, and (docs/recall.md,
 "Standing instructions"):
 
-- a **scoped** one applies when its scope is close to the request (cosine of the scope and
-  the request >= ``SCOPE_MIN_SIMILARITY``): the closest ``MAX_SCOPED``;
+- a **scoped** one applies when it is close to the request (the cosine of the request with
+  its scope or with its whole text, whichever is higher, >= ``SCOPE_MIN_SIMILARITY``;
+  ``SEARCH_MIN_SIMILARITY`` for search): the closest ``MAX_SCOPED``;
 - a **general** one (no scope: "I'm vegetarian", "keep answers short") always applies: the
   ``MAX_GENERAL`` closest to the request, the newest first among equals.
 
@@ -39,6 +40,7 @@ __all__ = [
     "MAX_GENERAL",
     "MAX_SCOPED",
     "SCOPE_MIN_SIMILARITY",
+    "SEARCH_MIN_SIMILARITY",
     "STANDING_TOKEN_SHARE",
     "Applicable",
     "TextVectors",
@@ -50,6 +52,8 @@ __all__ = [
 # schedules") against its questions: the instruction's own questions score 0.5-0.9, other
 # questions' best unrelated scope mostly 0.2-0.45.
 SCOPE_MIN_SIMILARITY = 0.45
+# Search is stricter: what it puts first reorders the ranking every caller gets.
+SEARCH_MIN_SIMILARITY = 0.5
 MAX_SCOPED = 3
 MAX_GENERAL = 2
 # Standing items take at most this share of get_memory's token budget: the rest of memory
@@ -119,9 +123,11 @@ def applicable(
     *,
     as_of: datetime | None = None,
     general: bool = True,
+    minimum: float = SCOPE_MIN_SIMILARITY,
 ) -> list[Applicable]:
-    """The user's standing items that apply to ``query``: the scoped ones first (closest
-    first), then, if ``general``, the general ones (see the module docstring)."""
+    """The user's standing items that apply to ``query``: the scoped ones at least
+    ``minimum`` close first (closest first), then, if ``general``, the general ones (see
+    the module docstring)."""
     items = [
         s
         for s in store.standing_facts(project_id, user_id, limit=STANDING_READ)
@@ -129,15 +135,27 @@ def applicable(
     ]
     if not items or not query.strip():
         return []
-    q, rows = vectors.embed(query, [s.fact.scope or s.fact.text for s in items])
-    similarity = rows @ q
-    ranked = sorted(range(len(items)), key=lambda i: (-float(similarity[i]), -items[i].fact.pk))
+    texts = [s.fact.text for s in items]
+    scopes = [s.fact.scope for s in items if s.fact.scope]
+    q, rows = vectors.embed(query, [*texts, *scopes])
+    similarity = rows[: len(texts)] @ q
+    # A scoped item is as close as its scope or its text, whichever is closer: the scope
+    # alone ("performance metrics") misses requests its whole text is near, and the other
+    # way round (on BEAM the maximum told an item's own requests from others best).
+    by_scope = iter(rows[len(texts) :] @ q)
+    similarity = np.array(
+        [
+            max(float(t), float(next(by_scope))) if s.fact.scope else float(t)
+            for s, t in zip(items, similarity, strict=True)
+        ]
+    )
+    ranked = sorted(range(len(items)), key=lambda i: (-similarity[i], -items[i].fact.pk))
     scoped: list[Applicable] = []
     unscoped: list[Applicable] = []
     for i in ranked:
         item, sim = items[i], float(similarity[i])
         if item.fact.scope:
-            if sim >= SCOPE_MIN_SIMILARITY and len(scoped) < MAX_SCOPED:
+            if sim >= minimum and len(scoped) < MAX_SCOPED:
                 scoped.append(Applicable(item.fact, item.summary_id, sim))
         elif len(unscoped) < MAX_GENERAL:
             unscoped.append(Applicable(item.fact, item.summary_id, sim))
