@@ -5,10 +5,12 @@ its own summary, never merged with other facts (so retiring it retires nothing e
 compared only with the user's current standing items of the same kind:
 
 - it **restates** one (the same scope, or both for every request, and nearly the same
-  words: cosine >= ``RESTATED_SIMILARITY``): that summary is strengthened;
+  words: cosine >= ``RESTATED_SIMILARITY`` of what is asked): that summary is
+  strengthened;
 - it **changes** one on the same scope (scopes' cosine >= ``SAME_SCOPE_SIMILARITY``; two
   items for every request count as one scope): it says the same thing differently
-  (cosine >= ``CHANGED_SIMILARITY`` of what is asked, the scope left out), turns it around
+  (cosine >= ``CHANGED_SIMILARITY`` of what is asked: the text without the scope and
+  without "User asks to always ... when User asks about"), turns it around
   (always / never, do / don't), or says it changes it ("instead", "no longer", "now",
   ``heuristics.is_correction``) about the same thing (cosine >= ``RELATED_SIMILARITY``):
   it supersedes that summary, whose facts are retired,
@@ -42,7 +44,8 @@ __all__ = [
 
 SAME_SCOPE_SIMILARITY = 0.8
 CHANGED_SIMILARITY = 0.7
-RESTATED_SIMILARITY = 0.86
+# Nearly the same words: "I'm vegan" (0.88 to "I'm vegetarian") changes the item.
+RESTATED_SIMILARITY = 0.92
 # Turned around or said to change, it still has to be about the same thing.
 RELATED_SIMILARITY = 0.45
 # A user's standing items a batch compares its own with, newest first.
@@ -68,11 +71,23 @@ class _Item:
     row: SummaryRow | None  # set when the summary is stored
 
 
+# The words every instruction shares ("User asks to always ... when User asks about"):
+# left in, they make any two instructions look alike.
+_ASKS = re.compile(r"^\S+\s+asks\s+(?:not\s+|never\s+)?to\s+(?:always\s+|never\s+)?", re.I)
+_WHEN_ASKED = re.compile(
+    r"\b(?:when|whenever|if|before|after)\s+\S+\s+(?:asks?|asking|talks?)\s+"
+    r"(?:about|for|regarding|on)\b",
+    re.I,
+)
+
+
 def _asked(text: str, scope: str | None) -> str:
-    """An item's text without its scope: what it asks, compared apart from where."""
-    if not scope:
-        return text
-    return re.sub(re.escape(scope), " ", text, flags=re.I)
+    """What an item asks, compared apart from where: its text without its scope and
+    without the words every instruction shares."""
+    if scope:
+        text = re.sub(re.escape(scope), " ", text, flags=re.I)
+    text = _ASKS.sub("", _WHEN_ASKED.sub(" ", text))
+    return " ".join(text.split()).strip(" .") or text
 
 
 def _flipped(a: str, b: str) -> bool:
