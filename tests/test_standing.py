@@ -270,7 +270,7 @@ def test_a_request_in_scope_gets_the_instruction_without_naming_it(
 def test_an_unrelated_request_gets_no_scoped_instruction(
     remember: Callable[..., tuple[Memory, Any]],
 ) -> None:
-    mem, session = remember(ASYNC, "I'm vegetarian.")
+    _, session = remember(ASYNC, "I'm vegetarian.")
     ctx = session.get_memory("What should I plant in my garden this spring?")
     assert _standing_texts(ctx) == ["User is vegetarian."]
 
@@ -362,7 +362,7 @@ def test_instructions_keep_to_their_share_of_the_budget(
         "Always show the stack trace format when I ask about async error handling.",
         "Always compare promises and callbacks when I ask about async error handling.",
     ]
-    mem, session = remember(*general, *scoped, "My sister Ana lives in Lisbon.")
+    _, session = remember(*general, *scoped, "My sister Ana lives in Lisbon.")
     budget = 200
     ctx = session.get_memory(ASYNC_REQUEST, recall_config={"token_budget": budget})
     section = _section(ctx.formatted_context)

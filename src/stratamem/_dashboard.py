@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import builtins
 import math
 import time
 from datetime import datetime, timezone
@@ -65,7 +66,7 @@ class Users:
         )
         return [_user(r) for r in rows]
 
-    def standing(self, user_id: str) -> list[Fact]:
+    def standing(self, user_id: str) -> builtins.list[Fact]:
         """The user's current standing instructions and preferences, newest first: what
         recall may bring into a request's context unasked
         (docs/recall.md#standing-instructions)."""
