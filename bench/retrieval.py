@@ -788,7 +788,10 @@ def _evaluate(mem: Memory, ds: Dataset, limit: int) -> dict[str, Any]:
             )
             capture_s.append(time.perf_counter() - t0)
             if q.gold_turns:
-                turns, _ = _turn_ranking(ctx.matches or [], by_mid)
+                # The block's items: its matches, and the standing instructions and
+                # preferences it lists (``instructions``, where the engine has them).
+                shown = [*(ctx.matches or []), *getattr(ctx, "instructions", [])]
+                turns, _ = _turn_ranking(shown, by_mid)
                 found = len(q.gold_turns.intersection(turns)) / len(q.gold_turns)
                 capture_rows.append(
                     {
@@ -892,7 +895,7 @@ def report(ds: Dataset, ing: dict[str, Any], ev: dict[str, Any], limit: int) -> 
     # Evidence turns that the block injected into a captured call quotes (its matches'
     # messages): recall over the whole block, which holds at most 12 items.
     block = [r for r in ev["capture_rows"] if r["group"] in ds.overall]
-    capture: dict[str, float] = {}
+    capture: dict[str, Any] = {}
     if block:
         capture = {
             "evidence_in_block": round(100 * float(np.mean([r["recall"] for r in block])), 2),
@@ -907,6 +910,20 @@ def report(ds: Dataset, ing: dict[str, Any], ev: dict[str, Any], limit: int) -> 
             f"(median {capture['median_turns']:.0f} turns behind its items, median "
             f"{capture['median_tokens']:.0f} tokens, max {capture['max_tokens']:.0f}; "
             f"n={len(block)})"
+        )
+        per_group: dict[str, dict[str, float]] = {}
+        for g, label in ds.groups.items():
+            recalls = [r["recall"] for r in ev["capture_rows"] if r["group"] == g]
+            if recalls:
+                share = round(100 * float(np.mean(recalls)), 2)
+                per_group[label] = {"evidence_in_block": share, "n": len(recalls)}
+        capture["groups"] = per_group
+        unit = "category" if ds.key == "locomo" else "question type"
+        print(
+            f"  capture recall per {unit}: "
+            + ", ".join(
+                f"{k} {v['evidence_in_block']:.1f}% (n={v['n']:.0f})" for k, v in per_group.items()
+            )
         )
 
     engine_rows = rows["stratamem"]

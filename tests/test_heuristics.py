@@ -454,7 +454,7 @@ def test_facts_never_add_information(content: str) -> None:
         ("I love sushi.", "preference"),
         ("My favourite colour is green.", "preference"),
         ("I hate early meetings.", "preference"),
-        ("Please don't suggest steak houses.", "preference"),
+        ("Please don't suggest steak houses.", "instruction"),
         ("我喜欢爬山。", "preference"),
         ("I'm going to learn Japanese.", "plan"),
         ("I will visit my parents.", "plan"),

@@ -89,13 +89,14 @@ def test_notes_in_any_person_become_facts_not_behaviour(make_memory: Any) -> Non
 def test_a_note_reads_as_a_note_in_recall_and_is_embedded_as_said(make_memory: Any) -> None:
     mem = make_memory()
     s = mem.sessions.create(user_id="u")
-    s.add_messages([note("I'm allergic to peanuts.", id="n1")], sync=True)
-    block = s.get_memory("peanuts").formatted_context
-    assert "note: I'm allergic to peanuts." in block  # the history line
-    assert '"I\'m allergic to peanuts." (note, ' in block  # the summary's quoted evidence
+    # (not a diet or an instruction: a standing item is listed in its own section, unquoted)
+    s.add_messages([note("My sister lives in Porto.", id="n1")], sync=True)
+    block = s.get_memory("sister Porto").formatted_context
+    assert "note: My sister lives in Porto." in block  # the history line
+    assert '"My sister lives in Porto." (note, ' in block  # the summary's quoted evidence
     assert "event memory" not in block
     (row,) = mem.store.get_messages(mem.project_id, ["n1"]).values()
-    assert embedding_text(row) == "I'm allergic to peanuts."  # no "memory:" label to embed
+    assert embedding_text(row) == "My sister lives in Porto."  # no "memory:" label to embed
 
 
 def test_a_note_in_another_roles_name_gives_no_fact(make_memory: Any) -> None:
@@ -349,7 +350,7 @@ def test_with_a_model_notes_are_facts_by_the_rules_not_by_the_model(
         (["c2"], "User: My sister Maya lives in Porto.", "openai:fake-chat"),
         (["n2"], "用户喜欢喝绿茶。", "heuristic"),
     ]
-    assert facts[1].prompt_version == "heuristic-v1" and facts[0].prompt_version == "extract-v1"
+    assert facts[1].prompt_version == "heuristic-v1" and facts[0].prompt_version == "extract-v2"
 
 
 def test_with_a_model_a_batch_of_notes_alone_asks_no_extraction(

@@ -107,7 +107,7 @@ def test_conversation_becomes_facts_summaries_and_topics(
     assert by_source[("c03",)].text == "User: I love oat milk lattes every morning."
     assert by_source[("c03",)].kind == "preference"
     assert by_source[("c22",)].kind == "constraint"
-    assert all(f.model == "openai:fake-chat" and f.prompt_version == "extract-v1" for f in facts)
+    assert all(f.model == "openai:fake-chat" and f.prompt_version == "extract-v2" for f in facts)
     assert ("c01",) not in by_source and ("c11",) not in by_source  # greeting, question
 
     summaries = {x.text: x for x in mem.summaries.list(user_id="sam", limit=100)}

@@ -4,18 +4,20 @@
 
 from __future__ import annotations
 
+import builtins
 import math
 import time
 from datetime import datetime, timezone
+from typing import Protocol
 
 from ._checks import check_id, check_paging, int_problem
 from ._convert import from_row
 from .errors import NotFoundError, ValidationError
 from .recall._rows import fact_from_row, message_from_row, summary_from_row, topic_from_row
-from .store import DashboardStore, FactRow, MessageRow, SummaryRow, UserRow
+from .store import DashboardStore, FactRow, LayerStore, MessageRow, SummaryRow, UserRow
 from .types import ActivityBucket, Fact, Message, Provenance, Summary, Topic, UserInfo
 
-__all__ = ["MAX_BUCKETS", "Users", "activity", "provenance"]
+__all__ = ["MAX_BUCKETS", "Users", "UsersStore", "activity", "provenance"]
 
 #: The most buckets one activity series may have (a chart's width, not a data export).
 MAX_BUCKETS = 2000
@@ -37,10 +39,14 @@ def _search(search: str | None) -> str | None:
     return search or None
 
 
+class UsersStore(DashboardStore, LayerStore, Protocol):
+    """What ``mem.users`` reads: the project's users, and a user's standing items."""
+
+
 class Users:
     """``mem.users``: the users of the project, for the dashboard (embedded only)."""
 
-    def __init__(self, store: DashboardStore, project_id: str) -> None:
+    def __init__(self, store: UsersStore, project_id: str) -> None:
         self._store = store
         self._project_id = project_id
 
@@ -59,6 +65,13 @@ class Users:
             self._project_id, search=_search(search), limit=limit, offset=offset
         )
         return [_user(r) for r in rows]
+
+    def standing(self, user_id: str) -> builtins.list[Fact]:
+        """The user's current standing instructions and preferences, newest first: what
+        recall may bring into a request's context unasked
+        (docs/recall.md#standing-instructions)."""
+        rows = self._store.standing_facts(self._project_id, check_id(user_id, "user_id"))
+        return [fact_from_row(r.fact) for r in rows]
 
 
 def provenance(store: DashboardStore, project_id: str, item_id: str) -> Provenance:

@@ -24,7 +24,11 @@ __all__ = [
 
 MessageStatus = Literal["pending", "processed", "failed"]
 FactStatus = Literal["active", "superseded"]
-FactKind = Literal["fact", "preference", "plan", "constraint", "event", "identity", "behaviour"]
+# ``instruction``: a standing instruction to the assistant ("always give me a code example
+# when I ask about async error handling"); see docs/recall.md#standing-instructions.
+FactKind = Literal[
+    "fact", "preference", "plan", "constraint", "event", "identity", "behaviour", "instruction"
+]
 SummaryStatus = Literal["active", "deprioritized", "archived", "deleted", "superseded"]
 AuditAction = Literal["set_status", "forget", "erase_user"]
 WebhookResource = Literal["fact", "summary", "topic"]

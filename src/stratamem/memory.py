@@ -373,7 +373,13 @@ class Memory:
             include_superseded=q.include_superseded,
         )
         return self._recaller.search(
-            self.project_id, q.user_id, q.query, limit=q.limit, filters=scope, options=options
+            self.project_id,
+            q.user_id,
+            q.query,
+            limit=q.limit,
+            filters=scope,
+            options=options,
+            standing=True,
         )
 
     # -- governance ----------------------------------------------------------------------

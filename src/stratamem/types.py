@@ -176,6 +176,10 @@ class Fact(BaseModel):
     model: str | None = None
     prompt_version: str | None = None
     created_at: datetime | None = None
+    # A standing instruction or preference: it holds for later requests in its scope
+    # (what it applies to; None: every request). docs/recall.md#standing-instructions
+    standing: bool = False
+    scope: str | None = None
 
 
 class Summary(BaseModel):
@@ -247,6 +251,9 @@ class MemoryContext(BaseModel):
 
     ``formatted_context`` is ready to put into a prompt; the other fields carry the same
     content structured. ``matches`` is filled only when ``details=True``.
+    ``instructions`` are the user's standing instructions and preferences that apply to
+    the query, as the block lists them in their own section
+    (docs/recall.md#standing-instructions).
     """
 
     project_id: str
@@ -260,6 +267,7 @@ class MemoryContext(BaseModel):
     formatted_context: str = ""
     token_estimate: int = 0
     matches: list[Hit] | None = None
+    instructions: list[Fact] = Field(default_factory=list)
 
 
 class RecallConfig(_Input):

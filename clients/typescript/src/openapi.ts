@@ -1270,7 +1270,7 @@ export interface components {
              * @default fact
              * @enum {string}
              */
-            kind: "fact" | "preference" | "plan" | "constraint" | "event" | "identity" | "behaviour";
+            kind: "fact" | "preference" | "plan" | "constraint" | "event" | "identity" | "behaviour" | "instruction";
             /** Message Ids */
             message_ids?: string[];
             /** Occurred At */
@@ -1301,6 +1301,13 @@ export interface components {
             prompt_version?: string | null;
             /** Created At */
             created_at?: string | null;
+            /**
+             * Standing
+             * @default false
+             */
+            standing: boolean;
+            /** Scope */
+            scope?: string | null;
         };
         /**
          * ForgetScope
@@ -1398,6 +1405,9 @@ export interface components {
          *
          *     ``formatted_context`` is ready to put into a prompt; the other fields carry the same
          *     content structured. ``matches`` is filled only when ``details=True``.
+         *     ``instructions`` are the user's standing instructions and preferences that apply to
+         *     the query, as the block lists them in their own section
+         *     (docs/recall.md#standing-instructions).
          */
         MemoryContext: {
             /** Project Id */
@@ -1428,6 +1438,8 @@ export interface components {
             token_estimate: number;
             /** Matches */
             matches?: components["schemas"]["Hit"][] | null;
+            /** Instructions */
+            instructions?: components["schemas"]["Fact"][];
         };
         /**
          * Message

@@ -19,6 +19,7 @@ __all__ = ["FACT_KINDS", "FactDraft"]
 
 FACT_KINDS: tuple[FactKind, ...] = get_args(FactKind)
 MAX_FACT_CHARS = 1000
+MAX_SCOPE_CHARS = 200
 
 
 @dataclass
@@ -33,6 +34,10 @@ class FactDraft:
     valid_from: datetime | None = None  # when the fact started to hold
     valid_to: datetime | None = None  # when it stopped (or will stop) holding
     labels: list[str] = field(default_factory=list)
+    # A standing instruction or preference: it holds for later requests in its ``scope``
+    # (what it applies to, e.g. "async error handling"; None: to every request).
+    standing: bool = False
+    scope: str | None = None
 
     def problems(self, allowed_ids: Collection[str]) -> list[str]:
         """Why this draft must be rejected (empty when it is fine)."""
@@ -52,6 +57,10 @@ class FactDraft:
             out.append("confidence outside 0..1")
         if self.valid_from and self.valid_to and self.valid_to < self.valid_from:
             out.append("valid_to is before valid_from")
+        if self.scope is not None and not self.standing:
+            out.append("a scope is given but the fact is not standing")
+        elif self.scope is not None and len(self.scope) > MAX_SCOPE_CHARS:
+            out.append(f"scope longer than {MAX_SCOPE_CHARS} characters")
         return out
 
     @property

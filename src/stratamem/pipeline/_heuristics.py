@@ -36,8 +36,9 @@ Rules, in the order they apply to such a turn (notes and behaviour events: see b
    instruction.
 5. A sentence is kept when it speaks about the user: first person (I, me, my, we, us,
    our; Chinese 我/我们), a standing instruction ("please don't suggest steak houses",
-   "never book early flights", 请不要...), a subject-less past report ("Finished the half
-   marathon"), or a correction marker (it corrects something the user said before).
+   "never book early flights", "keep answers short", 请不要...: ``_standing``), a
+   subject-less past report ("Finished the half marathon"), or a correction marker (it
+   corrects something the user said before).
 6. Rewrite (shown for "User"; a named speaker's name takes its place): I -> "User" (verb
    agreement: "I cycle" -> "User cycles"; "my sister and I've" -> "... and User have";
    "I myself", "I sort of" skipped), my/our/mine -> "User's" (once "User" was named:
@@ -46,7 +47,12 @@ Rules, in the order they apply to such a turn (notes and behaviour events: see b
    ...", 我 -> 用户 (or the name), 我们 -> 用户等人. An "'s" before my/our/your is "is"
    ("Blue's my fave" -> "Blue is User's fave", never a chain of possessives), and quoted
    speech keeps its own pronouns. "I'm Jon" said by Jon gives nothing.
-7. Kind, first cue that matches: constraint (allergic, can't, never, vegetarian, budget,
+7. Kind: a standing instruction or preference of the user's own (``_standing``: not a
+   named participant's) is ``instruction``, ``preference`` or ``constraint``, marked
+   standing with its scope ("Always give me a code example when I ask about async error
+   handling": scope "async error handling"; "I'm vegetarian": every request); an
+   instruction reads "User asks to ..." and its "you" is "the assistant". Otherwise the
+   first cue that matches: constraint (allergic, can't, never, vegetarian, budget,
    ...), plan (will, going to, planning, want to, or a date in the future), preference
    (like, love, prefer, hate, ..., or a standing instruction), identity (I'm a <role>,
    my name is, I live in, I work at/as, I'm from, "I'm Alex", I moved to <place> - but
@@ -88,6 +94,7 @@ from ..store._text import _CJK, _CJK_RUN, _STOPWORDS, _TOKEN, fts_query_terms
 from ..types import CORRECTS, event_key, is_note_event
 from ._dates import DateSpan, resolve_dates
 from ._drafts import MAX_FACT_CHARS, FactDraft
+from ._standing import Standing, standing
 
 __all__ = [
     "USER",
@@ -400,13 +407,19 @@ def _small_talk_turn(body: str) -> bool:
 def _small_talk(body: str) -> bool:
     """Whether an English conversation sentence is small talk (see the categories above)."""
     body = _QUOTED.sub('""', body)  # a quote's "you" is not the listener
-    if _IMPERATIVE.match(body):
+    if _IMPERATIVE.match(body) or _instructs(body):
         return False  # a standing instruction: "Don't suggest steak houses to me"
     if _small_talk_turn(body):
         return True
     words = [w.lower().replace("’", "'") for w in _WORD.findall(body)]
     content = [w for w in words if w not in _STOPWORDS and w not in _VAGUE]
     return len(content) < _MIN_CONTENT_WORDS
+
+
+def _instructs(body: str) -> bool:
+    """Whether an English sentence is a standing instruction ("Keep answers short")."""
+    item = standing(body)
+    return item is not None and item.kind == "instruction"
 
 
 _FIRST_PERSON = re.compile(
@@ -855,11 +868,31 @@ def _first_person_view(text: str, chinese: bool) -> str:
     return _USER_SUBJECT.sub(first, text)
 
 
+@dataclass(frozen=True)
+class _Sentence:
+    """What one kept sentence gives: its fact's text, kind, confidence and dates, whether
+    it corrects something said before, and the standing instruction or preference it
+    states (``_standing``), if any."""
+
+    text: str
+    kind: str
+    confidence: float
+    span: DateSpan
+    correction: bool
+    standing: Standing | None
+
+
 def _user_fact(
-    sentence: str, reference: datetime | None, *, note: bool = False, who: str = USER
-) -> tuple[str, str, float, DateSpan, bool] | None:
-    """(text, kind, confidence, dates, correction) for one sentence of a speaker (``who``:
-    their name, or "User"), or None to drop it.
+    sentence: str,
+    reference: datetime | None,
+    *,
+    note: bool = False,
+    who: str = USER,
+    instructs: bool = True,
+) -> _Sentence | None:
+    """The fact of one sentence of a speaker (``who``: their name, or "User"), or None to
+    drop it. Only the user's own words (``instructs``) can give a standing instruction or
+    preference: a named participant speaks to the group, not to the assistant.
 
     A ``note``'s sentence is meant to be remembered whatever its grammatical person, so it
     need not be about the user in the first person; its kind is read as if it were."""
@@ -878,6 +911,12 @@ def _user_fact(
         marked = marked or again
     if not body or _is_filler(body, chinese):
         return None
+    item = (
+        standing(_first_person_view(body, chinese) if note else body, chinese=chinese)
+        if instructs
+        else None
+    )
+    instruction = item is not None and item.kind == "instruction"
     if chinese:
         about_user = "我" in body or bool(_ZH_IMPERATIVE.match(body))
     else:
@@ -887,7 +926,7 @@ def _user_fact(
             or _SUBJECTLESS_PAST.match(body)
             or _SUBJECTLESS_ING.match(body)
         )
-    if not about_user and not marked and not note:
+    if not about_user and not marked and not note and not instruction:
         return None
     if not note and not chinese:
         body = _without_request(body)
@@ -902,8 +941,8 @@ def _user_fact(
     text = span.resolved_text
     zh_who = "用户" if who == USER else who
     if chinese:
-        if _ZH_IMPERATIVE.match(text):
-            text = zh_who + "要求" + text.removeprefix("请")
+        if _ZH_IMPERATIVE.match(text) or instruction:
+            text = zh_who + "要求" + text.replace("请", "", 1)
         text = _zh_third_person(text, who=zh_who)
     else:
         request = _imperative_to_request(text, who)
@@ -911,16 +950,42 @@ def _user_fact(
         ing = _SUBJECTLESS_ING.match(text)
         if request is not None:
             text = request
+        elif instruction and _ASKED.match(text):
+            text = f"{who} asks to " + text[0].lower() + text[1:]
         elif past is not None and not _FIRST_PERSON.match(text):
             text = f"{who} " + text[0].lower() + text[1:]
         elif ing is not None:
             text = f"{who} is " + text[0].lower() + text[1:]
         text = _to_third_person(text, who=who)
+        if instruction:
+            text = _to_assistant(text)
     if who != USER and re.fullmatch(rf"{re.escape(who)} is {re.escape(who)}\W*", text):
         return None  # "I'm Jon" said by Jon: the name says it already
     confidence = HEDGED_CONFIDENCE if _HEDGE.search(body) else DIRECT_CONFIDENCE
     correction = marked or bool(_STRONG_CORRECTION.search(body))
-    return _finish(text, chinese), kind, confidence, span, correction
+    return _Sentence(
+        _finish(text, chinese), item.kind if item else kind, confidence, span, correction, item
+    )
+
+
+# An instruction that starts with its verb ("Use metric units ...", "Keep answers short"),
+# written as what the user asks: not one about the user already ("User wants ...").
+_ASKED = re.compile(r"^(?:please\s+|kindly\s+)?(?!i\b|i['’]|my\b|we\b|when|for|if)[a-z]", _I)
+_LISTENER = {"your": "the assistant's", "yours": "the assistant's", "you": "the assistant"}
+_LISTENER_WORD = re.compile(r"\b(?:your|yours|yourself|you)\b", _I)
+
+
+def _to_assistant(text: str) -> str:
+    """An instruction's "you" is the assistant: "User wants you to cite sources" -> "User
+    wants the assistant to cite sources" (quoted speech keeps its own words)."""
+    quoted = [m.span() for m in _QUOTED.finditer(text)]
+
+    def name(m: re.Match[str]) -> str:
+        if any(a < m.start() < b for a, b in quoted):
+            return m.group()
+        return _LISTENER.get(m.group().lower(), "the assistant")
+
+    return _LISTENER_WORD.sub(name, text)
 
 
 _TAG_QUESTION = re.compile(
@@ -1143,24 +1208,27 @@ def _sentence_facts(message: MessageRow, *, note: bool) -> list[FactDraft]:
     corrects = note and correction_target(message) is not None
     who = speaker_name(message) or USER
     drafts = []
+    instructs = message.role == "user"
     for sentence in split_sentences(message.content):
-        result = _user_fact(sentence, reference, note=note, who=who)
+        result = _user_fact(sentence, reference, note=note, who=who, instructs=instructs)
         if result is None:
             continue
-        text, kind, confidence, span, correction = result
         labels = ["note"] if note else []
-        if correction or corrects:
+        if result.correction or corrects:
             labels.append("correction")
+        span = result.span
         drafts.append(
             FactDraft(
-                text=text,
-                kind=kind,
+                text=result.text,
+                kind=result.kind,
                 message_ids=[message.id],
-                confidence=confidence,
+                confidence=result.confidence,
                 occurred_at=span.occurred_at,
                 valid_from=span.valid_from,
                 valid_to=span.valid_to,
                 labels=labels,
+                standing=result.standing is not None,
+                scope=result.standing.scope if result.standing else None,
             )
         )
     return drafts

@@ -44,7 +44,8 @@ from ..store import (
 )
 from ..types import CORRECTS, is_note_event
 from . import _heuristics as heuristics
-from ._drafts import FactDraft
+from ._drafts import MAX_SCOPE_CHARS, FactDraft
+from ._standing_summaries import standing_summaries
 from .prompts import CONSOLIDATE, EXTRACT, HEURISTIC_VERSION, TOPICS, Prompt
 
 __all__ = ["Pipeline", "PipelineStore", "embedding_text", "layer_embedding_text"]
@@ -149,6 +150,12 @@ def _one_line(text: str) -> str:
     return " ".join(text.splitlines())
 
 
+def _scope(scope: str | None) -> str | None:
+    """A standing fact's scope as stored: one line, trimmed; blank is None (every request)."""
+    scope = " ".join((scope or "").split())
+    return scope or None
+
+
 # -- what the LLM answers, validated ---------------------------------------------------------
 
 
@@ -161,6 +168,8 @@ class _LLMFact(CheckedStrings):
     occurred_at: Timestamp | None = None
     valid_from: Timestamp | None = None
     valid_to: Timestamp | None = None
+    standing: bool = False
+    scope: str | None = Field(default=None, max_length=MAX_SCOPE_CHARS)
 
 
 class _Extraction(CheckedStrings):
@@ -505,6 +514,8 @@ class Pipeline:
                     occurred_at=f.occurred_at,
                     valid_from=f.valid_from,
                     valid_to=f.valid_to,
+                    standing=f.standing,
+                    scope=_scope(f.scope) if f.standing else None,
                 )
                 for f in parsed.facts
             ]
@@ -527,10 +538,14 @@ class Pipeline:
         batch: ClaimedBatch,
     ) -> list[_NewFact]:
         """The facts to store; those resting on ``notes`` alone were the rules' work (the
-        model never sees a note as a message to extract from)."""
+        model never sees a note as a message to extract from). Only the user's own words
+        stand for later requests: a standing fact none of whose source messages is the
+        user's (a model or hook that marked another speaker's line) is stored as an
+        ordinary fact."""
         if not drafts:
             return []
         names = speaker_names(batch.messages)
+        users = {m.id for m in batch.messages if m.role == "user"}
         vectors = self.embedder.embed(
             [layer_embedding_text(d.text, d.message_ids, names) for d in drafts]
         )
@@ -554,6 +569,8 @@ class Pipeline:
                     valid_from=_iso(d.valid_from),
                     valid_to=_iso(d.valid_to),
                     labels=list(d.labels),
+                    standing=d.standing and any(m in users for m in d.message_ids),
+                    scope=_scope(d.scope) if d.standing else None,
                 ),
                 d,
             )
@@ -589,17 +606,28 @@ class Pipeline:
         corrections, corrected, usual = self._corrections(batch, facts)
         if not facts:
             return []
-        retired = set(corrected)
+        # Standing instructions and preferences are consolidated by rule, each its own
+        # summary (_standing_summaries): never merged with other facts, so that retiring
+        # one retires nothing else.
+        # Other facts neither strengthen nor supersede a standing summary: only a standing
+        # fact on its scope changes it ("now I'm working on async code" must not retire
+        # "always give me a code example when I ask about async error handling").
+        standing = standing_summaries(
+            self.store, self.embedder, batch, [f.write for f in usual if f.write.standing]
+        )
+        corrections += standing
+        usual = [f for f in usual if not f.write.standing]
+        retired = set(corrected) | {w.supersedes for w in standing if w.supersedes}
         candidates = {
-            fid: [(s, sim) for s, sim in rows if s.id not in retired]
+            fid: [(s, sim) for s, sim in rows if s.id not in retired and not s.standing]
             for fid, rows in self._candidates(batch, usual).items()
         }
         existing = {s.id: s for rows in candidates.values() for s, _ in rows}
         # What hooks may strengthen or supersede besides the summaries they create.
-        stored = set(existing) | retired
+        stored = set(existing) | retired | {w.id for w in standing if w.action == "strengthen"}
         if self.llm is None:
             vectors = {f.write.id: f.write.vector for f in facts}
-            earlier = [(w, vectors[w.fact_ids[0]]) for w in corrections]
+            earlier = [(w, vectors[w.fact_ids[0]]) for w in corrections if not w.standing]
             speakers = _speakers(batch.messages, facts)
             writes = corrections + self._consolidate_offline(
                 usual, candidates, earlier, speakers, speaker_names(batch.messages)
@@ -631,8 +659,12 @@ class Pipeline:
         if replaced is not None:
             writes = _validated_summaries(replaced, fact_ids, stored, facts, self.model_id)
         observed = {f.write.id: f.write.observed_at for f in facts}
+        standing_ids = {f.write.id for f in facts if f.write.standing}
         for w in writes:
             w.observed_at = max((at for f in w.fact_ids if (at := observed.get(f))), default=None)
+            # A summary made of standing facts only is standing (a hook's, a note's too).
+            if w.action != "strengthen":
+                w.standing = bool(w.fact_ids) and all(f in standing_ids for f in w.fact_ids)
         self._embed_summaries(
             writes, {sid: s.text for sid, s in existing.items()}, speaker_names(batch.messages)
         )
@@ -725,7 +757,7 @@ class Pipeline:
         known = {s.id: s for f in chunk for s, _ in candidates[f.write.id] if s.id not in retired}
         vectors = {f.write.id: f.write.vector for f in facts}
         for w in earlier:
-            if w.action == "strengthen" or w.id in retired or not w.fact_ids:
+            if w.action == "strengthen" or w.id in retired or not w.fact_ids or w.standing:
                 continue
             proxy = vectors[w.fact_ids[0]]
             if any(float(proxy @ f.write.vector) >= SUPERSEDE_SIMILARITY for f in chunk):
@@ -1091,6 +1123,8 @@ def _fact_wire(d: FactDraft, fact_id: str | None = None) -> dict[str, Any]:
         "valid_from": _iso(d.valid_from),
         "valid_to": _iso(d.valid_to),
         "labels": list(d.labels),
+        "standing": d.standing,
+        "scope": d.scope,
     }
     if fact_id:
         wire["id"] = fact_id
@@ -1122,6 +1156,8 @@ def _validated_drafts(items: list[Any], batch_ids: set[str]) -> list[FactDraft]:
                 valid_from=f.valid_from,
                 valid_to=f.valid_to,
                 labels=labels,
+                standing=f.standing,
+                scope=_scope(f.scope) if f.standing else None,
             )
         )
     problems = _draft_problems(drafts, batch_ids)
@@ -1289,4 +1325,5 @@ def _pending_row(w: SummaryWrite, batch: ClaimedBatch | None) -> SummaryRow:
         prompt_version=w.prompt_version,
         created_at="",
         updated_at="",
+        standing=w.standing,
     )

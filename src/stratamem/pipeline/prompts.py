@@ -33,7 +33,7 @@ class Prompt:
 _NULLABLE_STRING = {"type": ["string", "null"]}
 
 EXTRACT = Prompt(
-    "extract-v1",
+    "extract-v2",
     """
 You extract long-term memory about the USER from a conversation between the user and an
 assistant, including the user's behaviour events (searches, clicks, tool calls).
@@ -59,6 +59,19 @@ Rules:
 - Skip greetings, thanks, questions without information about the user, and chit-chat.
 - confidence: 0.9 for clear statements, lower for hedged ones ("maybe", "I think").
 - Corrections ("Correction: ...", "actually ...") are facts too; keep the corrected value.
+- Standing instructions and preferences: when the USER (not the assistant, not someone else)
+  states something that should shape later answers without being repeated, set standing to
+  true. That is an instruction to the assistant (kind instruction: "Always give me a code
+  example when I ask about async error handling" -> "User asks to always get a code example
+  when asking about async error handling"), a preference stated as one (kind preference:
+  "I prefer asynchronous persistence with acknowledgements"), or a lasting diet or health
+  constraint (kind constraint: "I'm vegetarian", "I'm allergic to peanuts"). Not standing:
+  a request about the current task only ("explain this error"), habits and reports ("I
+  always forget my keys", "I've never used Redis"), rules someone else was given.
+- scope (standing facts only): what the instruction or preference applies to, in a few
+  words ("async error handling", "message persistence"), or null when it applies to every
+  request ("I'm vegetarian", "keep answers short"). Non-standing facts: standing false,
+  scope null.
 """,
     {
         "type": "object",
@@ -75,6 +88,8 @@ Rules:
                         "occurred_at": _NULLABLE_STRING,
                         "valid_from": _NULLABLE_STRING,
                         "valid_to": _NULLABLE_STRING,
+                        "standing": {"type": "boolean"},
+                        "scope": _NULLABLE_STRING,
                     },
                     "required": ["text", "kind", "source_ids", "confidence"],
                 },

@@ -13,6 +13,9 @@ stage's output (docs/recall.md, "The stages"):
    a question asking for several things, exclusions, the hits returned;
 6. assemble (``_context``, ``get_memory`` only): history, topics, quotes, the token budget.
 
+Beside them, ``_standing`` finds the user's standing instructions and preferences that apply
+to the request: ``get_memory`` lists them in their own section, ``search`` puts them first.
+
 ``Recaller`` runs them. Full text sees a message the moment it is accepted; the vector side
 once a worker has embedded it.
 """
@@ -40,6 +43,7 @@ from ._retrieve import RecallStore, StoredRow, retrieve
 from ._rows import message_from_row
 from ._scoring import DEFAULT_WEIGHTS, Key, Scored, ScorerWeights, rank
 from ._select import select
+from ._standing import SEARCH_MIN_SIMILARITY, TextVectors, applicable, with_standing
 from ._tokens import estimate_tokens
 
 __all__ = [
@@ -71,6 +75,7 @@ class Recaller:
         self.chat = chat
         self.weights = weights
         self.foreground = foreground
+        self.vectors = TextVectors(embedder)
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
 
@@ -111,11 +116,14 @@ class Recaller:
         exclude: Sequence[str] = (),
         rows: dict[str, StoredRow] | None = None,
         carried: frozenset[str] = frozenset(),
+        standing: bool = False,
     ) -> list[Hit]:
         """Ranked hits of every layer asked for, each with its provenance message ids.
         ``rows``, when given, receives the stored row of each hit by id. Messages whose id
         is in ``exclude``, or whose stripped content is in ``carried``, are passed over:
-        the next-ranked items take their places."""
+        the next-ranked items take their places. With ``standing``, the user's standing
+        instructions and preferences whose scope the query is in come first (facts; not
+        under metadata filters, which they are not checked against)."""
         if limit <= 0 or not query.strip():
             return []
         with self._foreground():
@@ -134,7 +142,7 @@ class Recaller:
             scored = self._rank(plan)
             if plan.options.router == "multi_hop_chain":
                 scored = chain(self.store, plan, scored, self._rank)
-            return select(
+            hits = select(
                 self.store,
                 plan,
                 scored,
@@ -144,6 +152,19 @@ class Recaller:
                 chat=self.chat,
                 rows=rows,
             )
+            if not standing or "fact" not in plan.options.layers or filters.metadata:
+                return hits
+            items = applicable(
+                self.store,
+                self.vectors,
+                project_id,
+                user_id,
+                query,
+                as_of=plan.options.as_of,
+                general=False,
+                minimum=SEARCH_MIN_SIMILARITY,
+            )
+            return with_standing(hits, items, limit)
 
     def _rank(self, plan: QueryPlan) -> dict[Key, Scored]:
         """Retrieve and score: what one plan finds, ranked."""
@@ -183,6 +204,11 @@ class Recaller:
         ``exclude_texts`` (stripped) is in the prompt already: it is left out of the history,
         the matches (the next-ranked take its slot) and the quotes (the next source message
         takes its place), before anything is formatted."""
+        standing = (
+            None
+            if filters.metadata
+            else partial(applicable, self.store, self.vectors, project_id, session.user_id)
+        )
         with self._foreground():
             return assemble(
                 self.store,
@@ -193,4 +219,5 @@ class Recaller:
                 config=config,
                 details=details,
                 texts=carried_texts(exclude_texts),
+                standing=standing,
             )

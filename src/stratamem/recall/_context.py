@@ -13,15 +13,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
+from .._time import parse_iso
 from ..store import FactRow, SessionRow, SummaryRow
 from ..types import Hit, MemoryContext, Message, RecallConfig, Topic
-from ._format import format_context
+from ._format import fit_instructions, format_context
 from ._plan import SearchOptions, search_options
 from ._retrieve import RecallStore, StoredRow
 from ._rows import fact_from_row, message_from_row, topic_from_row
 from ._select import carried
+from ._standing import STANDING_TOKEN_SHARE, Applicable
 
-__all__ = ["CONTEXT_MIN_SHARE", "Search", "assemble", "carried_texts"]
+__all__ = ["CONTEXT_MIN_SHARE", "Search", "Standing", "assemble", "carried_texts"]
 
 # get_memory leaves out matches scoring below this share of the best one.
 CONTEXT_MIN_SHARE = 0.3
@@ -40,6 +42,13 @@ class Search(Protocol):
         rows: dict[str, StoredRow],
         carried: frozenset[str],
     ) -> list[Hit]: ...
+
+
+class Standing(Protocol):
+    """The user's standing items that apply to a query (``_standing.applicable`` with the
+    user bound)."""
+
+    def __call__(self, query: str) -> list[Applicable]: ...
 
 
 def carried_texts(texts: Sequence[str]) -> frozenset[str]:
@@ -149,9 +158,11 @@ def assemble(
     config: RecallConfig,
     details: bool,
     texts: frozenset[str],
+    standing: Standing | None = None,
 ) -> MemoryContext:
     """``get_memory``'s context; ``search`` runs the search stages for the session's user,
-    ``texts`` are those the prompt carries already."""
+    ``standing`` finds their standing items that apply, ``texts`` are those the prompt
+    carries already."""
     history_rows = (
         store.list_messages(
             project_id,
@@ -199,6 +210,18 @@ def assemble(
             )
             if r.id not in known
         ]
+    applicable = (
+        standing(query)
+        if standing is not None and query and query.strip() and config.enable_long_term_recall
+        else []
+    )
+    lines = fit_instructions(
+        [(a.fact.text, parse_iso(a.fact.observed_at or a.fact.created_at)) for a in applicable],
+        int(config.token_budget * STANDING_TOKEN_SHARE),
+    )
+    instructions = [a for a, _ in zip(applicable, lines, strict=False)]
+    # A standing item listed in its own section is not listed again as a match.
+    listed = {a.fact.id for a in instructions} | {a.summary_id for a in instructions}
     shown_topics = {t.id for t in topics}
     groups = {sid: [t.name for t in ts if t.id in shown_topics] for sid, ts in by_summary.items()}
     # A summary stands for its facts and quotes its messages; a fact quotes its messages: the
@@ -210,9 +233,10 @@ def assemble(
         for h in matches
         if not (h.layer == "fact" and h.id in covered_facts)
         and not (h.layer == "message" and h.id in covered_messages)
+        and not (h.layer != "message" and h.id in listed)
     ]
     text, tokens = format_context(
-        shown, history, config.token_budget, topics=groups, evidence=evidence
+        shown, history, config.token_budget, topics=groups, evidence=evidence, instructions=lines
     )
     summaries = [h.text for h in matches if h.layer == "summary"]
     return MemoryContext(
@@ -227,4 +251,5 @@ def assemble(
         formatted_context=text,
         token_estimate=tokens,
         matches=matches if details else None,
+        instructions=[fact_from_row(a.fact) for a in instructions],
     )

@@ -31,6 +31,7 @@ from ._rows import (
     RecallLatencyRow,
     RecallRecordRow,
     SessionRow,
+    StandingFact,
     SummaryRow,
     TopicRow,
 )
@@ -204,6 +205,9 @@ class LayerStore(Protocol):
         filters: ItemFilters | None = None,
     ) -> list[FactRow]: ...
     def get_facts(self, project_id: str, ids: Sequence[str]) -> list[FactRow]: ...
+    def standing_facts(
+        self, project_id: str, user_id: str, *, limit: int = 200
+    ) -> list[StandingFact]: ...
     def list_topics(self, project_id: str, user_id: str) -> list[TopicRow]: ...
     def get_topic(self, project_id: str, topic_id: str) -> TopicRow | None: ...
     def merge_topics(

@@ -39,6 +39,7 @@ __all__ = [
     "RecallLatencyRow",
     "RecallRecordRow",
     "SessionRow",
+    "StandingFact",
     "SummaryRow",
     "SummaryWrite",
     "TopicRow",
@@ -143,6 +144,9 @@ class FactWrite:
     valid_from: str | None = None
     valid_to: str | None = None
     labels: list[str] = field(default_factory=list)
+    # A standing instruction or preference, and what it applies to (None: every request).
+    standing: bool = False
+    scope: str | None = None
 
 
 @dataclass
@@ -165,6 +169,7 @@ class SummaryWrite:
     valid_from: str | None = None
     valid_to: str | None = None
     labels: list[str] = field(default_factory=list)
+    standing: bool = False  # made of standing facts only (see FactWrite)
 
 
 @dataclass
@@ -220,6 +225,7 @@ class SummaryRow:
     created_at: str
     updated_at: str
     observed_at: str | None = None
+    standing: bool = False
 
 
 @dataclass
@@ -242,6 +248,17 @@ class FactRow:
     prompt_version: str
     created_at: str
     observed_at: str | None = None
+    standing: bool = False
+    scope: str | None = None
+
+
+@dataclass(frozen=True)
+class StandingFact:
+    """A user's standing instruction or preference as recall reads it: the fact, and the
+    current summary that holds it (None when no summary holds it)."""
+
+    fact: FactRow
+    summary_id: str | None
 
 
 @dataclass

@@ -101,6 +101,7 @@ def _user(request: Request, viewer: Viewer, form: Form) -> Response:
         current = [s for s in summaries if s.status in ("active", "deprioritized")]
         grouped, unfiled = _by_topic(memory.topics.list(user_id=user_id), current)
         context.update(
+            standing=memory.users.standing(user_id),
             grouped=grouped,
             unfiled=unfiled,
             duplicates=_duplicates(current),
@@ -112,7 +113,10 @@ def _user(request: Request, viewer: Viewer, form: Form) -> Response:
         context["facts"] = memory.facts.list(user_id=user_id, limit=PAGE + 1, offset=offset)
     elif tab == "messages":
         context["messages"] = memory.messages.list(user_id=user_id, limit=PAGE + 1, offset=offset)
-    if not sessions and tab == "memory" and not context["grouped"] and not context["retired"]:
+    empty_memory = tab == "memory" and not (
+        context["grouped"] or context["retired"] or context["standing"]
+    )
+    if not sessions and empty_memory:
         context["empty"] = True
     return render(request, "user.html", viewer=viewer, **context)
 

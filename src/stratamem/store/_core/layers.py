@@ -147,12 +147,14 @@ def _write_facts(
             tx,
             "facts",
             "project_id, id, user_id, text, kind, occurred_at, observed_at, valid_from, "
-            "valid_to, confidence, message_ids, labels, model, prompt_version, created_at",
-            "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?",
+            "valid_to, confidence, message_ids, labels, model, prompt_version, created_at, "
+            "standing, scope",
+            "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?",
             [
                 *(project, f.id, user, f.text, f.kind, f.occurred_at, f.observed_at),
                 *(f.valid_from, f.valid_to, f.confidence),
                 *(d.array(f.message_ids), d.array(f.labels), f.model, f.prompt_version, now),
+                *(f.standing, f.scope if f.standing else None),
             ],
             hooks._fulltext_columns(f.text),
         )
@@ -201,12 +203,12 @@ def _add_summary(
         "summaries",
         "project_id, id, user_id, text, status, valid_from, valid_to, confidence, labels, "
         "version, fact_ids, message_ids, model, prompt_version, created_at, updated_at, "
-        "observed_at",
-        "?, ?, ?, ?, 'active', ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?",
+        "observed_at, standing",
+        "?, ?, ?, ?, 'active', ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?",
         [
             *(project, w.id, user, w.text, w.valid_from, w.valid_to, w.confidence),
             *(d.array(w.labels), d.array(w.fact_ids), d.array(w.message_ids)),
-            *(w.model, w.prompt_version, now, now, w.observed_at),
+            *(w.model, w.prompt_version, now, now, w.observed_at, w.standing),
         ],
         hooks._fulltext_columns(w.text),
     )

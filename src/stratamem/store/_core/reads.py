@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from .. import FactRow, ItemFilters, SummaryRow, TopicRow
+from .. import CURRENT_SUMMARY, FactRow, ItemFilters, StandingFact, SummaryRow, TopicRow
 from .dialect import Tx
 from .filters import item_filter_sql
 from .rows import FACT_COLUMNS, SUMMARY_COLUMNS, TOPIC_COLUMNS, fact_row, summary_row, topic_row
@@ -18,6 +18,7 @@ __all__ = [
     "list_topics",
     "rows_by_pk",
     "speaker_names",
+    "standing_facts",
     "summary_by_id",
     "summary_history",
     "topics_of_summaries",
@@ -214,3 +215,36 @@ def speaker_names(tx: Tx, project_id: str, user_id: str) -> list[str]:
         (project_id, user_id),
     )
     return [r[0] for r in rows]
+
+
+def standing_facts(tx: Tx, project_id: str, user_id: str, limit: int) -> list[StandingFact]:
+    """The user's active standing facts, newest first, at most ``limit``, each with the
+    newest current summary holding it. A fact whose every holding summary was retired (an
+    operator archived or deleted it) is left out: it is no longer the user's memory. Both
+    reads go through partial indexes (``facts_standing``, ``summaries_standing``)."""
+    facts = [
+        fact_row(r, tx.dialect)
+        for r in tx.all(
+            f"SELECT {FACT_COLUMNS} FROM facts WHERE project_id = ? AND user_id = ? "
+            "AND standing = ? AND status = 'active' ORDER BY pk DESC LIMIT ?",
+            (project_id, user_id, True, limit),
+        )
+    ]
+    if not facts:
+        return []
+    holders: dict[str, list[tuple[str, bool]]] = {}  # fact id -> (summary id, current?)
+    for sid, status, fact_ids in tx.all(
+        "SELECT id, status, fact_ids FROM summaries WHERE project_id = ? AND user_id = ? "
+        "AND standing = ? ORDER BY pk DESC",
+        (project_id, user_id, True),
+    ):
+        for fid in tx.dialect.load_array(fact_ids):
+            holders.setdefault(fid, []).append((sid, status in CURRENT_SUMMARY))
+    out = []
+    for f in facts:
+        held = holders.get(f.id, [])
+        current = [sid for sid, ok in held if ok]
+        if held and not current:
+            continue
+        out.append(StandingFact(f, current[0] if current else None))
+    return out

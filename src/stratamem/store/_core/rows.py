@@ -73,13 +73,18 @@ def _columns(cls: type[DataclassInstance], *, without: tuple[str, ...] = ()) -> 
 
 
 def _converter(
-    cls: type[_Row], *, arrays: tuple[str, ...] = (), documents: tuple[str, ...] = ()
+    cls: type[_Row],
+    *,
+    arrays: tuple[str, ...] = (),
+    documents: tuple[str, ...] = (),
+    booleans: tuple[str, ...] = (),
 ) -> Callable[[Sequence[Any], Dialect], _Row]:
     """A row of ``_columns(cls)`` as a ``cls``: positional, its array and JSON columns
-    decoded by the dialect."""
+    decoded by the dialect, its flags as bools (SQLite stores them as 0 and 1)."""
     names = [f.name for f in fields(cls)]
     array_at = tuple(names.index(n) for n in arrays)
     document_at = tuple(names.index(n) for n in documents)
+    boolean_at = tuple(names.index(n) for n in booleans)
 
     def convert(r: Sequence[Any], d: Dialect) -> _Row:
         values = list(r)
@@ -87,6 +92,8 @@ def _converter(
             values[i] = d.load_array(values[i])
         for i in document_at:
             values[i] = d.load_json(values[i])
+        for i in boolean_at:
+            values[i] = bool(values[i])
         return cls(*values)
 
     return convert
@@ -101,8 +108,10 @@ AUDIT_COLUMNS = _columns(AuditRow)
 TOPIC_COLUMNS = _columns(TopicRow, without=("summary_ids",))
 
 session_row = _converter(SessionRow, documents=("metadata",))
-summary_row = _converter(SummaryRow, arrays=("fact_ids", "message_ids", "labels"))
-fact_row = _converter(FactRow, arrays=("message_ids", "labels"))
+summary_row = _converter(
+    SummaryRow, arrays=("fact_ids", "message_ids", "labels"), booleans=("standing",)
+)
+fact_row = _converter(FactRow, arrays=("message_ids", "labels"), booleans=("standing",))
 audit_row = _converter(AuditRow, documents=("details",))
 
 

@@ -36,6 +36,7 @@ from .. import (
     RecallRecordRow,
     SearchFilters,
     SessionRow,
+    StandingFact,
     SummaryRow,
     TopicRow,
 )
@@ -425,6 +426,12 @@ class SQLStore(ABC):
     ) -> list[FactRow]:
         with self._query() as tx:
             return reads.list_facts(tx, project_id, user_id, limit, offset, newest_first, filters)
+
+    def standing_facts(
+        self, project_id: str, user_id: str, *, limit: int = 200
+    ) -> list[StandingFact]:
+        with self._query() as tx:
+            return reads.standing_facts(tx, project_id, user_id, limit)
 
     def get_facts(self, project_id: str, ids: Sequence[str]) -> list[FactRow]:
         if not ids:
