@@ -113,8 +113,8 @@ def test_formatted_context_is_dated_ordered_bounded_and_deterministic(semantic: 
 
 
 def test_the_context_lists_the_facts_and_topic_members_of_its_summaries(semantic: Memory) -> None:
-    """A summary drawn from one fact is listed in the fact's place by the search, but the
-    structured answer still holds that fact; each topic names the answer's summaries filed
+    """A summary is listed in place of the facts it states by the search, but the
+    structured answer still holds those facts; each topic names the answer's summaries filed
     under it, best first."""
     s = semantic.sessions.get("chat")
     ctx = s.get_memory("What does Alex eat?", details=True)
@@ -130,9 +130,11 @@ def test_the_context_lists_the_facts_and_topic_members_of_its_summaries(semantic
     for topic in ctx.topics:
         members = set(semantic.topics.get(topic.id).summary_ids)
         assert topic.summary_ids == [sid for sid in ranked if sid in members] != []
-    # No fact slots (as capture asks): no facts, whatever the summaries rest on.
+    # No fact slots (as capture asks): no facts, whatever the summaries rest on. (The
+    # summaries may differ: with fact slots, a summary also ranks where its facts do.)
     none = s.get_memory("What does Alex eat?", recall_config={"observation_semantic_top_k": 0})
-    assert none.facts == [] and none.summary == ctx.summary
+    assert none.facts == [] and none.summary
+    assert set(none.summary.splitlines()) & set((ctx.summary or "").splitlines())
 
 
 @pytest.mark.parametrize("budget", [50, 80, 120, 200, 400])

@@ -16,8 +16,10 @@ from stratamem import AsyncMemory, Memory
 from stratamem._queries import MAX_EXCLUDE_TEXTS
 from stratamem.errors import ValidationError
 
+# Things said about the user (not standing preferences such as an allergy, which the block
+# lists in a section of their own, unquoted: tests/test_standing.py).
 PREFS = [
-    "I am allergic to peanuts.",
+    "I packed peanut butter sandwiches for the last trip.",
     "I love spicy Thai food.",
     "My favourite food is green curry.",
 ]
@@ -96,7 +98,7 @@ def test_history_leaves_out_the_carried_turns_and_keeps_the_rest(chat: Memory) -
 
 def test_a_quote_the_prompt_carries_gives_way_to_the_next_source_message(mem: Memory) -> None:
     # The same fact said twice: in this conversation (stored first) and in another session.
-    said_here = "Remember, I am allergic to peanuts!"
+    said_here = "Remember, I packed peanut butter sandwiches for the last trip!"
     mem.sessions.create(user_id="ana", session_id="chat").add_messages(
         [{"role": "user", "content": said_here}], sync=True
     )
@@ -107,16 +109,21 @@ def test_a_quote_the_prompt_carries_gives_way_to_the_next_source_message(mem: Me
     assert len(summary.message_ids) == 2
     # Summaries only, one quote each: the first source message is quoted.
     config = {**NO_HISTORY, "message_semantic_top_k": 0, "observation_context_top_k": 1}
-    plain = mem.get_memory("chat", "peanut allergy", recall_config=config)
+    plain = mem.get_memory("chat", "peanut butter sandwiches", recall_config=config)
     assert f'> "{said_here}"' in plain.formatted_context
     assert f'> "{PREFS[0]}"' not in plain.formatted_context
-    ctx = mem.get_memory("chat", "peanut allergy", recall_config=config, exclude_texts=[said_here])
+    ctx = mem.get_memory(
+        "chat", "peanut butter sandwiches", recall_config=config, exclude_texts=[said_here]
+    )
     assert summary.text in ctx.formatted_context
     assert said_here not in ctx.formatted_context
     assert f'> "{PREFS[0]}"' in ctx.formatted_context
     # Both sources carried: the summary stays, with nothing to quote.
     both = mem.get_memory(
-        "chat", "peanut allergy", recall_config=config, exclude_texts=[said_here, PREFS[0]]
+        "chat",
+        "peanut butter sandwiches",
+        recall_config=config,
+        exclude_texts=[said_here, PREFS[0]],
     )
     assert summary.text in both.formatted_context and '> "' not in both.formatted_context
 

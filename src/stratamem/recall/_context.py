@@ -129,16 +129,16 @@ def _answer_facts(
     config: RecallConfig,
 ) -> list[FactRow]:
     """The facts the answer rests on, in the order of its hits, at most
-    ``observation_semantic_top_k``: each matched fact, and the fact of each one-fact summary
-    (the search lists such a summary in its fact's place: it says what the fact says, so
-    without it a summary drawn from a single statement would leave ``facts`` empty)."""
+    ``observation_semantic_top_k``: each matched fact, and the facts of each matched summary
+    (the search lists a summary in place of the facts it states: it says what they say, so
+    without them a summary drawn from statements would leave ``facts`` empty)."""
     wanted: list[str] = []
     for hit in matches:
         row = found[hit.id]
         if isinstance(row, FactRow):
             wanted.append(row.id)
-        elif isinstance(row, SummaryRow) and len(row.fact_ids) == 1:
-            wanted.append(row.fact_ids[0])
+        elif isinstance(row, SummaryRow):
+            wanted.extend(row.fact_ids)
     wanted = list(dict.fromkeys(wanted))[: config.observation_semantic_top_k]
     rows = {r.id: r for r in found.values() if isinstance(r, FactRow)}
     restated = [f for f in wanted if f not in rows]

@@ -152,8 +152,15 @@ def applicable(
     ranked = sorted(range(len(items)), key=lambda i: (-similarity[i], -items[i].fact.pk))
     scoped: list[Applicable] = []
     unscoped: list[Applicable] = []
+    # One item said twice ("I'm allergic to peanuts" in two conversations) is two facts of
+    # one summary: it applies once, as its closest fact.
+    seen: set[str] = set()
     for i in ranked:
         item, sim = items[i], float(similarity[i])
+        said = item.summary_id or " ".join(item.fact.text.casefold().split())
+        if said in seen:
+            continue
+        seen.add(said)
         if item.fact.scope:
             if sim >= minimum and len(scoped) < MAX_SCOPED:
                 scoped.append(Applicable(item.fact, item.summary_id, sim))
