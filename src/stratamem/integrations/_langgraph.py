@@ -484,7 +484,10 @@ class StratamemStore(BaseStore):
         latest: dict[str, _Doc] = {}
         offset = 0
         while True:
-            page = self._m.messages.list(session_id=session_id, limit=_PAGE, offset=offset)
+            try:
+                page = self._m.messages.list(session_id=session_id, limit=_PAGE, offset=offset)
+            except NotFoundError:  # forgotten since it was listed (a server says so)
+                return []
             for message in page:
                 doc = _doc_of(message.id, message.metadata)
                 if doc is not None and (

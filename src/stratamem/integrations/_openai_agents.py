@@ -123,7 +123,7 @@ class StratamemSession:
         wanted = resolve_session_limit(limit, self.session_settings)
         stored = await asyncio.to_thread(self._stored)
         if wanted is not None and wanted >= 0:
-            stored = stored[len(stored) - wanted :] if wanted else []
+            stored = stored[max(len(stored) - wanted, 0) :] if wanted else []
         return [cast(TResponseInputItem, s.item) for s in stored]
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
@@ -227,7 +227,10 @@ class StratamemSession:
         messages: list[Message] = []
         offset = 0
         while True:
-            page = self._m.messages.list(session_id=self._sid, limit=_PAGE, offset=offset)
+            try:
+                page = self._m.messages.list(session_id=self._sid, limit=_PAGE, offset=offset)
+            except NotFoundError:  # a server's answer for a session not made yet
+                return []
             messages.extend(page)
             if len(page) < _PAGE:
                 break
@@ -266,7 +269,8 @@ def _messages_of(item: dict[str, Any], chars: int, size: int) -> list[dict[str, 
     pieces = _pieces(text, chars) if path is not None else None
     if pieces is None:  # the text is only a rendering: the JSON holds everything
         path = None
-        pieces = [clean(text)[:chars] if text.strip() else f"[{item.get('type', 'item')}]"]
+        shown = clean(text).strip()[:chars]
+        pieces = [shown if shown.strip() else f"[{item.get('type', 'item')}]"]
     skeleton = _with_text(item, path, "") if path is not None else item
     docs = _json_pieces(dumps(skeleton), size - _METADATA_ROOM)
     token = secrets.token_hex(8)
