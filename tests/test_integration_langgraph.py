@@ -13,6 +13,7 @@ documentation.
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import sys
 import time
@@ -617,3 +618,26 @@ def test_without_langgraph_the_module_names_the_extra() -> None:
     )
     assert proc.returncode != 0
     assert "pip install 'stratamem[langgraph]'" in proc.stderr
+
+
+def _doc_example(page: str) -> str:
+    text = (Path(__file__).resolve().parent.parent / "docs" / "integrations" / page).read_text()
+    return text.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def test_the_docs_example_runs(tmp_path: Path, chat_server: FakeOpenAIServer) -> None:
+    call = {"name": "manage_memory", "arguments": {"content": "User is allergic to peanuts."}}
+    chat_server.chat_replies.extend([{"tool_calls": [call]}, "Noted."])
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STRATAMEM_")}
+    env |= {"OPENAI_API_KEY": "k", "OPENAI_BASE_URL": chat_server.base_url}
+    run = subprocess.run(
+        [sys.executable, "-c", _doc_example("langgraph.md")],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,  # Memory() is ./stratamem.db
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "{'content': 'User is allergic to peanuts.'}" in run.stdout
+    assert "- [" in run.stdout and "User is allergic to peanuts." in run.stdout.split("<memory>")[1]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -347,3 +348,30 @@ def test_without_the_sdk_the_module_names_the_extra() -> None:
     )
     assert proc.returncode != 0
     assert "pip install 'stratamem[openai-agents]'" in proc.stderr
+
+
+def test_the_docs_example_runs(tmp_path: Path, server: FakeOpenAIServer) -> None:
+    page = Path(__file__).resolve().parent.parent / "docs" / "integrations" / "openai-agents.md"
+    code = page.read_text().split("```python\n", 1)[1].split("```", 1)[0]
+    server.chat_replies.extend(["Noted.", "Try an apple."])
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STRATAMEM_")}
+    env |= {
+        "OPENAI_API_KEY": "k",
+        "OPENAI_BASE_URL": server.base_url,
+        "OPENAI_AGENTS_DISABLE_TRACING": "1",  # traces would go to OpenAI
+    }
+    run = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,  # Memory() is ./stratamem.db
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.split() == ["Noted.", "Try", "an", "apple."]
+    first, second = server.responses_requests()
+    assert _last_user_text(first) == "I'm allergic to peanuts."
+    question, _, block = _last_user_text(second).partition("\n\n")
+    assert question == "Can you suggest a snack?"
+    assert block.startswith("<memory>") and "User is allergic to peanuts." in block
