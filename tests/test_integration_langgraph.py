@@ -143,6 +143,18 @@ def test_a_forget_in_stratamem_is_no_longer_returned(mem: Memory, store: Stratam
     assert store.get(NS, "d") is not None
 
 
+def test_another_project_sees_nothing(mem: Memory, store: StratamemStore) -> None:
+    store.put(NS, "k", {"content": "I like tea."})
+    mem.wait()
+    mem.projects.create("other", project_id="other")
+    elsewhere = StratamemStore(mem.for_project("other"), user_index=1)
+    assert elsewhere.get(NS, "k") is None and elsewhere.list_namespaces() == []
+    assert elsewhere.search(("memories",)) == [] and elsewhere.search(NS, query="tea") == []
+    elsewhere.put(NS, "k", {"content": "I like coffee."})  # the same names, its own items
+    assert store.get(NS, "k").value == {"content": "I like tea."}  # type: ignore[union-attr]
+    assert elsewhere.get(NS, "k").value == {"content": "I like coffee."}  # type: ignore[union-attr]
+
+
 def test_bad_input_is_refused_and_writes_nothing(mem: Memory, store: StratamemStore) -> None:
     for bad in ({"when": datetime.now()}, {1: "int key"}, {"x": float("nan")}):
         with pytest.raises(ValueError):

@@ -241,6 +241,16 @@ def test_memory_of_one_conversation_is_recalled_in_another(
     _conversation(semantic, server)
 
 
+def test_another_project_recalls_nothing(semantic: Memory, server: FakeOpenAIServer) -> None:
+    _run(server, StratamemSession("p1", semantic, user_id="ana"), "I'm allergic to peanuts.", "Ok.")
+    semantic.wait()
+    semantic.projects.create("other", project_id="other")
+    elsewhere = StratamemSession("p1", semantic.for_project("other"), user_id="ana")
+    assert asyncio.run(elsewhere.get_items()) == []
+    _run(server, elsewhere, "Can you suggest a snack for me?", "Try an apple.")
+    assert "<memory>" not in _last_user_text(server.responses_requests()[-1])
+
+
 def test_the_block_goes_into_the_last_user_turn_and_the_prefix_stays_the_same(
     semantic: Memory, server: FakeOpenAIServer
 ) -> None:
@@ -263,6 +273,36 @@ def test_the_block_goes_into_the_last_user_turn_and_the_prefix_stays_the_same(
     assert third["input"][: len(history)] == history
     assert "<memory>" not in str(third["input"][: len(history)])
     assert _last_user_text(third).startswith("And tomorrow?\n\n<memory>")
+
+
+def test_the_filter_changes_no_object_of_the_run(mem: Memory) -> None:
+    setup = StratamemSession("notes", mem, user_id="ana")
+    asyncio.run(setup.add_items([{"role": "user", "content": "I live in Lisbon."}]))
+    mem.wait()
+    session = StratamemSession("now", mem, user_id="ana")
+    agent = Agent(name="a")
+
+    def filtered(message: dict[str, Any]) -> tuple[ModelInputData, dict[str, Any]]:
+        before = {**message}
+        data = ModelInputData(input=[message], instructions="Be brief.")  # type: ignore[list-item]
+        out = asyncio.run(session.call_model_input_filter(CallModelData(data, agent, None)))
+        assert message == before and data.input == [message]  # nothing of the run changed
+        return out, message
+
+    out, _ = filtered({"role": "user", "content": "Where do I live, Lisbon?"})
+    text = out.input[0]["content"]  # type: ignore[index]
+    assert (
+        text.startswith("Where do I live, Lisbon?\n\n<memory>") and out.instructions == "Be brief."
+    )
+    parts = [{"type": "input_text", "text": "Where do I live?"}]
+    out, _ = filtered({"role": "user", "content": parts})
+    added = out.input[0]["content"]  # type: ignore[index]
+    assert added[0] == parts[0] and added[1]["type"] == "input_text"
+    assert added[1]["text"].startswith("<memory>") and "Lisbon" in added[1]["text"]
+    # A user turn without text asks nothing: no recall, the input as it was.
+    odd = {"role": "user", "type": "message", "content": None, "text": "Where do I live?"}
+    out, _ = filtered(odd)
+    assert out.input == [odd] and out.instructions == "Be brief."  # no text: no recall
 
 
 def test_a_correction_replaces_the_old_value(semantic: Memory, server: FakeOpenAIServer) -> None:

@@ -167,17 +167,14 @@ class StratamemSession:
             return model_data
         if not block:
             return model_data
+        # The message has text (the query), so its content is a string or a list of parts.
         message = cast(dict[str, Any], items[last])
-        content = message.get("content")
+        content = message["content"]
         if isinstance(content, str):
-            items[last] = cast(TResponseInputItem, {**message, "content": f"{content}\n\n{block}"})
-        elif isinstance(content, list):
-            part = {"type": "input_text", "text": block}
-            items[last] = cast(TResponseInputItem, {**message, "content": [*content, part]})
-        else:  # a content stratamem does not know: the block goes with the instructions
-            instructions = model_data.instructions
-            joined = block if not instructions else f"{instructions}\n\n{block}"
-            return ModelInputData(input=items, instructions=joined)
+            added: str | list[Any] = f"{content}\n\n{block}"
+        else:
+            added = [*content, {"type": "input_text", "text": block}]
+        items[last] = cast(TResponseInputItem, {**message, "content": added})
         return ModelInputData(input=items, instructions=model_data.instructions)
 
     def _recall(self, query: str, carried: tuple[str, ...]) -> str:
