@@ -470,11 +470,9 @@ class StratamemStore(BaseStore):
         while True:
             page = self._m.sessions.list(user_id=user_id, limit=_PAGE, offset=offset)
             for session in page:
-                stored = session.metadata.get(TAG)
-                if isinstance(stored, dict) and isinstance(stored.get("namespace"), str):
-                    namespace = tuple(json.loads(stored["namespace"]))
-                    if session.id == _session_id(namespace):
-                        yield namespace, session
+                namespace = _namespace_of(session)
+                if namespace is not None:
+                    yield namespace, session
             if len(page) < _PAGE:
                 return
             offset += _PAGE
@@ -550,6 +548,19 @@ class StratamemStore(BaseStore):
 
 def _session_id(namespace: tuple[str, ...]) -> str:
     return joined_id(TAG, [namespace])
+
+
+def _namespace_of(session: Session) -> tuple[str, ...] | None:
+    """The namespace a session of this store holds; None for any other session."""
+    stored = session.metadata.get(TAG)
+    if not isinstance(stored, dict) or not isinstance(stored.get("namespace"), str):
+        return None
+    try:
+        namespace = tuple(json.loads(stored["namespace"]))
+    except (ValueError, TypeError):
+        return None
+    ok = all(isinstance(label, str) for label in namespace)
+    return namespace if ok and session.id == _session_id(namespace) else None
 
 
 def _slot_ids(namespace: tuple[str, ...], key: str) -> tuple[str, str]:
