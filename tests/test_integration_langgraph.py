@@ -34,7 +34,7 @@ from langgraph.store.memory import InMemoryStore
 
 from fakes.openai_server import FakeOpenAIServer
 from server_proc import ServerProcess
-from stratamem import Memory, connect
+from stratamem import ConflictError, Memory, connect
 from stratamem.api import MemoryAPI
 from stratamem.integrations import _langgraph
 from stratamem.integrations.langgraph import StratamemStore
@@ -173,6 +173,16 @@ def test_bad_input_is_refused_and_writes_nothing(mem: Memory, store: StratamemSt
     assert _messages(mem) == [] and store.get(NS, "good") is None
     with pytest.raises(ValueError, match="user_index"):
         StratamemStore(mem, user_index=-1)
+
+
+def test_a_slot_taken_by_another_writer_is_a_conflict_not_a_loss(
+    mem: Memory, store: StratamemStore
+) -> None:
+    session = mem.sessions.create("u1", session_id="elsewhere")
+    session.add_messages([{"id": "langgraph:memories/u1:k.a", "role": "user", "content": "x"}])
+    with pytest.raises(ConflictError):
+        store.put(NS, "k", {"content": "mine"})
+    assert store.get(NS, "k") is None and mem.messages.get("langgraph:memories/u1:k.a")
 
 
 def test_a_batch_reads_before_it_writes_and_the_last_put_wins(store: StratamemStore) -> None:

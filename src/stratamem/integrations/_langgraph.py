@@ -70,6 +70,7 @@ REFRESH_SLACK = 0.1
 # The largest page a listing returns (MAX_LIMIT), and the most hits a search returns.
 _PAGE = 10_000
 _MOST_HITS = 1000
+_PUT_TRIES = 3  # a put that finds its slot taken by another process reads again this often
 _FORGET_REPLACED = "langgraph store: put replaced the item"
 _FORGET_DELETED = "langgraph store: deleted"
 _FORGET_EXPIRED = "langgraph store: expired"
@@ -287,23 +288,30 @@ class StratamemStore(BaseStore):
         ttl: float | None,
     ) -> None:
         with self._lock(namespace, key):
-            versions = self._versions(namespace, key)
-            now = _now()
-            current = versions[-1] if versions and not versions[-1].expired(now) else None
-            new = _Doc(
-                namespace=namespace,
-                key=key,
-                value=value,
-                created_at=current.created_at if current else now,
-                updated_at=now,
-                version=versions[-1].version + 1 if versions else 1,
-                ttl=ttl,
-                expires_at=None if ttl is None else now + timedelta(minutes=ttl),
-                message_id="",
-                index=None if index is None else tuple(index),
-                indexed=False,
-            )
-            self._write(new, versions)
+            for attempt in range(_PUT_TRIES):
+                versions = self._versions(namespace, key)
+                now = _now()
+                current = versions[-1] if versions and not versions[-1].expired(now) else None
+                new = _Doc(
+                    namespace=namespace,
+                    key=key,
+                    value=value,
+                    created_at=current.created_at if current else now,
+                    updated_at=now,
+                    version=versions[-1].version + 1 if versions else 1,
+                    ttl=ttl,
+                    expires_at=None if ttl is None else now + timedelta(minutes=ttl),
+                    message_id="",
+                    index=None if index is None else tuple(index),
+                    indexed=False,
+                )
+                try:
+                    self._write(new, versions)
+                    return
+                except ConflictError:
+                    # Another process wrote the slot meanwhile: read again and put after it.
+                    if attempt == _PUT_TRIES - 1:
+                        raise
 
     def _write(self, new: _Doc, versions: list[_Doc]) -> _Doc:
         """Store ``new`` in the slot not in use, then forget the older versions."""
