@@ -96,3 +96,12 @@ def test_imports_go_down_the_layers_except_those_the_page_lists() -> None:
     found = _upward_imports()
     assert not found - listed, f"imports that go up, not listed on the page: {found - listed}"
     assert not listed - found, f"listed on the page, no longer in the code: {listed - found}"
+
+
+def test_integrations_use_only_the_public_api() -> None:
+    # docs/architecture.md: a framework's seam is a thin adapter over what any user of
+    # stratamem has (the MemoryAPI, the public nouns, the errors), never the engine.
+    public = {(), ("api",), ("types",), ("errors",)}
+    for path in sorted((SRC / "integrations").rglob("*.py")):
+        for target in _imported(path):
+            assert target in public or target[:1] == ("integrations",), (path.name, target)
