@@ -23,11 +23,10 @@ import pytest
 import dbsql
 from conftest import REPO
 from stratamem.errors import StoreError, ValidationError
-from stratamem.store import LayerWrite, SearchFilters, SessionRow, open_store
+from stratamem.store import LayerWrite, SearchFilters, SessionRow, mask_url, open_store
 from stratamem.store._core.migrations import read_migrations
 from stratamem.store.postgres import _fulltext as pg_fts
 from stratamem.store.postgres import _store as pg
-from stratamem.store.postgres._connection import mask_url
 from test_store_contract import EMB, NOW, P, add, claim, fact, message, process, summary, unit
 
 

@@ -4,28 +4,98 @@ retry-failed."""
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib.util
 import json
 import logging
 import os
+import re
 import signal
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from importlib import resources
-from typing import Any
+from typing import Any, BinaryIO
 
 from .errors import StratamemError
 
 __all__ = ["main"]
 
 
-def _memory(args: argparse.Namespace, **overrides: Any) -> Any:
-    from .memory import Memory
+def _memory(
+    args: argparse.Namespace, *, existing: bool, remote: bool = False, **overrides: Any
+) -> Any:
+    """The command's Memory, on the store ``--db`` names, in ``--project``.
 
-    return Memory(args.db, embedder=args.embedder, project_id=args.project, **overrides)
+    ``existing``: the store must be there already. Commands that read (search, stats, keys,
+    ...) say so: on a mistyped --db they must not create an empty store and report nothing
+    found. The others (serve, import, demo, worker, mcp, proxy, projects create) create it
+    on first use, as ``Memory()`` does. ``remote``: an http(s) URL, a stratamem server, is
+    accepted (mcp and proxy); its key is checked at once."""
+    from .config import load_settings
+    from .memory import Memory
+    from .store import mask_url, store_exists
+
+    url = load_settings(database_url=args.db).database_url
+    if url.lower().startswith(("http://", "https://")):
+        if not remote:
+            raise StratamemError(
+                f"stratamem {args.command} works on the database itself (sqlite:///path.db "
+                f"or postgresql://...), not on a stratamem server ({url}); only mcp and "
+                "proxy take a server's URL"
+            )
+        mem = Memory(url, api_key=args.api_key, **overrides)
+        _check_server(mem, args.api_key)
+        return mem
+    if existing and not store_exists(url):
+        raise StratamemError(
+            f"no stratamem store at {mask_url(url)}: check --db or STRATAMEM_DATABASE_URL "
+            "(stratamem import, serve and demo --db create a store)"
+        )
+    return Memory(url, embedder=args.embedder, project_id=args.project, **overrides)
+
+
+def _check_project(mem: Any) -> None:
+    """A read of a project nothing was ever stored in, other than the default one, is a
+    mistyped --project (or STRATAMEM_PROJECT_ID): refused, naming the projects there are."""
+    from .config import Settings
+    from .errors import NotFoundError
+
+    pid = mem.project_id
+    if pid == Settings.model_fields["project_id"].default or mem.sessions.list(limit=1):
+        return
+    try:
+        mem.projects.get(pid)
+    except NotFoundError:
+        known = ", ".join(p.id for p in mem.projects.list()) or "none but the default"
+        raise StratamemError(
+            f"no project {pid!r} in {mem.store.url} (nothing stored in it); check --project "
+            f"or STRATAMEM_PROJECT_ID (projects: {known})"
+        ) from None
+
+
+def _check_server(mem: Any, api_key: str | None) -> None:
+    """One authenticated call, so that a missing or wrong key fails the start, not each
+    later call."""
+    from .client import APIConnectionError, AuthenticationError
+
+    try:
+        mem.project_id  # noqa: B018  (GET /api/project: the key's project)
+    except AuthenticationError as exc:
+        mem.close()
+        key = api_key or os.environ.get("STRATAMEM_API_KEY")
+        problem = "needs an API key" if not key else f"refused the API key ({exc.detail})"
+        raise StratamemError(
+            f"the stratamem server at {mem.base_url} {problem}: give a project's key with "
+            "--api-key or STRATAMEM_API_KEY (stratamem keys create <project> makes one)"
+        ) from None
+    except APIConnectionError as exc:
+        mem.close()
+        raise StratamemError(
+            f"cannot reach the stratamem server at {mem.base_url}: {exc}"
+        ) from None
 
 
 def _print_json(data: Any) -> None:
@@ -35,10 +105,26 @@ def _print_json(data: Any) -> None:
 # -- import ------------------------------------------------------------------------------
 
 
-def _read_jsonl(path: str) -> Iterator[tuple[int, dict[str, Any]]]:
-    stream = sys.stdin if path == "-" else open(path, encoding="utf-8")  # noqa: SIM115
+def _open_binary(path: str) -> BinaryIO:
+    if path == "-":
+        return sys.stdin.buffer
     try:
-        for lineno, line in enumerate(stream, start=1):
+        return open(path, "rb")  # closed by the caller
+    except OSError as exc:
+        raise StratamemError(f"cannot read {path}: {exc.strerror or exc}") from None
+
+
+def _read_jsonl(path: str) -> Iterator[tuple[int, dict[str, Any]]]:
+    """The non-blank lines of a JSONL file (``-``: stdin) with their line numbers, each a
+    JSON object; anything else is an error naming the line."""
+    stream = _open_binary(path)
+    try:
+        for lineno, raw in enumerate(_lines(stream, path), start=1):
+            try:
+                # A byte-order mark, which some editors write, is no part of the first line.
+                line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
+            except UnicodeDecodeError as exc:
+                raise StratamemError(f"{path}:{lineno}: not UTF-8 text ({exc.reason})") from None
             if not line.strip():
                 continue
             try:
@@ -49,8 +135,29 @@ def _read_jsonl(path: str) -> Iterator[tuple[int, dict[str, Any]]]:
                 raise StratamemError(f"{path}:{lineno}: expected a JSON object per line")
             yield lineno, obj
     finally:
-        if stream is not sys.stdin:
+        if stream is not sys.stdin.buffer:
             stream.close()
+
+
+def _lines(stream: BinaryIO, path: str) -> Iterator[bytes]:
+    try:
+        yield from stream
+    except OSError as exc:  # a read that fails midway (a vanished network mount, EIO)
+        raise StratamemError(f"cannot read {path}: {exc.strerror or exc}") from None
+
+
+def _count_lines(path: str) -> int:
+    with _open_binary(path) as f:
+        return sum(1 for line in _lines(f, path) if line.strip())
+
+
+def _line_id(user_id: str, session_id: str, position: int, message: dict[str, Any]) -> str:
+    """The id ``stratamem import`` gives a line without one: a hash of its user, session,
+    position among that session's lines in the file (1, 2, ...) and content (the line's
+    JSON object, keys sorted), so importing a file again stores nothing twice."""
+    text = json.dumps(message, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    key = json.dumps([user_id, session_id, position, text], ensure_ascii=False)
+    return "imp-" + hashlib.sha256(key.encode()).hexdigest()[:32]
 
 
 def import_jsonl(
@@ -67,81 +174,147 @@ def import_jsonl(
 
     Each line is a message object (``role``, ``content``, ``timestamp``, ``id`` ...) that may
     also name its ``user_id`` and ``session_id``; the options supply defaults. Consecutive
-    lines of one session are sent together, ``batch_size`` at a time.
+    lines of one session are sent together, ``batch_size`` at a time. A line without an
+    ``id`` gets ``_line_id(...)``: lines stored before (an earlier run, an interrupted one)
+    are counted in ``duplicates`` and stored once. A bad line stops the import with an
+    error naming it; the lines before it are stored.
     """
     from tqdm import tqdm
 
-    total_lines = None
-    if path != "-":
-        with open(path, encoding="utf-8") as f:
-            total_lines = sum(1 for line in f if line.strip())
-    bar = tqdm(total=total_lines, unit="msg", desc="accepted", disable=not progress)
-    sessions: dict[str, str] = {}
-    counts = {"messages": 0, "duplicates": 0}
-    pending: list[dict[str, Any]] = []
-    pending_session: str | None = None
-
-    def flush() -> None:
-        nonlocal pending
-        if pending and pending_session is not None:
-            result = mem.add_messages(pending_session, pending)
-            counts["messages"] += len(result.message_ids)
-            counts["duplicates"] += len(result.duplicates)
-            bar.update(len(pending))
-        pending = []
-
-    for lineno, obj in _read_jsonl(path):
-        uid = obj.pop("user_id", None) or user_id
-        if not uid:
-            raise StratamemError(f"{path}:{lineno}: no user_id (give --user-id or a field)")
-        sid = obj.pop("session_id", None) or session_id or f"import-{uid}"
-        if sid not in sessions:
-            mem.sessions.create(user_id=uid, session_id=sid)
-            sessions[sid] = uid
-        elif sessions[sid] != uid:
-            raise StratamemError(f"{path}:{lineno}: session {sid!r} belongs to {sessions[sid]!r}")
-        if sid != pending_session or len(pending) >= batch_size:
-            flush()
-            pending_session = sid
-        pending.append(obj)
-    flush()
-    bar.close()
-    if wait:
-        store = mem.store
-        remaining = store.unfinished_jobs()
-        accepted = counts["messages"] - counts["duplicates"]
-        done_bar = tqdm(
-            total=accepted,
-            unit="msg",
-            desc="processed",
-            disable=not progress,
+    limit = mem.settings.max_messages_per_call
+    if not 1 <= batch_size <= limit:
+        raise StratamemError(
+            f"--batch-size {batch_size}: expected 1 to {limit} (max_messages_per_call)"
         )
-        stop = threading.Event()
-
-        def watch() -> None:
-            last: float = 0
-            while not stop.wait(0.25):
-                stats = store.stats(mem.project_id)["messages"]
-                done = stats["processed"] + stats["failed"]
-                done_bar.update(max(0, done - last - done_bar.n + last))
-                last = done_bar.n
-
-        watcher = threading.Thread(target=watch, daemon=True)
-        if remaining:
-            watcher.start()
-        mem.wait()
-        stop.set()
-        if remaining:
-            watcher.join()
-        done_bar.n = accepted
-        done_bar.refresh()
-        done_bar.close()
+    total_lines = None if path == "-" else _count_lines(path)
+    # A context: an error closes the bar first, so that its message starts a line.
+    with tqdm(total=total_lines, unit="msg", desc="accepted", disable=not progress) as bar:
+        batches = _Batches(mem, path, batch_size, bar.update)
+        sessions: dict[str, str] = {}
+        positions: dict[str, int] = {}
+        try:
+            for lineno, obj in _read_jsonl(path):
+                uid = obj.pop("user_id", None) or user_id
+                if not uid:
+                    raise StratamemError(f"{path}:{lineno}: no user_id (give --user-id or a field)")
+                sid = obj.pop("session_id", None) or session_id or f"import-{uid}"
+                if sid not in sessions:
+                    try:
+                        mem.sessions.create(user_id=uid, session_id=sid)
+                    except StratamemError as exc:
+                        raise StratamemError(f"{path}:{lineno}: {exc}") from None
+                    sessions[sid] = uid
+                elif sessions[sid] != uid:
+                    raise StratamemError(
+                        f"{path}:{lineno}: session {sid!r} belongs to {sessions[sid]!r}"
+                    )
+                positions[sid] = positions.get(sid, 0) + 1
+                if obj.get("id") is None:
+                    obj["id"] = _line_id(uid, sid, positions[sid], obj)
+                batches.add(sid, lineno, obj)
+        except _BatchRefused:
+            raise
+        except StratamemError as exc:
+            batches.flush()  # the lines before the bad one are good: stored, then skipped
+            raise StratamemError(f"{_one_line(exc)} ({batches.stored_before()})") from None
+        batches.flush()
+    counts = {"messages": batches.messages, "duplicates": batches.duplicates}
+    if wait:
+        _wait_processed(mem, counts["messages"] - counts["duplicates"], progress)
     return counts
+
+
+class _BatchRefused(StratamemError):
+    """The store refused a batch of lines (a ValidationError, a ConflictError)."""
+
+
+class _Batches:
+    """The lines of an import to ``add_messages`` calls: consecutive lines of one session,
+    ``batch_size`` at a time."""
+
+    def __init__(
+        self, mem: Any, path: str, batch_size: int, accepted: Callable[[int], object]
+    ) -> None:
+        self._mem, self._path, self._size, self._accepted = mem, path, batch_size, accepted
+        self._session: str | None = None
+        self._pending: list[dict[str, Any]] = []
+        self._lines: list[int] = []
+        self.messages = self.duplicates = 0
+
+    def add(self, session_id: str, lineno: int, message: dict[str, Any]) -> None:
+        if session_id != self._session or len(self._pending) >= self._size:
+            self.flush()
+            self._session = session_id
+        self._pending.append(message)
+        self._lines.append(lineno)
+
+    def flush(self) -> None:
+        if self._pending and self._session is not None:
+            try:
+                result = self._mem.add_messages(self._session, self._pending)
+            except StratamemError as exc:
+                raise self._refused(exc) from None
+            self.messages += len(result.message_ids)
+            self.duplicates += len(result.duplicates)
+            self._accepted(len(self._pending))
+        self._pending, self._lines = [], []
+
+    def stored_before(self) -> str:
+        n = self.messages
+        before = "1 message before it is" if n == 1 else f"{n} messages before it are"
+        return f"{before} stored: fix the file and import it again, stored lines are skipped"
+
+    def _refused(self, exc: StratamemError) -> _BatchRefused:
+        """The error with each ``messages[i]`` of its problems named by its file line."""
+        lines = self._lines
+        span = f"line {lines[0]}" if len(lines) == 1 else f"lines {lines[0]}-{lines[-1]}"
+        located = []
+        for problem in getattr(exc, "problems", None) or [_one_line(exc)]:
+            m = _MESSAGE_INDEX.match(problem)
+            if m and int(m.group(1)) < len(lines):
+                located.append(f"{self._path}:{lines[int(m.group(1))]}: {problem[m.end() :]}")
+            else:
+                located.append(f"{self._path}, {span}: {problem}")
+        return _BatchRefused(
+            f"{'; '.join(located)} (nothing of {span} is stored; {self.stored_before()})"
+        )
+
+
+_MESSAGE_INDEX = re.compile(r"^messages\[(\d+)\]\.?")
+
+
+def _wait_processed(mem: Any, accepted: int, progress: bool) -> None:
+    """Wait until the import's messages are processed, with a progress bar."""
+    from tqdm import tqdm
+
+    store = mem.store
+    remaining = store.unfinished_jobs()
+    done_bar = tqdm(total=accepted, unit="msg", desc="processed", disable=not progress)
+    stop = threading.Event()
+
+    def watch() -> None:
+        last: float = 0
+        while not stop.wait(0.25):
+            stats = store.stats(mem.project_id)["messages"]
+            done = stats["processed"] + stats["failed"]
+            done_bar.update(max(0, done - last - done_bar.n + last))
+            last = done_bar.n
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    if remaining:
+        watcher.start()
+    mem.wait()
+    stop.set()
+    if remaining:
+        watcher.join()
+    done_bar.n = accepted
+    done_bar.refresh()
+    done_bar.close()
 
 
 def _cmd_import(args: argparse.Namespace) -> int:
     started = time.perf_counter()
-    with _memory(args) as mem:
+    with _memory(args, existing=False) as mem:
         counts = import_jsonl(
             mem,
             args.file,
@@ -152,10 +325,10 @@ def _cmd_import(args: argparse.Namespace) -> int:
             progress=not args.quiet,
         )
     elapsed = time.perf_counter() - started
-    new = counts["messages"] - counts["duplicates"]
+    total, old = counts["messages"], counts["duplicates"]
     print(
-        f"imported {new} new messages ({counts['duplicates']} already stored) "
-        f"in {elapsed:.1f}s ({new / elapsed if elapsed else 0:.0f} msg/s)"
+        f"imported {total} message{'' if total == 1 else 's'}: {total - old} new, {old} "
+        f"already stored ({elapsed:.1f}s, {total / elapsed if elapsed else 0:.0f} msg/s)"
     )
     return 0
 
@@ -164,8 +337,17 @@ def _cmd_import(args: argparse.Namespace) -> int:
 
 
 def _cmd_search(args: argparse.Namespace) -> int:
-    filters = json.loads(args.filters) if args.filters else None
-    with _memory(args, workers=0) as mem:
+    filters = None
+    if args.filters is not None:
+        try:
+            filters = json.loads(args.filters)
+        except json.JSONDecodeError as exc:
+            raise StratamemError(
+                f"--filters: not JSON ({exc.msg} at character {exc.pos + 1}); "
+                'expected an object, e.g. \'{"channel": "web"}\''
+            ) from None
+    with _memory(args, existing=True, workers=0) as mem:
+        _check_project(mem)
         hits = mem.search(
             args.query,
             user_id=args.user_id,
@@ -180,14 +362,18 @@ def _cmd_search(args: argparse.Namespace) -> int:
         print("no matches")
     for i, h in enumerate(hits, start=1):
         when = h.timestamp.strftime("%Y-%m-%d %H:%M") if h.timestamp else "undated"
-        who = f"event {h.event_type}" if h.event_type else h.role
+        # Facts and summaries have no role or session of their own: their layer says what
+        # they are, their message_ids where they come from.
+        who = f"event {h.event_type}" if h.event_type else h.role or h.layer
         print(f"{i:2d}. [{when}] {who}: {h.text}")
-        print(f"    score {h.score:.4f}  {h.layer} {h.id}  session {h.session_id}")
+        where = f"  session {h.session_id}" if h.session_id else ""
+        print(f"    score {h.score:.4f}  {h.layer} {h.id}{where}")
     return 0
 
 
 def _cmd_stats(args: argparse.Namespace) -> int:
-    with _memory(args, workers=0) as mem:
+    with _memory(args, existing=True, workers=0) as mem:
+        _check_project(mem)
         stats = mem.stats()
     if args.json:
         _print_json(stats)
@@ -226,7 +412,9 @@ def _cmd_worker(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    mem = _memory(args, workers=args.threads)
+    # A worker may start before anything else has opened a new store (a deployment's
+    # processes start together), so it creates the store like serve does.
+    mem = _memory(args, existing=False, workers=args.threads)
     logging.getLogger("stratamem").info("worker running; Ctrl-C to stop")
     try:
         while not stop.wait(0.5):
@@ -239,7 +427,7 @@ def _cmd_worker(args: argparse.Namespace) -> int:
 
 def _cmd_reindex(args: argparse.Namespace) -> int:
     logging.getLogger("stratamem").setLevel(logging.INFO)
-    with _memory(args, workers=0, embedder_mismatch="reindex") as mem:
+    with _memory(args, existing=True, workers=0, embedder_mismatch="reindex") as mem:
         done = mem.reindex()
         print(
             f"vectors are now made by {mem.embedder.id}; "
@@ -249,11 +437,57 @@ def _cmd_reindex(args: argparse.Namespace) -> int:
 
 
 def _cmd_retry(args: argparse.Namespace) -> int:
-    with _memory(args) as mem:
+    with _memory(args, existing=True) as mem:
+        _check_project(mem)
         n = mem.retry_failed(args.user_id)
         print(f"requeued {n} failed jobs")
         if n and not args.no_wait:
             mem.wait()
+    return 0
+
+
+# -- projects and keys -------------------------------------------------------------------
+
+
+def _cmd_projects(args: argparse.Namespace) -> int:
+    from .errors import NotFoundError
+
+    with _memory(args, existing=args.action == "list", workers=0) as mem:
+        if args.action == "create":
+            if args.id is not None:
+                try:
+                    known = mem.projects.get(args.id)
+                except NotFoundError:
+                    pass
+                else:
+                    raise StratamemError(
+                        f"project {known.id!r} already exists (name {known.name!r}); "
+                        "stratamem projects list shows them all"
+                    )
+            project = mem.projects.create(args.name, project_id=args.id)
+            print(f"{project.id}\t{project.name}")
+            return 0
+        for project in mem.projects.list():
+            print(f"{project.id}\t{project.name}\t{project.created_at:%Y-%m-%d %H:%M}")
+    return 0
+
+
+def _cmd_keys(args: argparse.Namespace) -> int:
+    with _memory(args, existing=True, workers=0) as mem:
+        if args.action == "create":
+            record, secret = mem.keys.create(args.project_id, name=args.name)
+            print(f"API key {record.id} for project {record.project_id!r} (shown once):")
+            print(secret)
+        elif args.action == "revoke":
+            record = mem.keys.revoke(args.key_id)
+            print(f"revoked {record.id} ({record.prefix}...) of project {record.project_id!r}")
+        else:
+            if args.project_id is not None:
+                mem.projects.get(args.project_id)  # NotFoundError: a mistyped project
+            for k in mem.keys.list(args.project_id):
+                state = "active" if k.revoked_at is None else f"revoked {k.revoked_at:%Y-%m-%d}"
+                used = "never used" if k.last_used_at is None else f"used {k.last_used_at:%Y-%m-%d}"
+                print(f"{k.id}\t{k.project_id}\t{k.prefix}...\t{k.name or '-'}\t{state}\t{used}")
     return 0
 
 
@@ -271,34 +505,6 @@ def _bootstrap_key(mem: Any) -> str | None:
     project = mem.projects.create("default", project_id="default")
     _, secret = mem.keys.create(project.id, name="bootstrap")
     return str(secret)
-
-
-def _cmd_projects(args: argparse.Namespace) -> int:
-    with _memory(args, workers=0) as mem:
-        if args.action == "create":
-            project = mem.projects.create(args.name, project_id=args.id)
-            print(f"{project.id}\t{project.name}")
-            return 0
-        for project in mem.projects.list():
-            print(f"{project.id}\t{project.name}\t{project.created_at:%Y-%m-%d %H:%M}")
-    return 0
-
-
-def _cmd_keys(args: argparse.Namespace) -> int:
-    with _memory(args, workers=0) as mem:
-        if args.action == "create":
-            record, secret = mem.keys.create(args.project_id, name=args.name)
-            print(f"API key {record.id} for project {record.project_id!r} (shown once):")
-            print(secret)
-        elif args.action == "revoke":
-            record = mem.keys.revoke(args.key_id)
-            print(f"revoked {record.id} ({record.prefix}...) of project {record.project_id!r}")
-        else:
-            for k in mem.keys.list(args.project_id):
-                state = "active" if k.revoked_at is None else f"revoked {k.revoked_at:%Y-%m-%d}"
-                used = "never used" if k.last_used_at is None else f"used {k.last_used_at:%Y-%m-%d}"
-                print(f"{k.id}\t{k.project_id}\t{k.prefix}...\t{k.name or '-'}\t{state}\t{used}")
-    return 0
 
 
 def _access_logging() -> None:
@@ -323,14 +529,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         proxy_upstream=args.proxy_upstream,
         proxy_anthropic_upstream=args.proxy_anthropic_upstream,
     )
-    from .memory import Memory
-
-    mem = Memory(
-        args.database_url or args.db,
-        embedder=args.embedder,
-        project_id=args.project,
-        workers=0 if args.no_worker else None,
-    )
+    mem = _memory(args, existing=False, workers=0 if args.no_worker else None)
     try:
         key = _bootstrap_key(mem)
         app = create_app(mem, settings)
@@ -349,6 +548,15 @@ def _cmd_serve(args: argparse.Namespace) -> int:
                 "Try:\n"
                 f"  curl -s -X POST {url}/api/sessions -H 'Authorization: Api-Key {key}' "
                 "-H 'Content-Type: application/json' -d '{\"user_id\": \"u1\"}'",
+                flush=True,
+            )
+        else:
+            # Keys are shown once, when made: a lost one is replaced, not recovered.
+            projects = ", ".join(p.id for p in mem.projects.list())
+            print(
+                "  API keys: printed only when made (the first start printed one); a new one:\n"
+                f"    stratamem --db {mem.store.url} keys create <project>"
+                f"   (projects: {projects})",
                 flush=True,
             )
         _access_logging()
@@ -411,28 +619,24 @@ def _cmd_proxy(args: argparse.Namespace) -> int:
     uvicorn = _uvicorn("the proxy")
     settings = load_server_settings(
         host=args.host,
-        port=args.port,
         proxy_upstream=args.upstream,
         proxy_anthropic_upstream=args.anthropic_upstream,
         proxy_require_user=False if args.allow_no_user else None,
     )
+    # Its own port (STRATAMEM_PROXY_PORT, 8001), not serve's: the two run side by side.
+    settings = settings.model_copy(update={"port": args.port or settings.proxy_port})
     if not (settings.proxy_upstream or settings.proxy_anthropic_upstream):
         raise StratamemError(
             "stratamem proxy needs an upstream: --upstream URL (or STRATAMEM_PROXY_UPSTREAM)"
         )
     from .memory import Memory
 
-    mem = Memory(
-        args.database_url or args.db,
-        api_key=args.api_key,
-        embedder=args.embedder,
-        project_id=args.project,
-    )
+    mem = _memory(args, existing=False, remote=True)
     try:
         app = create_proxy_app(mem, settings)
         url = f"http://{settings.host}:{settings.port}"
         # Memory(url) is a RemoteMemory for an http(s) URL.
-        where = mem.store.url if isinstance(mem, Memory) else "a stratamem server"
+        where = mem.store.url if isinstance(mem, Memory) else f"the server at {mem.base_url}"
         print(f"stratamem proxy on {url}; memory: {where}", flush=True)
         _print_proxy(settings, url)
         _access_logging()
@@ -454,15 +658,9 @@ def _cmd_mcp(args: argparse.Namespace) -> int:
     if importlib.util.find_spec("mcp") is None:
         raise StratamemError("stratamem mcp needs the mcp package: pip install 'stratamem[mcp]'")
     from .mcp import serve_stdio
-    from .memory import Memory
 
     # stdout is the protocol's: everything else goes to stderr (logging's default).
-    mem = Memory(
-        args.database_url or args.db,
-        api_key=args.api_key,
-        embedder=args.embedder,
-        project_id=args.project,
-    )
+    mem = _memory(args, existing=False, remote=True)
     try:
         serve_stdio(mem, user)
     finally:
@@ -484,17 +682,14 @@ DEMO_QUERIES = [
 
 def _cmd_demo(args: argparse.Namespace) -> int:
     tmp = None
-    db = args.db
-    if db is None:
+    if args.db is None:  # not $STRATAMEM_DATABASE_URL either: the demo is a throwaway
         tmp = tempfile.TemporaryDirectory(prefix="stratamem-demo-")
-        db = f"sqlite:///{os.path.join(tmp.name, 'demo.db')}"
+        args.db = f"sqlite:///{os.path.join(tmp.name, 'demo.db')}"
     try:
-        from .memory import Memory
-
         demo = resources.files("stratamem._demo").joinpath("conversation.jsonl")
         with (
             resources.as_file(demo) as path,
-            Memory(db, embedder=args.embedder, project_id=args.project) as mem,
+            _memory(args, existing=False) as mem,
         ):
             print(f"stratamem demo: store {mem.store.url}")
             print(f"embedder: {mem.embedder.name}\n")
@@ -559,32 +754,95 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 # -- entry point -------------------------------------------------------------------------
 
 
+def _number(kind: type[int] | type[float], low: float, high: float | None = None) -> Any:
+    """An argparse type: a number from ``low`` (to ``high``), else a usage error."""
+
+    def parse(text: str) -> int | float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if value < low or (high is not None and value > high):
+            bounds = f"from {low} to {high}" if high is not None else f"of at least {low}"
+            raise argparse.ArgumentTypeError(f"expected a number {bounds}, got {text}")
+        return value
+
+    return parse
+
+
+_PORT = _number(int, 1, 65535)
+
+
+def _global_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
+    """--db, --embedder, --project and -v: before the command, or after it (then without
+    defaults of their own, so that a value given before the command stays)."""
+    group = parser.add_argument_group(
+        "global options" if top else "global options (also accepted before the command)"
+    )
+    none: Any = None if top else argparse.SUPPRESS
+    group.add_argument(
+        "--db",
+        "--database-url",
+        dest="db",
+        metavar="URL",
+        default=none,
+        help="the store: sqlite:///path.db, a file path ending in .db, or "
+        "postgresql://user:password@host/db (default: $STRATAMEM_DATABASE_URL or "
+        "sqlite:///./stratamem.db); mcp and proxy also take a stratamem server's "
+        "http(s):// URL, with --api-key",
+    )
+    group.add_argument(
+        "--embedder",
+        default=none,
+        help="auto | local | hash | openai:<model> (default: $STRATAMEM_EMBEDDER or auto)",
+    )
+    group.add_argument(
+        "--project",
+        default=none,
+        help="project id (default: $STRATAMEM_PROJECT_ID or 'default')",
+    )
+    group.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        default=False if top else argparse.SUPPRESS,
+        help="log at INFO level",
+    )
+
+
+def _command(
+    sub: Any, name: str, func: Callable[[argparse.Namespace], int], **kwargs: Any
+) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = sub.add_parser(name, **kwargs)
+    _global_options(parser, top=False)
+    parser.set_defaults(func=func)
+    return parser
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="stratamem", description="Layered long-term memory for LLM applications."
     )
-    p.add_argument(
-        "--db", help="database URL (default: $STRATAMEM_DATABASE_URL or sqlite:///./stratamem.db)"
+    _global_options(p, top=True)
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND", help="one of:")
+
+    _command(
+        sub, "demo", _cmd_demo, help="run the embedded default on a small bundled conversation"
     )
-    p.add_argument("--embedder", help="auto | local | hash | openai:<model>")
-    p.add_argument("--project", help="project id (default: $STRATAMEM_PROJECT_ID or 'default')")
-    p.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
-    sub = p.add_subparsers(dest="command", required=True)
 
-    s = sub.add_parser("demo", help="run the embedded default on a small bundled conversation")
-    s.set_defaults(func=_cmd_demo)
-
-    s = sub.add_parser(
-        "serve", help="run the REST API and background workers (GUMem-compatible, see docs)"
+    s = _command(
+        sub,
+        "serve",
+        _cmd_serve,
+        help="run the REST API and background workers (GUMem-compatible, see docs)",
     )
     s.add_argument("--host", help="interface to bind (default: $STRATAMEM_HOST or 127.0.0.1)")
-    s.add_argument("--port", type=int, help="TCP port (default: $STRATAMEM_PORT or 8000)")
+    s.add_argument("--port", type=_PORT, help="TCP port (default: $STRATAMEM_PORT or 8000)")
     s.add_argument(
         "--no-worker",
         action="store_true",
         help="API only: queued messages are processed by a separate `stratamem worker`",
     )
-    s.add_argument("--database-url", help="same as --db")
     s.add_argument(
         "--proxy-upstream",
         help="mount the memory proxy on /v1, forwarding to this OpenAI-compatible URL "
@@ -594,10 +852,11 @@ def _parser() -> argparse.ArgumentParser:
         "--proxy-anthropic-upstream",
         help="the proxy's upstream of /v1/messages (default: the --proxy-upstream URL)",
     )
-    s.set_defaults(func=_cmd_serve)
 
-    s = sub.add_parser(
+    s = _command(
+        sub,
         "proxy",
+        _cmd_proxy,
         help="an OpenAI/Anthropic-compatible proxy that gives any client memory (see docs)",
     )
     s.add_argument(
@@ -610,78 +869,102 @@ def _parser() -> argparse.ArgumentParser:
         help="upstream of /v1/messages, e.g. https://api.anthropic.com (default: --upstream)",
     )
     s.add_argument("--host", help="interface to bind (default: $STRATAMEM_HOST or 127.0.0.1)")
-    s.add_argument("--port", type=int, help="TCP port (default: $STRATAMEM_PORT or 8000)")
+    s.add_argument(
+        "--port",
+        type=_PORT,
+        help="TCP port (default: $STRATAMEM_PROXY_PORT or 8001; serve's is 8000)",
+    )
     s.add_argument(
         "--allow-no-user",
         action="store_true",
         help="relay requests without X-Stratamem-User-Id without memory (default: 400)",
     )
     s.add_argument(
-        "--database-url",
-        help="same as --db; an http(s):// URL uses a stratamem server, with --api-key",
+        "--api-key",
+        help="with an http(s):// --db: the server's project API key (default: "
+        "$STRATAMEM_API_KEY); checked at start",
     )
-    s.add_argument("--api-key", help="the server's project API key (default: $STRATAMEM_API_KEY)")
-    s.set_defaults(func=_cmd_proxy)
 
-    s = sub.add_parser(
+    s = _command(
+        sub,
         "mcp",
+        _cmd_mcp,
         help="serve one user's memory to an MCP host over stdio (embedded, or a server's)",
     )
     s.add_argument(
         "--user-id", help="the user whose memory this is (default: $STRATAMEM_MCP_USER_ID)"
     )
     s.add_argument(
-        "--database-url",
-        help="same as --db; an http(s):// URL uses a stratamem server, with --api-key",
+        "--api-key",
+        help="with an http(s):// --db: the server's project API key (default: "
+        "$STRATAMEM_API_KEY); checked at start",
     )
-    s.add_argument("--api-key", help="the server's project API key (default: $STRATAMEM_API_KEY)")
-    s.set_defaults(func=_cmd_mcp)
 
-    s = sub.add_parser("projects", help="create or list projects (tenants of the server)")
-    acts = s.add_subparsers(dest="action", required=True)
-    a = acts.add_parser("create", help="create a project")
-    a.add_argument("name")
-    a.add_argument("--id", help="project id (default: generated)")
-    acts.add_parser("list", help="list projects")
-    s.set_defaults(func=_cmd_projects)
+    s = _command(sub, "projects", _cmd_projects, help="create or list projects (the tenants)")
+    acts = s.add_subparsers(dest="action", required=True, metavar="ACTION", help="one of:")
+    a = _command(acts, "create", _cmd_projects, help="create a project")
+    a.add_argument("name", help="the project's display name")
+    a.add_argument("--id", help="project id (default: generated); an existing id is refused")
+    _command(acts, "list", _cmd_projects, help="list projects: id, name, creation time")
 
-    s = sub.add_parser("keys", help="create, list or revoke a project's API keys")
-    acts = s.add_subparsers(dest="action", required=True)
-    a = acts.add_parser("create", help="create a key (printed once; only its hash is stored)")
-    a.add_argument("project_id")
-    a.add_argument("--name")
-    a = acts.add_parser("list", help="list keys (never the keys themselves)")
-    a.add_argument("project_id", nargs="?")
-    a = acts.add_parser("revoke", help="revoke a key by id")
-    a.add_argument("key_id")
-    s.set_defaults(func=_cmd_keys)
+    s = _command(sub, "keys", _cmd_keys, help="create, list or revoke a project's API keys")
+    acts = s.add_subparsers(dest="action", required=True, metavar="ACTION", help="one of:")
+    a = _command(
+        acts, "create", _cmd_keys, help="create a key (printed once; only its hash is stored)"
+    )
+    a.add_argument("project_id", help="the project the key acts in")
+    a.add_argument("--name", help="a label for the key, e.g. where it is used")
+    a = _command(acts, "list", _cmd_keys, help="list keys (never the keys themselves)")
+    a.add_argument("project_id", nargs="?", help="only this project's keys (default: all)")
+    a = _command(acts, "revoke", _cmd_keys, help="revoke a key by id")
+    a.add_argument("key_id", help="the key's id (key_..., as keys list shows it)")
 
-    s = sub.add_parser("import", help="import messages from a JSONL file ('-' for stdin)")
-    s.add_argument("file")
+    s = _command(
+        sub,
+        "import",
+        _cmd_import,
+        help="import messages from a JSONL file; running it again stores nothing twice",
+        description="Import messages from a JSONL file, one message object per line "
+        "(role, content, timestamp, metadata, ... and optionally id, user_id, session_id). "
+        "A line without an id gets one derived from its content: 'imp-' and a hash of its "
+        "user, session, position among that session's lines in the file and its JSON "
+        "object, so that running the import again, or resuming one that stopped, stores "
+        "nothing twice (the summary line counts what was already stored). An edited line "
+        "is a new message.",
+    )
+    s.add_argument("file", help="the JSONL file ('-' for stdin)")
     s.add_argument("--user-id", help="user of lines that name none")
-    s.add_argument("--session-id", help="session of lines that name none")
-    s.add_argument("--batch-size", type=int, default=256)
+    s.add_argument("--session-id", help="session of lines that name none (default: import-<user>)")
+    s.add_argument(
+        "--batch-size",
+        type=_number(int, 1),
+        default=256,
+        help="messages per call, at most max_messages_per_call (default 256)",
+    )
     s.add_argument(
         "--no-wait", action="store_true", help="return once stored; a worker processes the rest"
     )
     s.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
-    s.set_defaults(func=_cmd_import)
 
-    s = sub.add_parser("search", help="search a user's memory")
-    s.add_argument("query")
-    s.add_argument("--user-id", required=True)
-    s.add_argument("--session-id")
-    s.add_argument("--limit", type=int, default=10)
+    s = _command(sub, "search", _cmd_search, help="search a user's memory")
+    s.add_argument("query", help="what to look for, in plain words")
+    s.add_argument("--user-id", required=True, help="whose memory to search")
+    s.add_argument("--session-id", help="only this session's messages")
+    s.add_argument(
+        "--limit", type=_number(int, 1), default=10, help="at most this many results (default 10)"
+    )
     s.add_argument("--filters", help='metadata filters as JSON, e.g. \'{"channel": "web"}\'')
-    s.add_argument("--json", action="store_true")
-    s.set_defaults(func=_cmd_search)
+    s.add_argument("--json", action="store_true", help="print the results as JSON")
 
-    s = sub.add_parser("stats", help="counts, processing state, embedder, schema version")
-    s.add_argument("--json", action="store_true")
-    s.set_defaults(func=_cmd_stats)
+    s = _command(
+        sub, "stats", _cmd_stats, help="counts, processing state, embedder, schema version"
+    )
+    s.add_argument("--json", action="store_true", help="print the statistics as JSON")
 
-    s = sub.add_parser(
+    s = _command(
+        sub,
         "worker",
+        _cmd_worker,
         help="process queued work until stopped (on PostgreSQL a procrastinate worker; run "
         "any number, on any machine)",
     )
@@ -689,22 +972,37 @@ def _parser() -> argparse.ArgumentParser:
         "--threads",
         "--concurrency",
         dest="threads",
-        type=int,
+        type=_number(int, 1),
         default=1,
         help="batches processed at once by this process (default 1)",
     )
-    s.add_argument("--exit-when-idle", action="store_true")
-    s.add_argument("--drain-timeout", type=float, default=30.0)
-    s.set_defaults(func=_cmd_worker)
+    s.add_argument("--exit-when-idle", action="store_true", help="exit once no work is queued")
+    s.add_argument(
+        "--drain-timeout",
+        type=_number(float, 0),
+        default=30.0,
+        help="seconds allowed at exit to finish the batches in hand (default 30)",
+    )
 
-    s = sub.add_parser("reindex", help="re-embed all messages with the configured embedder")
-    s.set_defaults(func=_cmd_reindex)
+    _command(
+        sub, "reindex", _cmd_reindex, help="re-embed all messages with the configured embedder"
+    )
 
-    s = sub.add_parser("retry-failed", help="requeue messages whose processing failed")
-    s.add_argument("--user-id")
-    s.add_argument("--no-wait", action="store_true")
-    s.set_defaults(func=_cmd_retry)
+    s = _command(sub, "retry-failed", _cmd_retry, help="requeue messages whose processing failed")
+    s.add_argument("--user-id", help="only this user's (default: every user's)")
+    s.add_argument(
+        "--no-wait", action="store_true", help="return at once; workers process them later"
+    )
     return p
+
+
+def _one_line(exc: BaseException) -> str:
+    """An error's message on one line: problems listed on lines of their own (a
+    ValidationError's) are joined with '; '."""
+    head, *rest = [line.strip() for line in str(exc).splitlines() if line.strip()] or [
+        type(exc).__name__
+    ]
+    return f"{head} {'; '.join(rest)}" if rest else head
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -718,7 +1016,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except StratamemError as exc:
-        print(f"stratamem: error: {exc}", file=sys.stderr)
+        # Every error a user can fix is one line and exit 2, as argparse's usage errors.
+        print(f"stratamem: error: {_one_line(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

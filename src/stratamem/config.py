@@ -15,12 +15,22 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .errors import ConfigError
 
-__all__ = ["Settings", "load_settings"]
+__all__ = ["DATABASE_FILE_SUFFIXES", "URL_FORMS", "Settings", "load_settings"]
 
 # A host name of the webhook allow-list: labels of letters, digits and hyphens; a leading
 # "*." allows every subdomain.
 _LABEL = r"[A-Za-z0-9][A-Za-z0-9-]{0,62}"
 _HOST_RE = re.compile(rf"^(?:\*\.)?{_LABEL}(?:\.{_LABEL})*\.?$")
+
+
+# What ``database_url`` accepts; a bare path must end in one of these file names' suffixes.
+DATABASE_FILE_SUFFIXES = (".db", ".sqlite", ".sqlite3", ".db3")
+_URL_SCHEMES = ("sqlite:", "postgresql:", "postgres:", "http:", "https:")
+URL_FORMS = (
+    "use sqlite:///relative/path.db, sqlite:////absolute/path.db, a file path ending in "
+    f"{', '.join(DATABASE_FILE_SUFFIXES)}, postgresql://user:password@host:5432/db, or "
+    "http(s)://host:port (a stratamem server)"
+)
 
 
 class Settings(BaseSettings):
@@ -250,6 +260,13 @@ class Settings(BaseSettings):
         v = v.strip()
         if not v:
             raise ValueError("must not be empty")
+        lowered = v.lower()
+        if lowered.startswith(_URL_SCHEMES):
+            return v
+        # A bare path names a SQLite file, created on first use: a mistyped URL
+        # ("postgres//host", "notaurl") must not become a new, empty store.
+        if "://" in v or not lowered.endswith(DATABASE_FILE_SUFFIXES):
+            raise ValueError(f"{v!r} is neither a database URL nor a database file; {URL_FORMS}")
         return v
 
 
@@ -262,5 +279,6 @@ def load_settings(**overrides: Any) -> Settings:
         problems = []
         for err in exc.errors():
             loc = ".".join(str(p) for p in err["loc"]) or "settings"
-            problems.append(f"{loc}: {err['msg']}")
+            # pydantic words a validator's own message "Value error, ...": ours say enough.
+            problems.append(f"{loc}: {err['msg'].removeprefix('Value error, ')}")
         raise ConfigError("invalid stratamem configuration:\n  " + "\n  ".join(problems)) from None

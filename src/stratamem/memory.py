@@ -272,6 +272,8 @@ class Memory:
     def retry_failed(self, user_id: str | None = None) -> int:
         """Queue messages whose processing failed for good again; returns jobs requeued."""
         self._check_open()
+        if user_id is not None:
+            _check_id(user_id, "user_id")
         count = self._store.retry_failed(self.project_id, user_id)
         if count:
             self._engine.queue.notify()

@@ -23,6 +23,13 @@ class ServerSettings(BaseSettings):
 
     host: str = Field(default="127.0.0.1", description="Interface `stratamem serve` binds.")
     port: int = Field(default=8000, ge=1, le=65535, description="TCP port of `stratamem serve`.")
+    proxy_port: int = Field(
+        default=8001,
+        ge=1,
+        le=65535,
+        description="TCP port of `stratamem proxy` (its own, so that it runs beside "
+        "`stratamem serve` on one machine).",
+    )
     admin_token: SecretStr | None = Field(
         default=None,
         description="Bearer token of the /admin API (projects and keys); unset, the admin "

@@ -11,7 +11,9 @@ pydantic types.
 
 from __future__ import annotations
 
+import os
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from . import _briefs, _ports, _rows
 from ._briefs import *  # noqa: F403  (recall's briefs: MessageBrief, FactBrief, SummaryBrief)
@@ -33,8 +35,10 @@ __all__ = [
     "UserRow",
     "WebhookDeliveryRow",
     "WebhookRow",
+    "mask_url",
     "open_store",
     "parse_metadata_filters",
+    "store_exists",
 ]
 __all__ += _ports.__all__
 __all__ += _rows.__all__
@@ -48,19 +52,49 @@ _POSTGRES_OPTIONS = frozenset({"pool_size", "vector_index_threshold", "ef_search
 
 def open_store(url: str, **options: Any) -> Store:
     """Open the store a database URL names: ``sqlite:///path`` (bare paths are SQLite) or
-    ``postgresql://...``. Options an adapter does not use are ignored."""
+    ``postgresql://...``; a database without one gets one (its tables are created).
+    Options an adapter does not use are ignored."""
+    if _backend(url) == "sqlite":
+        from .sqlite import SQLiteStore
+
+        return SQLiteStore(url, **{k: v for k, v in options.items() if k in _SQLITE_OPTIONS})
+    # Imported here: `import stratamem` must not need psycopg.
+    from .postgres import PostgresStore
+
+    return PostgresStore(url, **{k: v for k, v in options.items() if k in _POSTGRES_OPTIONS})
+
+
+def mask_url(url: str) -> str:
+    """The URL without its password, fit for logs, messages and ``Store.url``."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)
+    user = netloc[0].split(":", 1)[0]
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc[1]}"))
+
+
+def store_exists(url: str) -> bool:
+    """Whether the database ``url`` names already holds a store (``open_store`` would
+    create one): the SQLite file exists, or the PostgreSQL schema has stratamem's tables.
+    Read-only commands use it so that a mistyped URL is an error, not a new empty store."""
+    if _backend(url) == "sqlite":
+        from .sqlite import sqlite_path
+
+        return os.path.exists(sqlite_path(url))
+    from .postgres import has_store
+
+    return has_store(url)
+
+
+def _backend(url: str) -> str:
     from ..errors import ConfigError
 
     lowered = url.lower()
     if lowered.startswith("sqlite:") or "://" not in url:
-        from .sqlite import SQLiteStore
-
-        return SQLiteStore(url, **{k: v for k, v in options.items() if k in _SQLITE_OPTIONS})
+        return "sqlite"
     if lowered.startswith(("postgresql:", "postgres:")):
-        # Imported here: `import stratamem` must not need psycopg.
-        from .postgres import PostgresStore
-
-        return PostgresStore(url, **{k: v for k, v in options.items() if k in _POSTGRES_OPTIONS})
+        return "postgresql"
     if lowered.startswith(("http:", "https:")):
         raise ConfigError(
             "a remote stratamem server is not a database; use Memory(url) "

@@ -3,6 +3,6 @@
 Importing it needs psycopg (the ``postgres`` extra); ``import stratamem`` does not.
 """
 
-from ._store import PostgresStore, latest_schema_version
+from ._store import PostgresStore, has_store, latest_schema_version
 
-__all__ = ["PostgresStore", "latest_schema_version"]
+__all__ = ["PostgresStore", "has_store", "latest_schema_version"]

@@ -16,9 +16,9 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit, urlunsplit
 
 from ...errors import StoreError, ValidationError
+from .. import mask_url
 from .._core.dialect import Tx
 from .._core.store import SQLStore
 from ._dialect import PostgresDialect
@@ -30,7 +30,6 @@ if TYPE_CHECKING:
 __all__ = [
     "APPLICATION_NAME",
     "PgBase",
-    "mask_url",
 ]
 
 log = logging.getLogger("stratamem.store")
@@ -40,16 +39,6 @@ APPLICATION_NAME = "stratamem"
 # At close, how long a thread still holding a connection has to hand it back once its
 # query is cancelled, before the server is asked to end the session.
 CLOSE_GRACE_SECONDS = 2.0
-
-
-def mask_url(url: str) -> str:
-    """The URL without its password, fit for logs and ``Store.url``."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rsplit("@", 1)
-    user = netloc[0].split(":", 1)[0]
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc[1]}"))
 
 
 _IDENT = re.compile(r"^[a-z_]+$")

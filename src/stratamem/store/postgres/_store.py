@@ -18,25 +18,63 @@ Here: construction (the pool, the migrations), closing and the store's facts.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from ..._time import now_iso
 from ...errors import ConfigError, StoreError
-from .. import AddOutcome, MessageRow, SessionRow
+from .. import AddOutcome, MessageRow, SessionRow, mask_url
 from .._core.migrations import latest_version, read_migrations
 from ._connection import APPLICATION_NAME
 from ._fulltext import PostgresFullText
 from ._jobs import PostgresJobs
 from ._vectors import PostgresVectors
 
-__all__ = ["PostgresStore", "latest_schema_version"]
+__all__ = ["PostgresStore", "has_store", "latest_schema_version"]
 
 _MIGRATIONS = "stratamem.store.postgres.migrations"
 
 
 def latest_schema_version() -> int:
     return latest_version(_MIGRATIONS)
+
+
+def has_store(url: str, *, connect_timeout: float = 10.0) -> bool:
+    """Whether the schema ``url`` creates tables in holds stratamem's (any version)."""
+    _check_installed()
+    with _connection(url, connect_timeout) as conn:
+        return PostgresStore._current_version(conn) > 0
+
+
+def _check_installed() -> None:
+    try:
+        import psycopg  # noqa: F401
+        import psycopg_pool  # noqa: F401
+    except ImportError as exc:  # pragma: no cover - depends on the installation
+        raise ConfigError(
+            "the PostgreSQL store needs the postgres extra: "
+            "pip install 'stratamem[postgres]' (psycopg, psycopg-pool, pgvector)"
+        ) from exc
+
+
+@contextmanager
+def _connection(url: str, connect_timeout: float) -> Iterator[Any]:
+    """One autocommit connection outside the pool (migrations, checks)."""
+    import psycopg
+
+    try:
+        with psycopg.connect(
+            url,
+            autocommit=True,
+            # A keyword argument is connection-string text (psycopg writes it with
+            # str(), as here); its stubs type this one as int, not float.
+            connect_timeout=str(connect_timeout),
+            fallback_application_name=APPLICATION_NAME,
+        ) as conn:
+            yield conn
+    except psycopg.OperationalError as exc:
+        raise StoreError(f"cannot connect to PostgreSQL at {mask_url(url)}: {exc}") from exc
 
 
 class PostgresStore(PostgresFullText, PostgresVectors, PostgresJobs):
@@ -54,33 +92,18 @@ class PostgresStore(PostgresFullText, PostgresVectors, PostgresJobs):
         connect_timeout: float = 10.0,
         migrate_to: int | None = None,
     ) -> None:
-        try:
-            import psycopg
-            from psycopg_pool import ConnectionPool
-        except ImportError as exc:  # pragma: no cover - depends on the installation
-            raise ConfigError(
-                "the PostgreSQL store needs the postgres extra: "
-                "pip install 'stratamem[postgres]' (psycopg, psycopg-pool, pgvector)"
-            ) from exc
+        _check_installed()
+        from psycopg_pool import ConnectionPool
+
         if pool_size < 1:
             raise ConfigError("the PostgreSQL pool size must be at least 1")
         self._init_connections(url)
         self._init_fulltext()
         self._vector_info: Any = None
         self._init_user_indexes(user_index_threshold, user_fulltext_threshold)
-        try:
-            with psycopg.connect(
-                url,
-                autocommit=True,
-                # A keyword argument is connection-string text (psycopg writes it with
-                # str(), as here); its stubs type this one as int, not float.
-                connect_timeout=str(connect_timeout),
-                fallback_application_name=APPLICATION_NAME,
-            ) as conn:
-                self._migrate(conn, migrate_to)
-                self._init_vectors(conn, vector_index_threshold, ef_search)
-        except psycopg.OperationalError as exc:
-            raise StoreError(f"cannot connect to PostgreSQL at {self.url}: {exc}") from exc
+        with _connection(url, connect_timeout) as conn:
+            self._migrate(conn, migrate_to)
+            self._init_vectors(conn, vector_index_threshold, ef_search)
         self._pool: ConnectionPool[Any] = ConnectionPool(
             url,
             # A few connections ready from the start: a first recall asks in parallel, and
