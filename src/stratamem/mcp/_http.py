@@ -91,6 +91,14 @@ class McpEndpoint:
         by_user = "user_id" in scope.get("path_params", {})
         scope.setdefault("route", _BY_USER if by_user else _BY_HEADER)
         request = Request(scope)
+        if request.method != "POST":
+            # Stateless: no stream to open (GET would hold one open with nothing ever on
+            # it) and no session to end (DELETE).
+            detail = "the MCP endpoint is stateless: send JSON-RPC requests with POST"
+            await error_response(request, 405, detail, headers={"Allow": "POST"})(
+                scope, receive, send
+            )
+            return
         try:
             header = request.headers.get("authorization")
             caller: Caller = await anyio.to_thread.run_sync(authenticate, self._memory(), header)
