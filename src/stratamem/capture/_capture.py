@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, get_args
 from .._queries import MAX_EXCLUDE_TEXTS
 from .._strings import text_problem
 from .._time import utcnow
-from ..errors import ConflictError, ValidationError
+from ..errors import ConflictError, NotFoundError, ValidationError
 from ..recall._format import MEMORY_HEADER, MEMORY_OPEN, without_history
 from ._layers import inside
 from ._pauses import collector_pauses
@@ -69,7 +69,13 @@ class Exchange:
     latency_ms: float = 0.0
     partial: bool = False  # the caller closed a stream before it ended
     error: str | None = None  # the call or the stream failed
-    started: datetime = field(default_factory=utcnow)
+    # When the exchange was made: as the call ended (its answer or its stream finished).
+    finished: datetime = field(default_factory=utcnow)
+
+    @property
+    def started(self) -> datetime:
+        """When the call was sent: ``latency_ms`` before it finished."""
+        return self.finished - timedelta(milliseconds=self.latency_ms)
 
 
 @dataclass(frozen=True)
@@ -127,6 +133,10 @@ CAPTURE_RECALL = {
 }
 
 
+# (user_id, session_id, messages, began_at) -> whether stored: see Capture.
+StoreExchange = Callable[[str, str, list[dict[str, Any]], float], bool]
+
+
 class _SessionCreator(Protocol):
     def create(self, user_id: str, *, session_id: str) -> Any: ...
 
@@ -158,8 +168,10 @@ class Capture:
     """``mem.llm``: register clients; attribution defaults; the background writer.
 
     An embedded memory also passes ``await_model(timeout)``, which waits for its embedding
-    model to load, ``before_store()``, which lets the recalls running now go first, and its
-    ``recall_log`` when recalls are to be logged (``log_recall``)."""
+    model to load, ``before_store()``, which lets the recalls running now go first,
+    ``store_exchange(user_id, session_id, messages, began_at)``, which stores an exchange
+    with its session in one transaction unless the user was erased after it began (False
+    then), and its ``recall_log`` when recalls are to be logged (``log_recall``)."""
 
     def __init__(
         self,
@@ -167,12 +179,14 @@ class Capture:
         *,
         await_model: Callable[[float], None] | None = None,
         before_store: Callable[[], object] | None = None,
+        store_exchange: StoreExchange | None = None,
         recall_log: RecallLog | None = None,
     ) -> None:
         self._m = memory
         self._recall_log = recall_log
         self._await_model_load = await_model
         self._before_store = before_store
+        self._store_exchange = store_exchange
         s = memory.settings
         self.recall = s.capture_recall
         self.recall_timeout = s.capture_recall_timeout_ms / 1000
@@ -190,6 +204,8 @@ class Capture:
         self._sessions: set[tuple[str, str]] = set()
         self._closed = False
         self.written = 0  # exchanges stored, for tests and stats
+        # Exchanges not stored because their user was erased after they began.
+        self.erased = 0
 
     # -- public -------------------------------------------------------------------------
 
@@ -465,9 +481,19 @@ class Capture:
         # The matches (free in process) count the log's hits; a remote memory logs nothing
         # and is not asked for them.
         logged = self._recall_log is not None
-        ctx = self._m.get_memory(
-            sid, query, recall_config=self._config(), exclude_texts=carried, details=logged
-        )
+        config = self._config()
+        try:
+            ctx = self._m.get_memory(
+                sid, query, recall_config=config, exclude_texts=carried, details=logged
+            )
+        except NotFoundError:
+            # The session was forgotten or its user erased since it was made (by any
+            # process): the user is calling again now, so the session is made again.
+            self._sessions.discard((who.user_id or "", sid))
+            sid = self._session(who)
+            ctx = self._m.get_memory(
+                sid, query, recall_config=config, exclude_texts=carried, details=logged
+            )
         text = ctx.formatted_context if self.recall else None
         if text and ctx.history:
             text = without_history(text)  # the history goes in as turns
@@ -501,14 +527,16 @@ class Capture:
                 item.set()
                 continue
             try:
-                self._store(item)
-                self.written += 1
+                if self._store(item):
+                    self.written += 1
             except Exception:
                 log.exception("stratamem: a captured exchange could not be stored")
 
-    def _store(self, ex: Exchange) -> None:
+    def _store(self, ex: Exchange) -> bool:
+        """Store ``ex``; False when it is not (nothing to store, or its user was erased
+        after it began)."""
         who = ex.attribution
-        sid = self._session(who)
+        assert who.user_id is not None and who.session_id is not None  # resolve() made them
         capture: dict[str, Any] = {
             "provider": ex.provider,
             "model": ex.model,
@@ -532,20 +560,19 @@ class Capture:
                 f"[tool call] {c.get('name')}({c.get('arguments', '')})" for c in ex.tool_calls
             )
         if answer.strip():
-            answered = ex.started + timedelta(milliseconds=ex.latency_ms)
             messages.append(
                 {
                     **base,
                     "role": "assistant",
                     "content": answer,
                     "metadata": {"capture": capture},
-                    "timestamp": answered,
+                    "timestamp": ex.finished,
                 }
             )
         elif messages:
             messages[0]["metadata"] = {"capture": capture}
         if not messages:
-            return
+            return False
         most = self._m.settings.max_content_chars
         for m in messages:
             if m["process_id"] is None:
@@ -558,7 +585,26 @@ class Capture:
         # The next call's recall is likely running now: store after it (bounded wait).
         if self._before_store is not None:
             self._before_store()
-        self._m.add_messages(sid, messages)
+        if self._store_exchange is None:  # a remote memory: the server stores it
+            try:
+                self._m.add_messages(self._session(who), messages)
+            except NotFoundError:  # forgotten or erased since: made again next time
+                self._sessions.discard((who.user_id, who.session_id))
+                raise
+            return True
+        # The memory injected into the call came from a recall that began at most its bound
+        # (and the collection pauses credited to it) before the call was sent.
+        began = ex.started.timestamp() - self.recall_timeout - MAX_PAUSE_CREDIT_SECONDS
+        if self._store_exchange(who.user_id, who.session_id, messages, began):
+            self._sessions.add((who.user_id, who.session_id))
+            return True
+        self.erased += 1
+        log.warning(
+            "stratamem: a captured exchange of user %r began before the user was erased; "
+            "it is not stored",
+            who.user_id,
+        )
+        return False
 
 
 # Ends a captured text cut to max_content_chars (what a message may hold): the beginning is
