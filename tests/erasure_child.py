@@ -8,9 +8,9 @@ it, as a proxy, a ``serve`` replica or an app using ``mem.llm`` would.
 ``recall``: logs a recall that injected the user's PIN (buffered, as every face's are), then
 stops itself (SIGSTOP) before its writer's first flush; the test erases the user, writes
 WORKDIR/removed and continues it (SIGCONT); it then logs a recall of the user coming back
-and closes, which writes what is buffered. ``capture``: a captured OpenAI SDK call that tells the PIN, whose
-answer the test's fake server holds until the user is erased; then a call of the user
-coming back. Both write what they counted to WORKDIR/child.json.
+and closes, which writes what is buffered. ``capture``: a captured OpenAI SDK call that
+tells the PIN, whose answer the test's fake server holds until the user is erased; then a
+call of the user coming back. Both write what they counted to WORKDIR/child.json.
 """
 
 from __future__ import annotations
