@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, get_args
 from .._queries import MAX_EXCLUDE_TEXTS
 from .._strings import text_problem
 from .._time import utcnow
-from ..errors import ConflictError, NotFoundError, ValidationError
+from ..errors import ConflictError, NotFoundError, StoreError, ValidationError
 from ..recall._format import MEMORY_HEADER, MEMORY_OPEN, without_history
 from ._layers import inside
 from ._pauses import collector_pauses
@@ -103,6 +103,18 @@ class Recalled:
 
 
 _STOP = object()
+
+# Exchanges waiting for the background writer at most: past it a new one is dropped (counted
+# in ``dropped``, logged), so a store that is down or slow costs bounded memory, and a
+# process killed outright loses at most this many answered exchanges (normally the writer
+# keeps up and holds a few).
+MAX_QUEUED_EXCHANGES = 10_000
+# While the store is unavailable (a database restarting), the writer retries an exchange
+# this long, first after RETRY_FIRST_SECONDS, doubling up to RETRY_MAX_SECONDS, holding the
+# ones behind it in the queue; at close, no longer than the close's own timeout.
+STORE_RETRY_SECONDS = 120.0
+RETRY_FIRST_SECONDS = 0.05
+RETRY_MAX_SECONDS = 2.0
 
 # The longest register() waits for the embedding model to load (normally ~0.3-0.5 s).
 MODEL_LOAD_WAIT_SECONDS = 30.0
@@ -198,12 +210,14 @@ class Capture:
         self._validated: tuple[dict[str, Any], RecallConfig] | None = None
         self._clients: dict[int, tuple[Any, Callable[[], None]]] = {}
         self._lock = threading.Lock()
-        self._queue: queue.Queue[Any] = queue.Queue()
+        self._queue: queue.Queue[Any] = queue.Queue(MAX_QUEUED_EXCHANGES)
         self._writer: threading.Thread | None = None
         self._recall_pool: ThreadPoolExecutor | None = None
         self._sessions: set[tuple[str, str]] = set()
         self._closed = False
+        self._give_up_at: float | None = None  # while closing: when the writer stops retrying
         self.written = 0  # exchanges stored, for tests and stats
+        self.dropped = 0  # exchanges dropped: the queue was full, or the store stayed down
         # Exchanges not stored because their user was erased after they began.
         self.erased = 0
 
@@ -298,7 +312,10 @@ class Capture:
     def flush(self, timeout: float = 5.0) -> bool:
         """Wait until every captured exchange is stored; False if ``timeout`` ran out."""
         done = threading.Event()
-        self._queue.put(done)
+        try:
+            self._queue.put(done, timeout=timeout)
+        except queue.Full:
+            return False
         self._ensure_writer()
         return done.wait(timeout)
 
@@ -309,10 +326,12 @@ class Capture:
             self.unregister(client)
         with self._lock:
             self._closed = True  # a call still in flight is no longer queued
+            self._give_up_at = time.monotonic() + timeout
         if self._writer is not None:
             drained = self.flush(timeout)
             # The store is slow or down: what is still queued is dropped, and said so.
             dropped = 0 if drained else self._discard_queue()
+            self.dropped += dropped
             self._queue.put(_STOP)
             # The write in progress is let finish (bounded by the store's own timeouts, e.g.
             # SQLite's busy timeout): the store must not be closed under it (closing a
@@ -409,7 +428,18 @@ class Capture:
             log.warning("stratamem: the Memory is closed; a captured exchange is not stored")
             return
         try:
-            self._queue.put(exchange)
+            self._queue.put_nowait(exchange)
+        except queue.Full:
+            self.dropped += 1
+            if self.dropped % 1000 == 1:  # the first, then every thousandth
+                log.warning(
+                    "stratamem: %d captured exchange(s) waiting to be stored already; one "
+                    "more dropped (%d so far): the store is down or too slow",
+                    MAX_QUEUED_EXCHANGES,
+                    self.dropped,
+                )
+            return
+        try:
             self._ensure_writer()
         except Exception:
             log.exception("stratamem: could not queue a captured exchange")
@@ -527,10 +557,27 @@ class Capture:
                 item.set()
                 continue
             try:
-                if self._store(item):
+                if self._stored(item):
                     self.written += 1
             except Exception:
+                self.dropped += 1
                 log.exception("stratamem: a captured exchange could not be stored")
+
+    def _stored(self, ex: Exchange) -> bool:
+        """``_store``, retried while the store is unavailable (see STORE_RETRY_SECONDS)."""
+        deadline = time.monotonic() + STORE_RETRY_SECONDS
+        pause = RETRY_FIRST_SECONDS
+        while True:
+            try:
+                return self._store(ex)
+            except StoreError as exc:
+                now = time.monotonic()
+                give_up = deadline if self._give_up_at is None else min(deadline, self._give_up_at)
+                if now + pause > give_up:
+                    raise
+                log.warning("stratamem: storing a captured exchange: %s; retrying", exc)
+                time.sleep(pause)
+                pause = min(pause * 2, RETRY_MAX_SECONDS)
 
     def _store(self, ex: Exchange) -> bool:
         """Store ``ex``; False when it is not (nothing to store, or its user was erased
