@@ -31,7 +31,7 @@ cases run in a private cluster this script starts (the binaries of /usr/lib/post
 or $STRATAMEM_PG_BIN, pgvector installed); the machine's own server is never used. The
 exit status is 1 when any case fails.
 
-    python bench/faults.py                       # all of it: ~15 min (outage beside)
+    python bench/faults.py                       # all of it: ~20 min (outage beside)
     python bench/faults.py --quick               # CI sizes, a 10 s outage: ~6 min
     python bench/faults.py --case serve-sigkill --case llm-500 --backend sqlite
     python bench/faults.py --outage-seconds 120 --json --markdown

@@ -38,13 +38,20 @@ def _child_recall(db_url: str, workdir: Path, user: str) -> None:
     from stratamem import Memory
 
     mem = Memory(db_url, embedder="hash", workers=0)
-    try:
+
+    def recall(query: str, **outcome: Any) -> None:
         mem.recall_log.record(
             user_id=user,
             session_id=None,
             source="capture",
             request="openai chat.completions",
-            query="what is my PIN?",
+            query=query,
+            **outcome,
+        )
+
+    try:
+        recall(
+            "what is my PIN?",
             outcome="injected",
             latency_ms=3.0,
             formatted_context=PIN_BLOCK,
@@ -58,15 +65,7 @@ def _child_recall(db_url: str, workdir: Path, user: str) -> None:
         # The user comes back: a recall that begins (its latency before it is logged) after
         # the removal, not within the same millisecond.
         time.sleep(0.05)
-        mem.recall_log.record(
-            user_id=user,
-            session_id=None,
-            source="capture",
-            request="openai chat.completions",
-            query="I'm back",
-            outcome="none",
-            latency_ms=2.0,
-        )
+        recall("I'm back", outcome="none", latency_ms=2.0)
     finally:
         mem.close()
     recorder = mem._engine.recall_log

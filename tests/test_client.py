@@ -362,7 +362,25 @@ def test_a_refused_connection_is_retried_then_reported(silent: _Silent) -> None:
     assert "127.0.0.1" in str(info.value) and time.monotonic() - start < 5
 
 
-class _Flaky:
+class _Quiet(BaseHTTPRequestHandler):
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+class _Loopback:
+    """A threaded HTTP server on 127.0.0.1 (``url``) answering with a handler class."""
+
+    def _serve(self, handler: type[BaseHTTPRequestHandler]) -> None:
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+class _Flaky(_Loopback):
     """Answers ``status`` to the first ``failures`` requests, then a stratamem envelope
     (after ``delay`` seconds); counts the requests each path received."""
 
@@ -371,7 +389,7 @@ class _Flaky:
         self.seen: dict[str, int] = {}
         flaky = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(_Quiet):
             def _answer(self) -> None:
                 length = int(self.headers.get("content-length") or 0)
                 self.rfile.read(length)
@@ -411,17 +429,8 @@ class _Flaky:
 
             do_GET = do_POST = _answer
 
-            def log_message(self, *args: Any) -> None:
-                pass
-
         self.status, self.delay = status, delay
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self._serve(Handler)
 
 
 def test_503_is_retried_only_for_idempotent_requests() -> None:
@@ -474,7 +483,7 @@ def test_a_proxys_502_and_504_are_retried_like_503(status: int) -> None:
         flaky.close()
 
 
-class _Redirecting:
+class _Redirecting(_Loopback):
     """Answers a request with a ``status`` redirect to ``where(path)``, or when that is None
     with a stratamem envelope; records each request's method, path, Authorization, body."""
 
@@ -482,7 +491,7 @@ class _Redirecting:
         self.seen: list[tuple[str, str, str | None, bytes]] = []
         outer = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(_Quiet):
             def _answer(self) -> None:
                 body = self.rfile.read(int(self.headers.get("content-length") or 0))
                 outer.seen.append((self.command, self.path, self.headers["authorization"], body))
@@ -502,16 +511,7 @@ class _Redirecting:
 
             do_GET = do_POST = _answer
 
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self._serve(Handler)
 
 
 def test_a_redirect_to_another_origin_is_refused_whatever_the_http_client() -> None:

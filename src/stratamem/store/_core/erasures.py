@@ -12,10 +12,9 @@ written. What began after it (a user who comes back) is written.
 
 The tombstone is set by ``seal``, in a transaction of its own *after* the removal has
 committed: a recall running during the removal still read the old rows (the removal was not
-committed yet), so only the commit's time bounds what it could have seen. The seal also
-is followed, in its transaction, by deleting the user's recall log rows once more: those a
-writer inserted between the commit and the seal (checked against the older tombstone) go
-with them.
+committed yet), so only the commit's time bounds what it could have seen. In the seal's
+transaction the user's recall log rows are deleted once more: those a writer inserted
+between the commit and the seal (checked against the older tombstone) go with them.
 
 Clocks: a record's times are the writing process's wall clock; the tombstone is the
 store's. ``clock_offset`` measures the difference inside the writer's transaction, so
