@@ -18,6 +18,12 @@ they count live in tests/fault_matrix.py, shared with the CI subset tests/test_f
 * ``sqlite-4-processes`` — four processes on one SQLite file.
 * ``capture-close-N``, ``capture-exit-N`` — ``close()`` (or process exit without it)
   right after N captured OpenAI SDK calls.
+* ``mcp-sigkill``, ``mcp-sigterm``, ``proxy-sigkill``, ``proxy-sigterm`` — MCP writes, or
+  chat calls through the memory proxy, while ``serve`` is killed or stopped and started
+  again; ``proxy-slow-key-check`` — the proxy's project key check cannot answer;
+  ``proxy-postgres-outage`` — PostgreSQL stopped under proxied calls; ``erasure-race`` —
+  an erasure or a forget while another process holds a recall log record or a captured
+  exchange of the user (the cases of tests/fault_faces.py).
 
 Each case prints one row (accepted, stored, processed, failed, duplicated, time to
 recover, verdict, note), then each of its criteria with what was measured. PostgreSQL
@@ -25,7 +31,7 @@ cases run in a private cluster this script starts (the binaries of /usr/lib/post
 or $STRATAMEM_PG_BIN, pgvector installed); the machine's own server is never used. The
 exit status is 1 when any case fails.
 
-    python bench/faults.py                       # all of it: ~15 min (outage beside)
+    python bench/faults.py                       # all of it: ~20 min (outage beside)
     python bench/faults.py --quick               # CI sizes, a 10 s outage: ~6 min
     python bench/faults.py --case serve-sigkill --case llm-500 --backend sqlite
     python bench/faults.py --outage-seconds 120 --json --markdown
@@ -49,6 +55,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
+import fault_faces as ff
 import fault_matrix as fm
 from _common import emit_json, machine_info
 
@@ -61,10 +68,13 @@ class Sizes:
     trickle_s: float  # a trickling receiver gives up after this
     sqlite_messages: int
     capture_calls: tuple[int, ...]
+    erasure_rounds: int  # each of the four races this many times
+    key_locked_s: float  # proxy-slow-key-check: how long the keys cannot be read
+    postgres_down_s: float  # proxy-postgres-outage
 
 
-FULL = Sizes(fm.Stream(4, 300, 300, 180), 20.0, 30.0, 60.0, 250, (5, 50))
-QUICK = Sizes(fm.Stream(3, 30, 30, 90), 4.0, 8.0, 10.0, 40, (5,))
+FULL = Sizes(fm.Stream(4, 300, 300, 180), 20.0, 30.0, 60.0, 250, (5, 50), 5, 5.0, 10.0)
+QUICK = Sizes(fm.Stream(3, 30, 30, 90), 4.0, 8.0, 10.0, 40, (5,), 1, 3.0, 3.0)
 
 
 @dataclass
@@ -135,6 +145,15 @@ MATRIX: list[Case] = [
     Case("webhook-trickle-body", "postgres"),
     Case("sqlite-4-processes", "sqlite"),
     *(Case(f"capture-{how}-{n}", "sqlite") for n in (5, 50) for how in ("close", "exit")),
+    *(
+        Case(f"{face}-sig{how}", b)
+        for face in ("mcp", "proxy")
+        for how in ("kill", "term")
+        for b in ("sqlite", "postgres")
+    ),
+    Case("proxy-slow-key-check", "postgres"),
+    Case("proxy-postgres-outage", "postgres"),
+    *(Case("erasure-race", b) for b in ("sqlite", "postgres")),
 ]
 
 
@@ -173,6 +192,18 @@ def _run_case(case: Case, run: Run) -> fm.Row:
         )
     if name == "sqlite-4-processes":
         return fm.sqlite_processes(run.workdir(), messages=sizes.sqlite_messages)
+    if name.startswith(("mcp-sig", "proxy-sig")):
+        face, how = name.split("-sig")
+        fault = ff.mcp_serve_fault if face == "mcp" else ff.proxy_serve_fault
+        return fault(run.db(backend), run.workdir(), how, sizes.stream)
+    if name == "proxy-slow-key-check":
+        return ff.proxy_slow_key_check(run.db(backend), run.workdir(), hold_s=sizes.key_locked_s)
+    if name == "proxy-postgres-outage":
+        return ff.proxy_postgres_outage(
+            run.cluster(), run.db(backend), run.workdir(), down_s=sizes.postgres_down_s
+        )
+    if name == "erasure-race":
+        return ff.erasure_race(run.db(backend), run.workdir(), rounds=sizes.erasure_rounds)
     how, calls = name.removeprefix("capture-").split("-")
     if how == "close":
         return fm.capture_close(run.db(backend), calls=int(calls))

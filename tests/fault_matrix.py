@@ -505,6 +505,13 @@ class PrivateCluster:
         self._pg_ctl("restart", mode)
         return time.monotonic() - started
 
+    def down(self) -> None:
+        """``pg_ctl stop -m fast``: sessions are ended and the server stays down."""
+        self._pg_ctl("stop", "fast")
+
+    def up(self) -> None:
+        self._pg_ctl("start")
+
     def url(self, database: str = "postgres") -> str:
         return f"postgresql://postgres@127.0.0.1:{self.port}/{database}"
 

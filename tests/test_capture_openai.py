@@ -14,6 +14,7 @@ from typing import Any
 import openai
 import pytest
 
+import stratamem.capture._capture as capture_module
 from dbsql import writes_held
 from fakes.openai_server import FakeOpenAIServer
 from stratamem import Memory
@@ -657,3 +658,32 @@ def test_a_long_request_still_gets_its_memory(make_memory: Any, server: FakeOpen
     assert recalled is not None and recalled.block is not None
     assert "allergic to peanuts" in recalled.block
     assert "Peanut snacks, please." not in recalled.block
+
+
+def test_the_writers_queue_is_bounded_and_says_what_it_dropped(
+    make_memory: Any,
+    db_url: str,
+    server: FakeOpenAIServer,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """While the store cannot take them, at most MAX_QUEUED_EXCHANGES exchanges wait in
+    memory (so a killed process loses at most that many); the ones past it are dropped,
+    counted and logged, and the calls are never held up. The store back, what waited is
+    stored."""
+    monkeypatch.setattr(capture_module, "MAX_QUEUED_EXCHANGES", 3)
+    mem = make_memory(capture_recall=False, sqlite_busy_timeout_ms=20_000)
+    client = mem.llm.register(_client(server))
+    calls = 8
+    with writes_held(db_url):
+        with mem.scope(user_id="u", session_id="s"):
+            for text in _asked(calls):
+                client.chat.completions.create(
+                    model="m", messages=[{"role": "user", "content": text}]
+                )
+        # One exchange in the writer's hands (waiting for the lock), three in the queue.
+        assert mem.llm.dropped >= calls - 4
+    assert mem.llm.flush(30)
+    assert mem.llm.written == calls - mem.llm.dropped >= 3
+    assert len(mem.messages.list(session_id="s")) == 2 * mem.llm.written
+    assert any("3 captured exchange(s) waiting" in r.getMessage() for r in caplog.records)

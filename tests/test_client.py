@@ -16,11 +16,12 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import httpx
 import openai
 import pytest
 
@@ -32,6 +33,7 @@ from stratamem.capture import MEMORY_PREAMBLE
 from stratamem.client import (
     APIConnectionError,
     APIError,
+    APIStatusError,
     APITimeoutError,
     AsyncMemoryClient,
     AuthenticationError,
@@ -360,7 +362,25 @@ def test_a_refused_connection_is_retried_then_reported(silent: _Silent) -> None:
     assert "127.0.0.1" in str(info.value) and time.monotonic() - start < 5
 
 
-class _Flaky:
+class _Quiet(BaseHTTPRequestHandler):
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+class _Loopback:
+    """A threaded HTTP server on 127.0.0.1 (``url``) answering with a handler class."""
+
+    def _serve(self, handler: type[BaseHTTPRequestHandler]) -> None:
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+class _Flaky(_Loopback):
     """Answers ``status`` to the first ``failures`` requests, then a stratamem envelope
     (after ``delay`` seconds); counts the requests each path received."""
 
@@ -369,7 +389,7 @@ class _Flaky:
         self.seen: dict[str, int] = {}
         flaky = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(_Quiet):
             def _answer(self) -> None:
                 length = int(self.headers.get("content-length") or 0)
                 self.rfile.read(length)
@@ -409,17 +429,8 @@ class _Flaky:
 
             do_GET = do_POST = _answer
 
-            def log_message(self, *args: Any) -> None:
-                pass
-
         self.status, self.delay = status, delay
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self._serve(Handler)
 
 
 def test_503_is_retried_only_for_idempotent_requests() -> None:
@@ -470,6 +481,78 @@ def test_a_proxys_502_and_504_are_retried_like_503(status: int) -> None:
             assert flaky.seen["/api/sessions/s2/messages"] == 1
     finally:
         flaky.close()
+
+
+class _Redirecting(_Loopback):
+    """Answers a request with a ``status`` redirect to ``where(path)``, or when that is None
+    with a stratamem envelope; records each request's method, path, Authorization, body."""
+
+    def __init__(self, where: Callable[[str], str | None], status: int = 307) -> None:
+        self.seen: list[tuple[str, str, str | None, bytes]] = []
+        outer = self
+
+        class Handler(_Quiet):
+            def _answer(self) -> None:
+                body = self.rfile.read(int(self.headers.get("content-length") or 0))
+                outer.seen.append((self.command, self.path, self.headers["authorization"], body))
+                target = where(self.path)
+                if target is None:
+                    data = {"session_id": "s1", "message_ids": ["m1"]}
+                    raw = json.dumps({"success": True, "data": data}).encode()
+                    self.send_response(200)
+                    self.send_header("content-type", "application/json")
+                else:
+                    raw = b""
+                    self.send_response(status)
+                    self.send_header("location", target)
+                self.send_header("content-length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw)
+
+            do_GET = do_POST = _answer
+
+        self._serve(Handler)
+
+
+def test_a_redirect_to_another_origin_is_refused_whatever_the_http_client() -> None:
+    """Nothing of a request, the key least of all, is sent where a redirect points on
+    another origin (another port is one), even with an ``httpx`` client of your own that
+    follows redirects; the error says why."""
+    elsewhere = _Flaky(failures=0)
+    redirecting = _Redirecting(lambda path: elsewhere.url + path)
+    message = {"role": "user", "content": "hi"}
+    try:
+        for http_client in (None, httpx.Client(follow_redirects=True)):
+            with MemoryClient(
+                api_key="sm_secret", base_url=redirecting.url, http_client=http_client
+            ) as c:
+                for call in (c.health, lambda: c.add_messages("s1", [message])):
+                    with pytest.raises(APIStatusError, match="redirect to another origin") as info:
+                        call()
+                    assert info.value.status_code == 307
+            if http_client is not None:
+                http_client.close()
+        assert len(redirecting.seen) == 4
+        assert elsewhere.seen == {}
+    finally:
+        redirecting.close()
+        elsewhere.close()
+
+
+def test_a_redirect_on_the_same_origin_is_followed_with_method_body_and_key() -> None:
+    server = _Redirecting(
+        lambda path: path.removeprefix("/old") if path.startswith("/old/") else None, 308
+    )
+    try:
+        with MemoryClient(api_key="sm_secret", base_url=server.url + "/old") as c:
+            result = c.add_messages("s1", [{"id": "m1", "role": "user", "content": "hi"}])
+        assert result.message_ids == ["m1"]
+        (first, second) = server.seen
+        assert first[:3] == ("POST", "/old/api/sessions/s1/messages", "Api-Key sm_secret")
+        assert second[:3] == ("POST", "/api/sessions/s1/messages", "Api-Key sm_secret")
+        assert first[3] == second[3] and b'"hi"' in first[3]
+    finally:
+        server.close()
 
 
 def test_recording_events_with_sync_waits_up_to_sync_timeout() -> None:

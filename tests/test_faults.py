@@ -1,11 +1,13 @@
-"""The fault suite's bounded CI subset: one case of each kind from tests/fault_matrix.py, sized
-to run in about three minutes on two cores (the whole matrix, full size: bench/faults.py).
+"""The fault suite's bounded CI subset: one case of each kind from tests/fault_matrix.py and
+tests/fault_faces.py, sized to run in about two minutes on two cores (the whole matrix, full
+size: bench/faults.py).
 
 Each test runs one case and asserts its verdict: 0 accepted messages lost, 0 duplicated,
 and the case's own criteria, every one printed with what was measured when it fails. The
 PostgreSQL halves of the process cases run in the throwaway database of
-STRATAMEM_TEST_POSTGRES_URL; the restart case needs a server it may restart, so it makes a
-private cluster (initdb in a temporary directory, its own port) and never touches that one.
+STRATAMEM_TEST_POSTGRES_URL; the restart case and the proxy's PostgreSQL outage need a
+server they may stop, so they share a private cluster (initdb in a temporary directory, its
+own port) and never touch that one.
 """
 
 from __future__ import annotations
@@ -15,12 +17,15 @@ from pathlib import Path
 
 import pytest
 
+import fault_faces as ff
 import fault_matrix as fm
 from conftest import REQUIRE_POSTGRES
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
 STREAM = fm.Stream(writers=3, before=30, after=30, timeout=90)
+# The faces' cases (tests/fault_faces.py), smaller still: a dozen writes or calls a side.
+FACES = fm.Stream(writers=3, before=12, after=12, timeout=60)
 
 
 def _passes(row: fm.Row) -> None:
@@ -71,3 +76,26 @@ def test_four_processes_on_one_sqlite_file(tmp_path: Path) -> None:
 
 def test_close_right_after_captured_calls(tmp_path: Path) -> None:
     _passes(fm.capture_close(f"sqlite:///{tmp_path / 'm.db'}", calls=5))
+
+
+def test_mcp_writes_through_a_sigkill_of_serve(tmp_path: Path) -> None:
+    _passes(ff.mcp_serve_fault(f"sqlite:///{tmp_path / 'm.db'}", tmp_path, "kill", FACES))
+
+
+def test_proxy_exchanges_through_a_sigterm_of_serve(tmp_path: Path) -> None:
+    _passes(ff.proxy_serve_fault(f"sqlite:///{tmp_path / 'm.db'}", tmp_path, "term", FACES))
+
+
+def test_proxy_with_a_key_check_that_cannot_answer(pg_url: str, tmp_path: Path) -> None:
+    _passes(ff.proxy_slow_key_check(pg_url, tmp_path, hold_s=2.0, clients=2))
+
+
+def test_proxy_through_a_postgres_outage(
+    private_cluster: fm.PrivateCluster, tmp_path: Path
+) -> None:
+    db_url = private_cluster.new_database("proxy_outage")
+    _passes(ff.proxy_postgres_outage(private_cluster, db_url, tmp_path, down_s=3.0, clients=2))
+
+
+def test_erasure_racing_another_process(db_url: str, tmp_path: Path) -> None:
+    _passes(ff.erasure_race(db_url, tmp_path))

@@ -8,6 +8,7 @@ user's memory.
 from __future__ import annotations
 
 import asyncio
+import http.client
 import json
 import os
 import secrets
@@ -165,7 +166,7 @@ BAD_CALLS: list[tuple[str, dict[str, Any], str]] = [
         "'superseded' (got 'gone')",
     ),
     ("list_memories", {"limit": 1.5}, "limit: expected an integer (got 1.5)"),
-    ("list_memories", {"offset": -1}, "offset: expected an integer >= 0 (got -1)"),
+    ("list_memories", {"offset": -1}, "offset: expected an integer from 0 to 1000000000 (got -1)"),
     ("get_memory", {}, "invalid get_memory: memory_id: required"),
     ("get_memory", {"memory_id": ""}, "memory_id: expected 1-200 characters"),
     ("update_memory", {"memory_id": "s_x"}, "invalid update_memory: text: required"),
@@ -215,6 +216,50 @@ async def refuse_bad_arguments(c: Client) -> None:
         assert "search_memories with layer 'summary'" in refused
 
 
+# Out-of-range arguments get the REST API's bounds (a page of 1 to 1000 from an offset of at
+# most 10**9), and a refusal quotes at most a few dozen characters of what it was given
+# (texts under the server's 1 MB body limit, which refuses larger requests before MCP).
+HUGE_TEXT = "x" * 100_000
+OUT_OF_RANGE: list[tuple[str, dict[str, Any], str]] = [
+    (
+        "list_memories",
+        {"offset": 10**20},
+        "offset: expected an integer from 0 to 1000000000 (got 100000000000000000000)",
+    ),
+    ("list_memories", {"offset": -(10**20)}, "offset: expected an integer from 0 to 1000000000"),
+    ("list_memories", {"limit": 5000}, "limit: expected an integer from 1 to 1000 (got 5000)"),
+    ("list_memories", {"limit": 10**20}, "limit: expected an integer from 1 to 1000"),
+    ("search_memories", {"query": "x", "limit": 10**20}, "limit: expected an integer from 1"),
+    ("search_memories", {"query": "x", "limit": 1e308}, "limit: expected an integer (got 1e+308)"),
+    ("search_memories", {"query": "x", "limit": -(10**20)}, "limit: expected an integer from 1"),
+    ("search_memories", {"query": HUGE_TEXT * 5}, "query: too long: 500000 characters"),
+    ("search_memories", {"query": "x", "since": HUGE_TEXT}, "since: expected an ISO-8601"),
+    ("search_memories", {"query": "x", "since": "9" * 400}, "since: epoch seconds out of range"),
+    ("get_context", {"query": HUGE_TEXT * 5}, "query: too long: 500000 characters"),
+    ("get_context", {"query": "x", "session_id": HUGE_TEXT}, "session_id: expected 1-200"),
+    ("list_memories", {"topic_id": HUGE_TEXT}, "memory_id: expected 1-200"),
+    ("get_memory", {"memory_id": HUGE_TEXT}, "memory_id: expected 1-200"),
+    ("update_memory", {"memory_id": HUGE_TEXT, "text": "x"}, "memory_id: expected 1-200"),
+    ("update_memory", {"memory_id": "s_x", "text": HUGE_TEXT * 5}, "no memory 's_x'"),
+    ("delete_memory", {"memory_id": HUGE_TEXT}, "memory_id: expected 1-200"),
+    ("add_memory", {"text": HUGE_TEXT * 5}, "content: 500000 characters; the limit is"),
+    ("add_memory", {"text": "x", "session_id": HUGE_TEXT}, "session_id: expected 1-200"),
+    ("add_memory", {"text": "x", "metadata": {"k": HUGE_TEXT * 5}}, "metadata: 500009 bytes"),
+    ("forget", {"session_id": HUGE_TEXT}, "session_id: expected 1-200"),
+    ("forget", {"topic_id": HUGE_TEXT}, "topic_id: expected 1-200"),
+    ("forget", {"session_id": "s", "reason": HUGE_TEXT}, "reason: expected a non-empty string"),
+]
+
+
+async def refuse_out_of_range_arguments(c: Client) -> None:
+    for tool, arguments, says in OUT_OF_RANGE:
+        text = _error(await c.call_tool(tool, arguments))
+        assert says in text, (tool, text[:300])
+        assert len(text) < 400, (tool, len(text), text[:300])
+    listed = await _call(c, "list_memories", offset=1_000_000_000, limit=1000)
+    assert listed["count"] == 0 and listed["next_offset"] is None
+
+
 async def stay_with_the_connections_user(c: Client, others_memory_id: str) -> None:
     """Whatever the model puts in the arguments, the connection's user is the only one."""
     result = await c.call_tool("search_memories", {"query": "peanuts", "user_id": "u-other"})
@@ -255,6 +300,7 @@ def test_tools_in_process(make_memory: Callable[..., Memory]) -> None:
         async with _inproc(mem, "u1") as c:
             await correct_then_forget(c)
             await refuse_bad_arguments(c)
+            await refuse_out_of_range_arguments(c)
         # Deletions through MCP are audited with the tools' actor.
         actions = {(r.action, r.actor) for r in mem.audit(user_id="u1")}
         assert ("forget", "mcp") in actions
@@ -290,6 +336,7 @@ def test_stdio_process(db_url: str) -> None:
                 await stay_with_the_connections_user(c2, others)
             await correct_then_forget(c)
             await refuse_bad_arguments(c)
+            await refuse_out_of_range_arguments(c)
 
     _run(scenario)
 
@@ -365,6 +412,7 @@ def test_http_tools(served: Served) -> None:
             assert others in [h["id"] for h in hits["results"]]
             await correct_then_forget(c)
             await refuse_bad_arguments(c)
+            await refuse_out_of_range_arguments(c)
 
     _run(scenario)
     with httpx.Client(base_url=served.url, timeout=30) as api:
@@ -455,3 +503,38 @@ def test_http_without_the_sdk_says_how_to_install_it(
             assert api.get("/healthz").status_code == 200  # the REST API is unaffected
     assert r.status_code == 501
     assert "pip install 'stratamem[mcp]'" in r.json()["error"]["detail"]
+
+
+def test_http_get_is_refused_and_a_huge_user_is_quoted_short(served: Served) -> None:
+    """The endpoint is stateless: there is no event stream to open (GET) and no session to
+    end (DELETE), so both are a 405 naming POST, at once rather than a stream that never
+    ends. A 100 KB user id is refused quoting only its start."""
+    auth = {"Authorization": f"Api-Key {served.key}", "Accept": "text/event-stream"}
+    for method in ("GET", "DELETE"):
+        for path in ("/mcp/users/u1", "/mcp"):
+            r = httpx.request(
+                method, served.url + path, headers={**auth, "X-Stratamem-User-Id": "u1"}, timeout=10
+            )
+            assert r.status_code == 405, (method, path, r.text)
+            assert r.headers["allow"] == "POST"
+            assert "POST" in r.json()["error"]["detail"]
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+    accept = {"Accept": "application/json, text/event-stream"}
+    huge = "u" * 100_000
+    for path, headers in ((f"/mcp/users/{huge}", {}), ("/mcp", {"X-Stratamem-User-Id": huge})):
+        # http.client: httpx refuses to send a URL this long.
+        conn = http.client.HTTPConnection("127.0.0.1", served.proc.port, timeout=30)
+        try:
+            conn.request(
+                "POST",
+                path,
+                body=json.dumps(body),
+                headers={**accept, **headers, "Authorization": f"Api-Key {served.key}"},
+            )
+            answer = conn.getresponse()
+            status, content = answer.status, answer.read()
+        finally:
+            conn.close()
+        assert status == 400, content[:300]
+        assert "user_id: expected 1-200 characters" in json.loads(content)["error"]["detail"]
+        assert len(content) < 1000, len(content)

@@ -25,6 +25,7 @@ from stratamem._queries import (
     arguments,
     field_path,
 )
+from stratamem._strings import SHOWN_CHARS, shown
 from stratamem.client import ValidationError as ClientValidationError
 from stratamem.types import ID_PATTERN, RecallConfig
 
@@ -313,8 +314,8 @@ def test_listing_defaults_and_paging() -> None:
         ({"limit": 0}, "limit: expected an integer from 1 to 10000 (got 0)"),
         ({"limit": 10_001}, "limit: expected an integer from 1 to 10000 (got 10001)"),
         ({"limit": False}, "limit: expected an integer from 1 to 10000 (got False)"),
-        ({"offset": -1}, "offset: expected an integer >= 0 (got -1)"),
-        ({"offset": "1"}, "offset: expected an integer >= 0 (got '1')"),
+        ({"offset": -1}, "offset: expected an integer from 0 to 1000000000 (got -1)"),
+        ({"offset": "1"}, "offset: expected an integer from 0 to 1000000000 (got '1')"),
         ({"user_id": "a b"}, f"user_id: {ID_RULE} (got 'a b')"),
     ):
         for model in (ListQuery, MessageQuery, FactQuery, SummaryQuery):
@@ -392,15 +393,17 @@ def test_the_single_id_and_paging_checks_say_the_same() -> None:
     for bad in ("", "a b", "-a", "u\n", None, "x" * 201):
         with pytest.raises(ValidationError) as info:
             check_id(bad, "user_id")
-        assert info.value.problems == [f"user_id: {ID_RULE} (got {bad!r})"]
+        # Both quote at most SHOWN_CHARS of the value ("'xxx...x..." for the 201 x's).
+        assert info.value.problems == [f"user_id: {ID_RULE} (got {shown(bad)})"]
         if bad is not None:  # a listing of every user
-            assert refused(ListQuery, user_id=bad) == f"user_id: {ID_RULE} (got {bad!r:.60})"
+            assert refused(ListQuery, user_id=bad) == f"user_id: {ID_RULE} (got {shown(bad)})"
+    assert len(shown("x" * 100_000)) == SHOWN_CHARS
     assert check_paging(1, 0) == (1, 0)
     with pytest.raises(ValidationError) as info:
         check_paging(True, -1)
     assert info.value.problems == [
         "limit: expected an integer from 1 to 10000 (got True)",
-        "offset: expected an integer >= 0 (got -1)",
+        "offset: expected an integer from 0 to 1000000000 (got -1)",
     ]
     with pytest.raises(ClientValidationError):
         check_id("a b", "hook_id", error=ClientValidationError)

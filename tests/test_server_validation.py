@@ -343,3 +343,49 @@ def test_the_remote_memory_refuses_it_before_sending(srv: ServerProcess, api: ht
                 call()
             assert any(p.startswith(field) for p in info.value.problems), info.value.problems
     assert _held(api) == before
+
+
+# -- what a refusal quotes of its input --------------------------------------------------------
+
+HUGE = "h" * 60_000  # under httpx's longest URL (64 KiB), far over any id
+
+
+def _quotes_little(r: httpx.Response, where: str) -> None:
+    assert 400 <= r.status_code < 500, (where, r.status_code)
+    assert len(r.content) < 2000, (where, r.status_code, len(r.content), r.text[:200])
+
+
+def test_a_refusal_quotes_little_of_a_huge_value(srv: ServerProcess, api: httpx.Client) -> None:
+    """Every path parameter of every route, and every string query parameter, given a 60 KB
+    value: the refusal quotes at most a few dozen characters of it, never all of it."""
+    spec = api.get("/openapi.json").json()
+    admin = {"Authorization": f"Bearer {ADMIN}"}
+    tried = 0
+    for template, operations in spec["paths"].items():
+        for method, op in operations.items():
+            params = op.get("parameters", [])
+            path_names = [p["name"] for p in params if p["in"] == "path"]
+            strings = [
+                p["name"]
+                for p in params
+                if p["in"] == "query" and "string" in json.dumps(p.get("schema", {}))
+            ]
+            headers = admin if template.startswith("/admin") else {}
+            for name in path_names:
+                path = template
+                for other in path_names:
+                    path = path.replace("{" + other + "}", HUGE if other == name else "x1")
+                body = {} if method in ("post", "put", "patch") else None
+                r = api.request(method.upper(), path, json=body, headers=headers)
+                _quotes_little(r, f"{method} {template} {name}")
+                tried += 1
+            if strings and not path_names:
+                for name in strings:
+                    r = api.request(method.upper(), template, params={name: HUGE}, headers=headers)
+                    _quotes_little(r, f"{method} {template} ?{name}")
+                    tried += 1
+    body = {"user_id": HUGE, "session_id": HUGE}
+    _quotes_little(api.post("/api/sessions", json=body), "POST /api/sessions")
+    search = {"query": "x", "since": HUGE, "metadata_filters": {"k": {"$gt": HUGE}}}
+    _quotes_little(api.post("/api/users/u1/search", json=search), "POST search")
+    assert tried > 20

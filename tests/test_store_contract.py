@@ -2604,6 +2604,49 @@ def test_recall_log_is_pruned_by_count_per_project_and_by_age(store: Store) -> N
     assert store.list_recall_records("other") == []
 
 
+def test_a_record_or_an_exchange_that_began_before_a_removal_is_left_out(store: Store) -> None:
+    """The tombstone of erasures.py: a recall record (or a captured exchange) that began
+    before its user's memory was last forgotten (erased), wherever it waited, is not
+    written, and counted; one that began after it is; other users and projects are not
+    concerned."""
+    add(store, ["I live in Berlin"])
+    before = time.time()
+    time.sleep(0.01)
+    assert store.forget(P, "u1", session_id="s1", actor="a", reason=None) is not None
+    time.sleep(0.01)
+    after = time.time()
+    rows = [
+        recall_row(at=before + 0.005, latency=1.0),  # finished after, began before: out
+        recall_row(at=after, latency=0.0),
+        recall_row(user="u2", at=before),
+        recall_row(project_id="other", at=before),
+    ]
+    assert store.add_recall_records(rows) == 1
+    assert [r.created_at for r in store.list_recall_records(P, "u1")] == [after]
+    assert len(store.list_recall_records(P, "u2")) == len(store.list_recall_records("other")) == 1
+    # A forget is no erasure: an exchange that began before it is stored.
+    exchange = [message("x-1", "Hello again")]
+    assert store.add_captured(session(store, sid="s-x"), exchange, began_at=before) is not None
+    store.erase_user(P, "u1", actor="dpo", reason=None)
+    assert store.list_recall_records(P, "u1") == []
+    late = [message("x-2", "My PIN is 4321")]
+    new_session = SessionRow(P, "s-late", "u1", None, {}, NOW, NOW)
+    assert store.add_captured(new_session, late, began_at=after) is None
+    assert store.get_session(P, "s-late") is None  # not made again either
+    assert store.get_message(P, "x-2") is None
+    assert store.add_recall_records([recall_row(at=after)]) == 1
+    # The user comes back: what begins after the erasure is stored.
+    time.sleep(0.01)
+    back = [message("x-3", "I'm back")]
+    outcome = store.add_captured(new_session, back, began_at=time.time())
+    assert outcome is not None and outcome.message_ids == ["x-3"]
+    assert store.get_session(P, "s-late") is not None
+    # The session of another user is refused, not written into.
+    other = SessionRow(P, "s-late", "u2", None, {}, NOW, NOW)
+    with pytest.raises(ConflictError):
+        store.add_captured(other, [message("x-4", "hi")], began_at=time.time())
+
+
 def test_erase_and_forget_delete_the_users_recall_records(store: Store) -> None:
     ids = layered(store)
     add(store, ["other user"], user="u2", sid="s2")
@@ -2614,7 +2657,9 @@ def test_erase_and_forget_delete_the_users_recall_records(store: Store) -> None:
     # Forgetting any part of the user's memory deletes all of the user's records.
     assert store.forget(P, "u1", message_ids=[ids["m0"]], actor="a", reason=None) is not None
     assert [r.user_id for r in store.list_recall_records(P)] == ["u2"]
-    store.add_recall_records([recall_row(at=3.0)])
+    # A recall made after the forget is logged again (one from before it would not be:
+    # test_a_record_or_an_exchange_that_began_before_a_removal_is_left_out).
+    assert store.add_recall_records([recall_row(at=time.time() + 1)]) == 0
     # A scope that is not the user's forgets nothing, the log included.
     assert store.forget(P, "u1", session_id="nope", actor="a", reason=None) is None
     assert len(store.list_recall_records(P, "u1")) == 1

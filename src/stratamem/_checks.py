@@ -15,7 +15,7 @@ from typing import Any, TypeGuard
 
 from pydantic import ValidationError as PydanticValidationError
 
-from ._strings import UNICODE_RULE, text_problem, value_problem
+from ._strings import UNICODE_RULE, shown, text_problem, value_problem
 from .errors import ValidationError
 from .types import ID_PATTERN, ROLES
 
@@ -24,6 +24,10 @@ ID_RULE = (
     "expected 1-200 characters of letters, digits and ._:@/+=- starting with a letter or digit"
 )
 MAX_LIMIT = 10_000  # the largest page a listing returns in one call
+MAX_PAGE = 1000  # the largest page of the REST API (and of the MCP tools, which take its bounds)
+# The largest offset a listing takes: far past any real listing, and a number every store
+# and driver takes (10**20 overflows SQLite's and PostgreSQL's 64-bit integers).
+MAX_OFFSET = 1_000_000_000
 
 
 def new_id(prefix: str) -> str:
@@ -56,7 +60,7 @@ def text_rule_problem(value: Any, max_len: int) -> str | None:
 
 def check_id(value: Any, name: str, *, error: type[ValidationError] = ValidationError) -> str:
     if not is_id(value):
-        raise error(f"invalid {name}", [f"{name}: {ID_RULE} (got {value!r})"])
+        raise error(f"invalid {name}", [f"{name}: {ID_RULE} (got {shown(value)})"])
     return value
 
 
@@ -84,13 +88,18 @@ def check_storable(value: str, name: str) -> str:
 
 
 def check_paging(
-    limit: Any, offset: Any, *, error: type[ValidationError] = ValidationError
+    limit: Any,
+    offset: Any,
+    *,
+    most: int = MAX_LIMIT,
+    error: type[ValidationError] = ValidationError,
 ) -> tuple[int, int]:
+    """``(limit, offset)`` if ``limit`` is 1 to ``most`` and ``offset`` 0 to MAX_OFFSET."""
     problems = [
-        f"{name}: {problem} (got {value!r})"
+        f"{name}: {problem} (got {shown(value)})"
         for name, value, problem in (
-            ("limit", limit, int_problem(limit, 1, MAX_LIMIT)),
-            ("offset", offset, int_problem(offset, 0, None)),
+            ("limit", limit, int_problem(limit, 1, most)),
+            ("offset", offset, int_problem(offset, 0, MAX_OFFSET)),
         )
         if problem is not None
     ]
@@ -136,6 +145,6 @@ def pydantic_problems(exc: PydanticValidationError, prefix: str) -> list[str]:
         if err["type"] == "string_unicode":  # pydantic-core's own refusal of a lone surrogate
             msg = UNICODE_RULE
         given = err.get("input")
-        shown = "" if err["type"] in ("missing", "extra_forbidden") else f" (got {given!r:.60})"
-        problems.append(f"{prefix}{loc}: {msg}{shown}")
+        quoted = "" if err["type"] in ("missing", "extra_forbidden") else f" (got {shown(given)})"
+        problems.append(f"{prefix}{loc}: {msg}{quoted}")
     return problems

@@ -12,6 +12,7 @@ from typing import Protocol
 
 from ._checks import check_id, check_paging, int_problem
 from ._convert import from_row
+from ._strings import shown
 from .errors import NotFoundError, ValidationError
 from .recall._rows import fact_from_row, message_from_row, summary_from_row, topic_from_row
 from .store import DashboardStore, FactRow, LayerStore, MessageRow, SummaryRow, UserRow
@@ -110,7 +111,7 @@ def activity(
     Buckets start on multiples of ``bucket_minutes`` since the epoch (UTC), so a series
     asked twice lines up; the last one holds now."""
     problems = [
-        f"{name}: {problem} (got {value!r})"
+        f"{name}: {problem} (got {shown(value)})"
         for name, value, problem in (
             ("hours", hours, int_problem(hours, 1, _MAX_HOURS)),
             ("bucket_minutes", bucket_minutes, int_problem(bucket_minutes, 1, 24 * 60)),

@@ -15,6 +15,7 @@ import time
 from datetime import datetime, timezone
 
 from ._checks import check_id, int_problem
+from ._strings import shown
 from ._vocabulary import UiSessionKind
 from .errors import NotFoundError, ValidationError
 from .store import DashboardStore, UiSessionRow
@@ -68,12 +69,12 @@ class DashboardSessions:
         """A new sign-in: its token (for the cookie; shown only now) and its record."""
         problems = []
         if kind not in ("key", "admin"):
-            problems.append(f"kind: expected 'key' or 'admin' (got {kind!r})")
+            problems.append(f"kind: expected 'key' or 'admin' (got {shown(kind)})")
         elif kind == "key" and key_id is None:
             problems.append("key_id: a 'key' sign-in names its API key")
         problem = int_problem(ttl_seconds, 1, _MAX_TTL_SECONDS)
         if problem is not None:
-            problems.append(f"ttl_seconds: {problem} (got {ttl_seconds!r})")
+            problems.append(f"ttl_seconds: {problem} (got {shown(ttl_seconds)})")
         if problems:
             raise ValidationError("invalid dashboard session", problems)
         if key_id is not None:

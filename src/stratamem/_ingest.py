@@ -13,14 +13,14 @@ from pydantic import ValidationError as PydanticValidationError
 from ._checks import check_id, check_metadata, new_id, pydantic_problems
 from ._engine import Engine
 from ._speakers import speaker_of, without_speaker
-from ._time import to_iso, utcnow
+from ._time import now_iso, to_iso, utcnow
 from .config import Settings
 from .errors import NotFoundError, ProcessingError, ValidationError
 from .pipeline import is_small_talk
-from .store import MessageRow
+from .store import AddOutcome, MessageRow, SessionRow
 from .types import AddResult, MessageInput
 
-__all__ = ["add_messages"]
+__all__ = ["add_captured", "add_messages"]
 
 
 def _content_hash(session_id: str, m: MessageInput) -> str:
@@ -113,12 +113,41 @@ def add_messages(
     session = store.get_session(project_id, session_id)
     if session is None:
         raise NotFoundError(f"no session {session_id!r}; create it with mem.sessions.create")
+    outcome = store.add_messages(project_id, session, _rows(session, validated))
+    return _accepted(engine, project_id, session.id, outcome, sync=sync)
+
+
+def add_captured(
+    engine: Engine,
+    project_id: str,
+    user_id: str,
+    session_id: str,
+    messages: Any,
+    *,
+    began_at: float,
+) -> AddResult | None:
+    """A captured exchange's messages into ``user_id``'s session (created if new), in one
+    transaction; None (nothing stored) if the exchange began (``began_at``, epoch seconds)
+    before the user was last erased, by any process (store/_core/erasures.py)."""
+    check_id(user_id, "user_id")
+    check_id(session_id, "session_id")
+    validated = _validate_messages(engine.settings, session_id, messages)
+    now = now_iso()
+    session = SessionRow(project_id, session_id, user_id, None, {}, now, now)
+    outcome = engine.store.add_captured(session, _rows(session, validated), began_at=began_at)
+    if outcome is None:
+        return None
+    return _accepted(engine, project_id, session_id, outcome, sync=False)
+
+
+def _rows(session: SessionRow, validated: list[tuple[MessageInput, str]]) -> list[MessageRow]:
+    """The rows of validated messages in ``session``."""
     now = utcnow()
     created = to_iso(now)
     speakers = [_speaker(m) for m, _ in validated]
-    rows = [
+    return [
         MessageRow(
-            project_id=project_id,
+            project_id=session.project_id,
             id=m.id or new_id("m"),
             user_id=session.user_id,
             session_id=session.id,
@@ -137,9 +166,14 @@ def add_messages(
         )
         for (m, digest), speaker in zip(validated, speakers, strict=True)
     ]
-    outcome = store.add_messages(project_id, session, rows)
+
+
+def _accepted(
+    engine: Engine, project_id: str, session_id: str, outcome: AddOutcome, *, sync: bool
+) -> AddResult:
+    """What a stored call returns: its job queued (and with ``sync``, processed)."""
     result = AddResult(
-        session_id=session.id,
+        session_id=session_id,
         message_ids=outcome.message_ids,
         duplicates=outcome.duplicates,
         job_id=outcome.job_id,

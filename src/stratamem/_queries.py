@@ -33,8 +33,8 @@ from pydantic import (
 from pydantic import ValidationError as PydanticValidationError
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from ._checks import ID_RULE, MAX_LIMIT, int_problem, is_id, text_rule_problem
-from ._strings import UNICODE_RULE, value_problem
+from ._checks import ID_RULE, MAX_LIMIT, MAX_OFFSET, int_problem, is_id, text_rule_problem
+from ._strings import UNICODE_RULE, shown, value_problem
 from ._time import Timestamp
 from ._vocabulary import FactStatus, MessageStatus, SummaryStatus
 from .errors import ValidationError
@@ -196,7 +196,7 @@ def _config(value: Any) -> RecallConfig:
 
 Id = Annotated[str, Field(pattern=ID_PATTERN), WrapValidator(_id)]
 Limit = Annotated[int, Field(ge=1, le=MAX_LIMIT), WrapValidator(_integer(1, MAX_LIMIT))]
-Offset = Annotated[int, Field(ge=0), WrapValidator(_integer(0, None))]
+Offset = Annotated[int, Field(ge=0, le=MAX_OFFSET), WrapValidator(_integer(0, MAX_OFFSET))]
 Flag = Annotated[bool, WrapValidator(_flag)]
 When = Annotated[Timestamp, WrapValidator(_when)]
 JsonObject = Annotated[dict[str, Any], WrapValidator(_object)]
@@ -253,7 +253,7 @@ def problems(exc: PydanticValidationError) -> list[str]:
         kind = err["type"]
         message = _MESSAGES.get(kind, err["msg"])
         if kind not in _UNQUOTED:
-            message += f" (got {err.get('input')!r:.60})"
+            message += f" (got {shown(err.get('input'))})"
         field = field_path(err["loc"])
         lines.append(f"{field}: {message}" if field else message)
     return lines

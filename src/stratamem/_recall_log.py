@@ -7,7 +7,9 @@ once a second, or sooner when it fills) and prunes the log to its bounds, so rec
 a caller no store round trip. A writer that cannot keep up loses the oldest records, never
 the caller's time. ``mem.recall_log.list`` and ``latency`` read the store (this process's
 buffer written first, so a reader sees its own records). The log holds memory text: the
-store's forget and erase delete a user's records (store/_core/recall_log.py).
+store's forget and erase delete a user's records (store/_core/recall_log.py), and a record
+whose recall began before its user's memory was forgotten or erased is not written, in
+whichever process it waited (store/_core/erasures.py).
 """
 
 from __future__ import annotations
@@ -66,6 +68,9 @@ class RecallRecorder:
         self._thread: threading.Thread | None = None
         self._stopped = False
         self.dropped = 0  # records lost to a full buffer (a writer that fell behind)
+        # Records not written because their user's memory was forgotten or erased (by any
+        # process) after their recall began: they may quote what was deleted.
+        self.erased = 0
 
     def record(self, row: RecallRecordRow) -> None:
         with self._cond:
@@ -90,7 +95,14 @@ class RecallRecorder:
                 self._pending.clear()
             if not batch:
                 return
-            self._store.add_recall_records(batch)
+            erased = self._store.add_recall_records(batch)
+            if erased:
+                self.erased += erased
+                log.warning(
+                    "stratamem: %d recall log record(s) not written: their user's memory was "
+                    "forgotten or erased after the recall",
+                    erased,
+                )
             older_than = time.time() - self._retention
             for project in dict.fromkeys(r.project_id for r in batch):
                 self._store.prune_recall_log(project, self._keep, older_than)

@@ -14,7 +14,14 @@ from typing import Any
 
 from pydantic import BaseModel, field_validator
 
-__all__ = ["UNICODE_RULE", "CheckedStrings", "printable", "text_problem", "value_problem"]
+__all__ = [
+    "UNICODE_RULE",
+    "CheckedStrings",
+    "printable",
+    "shown",
+    "text_problem",
+    "value_problem",
+]
 
 _BAD = re.compile("[\x00\ud800-\udfff]")
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -76,6 +83,23 @@ def printable(value: str) -> str:
     """``value`` with what UTF-8 cannot encode written as ``\\udXXX`` escapes: safe to echo
     in an error, a log line or a JSON response whatever the caller sent."""
     return value.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+# An error quotes at most this many characters of what it refuses: enough to recognise it,
+# never a 100 KB id echoed back whole (or into a log line).
+SHOWN_CHARS = 60
+
+
+def shown(value: Any) -> str:
+    """``repr(value)`` cut to ``SHOWN_CHARS`` characters (marked with "..."), for an error
+    that quotes its input: the input may be huge or an integer too long to print."""
+    if isinstance(value, str):
+        value = value[: SHOWN_CHARS + 1]  # what is cut below is never written out
+    try:
+        text = repr(value)
+    except ValueError:  # an int past sys.get_int_max_str_digits()
+        return f"<an integer of {value.bit_length()} bits>"
+    return text if len(text) <= SHOWN_CHARS else text[: SHOWN_CHARS - 3] + "..."
 
 
 class CheckedStrings(BaseModel):

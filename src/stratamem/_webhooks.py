@@ -17,7 +17,7 @@ from typing import Any, cast
 
 from ._checks import check_id, check_paging, new_id
 from ._convert import from_row
-from ._strings import text_problem
+from ._strings import shown, text_problem
 from ._time import now_iso, parse_iso, to_iso, utcnow
 from ._vocabulary import WebhookEvent, WebhookMode, WebhookResource
 from .errors import NotFoundError, ValidationError
@@ -78,7 +78,7 @@ class Webhooks:
                     f"event: {point[0]}.{point[1]} is not a hook point; supported are {_POINTS}"
                 )
         if "mode" in fields and fields["mode"] not in MODES:
-            problems.append(f"mode: expected 'sync' or 'async' (got {fields['mode']!r})")
+            problems.append(f"mode: expected 'sync' or 'async' (got {shown(fields['mode'])})")
         if "name" in fields:
             name = fields["name"]
             if not isinstance(name, str) or not name.strip() or len(name) > 200:
@@ -94,7 +94,7 @@ class Webhooks:
             ):
                 problems.append(
                     f"timeout_ms: expected an integer from {MIN_TIMEOUT_MS} to "
-                    f"{MAX_TIMEOUT_MS} (got {t!r})"
+                    f"{MAX_TIMEOUT_MS} (got {shown(t)})"
                 )
         if "enabled" in fields and not isinstance(fields["enabled"], bool):
             problems.append("enabled: expected true or false")
@@ -269,7 +269,10 @@ class Webhooks:
         ):
             raise ValidationError(
                 "invalid webhook",
-                [f"grace_seconds: an integer, 0 to {MAX_GRACE_SECONDS} (got {grace_seconds!r})"],
+                [
+                    f"grace_seconds: an integer, 0 to {MAX_GRACE_SECONDS} "
+                    f"(got {shown(grace_seconds)})"
+                ],
             )
         old = self._row(hook_id)
         secret = new_secret()

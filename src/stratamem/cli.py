@@ -582,6 +582,11 @@ def _run(uvicorn: Any, app: Any, settings: Any) -> None:
         log_config=None,
         access_log=False,  # ours is structured, with request ids
         server_header=False,
+        # The client's address (the limiter of wrong credentials counts by it) and scheme
+        # come from X-Forwarded-* only behind the proxies the settings name: uvicorn's
+        # default would trust them from any local process.
+        proxy_headers=settings.forwarded_allow_ips is not None,
+        forwarded_allow_ips=settings.forwarded_allow_ips or "",
     )
     # uvicorn stops gracefully on SIGTERM, then raises the signal again for the handler it
     # found when it started. With Python's default one the process would die there, before

@@ -27,7 +27,7 @@ from ._dashboard import provenance as _provenance
 from ._dashboard_sessions import DashboardSessions
 from ._engine import Engine
 from ._governance import Governance
-from ._ingest import add_messages
+from ._ingest import add_captured, add_messages
 from ._items import Facts, Summaries
 from ._messages import Messages
 from ._projects import ApiKeys, Projects
@@ -186,6 +186,7 @@ class Memory:
             self,
             await_model=engine.await_warm_up,
             before_store=engine.foreground.pause,
+            store_exchange=self._add_captured,
             recall_log=self.recall_log if self.recall_log.enabled else None,
         )
 
@@ -259,6 +260,18 @@ class Memory:
         """
         self._check_open()
         return add_messages(self._engine, self.project_id, session_id, messages, sync=sync)
+
+    def _add_captured(
+        self, user_id: str, session_id: str, messages: list[dict[str, Any]], began_at: float
+    ) -> bool:
+        """Capture's writer: store an exchange that began at ``began_at`` (epoch seconds)
+        into ``user_id``'s session, creating it, unless the user was erased since (by any
+        process); whether it was stored."""
+        self._check_open()
+        stored = add_captured(
+            self._engine, self.project_id, user_id, session_id, messages, began_at=began_at
+        )
+        return stored is not None
 
     def wait(self, timeout: float | None = None) -> None:
         """Block until no work is queued or running in this store (scripts, tests).

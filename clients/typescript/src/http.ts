@@ -9,6 +9,10 @@
  *   here before the first try) and the connection dropped or the server answered 503 (or a
  *   reverse proxy in front of it 502/504).
  * - A timeout is never retried: the bound the caller set is the bound.
+ * - A redirect is followed only on the server's own origin (scheme, host and port), with
+ *   the same method, body and key, at most MAX_REDIRECTS times. A redirect to another origin
+ *   is an error: following it would send the request, the API key included, to another
+ *   host. (In a browser, where a redirect cannot be inspected, none is followed.)
  */
 import {
   APIConnectionError,
@@ -31,6 +35,7 @@ export const DEFAULT_SYNC_TIMEOUT_MS = 150_000;
 export const MAX_PAGE = 1000;
 /** The largest `limit` a list call takes (the embedded engine's bound too). */
 export const MAX_LIMIT = 10_000;
+const MAX_REDIRECTS = 5;
 const BACKOFF_BASE_MS = 250;
 const BACKOFF_CAP_MS = 8_000;
 const RETRY_AFTER_CAP_MS = 30_000;
@@ -177,6 +182,15 @@ function malformed(call: Call, why: string): APIError {
   );
 }
 
+function redirectError(call: Call, status: number, what: string): APIStatusError {
+  const error = new APIStatusError(
+    `${call.method} ${call.path}: the server answered ${status}, ${what}, not followed: ` +
+      "it would carry the request and its key elsewhere; set baseUrl to the server's own URL",
+  );
+  error.status = status;
+  return error;
+}
+
 export class Transport {
   readonly baseUrl: string;
   readonly timeoutMs: number;
@@ -219,9 +233,10 @@ export class Transport {
       const controller = new AbortController();
       const timer = setTimeout(() => controller.abort(), timeoutMs);
       try {
-        response = await this.fetchImpl(url, { ...init, signal: controller.signal });
+        response = await this.fetchFollowing(call, url, { ...init, signal: controller.signal });
         text = await response.text();
       } catch (error) {
+        if (error instanceof APIStatusError) throw error; // a redirect refused
         if (controller.signal.aborted) {
           throw Object.assign(
             new APITimeoutError(`${call.method} ${url}: no answer within ${timeoutMs} ms`),
@@ -245,6 +260,29 @@ export class Transport {
       const again = safe && UNAVAILABLE.has(response.status) && call.resendUnavailable !== false;
       if (attempt >= this.maxRetries || !again) return this.decode(call, response, text);
       await sleep(backoffMs(attempt, response));
+    }
+  }
+
+  /** `fetch` that follows redirects on the base URL's origin only (see the rules above). */
+  private async fetchFollowing(call: Call, url: string, init: RequestInit): Promise<Response> {
+    const origin = new URL(this.baseUrl).origin;
+    let at = url;
+    for (let hops = 0; ; hops += 1) {
+      const response = await this.fetchImpl(at, { ...init, redirect: "manual" });
+      if (response.type === "opaqueredirect") {
+        throw redirectError(call, response.status, "a redirect this runtime hides (a browser's)");
+      }
+      const location = response.headers.get("location");
+      if (response.status < 300 || response.status >= 400 || location === null) return response;
+      await response.body?.cancel();
+      const next = new URL(location, at);
+      if (next.origin !== origin) {
+        throw redirectError(call, response.status, `a redirect to another origin (${next.origin})`);
+      }
+      if (hops >= MAX_REDIRECTS) {
+        throw redirectError(call, response.status, `more than ${MAX_REDIRECTS} redirects`);
+      }
+      at = next.href;
     }
   }
 

@@ -201,3 +201,53 @@ test("keys with their scheme are sent as given; ids travel as one path segment",
     await srv.close();
   }
 });
+
+test("a redirect to another origin is refused: nothing, the key least of all, goes there", async () => {
+  const elsewhere = await http((req, res) => envelope(res, 200, { id: "s1", user_id: "u" }));
+  const srv = await http((req, res) => {
+    res.writeHead(307, { location: `${elsewhere.url}${req.url}` });
+    res.end();
+  });
+  try {
+    const c = new MemoryClient({ apiKey: "sm_secret", baseUrl: srv.url, maxRetries: 0 });
+    for (const call of [
+      () => c.sessions.create({ userId: "u", sessionId: "s1" }),
+      () => c.sessions.get("s1"),
+    ]) {
+      const error = await call().catch((e) => e);
+      assert.ok(error instanceof APIStatusError, String(error));
+      assert.equal(error.status, 307);
+      assert.match(error.message, /redirect to another origin \(http:\/\/127\.0\.0\.1:\d+\), not followed/);
+    }
+    assert.equal(srv.requests.length, 2);
+    assert.equal(elsewhere.requests.length, 0);
+  } finally {
+    await srv.close();
+    await elsewhere.close();
+  }
+});
+
+test("a redirect on the same origin is followed, with the key, the method and the body", async () => {
+  const srv = await http((req, res) => {
+    if (req.url.startsWith("/old/")) {
+      res.writeHead(308, { location: req.url.replace("/old/", "/") });
+      return res.end();
+    }
+    envelope(res, 200, { id: "s1", user_id: "u" });
+  });
+  try {
+    const c = new MemoryClient({ apiKey: "sm_secret", baseUrl: `${srv.url}/old` });
+    const created = await c.sessions.create({ userId: "u", sessionId: "s1" });
+    assert.equal(created.id, "s1");
+    assert.deepEqual(
+      srv.requests.map((r) => [r.method, r.url, r.headers.authorization]),
+      [
+        ["POST", "/old/api/sessions", "Api-Key sm_secret"],
+        ["POST", "/api/sessions", "Api-Key sm_secret"],
+      ],
+    );
+    assert.equal(srv.requests[1].body, srv.requests[0].body);
+  } finally {
+    await srv.close();
+  }
+});

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, get_args
 from .._queries import MAX_EXCLUDE_TEXTS
 from .._strings import text_problem
 from .._time import utcnow
-from ..errors import ConflictError, ValidationError
+from ..errors import ConflictError, NotFoundError, StoreError, ValidationError
 from ..recall._format import MEMORY_HEADER, MEMORY_OPEN, without_history
 from ._layers import inside
 from ._pauses import collector_pauses
@@ -69,7 +69,13 @@ class Exchange:
     latency_ms: float = 0.0
     partial: bool = False  # the caller closed a stream before it ended
     error: str | None = None  # the call or the stream failed
-    started: datetime = field(default_factory=utcnow)
+    # When the exchange was made: as the call ended (its answer or its stream finished).
+    finished: datetime = field(default_factory=utcnow)
+
+    @property
+    def started(self) -> datetime:
+        """When the call was sent: ``latency_ms`` before it finished."""
+        return self.finished - timedelta(milliseconds=self.latency_ms)
 
 
 @dataclass(frozen=True)
@@ -98,6 +104,18 @@ class Recalled:
 
 _STOP = object()
 
+# Exchanges waiting for the background writer at most: past it a new one is dropped (counted
+# in ``dropped``, logged), so a store that is down or slow costs bounded memory, and a
+# process killed outright loses at most this many answered exchanges (normally the writer
+# keeps up and holds a few).
+MAX_QUEUED_EXCHANGES = 10_000
+# While the store is unavailable (a database restarting), the writer retries an exchange
+# this long, first after RETRY_FIRST_SECONDS, doubling up to RETRY_MAX_SECONDS, holding the
+# ones behind it in the queue; at close, no longer than the close's own timeout.
+STORE_RETRY_SECONDS = 120.0
+RETRY_FIRST_SECONDS = 0.05
+RETRY_MAX_SECONDS = 2.0
+
 # The longest register() waits for the embedding model to load (normally ~0.3-0.5 s).
 MODEL_LOAD_WAIT_SECONDS = 30.0
 
@@ -125,6 +143,10 @@ CAPTURE_RECALL = {
     "candidate_pool": 10,
     "token_budget": 400,
 }
+
+
+# (user_id, session_id, messages, began_at) -> whether stored: see Capture.
+StoreExchange = Callable[[str, str, list[dict[str, Any]], float], bool]
 
 
 class _SessionCreator(Protocol):
@@ -158,8 +180,10 @@ class Capture:
     """``mem.llm``: register clients; attribution defaults; the background writer.
 
     An embedded memory also passes ``await_model(timeout)``, which waits for its embedding
-    model to load, ``before_store()``, which lets the recalls running now go first, and its
-    ``recall_log`` when recalls are to be logged (``log_recall``)."""
+    model to load, ``before_store()``, which lets the recalls running now go first,
+    ``store_exchange(user_id, session_id, messages, began_at)``, which stores an exchange
+    with its session in one transaction unless the user was erased after it began (False
+    then), and its ``recall_log`` when recalls are to be logged (``log_recall``)."""
 
     def __init__(
         self,
@@ -167,12 +191,14 @@ class Capture:
         *,
         await_model: Callable[[float], None] | None = None,
         before_store: Callable[[], object] | None = None,
+        store_exchange: StoreExchange | None = None,
         recall_log: RecallLog | None = None,
     ) -> None:
         self._m = memory
         self._recall_log = recall_log
         self._await_model_load = await_model
         self._before_store = before_store
+        self._store_exchange = store_exchange
         s = memory.settings
         self.recall = s.capture_recall
         self.recall_timeout = s.capture_recall_timeout_ms / 1000
@@ -184,12 +210,16 @@ class Capture:
         self._validated: tuple[dict[str, Any], RecallConfig] | None = None
         self._clients: dict[int, tuple[Any, Callable[[], None]]] = {}
         self._lock = threading.Lock()
-        self._queue: queue.Queue[Any] = queue.Queue()
+        self._queue: queue.Queue[Any] = queue.Queue(MAX_QUEUED_EXCHANGES)
         self._writer: threading.Thread | None = None
         self._recall_pool: ThreadPoolExecutor | None = None
         self._sessions: set[tuple[str, str]] = set()
         self._closed = False
+        self._give_up_at: float | None = None  # while closing: when the writer stops retrying
         self.written = 0  # exchanges stored, for tests and stats
+        self.dropped = 0  # exchanges dropped: the queue was full, or the store stayed down
+        # Exchanges not stored because their user was erased after they began.
+        self.erased = 0
 
     # -- public -------------------------------------------------------------------------
 
@@ -282,7 +312,10 @@ class Capture:
     def flush(self, timeout: float = 5.0) -> bool:
         """Wait until every captured exchange is stored; False if ``timeout`` ran out."""
         done = threading.Event()
-        self._queue.put(done)
+        try:
+            self._queue.put(done, timeout=timeout)
+        except queue.Full:
+            return False
         self._ensure_writer()
         return done.wait(timeout)
 
@@ -293,10 +326,12 @@ class Capture:
             self.unregister(client)
         with self._lock:
             self._closed = True  # a call still in flight is no longer queued
+            self._give_up_at = time.monotonic() + timeout
         if self._writer is not None:
             drained = self.flush(timeout)
             # The store is slow or down: what is still queued is dropped, and said so.
             dropped = 0 if drained else self._discard_queue()
+            self.dropped += dropped
             self._queue.put(_STOP)
             # The write in progress is let finish (bounded by the store's own timeouts, e.g.
             # SQLite's busy timeout): the store must not be closed under it (closing a
@@ -393,7 +428,18 @@ class Capture:
             log.warning("stratamem: the Memory is closed; a captured exchange is not stored")
             return
         try:
-            self._queue.put(exchange)
+            self._queue.put_nowait(exchange)
+        except queue.Full:
+            self.dropped += 1
+            if self.dropped % 1000 == 1:  # the first, then every thousandth
+                log.warning(
+                    "stratamem: %d captured exchange(s) waiting to be stored already; one "
+                    "more dropped (%d so far): the store is down or too slow",
+                    MAX_QUEUED_EXCHANGES,
+                    self.dropped,
+                )
+            return
+        try:
             self._ensure_writer()
         except Exception:
             log.exception("stratamem: could not queue a captured exchange")
@@ -465,9 +511,19 @@ class Capture:
         # The matches (free in process) count the log's hits; a remote memory logs nothing
         # and is not asked for them.
         logged = self._recall_log is not None
-        ctx = self._m.get_memory(
-            sid, query, recall_config=self._config(), exclude_texts=carried, details=logged
-        )
+        config = self._config()
+        try:
+            ctx = self._m.get_memory(
+                sid, query, recall_config=config, exclude_texts=carried, details=logged
+            )
+        except NotFoundError:
+            # The session was forgotten or its user erased since it was made (by any
+            # process): the user is calling again now, so the session is made again.
+            self._sessions.discard((who.user_id or "", sid))
+            sid = self._session(who)
+            ctx = self._m.get_memory(
+                sid, query, recall_config=config, exclude_texts=carried, details=logged
+            )
         text = ctx.formatted_context if self.recall else None
         if text and ctx.history:
             text = without_history(text)  # the history goes in as turns
@@ -501,14 +557,33 @@ class Capture:
                 item.set()
                 continue
             try:
-                self._store(item)
-                self.written += 1
+                if self._stored(item):
+                    self.written += 1
             except Exception:
+                self.dropped += 1
                 log.exception("stratamem: a captured exchange could not be stored")
 
-    def _store(self, ex: Exchange) -> None:
+    def _stored(self, ex: Exchange) -> bool:
+        """``_store``, retried while the store is unavailable (see STORE_RETRY_SECONDS)."""
+        deadline = time.monotonic() + STORE_RETRY_SECONDS
+        pause = RETRY_FIRST_SECONDS
+        while True:
+            try:
+                return self._store(ex)
+            except StoreError as exc:
+                now = time.monotonic()
+                give_up = deadline if self._give_up_at is None else min(deadline, self._give_up_at)
+                if now + pause > give_up:
+                    raise
+                log.warning("stratamem: storing a captured exchange: %s; retrying", exc)
+                time.sleep(pause)
+                pause = min(pause * 2, RETRY_MAX_SECONDS)
+
+    def _store(self, ex: Exchange) -> bool:
+        """Store ``ex``; False when it is not (nothing to store, or its user was erased
+        after it began)."""
         who = ex.attribution
-        sid = self._session(who)
+        assert who.user_id is not None and who.session_id is not None  # resolve() made them
         capture: dict[str, Any] = {
             "provider": ex.provider,
             "model": ex.model,
@@ -532,20 +607,19 @@ class Capture:
                 f"[tool call] {c.get('name')}({c.get('arguments', '')})" for c in ex.tool_calls
             )
         if answer.strip():
-            answered = ex.started + timedelta(milliseconds=ex.latency_ms)
             messages.append(
                 {
                     **base,
                     "role": "assistant",
                     "content": answer,
                     "metadata": {"capture": capture},
-                    "timestamp": answered,
+                    "timestamp": ex.finished,
                 }
             )
         elif messages:
             messages[0]["metadata"] = {"capture": capture}
         if not messages:
-            return
+            return False
         most = self._m.settings.max_content_chars
         for m in messages:
             if m["process_id"] is None:
@@ -558,7 +632,26 @@ class Capture:
         # The next call's recall is likely running now: store after it (bounded wait).
         if self._before_store is not None:
             self._before_store()
-        self._m.add_messages(sid, messages)
+        if self._store_exchange is None:  # a remote memory: the server stores it
+            try:
+                self._m.add_messages(self._session(who), messages)
+            except NotFoundError:  # forgotten or erased since: made again next time
+                self._sessions.discard((who.user_id, who.session_id))
+                raise
+            return True
+        # The memory injected into the call came from a recall that began at most its bound
+        # (and the collection pauses credited to it) before the call was sent.
+        began = ex.started.timestamp() - self.recall_timeout - MAX_PAUSE_CREDIT_SECONDS
+        if self._store_exchange(who.user_id, who.session_id, messages, began):
+            self._sessions.add((who.user_id, who.session_id))
+            return True
+        self.erased += 1
+        log.warning(
+            "stratamem: a captured exchange of user %r began before the user was erased; "
+            "it is not stored",
+            who.user_id,
+        )
+        return False
 
 
 # Ends a captured text cut to max_content_chars (what a message may hold): the beginning is

@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
 
+from .._strings import shown
 from ..errors import ValidationError
 from ..types import ID_PATTERN
 
@@ -37,7 +38,7 @@ _current: ContextVar[Attribution | None] = ContextVar("stratamem_attribution", d
 
 def check(**fields: str | None) -> Attribution:
     problems = [
-        f"{name}: expected an id of letters, digits and ._:@/+=- (got {value!r})"
+        f"{name}: expected an id of letters, digits and ._:@/+=- (got {shown(value)})"
         for name, value in fields.items()
         if value is not None and (not isinstance(value, str) or not _ID.fullmatch(value))
     ]

@@ -23,13 +23,11 @@ import logging
 import threading
 import weakref
 from collections.abc import Callable, Iterable
-from datetime import timedelta
 from typing import Any
 
 from xai_sdk.chat import Response, assistant, system, user
 from xai_sdk.proto import chat_pb2
 
-from .._time import utcnow
 from ._capture import Capture, Exchange, Recalled
 from ._shapes import said
 from ._streams import ObjectProxy
@@ -204,7 +202,6 @@ def _result(
         latency_ms=latency_ms,
         partial=partial,
         error=error,
-        started=utcnow() - timedelta(milliseconds=latency_ms),  # when the call went out
     )
 
 

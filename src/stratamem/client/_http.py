@@ -29,6 +29,7 @@ from pydantic import ValidationError as PydanticValidationError
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from .. import __version__
+from .._checks import MAX_PAGE
 from .._strings import value_problem
 from ..errors import ConfigError, ProcessingError
 from ._errors import (
@@ -59,7 +60,6 @@ DEFAULT_MAX_RETRIES = 2
 # add_messages(sync=True) holds the request open while the server processes; the server
 # gives up after its own sync_timeout_seconds (120 s by default) and answers 503.
 DEFAULT_SYNC_TIMEOUT = 150.0
-MAX_PAGE = 1000  # the server's largest page
 _BACKOFF_BASE = 0.25
 _BACKOFF_CAP = 8.0
 _RETRY_AFTER_CAP = 30.0
@@ -139,6 +139,10 @@ def _timeout_config(
     return httpx.Timeout(read, connect=min(connect, read))
 
 
+MAX_REDIRECTS = 5
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
 def _delay(attempt: int, response: httpx.Response | None) -> float:
     if response is not None:
         hint = response.headers.get("retry-after")
@@ -160,6 +164,35 @@ def _malformed(call: Call[Any], why: str) -> APIError:
     )
     err.detail = str(err)
     return err
+
+
+def _origin(url: httpx.URL) -> tuple[str, str, int | None]:
+    return url.scheme, url.host, url.port or _DEFAULT_PORTS.get(url.scheme)
+
+
+def _redirect_target(call: Call[Any], response: httpx.Response, hops: int) -> str | None:
+    """Where a redirect on the server's own origin leads (to be sent again with the same
+    method, body and key), or None if ``response`` is no redirect. A redirect to another
+    origin is refused: following it would carry the request and the key to another host
+    (httpx drops ``Authorization`` there, not the body nor custom headers)."""
+    location = response.headers.get("location")
+    if not 300 <= response.status_code < 400 or location is None:
+        return None
+    target = response.url.join(location)
+    why = None
+    if _origin(target) != _origin(response.url):
+        why = f"a redirect to another origin ({target.scheme}://{target.netloc.decode()})"
+    elif hops >= MAX_REDIRECTS:
+        why = f"more than {MAX_REDIRECTS} redirects"
+    if why is None:
+        return str(target)
+    err = APIStatusError(
+        f"{call.method} {call.path}: the server answered {response.status_code}, {why}, not "
+        "followed: it would carry the request and its key elsewhere; set base_url to the "
+        "server's own URL"
+    )
+    err.status_code, err.detail = response.status_code, str(err)
+    raise err
 
 
 def _decode(call: Call[Any], response: httpx.Response) -> Any:
@@ -225,6 +258,9 @@ class _Base:
             "params": {k: v for k, v in (params or {}).items() if v is not None} or None,
             "headers": {**self.headers, **call.headers},
             "timeout": timeout,
+            # Whatever the http_client given says: redirects are followed here, on the
+            # server's own origin only (_redirect_target).
+            "follow_redirects": False,
         }
         # Text UTF-8 cannot encode (a lone surrogate) would fail inside the encoders; the
         # server would refuse it anyway, so it is the same ValidationError, naming the field.
@@ -327,7 +363,7 @@ class Transport(_Base):
     def _request(self, call: Call[Any], params: Mapping[str, Any] | None) -> Any:
         self._check_open()
         args = self._request_args(call, params)
-        attempt = 0
+        attempt = hops = 0
         while True:
             response: httpx.Response | None = None
             try:
@@ -336,6 +372,9 @@ class Transport(_Base):
                 if attempt >= self.max_retries or not self._retryable(call, exc, None):
                     raise self._connection_error(call, exc, args["timeout"]) from exc
             else:
+                if (target := _redirect_target(call, response, hops)) is not None:
+                    args, hops = {**args, "url": target, "params": None}, hops + 1
+                    continue
                 if attempt >= self.max_retries or not self._retryable(call, None, response):
                     return _decode(call, response)
             time.sleep(_delay(attempt, response))
@@ -393,7 +432,7 @@ class AsyncTransport(_Base):
     async def _request(self, call: Call[Any], params: Mapping[str, Any] | None) -> Any:
         self._check_open()
         args = self._request_args(call, params)
-        attempt = 0
+        attempt = hops = 0
         while True:
             response: httpx.Response | None = None
             try:
@@ -402,6 +441,9 @@ class AsyncTransport(_Base):
                 if attempt >= self.max_retries or not self._retryable(call, exc, None):
                     raise self._connection_error(call, exc, args["timeout"]) from exc
             else:
+                if (target := _redirect_target(call, response, hops)) is not None:
+                    args, hops = {**args, "url": target, "params": None}, hops + 1
+                    continue
                 if attempt >= self.max_retries or not self._retryable(call, None, response):
                     return _decode(call, response)
             await asyncio.sleep(_delay(attempt, response))

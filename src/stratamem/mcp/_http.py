@@ -14,6 +14,7 @@ a task until the app shuts down (``aclose``).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Callable
 from types import SimpleNamespace
@@ -25,8 +26,9 @@ from starlette.types import Receive, Scope, Send
 
 from .._checks import check_id
 from ..errors import ValidationError
-from ..server._auth import Caller, authenticate
+from ..server._auth import Caller, authenticate, throttle_of
 from ..server._errors import ApiError, error_response
+from ..server._throttle import client_address
 from ._tools import MemoryTools
 
 if TYPE_CHECKING:
@@ -91,9 +93,24 @@ class McpEndpoint:
         by_user = "user_id" in scope.get("path_params", {})
         scope.setdefault("route", _BY_USER if by_user else _BY_HEADER)
         request = Request(scope)
+        if request.method != "POST":
+            # Stateless: no stream to open (GET would hold one open with nothing ever on
+            # it) and no session to end (DELETE).
+            detail = "the MCP endpoint is stateless: send JSON-RPC requests with POST"
+            await error_response(request, 405, detail, headers={"Allow": "POST"})(
+                scope, receive, send
+            )
+            return
         try:
-            header = request.headers.get("authorization")
-            caller: Caller = await anyio.to_thread.run_sync(authenticate, self._memory(), header)
+            caller: Caller = await anyio.to_thread.run_sync(
+                functools.partial(
+                    authenticate,
+                    self._memory(),
+                    request.headers.get("authorization"),
+                    throttle=throttle_of(request),
+                    address=client_address(request),
+                )
+            )
             user = _user_of(request)
         except ApiError as exc:
             await error_response(request, exc.status, exc.detail, headers=exc.headers)(

@@ -24,6 +24,7 @@ from pydantic import ValidationError as PydanticValidationError
 from pydantic_core import ErrorDetails
 
 from .. import __version__
+from .._strings import shown
 from ..errors import StratamemError
 from ._tools import MemoryTools, ToolRefused
 
@@ -119,6 +120,7 @@ _EXPECTED = {
     "int_type": "expected an integer",
     "int_parsing": "expected an integer",
     "int_from_float": "expected an integer",
+    "int_parsing_size": "expected an integer",
     "bool_type": "expected true or false",
     "bool_parsing": "expected true or false",
     "string_type": "expected a string",
@@ -136,7 +138,7 @@ def _argument_problem(err: ErrorDetails) -> str:
         expected = _EXPECTED.get(kind, msg[:1].lower() + msg[1:])
     if kind == "missing":
         return f"{field}: {expected}"
-    return f"{field}: {expected} (got {err.get('input')!r:.60})"
+    return f"{field}: {expected} (got {shown(err.get('input'))})"
 
 
 class _Server(MCPServer[Any]):

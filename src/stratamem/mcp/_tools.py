@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal, cast
 
 from pydantic import Field
 
-from .._checks import check_id
+from .._checks import MAX_OFFSET, MAX_PAGE, check_id, check_paging
 from .._queries import SummaryQuery
 from ..api import MemoryAPI
 from ..errors import NotFoundError, ValidationError
@@ -46,7 +46,7 @@ Wait = Annotated[
     bool, Field(description="Wait until it is processed and return what was learned (slower).")
 ]
 Query = Annotated[str, Field(description="What to look for, in plain words.")]
-Limit = Annotated[int, Field(description="How many results, 1 to 1000.")]
+Limit = Annotated[int, Field(description=f"How many results, 1 to {MAX_PAGE}.")]
 Since = Annotated[
     str | None, Field(description="Only memories from this time on (ISO 8601, e.g. 2026-05-01).")
 ]
@@ -75,8 +75,11 @@ Status = Annotated[
     Field(description="Which memories: the current (active) ones, or those set aside."),
 ]
 TopicId = Annotated[str | None, Field(description="Only this topic's memories (t_...).")]
-PageSize = Annotated[int, Field(description="Memories per page, 1 to 1000.")]
-Offset = Annotated[int, Field(description="Where the page starts (next_offset of the last one).")]
+PageSize = Annotated[int, Field(description=f"Memories per page, 1 to {MAX_PAGE}.")]
+Offset = Annotated[
+    int,
+    Field(description=f"Where the page starts (next_offset of the last one), 0 to {MAX_OFFSET}."),
+]
 Reason = Annotated[str | None, Field(description="Why, kept in the audit log.")]
 Correction = Annotated[str, Field(description="The corrected statement, as a sentence.")]
 ForgetSession = Annotated[str | None, Field(description="Forget this conversation.")]
@@ -305,6 +308,8 @@ class MemoryTools:
         limit: PageSize = 50,
         offset: Offset = 0,
     ) -> dict[str, Any]:
+        # The REST API's page (the facade's listings take larger ones).
+        check_paging(limit, offset, most=MAX_PAGE)
         fields = {"user_id": self.user_id, "status": status, "limit": limit, "offset": offset}
         q = SummaryQuery.build(fields, what="list_memories")
         if topic_id is None:

@@ -21,8 +21,9 @@ from typing import TYPE_CHECKING
 
 from starlette.requests import Request
 
-from ..server._auth import authenticate
+from ..server._auth import authenticate, throttle_of
 from ..server._errors import ApiError
+from ..server._throttle import client_address
 from ._proxy import KEY_HEADER, Refused
 
 if TYPE_CHECKING:
@@ -128,12 +129,19 @@ class ProjectMemories:
         deadline = time.monotonic() + RETRY_CHECK_SECONDS
         pause = _FIRST_RETRY_SECONDS
         caller = None
+        throttle, address = throttle_of(request), client_address(request)
         while caller is None:
             try:
-                caller = await asyncio.to_thread(authenticate, memory, f"Bearer {secret}")
+                caller = await asyncio.to_thread(
+                    authenticate, memory, f"Bearer {secret}", throttle=throttle, address=address
+                )
             except ApiError as exc:
+                limited = exc.status == 429
                 raise Refused(
-                    exc.status, f"{KEY_HEADER}: {exc.detail}", kind="authentication_error"
+                    exc.status,
+                    f"{KEY_HEADER}: {exc.detail}",
+                    kind="rate_limit_error" if limited else "authentication_error",
+                    headers=exc.headers if limited else None,
                 ) from None
             except Exception:  # the store is down: it may be back soon
                 if self._strict or time.monotonic() + pause > deadline:

@@ -91,10 +91,18 @@ _GONE = Response(status_code=499)
 class Refused(Exception):
     """A request the proxy answers itself (no user, a bad id, a wrong stratamem key)."""
 
-    def __init__(self, status: int, message: str, *, kind: str = "invalid_request_error"):
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        kind: str = "invalid_request_error",
+        headers: Mapping[str, str] | None = None,
+    ):
         super().__init__(message)
         self.status = status
         self.kind = kind
+        self.headers = headers  # e.g. a 429's Retry-After
 
 
 class CaptureSource(Protocol):
@@ -496,7 +504,9 @@ class MemoryProxy:
                 )
             call, state, raw = await self._memory(request, api, upstream, who, raw)
         except Refused as exc:
-            return _error(exc.status, str(exc), anthropic=api.anthropic, kind=exc.kind)
+            return _error(
+                exc.status, str(exc), anthropic=api.anthropic, kind=exc.kind, headers=exc.headers
+            )
         return await self._forward(request, upstream, api.path, raw, state, call)
 
     async def _relay_only(self, request: Request) -> Response | _Relay:
@@ -508,7 +518,9 @@ class MemoryProxy:
             try:
                 await self._captures.capture_for(request)
             except Refused as exc:
-                return _error(exc.status, str(exc), anthropic=False, kind=exc.kind)
+                return _error(
+                    exc.status, str(exc), anthropic=False, kind=exc.kind, headers=exc.headers
+                )
         raw = await _body(request, anthropic=False)
         if isinstance(raw, JSONResponse):
             return raw

@@ -26,6 +26,7 @@ from ._errors import install_error_handlers
 from ._limits import BodyLimit
 from ._logging import RequestContext
 from ._settings import ServerSettings, load_server_settings
+from ._throttle import Throttle
 from ._urls import check_url_text
 
 __all__ = ["create_app"]
@@ -77,6 +78,8 @@ def create_app(memory: Any = None, settings: ServerSettings | None = None) -> Fa
     )
     app.state.memory = memory
     app.state.settings = settings
+    # Failed credentials per client address: REST, /admin, MCP, the proxy, the dashboard.
+    app.state.throttle = throttle = Throttle.from_settings(settings)
     install_error_handlers(app)
     for module in (
         _routes_health,
@@ -105,7 +108,7 @@ def create_app(memory: Any = None, settings: ServerSettings | None = None) -> Fa
     app.router.routes.extend(proxy.routes())
     # The dashboard: server-rendered pages at /ui (docs/dashboard.md).
     if settings.ui:
-        app.mount("/ui", create_dashboard(lambda: app.state.memory, settings))
+        app.mount("/ui", create_dashboard(lambda: app.state.memory, settings, throttle))
     # Added last = outermost: the request id exists before the body limit can refuse.
     app.add_middleware(
         BodyLimit,

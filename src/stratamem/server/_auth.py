@@ -18,8 +18,9 @@ from fastapi.security import APIKeyHeader
 from ..memory import Memory
 from ..types import ApiKey
 from ._errors import ApiError
+from ._throttle import Throttle, client_address
 
-__all__ = ["Admin", "Caller", "CallerDep", "authenticate", "require_admin"]
+__all__ = ["Admin", "Caller", "CallerDep", "authenticate", "require_admin", "throttle_of"]
 
 # Declared as a security scheme so the OpenAPI document says how to authenticate.
 _AUTH_HEADER = APIKeyHeader(
@@ -61,9 +62,12 @@ class Caller:
         return f"api_key:{self.key.id}"
 
 
-def authenticate(memory: Memory, authorization: str | None) -> Caller:
-    """The caller an ``Authorization`` header names (``ApiError`` 401 if none): the REST
-    routes' dependency and the MCP endpoint both ask this."""
+def authenticate(
+    memory: Memory, authorization: str | None, *, throttle: Throttle, address: str
+) -> Caller:
+    """The caller an ``Authorization`` header names (``ApiError`` 401 if none, 429 while
+    ``address`` is held back for its wrong keys): the REST routes' dependency, the MCP
+    endpoint and the proxy's key check all ask this."""
     secret = _secret(authorization)
     if secret is None:
         raise ApiError(
@@ -71,17 +75,30 @@ def authenticate(memory: Memory, authorization: str | None) -> Caller:
             "missing or malformed Authorization header; send `Api-Key <key>` or `Bearer <key>`",
             headers=_CHALLENGE,
         )
+    throttle.check("api_key", address)
     key = memory.keys.verify(secret)
     if key is None:
+        throttle.failed("api_key", address)
         # One answer for unknown, revoked and malformed keys: nothing to probe.
         raise ApiError(401, "invalid or revoked API key", headers=_CHALLENGE)
     return Caller(memory=memory.for_project(key.project_id), key=key)
 
 
+def throttle_of(request: Request) -> Throttle:
+    """The app's limiter of failed credentials (``create_app`` makes it)."""
+    throttle: Throttle = request.app.state.throttle
+    return throttle
+
+
 def _caller(
     request: Request, authorization: Annotated[str | None, Depends(_AUTH_HEADER)]
 ) -> Caller:
-    caller = authenticate(request.app.state.memory, authorization)
+    caller = authenticate(
+        request.app.state.memory,
+        authorization,
+        throttle=throttle_of(request),
+        address=client_address(request),
+    )
     request.state.project_id = caller.project_id
     return caller
 
@@ -96,9 +113,12 @@ def require_admin(
     if expected is None:
         raise ApiError(403, "the admin API is disabled; set STRATAMEM_ADMIN_TOKEN to enable it")
     given = _secret(authorization)
-    if given is None or not hmac.compare_digest(
-        given.encode(), expected.get_secret_value().encode()
-    ):
+    if given is None:
+        raise ApiError(401, "invalid admin token", headers=_CHALLENGE)
+    throttle, address = throttle_of(request), client_address(request)
+    throttle.check("admin_token", address)
+    if not hmac.compare_digest(given.encode(), expected.get_secret_value().encode()):
+        throttle.failed("admin_token", address)
         raise ApiError(401, "invalid admin token", headers=_CHALLENGE)
 
 

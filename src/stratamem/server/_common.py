@@ -8,16 +8,15 @@ from typing import Annotated, Any, TypeVar
 
 from fastapi import Query
 
+from .._checks import MAX_OFFSET, MAX_PAGE
 from .._vocabulary import MessageStatus
 from ._errors import ApiError
 from ._models import Envelope, ErrorEnvelope, Page
 
 T = TypeVar("T")
 
-MAX_PAGE = 1000
-
 Limit = Annotated[int, Query(ge=1, le=MAX_PAGE, description="Items per page.")]
-Offset = Annotated[int, Query(ge=0, le=1_000_000_000, description="Items to skip (paging).")]
+Offset = Annotated[int, Query(ge=0, le=MAX_OFFSET, description="Items to skip (paging).")]
 MessageStatusParam = Annotated[
     MessageStatus | None, Query(description="Only messages in this processing state.")
 ]

@@ -77,6 +77,34 @@ class ServerSettings(BaseSettings):
         description="Memory proxy: largest request body accepted on /v1 paths (images "
         "travel inline); larger ones are refused with 413.",
     )
+    auth_failures_burst: int = Field(
+        default=10,
+        ge=1,
+        le=1_000_000,
+        description="Wrong credentials (API keys, the admin token, dashboard sign-ins; each "
+        "kind apart) one client address may send in a row before it is answered 429 with "
+        "Retry-After; correct ones never count.",
+    )
+    auth_failures_per_minute: float = Field(
+        default=10.0,
+        gt=0,
+        le=1_000_000,
+        description="How fast that allowance comes back: wrong credentials per minute an "
+        "address may keep sending once it has used its burst.",
+    )
+    auth_limiter_addresses: int = Field(
+        default=10_000,
+        ge=1,
+        le=10_000_000,
+        description="Client addresses with recent failures remembered (least recently "
+        "failing forgotten first): bounds the limiter's memory.",
+    )
+    forwarded_allow_ips: str | None = Field(
+        default=None,
+        description="Comma-separated addresses (or networks, or `*`) of reverse proxies "
+        "whose X-Forwarded-For and X-Forwarded-Proto `stratamem serve` trusts for the "
+        "client's address and scheme; unset, none: the address is the connection's.",
+    )
     ui: bool = Field(
         default=True,
         description="Serve the dashboard at /ui (sign-in with a project API key or the "

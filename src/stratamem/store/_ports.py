@@ -87,6 +87,15 @@ class SessionStore(Protocol):
     def add_messages(
         self, project_id: str, session: SessionRow, rows: Sequence[MessageRow]
     ) -> AddOutcome: ...
+    def add_captured(
+        self, session: SessionRow, rows: Sequence[MessageRow], *, began_at: float
+    ) -> AddOutcome | None:
+        """``add_messages`` of a captured exchange into ``session`` (created if new),
+        unless the exchange began (``began_at``, this process's epoch seconds) before the
+        session's user was last erased, by any process: then nothing is stored (None).
+        ``ConflictError`` if the session is another user's."""
+        ...
+
     def get_message(self, project_id: str, message_id: str) -> MessageRow | None: ...
     def get_messages(
         self, project_id: str, message_ids: Sequence[str]
@@ -419,7 +428,12 @@ class RecallLogStore(Protocol):
     """The recall log: what the faces' recalls injected, bounded (store/_core/recall_log.py).
     Times are epoch seconds."""
 
-    def add_recall_records(self, rows: Sequence[RecallRecordRow]) -> None: ...
+    def add_recall_records(self, rows: Sequence[RecallRecordRow]) -> int:
+        """Insert ``rows`` but those whose recall began before their user's memory was last
+        forgotten or erased, by any process (store/_core/erasures.py): how many were left
+        out."""
+        ...
+
     def list_recall_records(
         self, project_id: str, user_id: str | None = None, *, limit: int = 50, offset: int = 0
     ) -> list[RecallRecordRow]:

@@ -17,6 +17,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..memory import Memory
+from ..server._throttle import Throttle
 from . import _access, _audit, _items, _overview, _recall, _users, _webhooks
 from ._render import SECURITY_HEADERS
 from ._view import error_page
@@ -61,9 +62,12 @@ async def _not_found(request: Request, exc: Exception) -> Response:
     return error_page(request, None, status, message)
 
 
-def create_dashboard(memory: Callable[[], Memory], settings: object) -> Starlette:
+def create_dashboard(
+    memory: Callable[[], Memory], settings: object, throttle: Throttle
+) -> Starlette:
     """The dashboard over the Memory ``memory()`` returns, with the server's ``settings``
-    (admin token, sign-in lifetime); mount it at ``/ui``."""
+    (admin token, sign-in lifetime) and its limiter of failed sign-ins; mount it at
+    ``/ui``."""
     app = Starlette(
         routes=[
             Route("/static/dashboard.css", _stylesheet, methods=["GET"]),
@@ -79,5 +83,6 @@ def create_dashboard(memory: Callable[[], Memory], settings: object) -> Starlett
     )
     app.state.memory = memory
     app.state.settings = settings
+    app.state.throttle = throttle
     app.add_middleware(_SecurityHeaders)
     return app

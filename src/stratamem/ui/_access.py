@@ -9,6 +9,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from ..server._throttle import Throttle, client_address
 from ._render import render
 from ._signin import (
     LOGIN_COOKIE,
@@ -70,9 +71,22 @@ async def login(request: Request) -> Response:
     if not isinstance(secret, str) or not secret.strip():
         return _login_form(request, status=400, error="Enter an API key.", next_=next_)
     settings = request.app.state.settings
+    throttle: Throttle = request.app.state.throttle
+    address = client_address(request)
+    wait = throttle.wait_seconds("sign_in", address)
+    if wait:  # the right key too: a guesser must not learn it hit while held back
+        response = _login_form(
+            request,
+            status=429,
+            error=f"Too many failed sign-ins from your address. Try again in {wait} s.",
+            next_=next_,
+        )
+        response.headers["Retry-After"] = str(wait)
+        return response
     ttl = max(1, round(settings.ui_session_hours * 3600))
     token = await run_in_threadpool(sign_in, request, root_memory(request), secret, ttl)
     if token is None:
+        throttle.failed("sign_in", address)
         # One answer for unknown, revoked and malformed keys, as the API gives.
         return _login_form(request, status=401, error="That key was not accepted.", next_=next_)
     response = see_other(request, _safe_next(request, next_))

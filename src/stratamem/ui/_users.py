@@ -12,6 +12,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from .._strings import shown
 from ..errors import ValidationError
 from ..types import Summary
 from ._render import render
@@ -31,7 +32,7 @@ _TABS = ("memory", "facts", "messages", "sessions")
 def page_of(request: Request) -> int:
     raw = request.query_params.get("page", "1")
     if not raw.isdigit() or not 1 <= int(raw) <= 100_000:
-        raise ValidationError(f"page: expected a number from 1 (got {raw!r})")
+        raise ValidationError(f"page: expected a number from 1 (got {shown(raw)})")
     return int(raw)
 
 

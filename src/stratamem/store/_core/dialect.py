@@ -39,6 +39,9 @@ class Dialect(ABC):
     #: transactions are taking are passed over (PostgreSQL's ``FOR UPDATE SKIP LOCKED``;
     #: in SQLite one writer at a time takes anything).
     skip_locked: str
+    #: The store's clock, epoch seconds as a float: every process on one store reads the
+    #: same one (SQLite: the machine's; PostgreSQL: the server's, whatever its clients').
+    clock: str
 
     @abstractmethod
     def execute(self, raw: Any, sql: str, params: Sequence[Any] = ()) -> Any:

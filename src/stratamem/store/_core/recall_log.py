@@ -3,7 +3,9 @@
 Rows are appended in batches by the engine's recorder (never on a caller's path), listed
 newest first, summarised into latency buckets for a chart, pruned per project by count and
 age, and deleted with a user's memory (``forget_recall_log``, from ``removal.py``): they
-hold the user's query and the memory text that was injected.
+hold the user's query and the memory text that was injected. A record whose recall began
+before its user's memory was last forgotten is not inserted, whichever process buffered it
+(``erasures.py``).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 
 from .._rows import RecallLatencyRow, RecallRecordRow
 from .dialect import Tx
+from .erasures import began_before, clock_offset, tombstones
 
 __all__ = [
     "RECALL_COLUMNS",
@@ -39,14 +42,30 @@ def _row(r: Sequence[Any]) -> RecallRecordRow:
     return RecallRecordRow(**values)
 
 
-def add_records(tx: Tx, rows: Sequence[RecallRecordRow]) -> None:
+def add_records(tx: Tx, rows: Sequence[RecallRecordRow]) -> int:
+    """Insert ``rows``, except those whose recall began before their user's memory was
+    last forgotten (``erasures.py``): the number left out."""
     if not rows:
-        return
-    marks = ", ".join("?" for _ in _WRITTEN)
-    tx.many(
-        f"INSERT INTO recall_log ({', '.join(_WRITTEN)}) VALUES ({marks})",
-        [tuple(getattr(r, f) for f in _WRITTEN) for r in rows],
-    )
+        return 0
+    forgotten = tombstones(tx, ((r.project_id, r.user_id) for r in rows), "forgotten_at")
+    offset = clock_offset(tx) if forgotten else 0.0
+    kept = [
+        r
+        for r in rows
+        if not began_before(
+            # The recall began latency_ms before it was recorded.
+            r.created_at - r.latency_ms / 1000,
+            offset,
+            forgotten.get((r.project_id, r.user_id)),
+        )
+    ]
+    if kept:
+        marks = ", ".join("?" for _ in _WRITTEN)
+        tx.many(
+            f"INSERT INTO recall_log ({', '.join(_WRITTEN)}) VALUES ({marks})",
+            [tuple(getattr(r, f) for f in _WRITTEN) for r in kept],
+        )
+    return len(rows) - len(kept)
 
 
 def list_records(

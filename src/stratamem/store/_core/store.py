@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from ...errors import ConflictError
 from .. import (
     CURRENT_SUMMARY,
     AddOutcome,
@@ -43,7 +44,18 @@ from .. import (
 from .._batches import processing_state
 from .._dashboard_rows import ActivityCounts, ProvenanceRows, UiSessionRow, UserRow
 from .._webhook_rows import OutboxItem, WebhookDeliveryRow, WebhookRow
-from . import dashboard, governance, ingest, jobs, reads, recall, recall_log, removal, webhooks
+from . import (
+    dashboard,
+    erasures,
+    governance,
+    ingest,
+    jobs,
+    reads,
+    recall,
+    recall_log,
+    removal,
+    webhooks,
+)
 from . import layers as _layers
 from .dialect import Dialect, Tx
 from .layers import FulltextColumns, LayerItem, LayerSearch, VectorRow
@@ -95,25 +107,7 @@ class SQLStore(ABC):
 
     def create_session(self, row: SessionRow) -> tuple[SessionRow, bool]:
         with self._transaction() as tx:
-            created = tx.one(
-                "INSERT INTO sessions (project_id, id, user_id, title, metadata, created_at, "
-                "updated_at) VALUES (?, ?, ?, ?, ?, ?, ?) "
-                "ON CONFLICT (project_id, id) DO NOTHING RETURNING pk",
-                (
-                    row.project_id,
-                    row.id,
-                    row.user_id,
-                    row.title,
-                    tx.dialect.json(row.metadata),
-                    row.created_at,
-                    row.updated_at,
-                ),
-            )
-            stored = tx.one(
-                f"SELECT {SESSION_COLUMNS} FROM sessions WHERE project_id = ? AND id = ?",
-                (row.project_id, row.id),
-            )
-        return session_row(stored, self.dialect), created is not None
+            return _create_session(tx, row)
 
     def get_session(self, project_id: str, session_id: str) -> SessionRow | None:
         with self._query() as tx:
@@ -145,6 +139,21 @@ class SQLStore(ABC):
     ) -> AddOutcome:
         with self._transaction() as tx:
             return ingest.add_messages(tx, self, project_id, session, rows)
+
+    def add_captured(
+        self, session: SessionRow, rows: Sequence[MessageRow], *, began_at: float
+    ) -> AddOutcome | None:
+        with self._transaction() as tx:
+            key = (session.project_id, session.user_id)
+            erased = erasures.tombstones(tx, [key], "erased_at").get(key)
+            if erasures.began_before(began_at, erasures.clock_offset(tx), erased):
+                return None
+            stored, _ = _create_session(tx, session)
+            if stored.user_id != session.user_id:
+                raise ConflictError(
+                    f"session {session.id!r} belongs to another user; the exchange is not stored"
+                )
+            return ingest.add_messages(tx, self, session.project_id, stored, rows)
 
     def get_message(self, project_id: str, message_id: str) -> MessageRow | None:
         with self._query() as tx:
@@ -678,15 +687,26 @@ class SQLStore(ABC):
     ) -> dict[str, int] | None:
         with self._transaction() as tx:
             scope = (message_ids, session_id, topic_id)
-            return removal.forget(self, tx, project_id, user_id, scope, actor, reason)
+            counts = removal.forget(self, tx, project_id, user_id, scope, actor, reason)
+        if counts is not None:
+            self._seal(project_id, user_id, erased=False)
+        return counts
 
     def erase_user(
         self, project_id: str, user_id: str, *, actor: str, reason: str | None
     ) -> dict[str, int]:
         with self._transaction() as tx:
             counts = removal.erase_user(self, tx, project_id, user_id, actor=actor, reason=reason)
+        self._seal(project_id, user_id, erased=True)
         self._user_erased(project_id, user_id)
         return counts
+
+    def _seal(self, project_id: str, user_id: str, *, erased: bool) -> None:
+        """After a forget or an erasure committed: its tombstone (see ``erasures.py``), and
+        the recall log records written in between deleted."""
+        with self._transaction() as tx:
+            erasures.seal(tx, project_id, user_id, erased=erased)
+            recall_log.forget_recall_log(tx, project_id, user_id)
 
     def session_status(self, project_id: str, session_id: str) -> list[tuple[str, str, str | None]]:
         with self._query() as tx:
@@ -858,10 +878,11 @@ class SQLStore(ABC):
 
     # -- the recall log (see recall_log.py) --------------------------------------------------
 
-    def add_recall_records(self, rows: Sequence[RecallRecordRow]) -> None:
-        if rows:
-            with self._transaction() as tx:
-                recall_log.add_records(tx, rows)
+    def add_recall_records(self, rows: Sequence[RecallRecordRow]) -> int:
+        if not rows:
+            return 0
+        with self._transaction() as tx:
+            return recall_log.add_records(tx, rows)
 
     def list_recall_records(
         self, project_id: str, user_id: str | None = None, *, limit: int = 50, offset: int = 0
@@ -878,3 +899,27 @@ class SQLStore(ABC):
     def prune_recall_log(self, project_id: str | None, keep: int, older_than: float) -> int:
         with self._transaction() as tx:
             return recall_log.prune(tx, project_id, keep, older_than)
+
+
+def _create_session(tx: Tx, row: SessionRow) -> tuple[SessionRow, bool]:
+    """The session ``row`` names, inserted unless it exists: (the stored row, whether it
+    was inserted)."""
+    created = tx.one(
+        "INSERT INTO sessions (project_id, id, user_id, title, metadata, created_at, "
+        "updated_at) VALUES (?, ?, ?, ?, ?, ?, ?) "
+        "ON CONFLICT (project_id, id) DO NOTHING RETURNING pk",
+        (
+            row.project_id,
+            row.id,
+            row.user_id,
+            row.title,
+            tx.dialect.json(row.metadata),
+            row.created_at,
+            row.updated_at,
+        ),
+    )
+    stored = tx.one(
+        f"SELECT {SESSION_COLUMNS} FROM sessions WHERE project_id = ? AND id = ?",
+        (row.project_id, row.id),
+    )
+    return session_row(stored, tx.dialect), created is not None

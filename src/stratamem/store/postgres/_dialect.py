@@ -33,6 +33,7 @@ class PostgresDialect(Dialect):
     for_update = " FOR UPDATE"
     for_key_share = " FOR KEY SHARE"
     skip_locked = " FOR UPDATE SKIP LOCKED"
+    clock = "extract(epoch FROM clock_timestamp())::double precision"
 
     def execute(self, raw: Any, sql: str, params: Sequence[Any] = ()) -> Any:
         # Without parameters psycopg leaves the text alone ("LIKE 'a%'" stays as written).

@@ -99,6 +99,7 @@ class SQLiteDialect(Dialect):
     for_update = ""
     for_key_share = ""
     skip_locked = ""
+    clock = "((julianday('now') - 2440587.5) * 86400.0)"
 
     def execute(self, raw: Any, sql: str, params: Sequence[Any] = ()) -> Any:
         return raw.execute(sql, params)
