@@ -21,6 +21,7 @@ from collections import deque
 from collections.abc import Callable
 from datetime import datetime, timezone
 
+from . import _metrics
 from ._queries import ListQuery, arguments
 from ._vocabulary import RecallOutcome, RecallSource
 from .errors import ValidationError
@@ -73,6 +74,7 @@ class RecallRecorder:
                 return
             if len(self._pending) == self._pending.maxlen:
                 self.dropped += 1  # the deque drops the oldest on append
+                _metrics.recall_log_dropped(1)
             self._pending.append(row)
             if self._thread is None:
                 self._thread = threading.Thread(
@@ -90,7 +92,12 @@ class RecallRecorder:
                 self._pending.clear()
             if not batch:
                 return
-            self._store.add_recall_records(batch)
+            try:
+                self._store.add_recall_records(batch)
+            except Exception:
+                _metrics.recall_log_dropped(len(batch))
+                raise
+            _metrics.recall_log_written(min(r.created_at for r in batch))
             older_than = time.time() - self._retention
             for project in dict.fromkeys(r.project_id for r in batch):
                 self._store.prune_recall_log(project, self._keep, older_than)

@@ -28,7 +28,7 @@ import httpx
 from pydantic import ValidationError as PydanticValidationError
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
-from .. import __version__
+from .. import __version__, _tracing
 from .._strings import value_problem
 from ..errors import ConfigError, ProcessingError
 from ._errors import (
@@ -223,7 +223,8 @@ class _Base:
             "method": call.method,
             "url": self.base_url + call.path,
             "params": {k: v for k, v in (params or {}).items() if v is not None} or None,
-            "headers": {**self.headers, **call.headers},
+            # The caller's trace continues on the server (traceparent), when traced.
+            "headers": {**self.headers, **call.headers, **_tracing.outgoing_headers()},
             "timeout": timeout,
         }
         # Text UTF-8 cannot encode (a lone surrogate) would fail inside the encoders; the

@@ -29,6 +29,7 @@ from contextlib import contextmanager, nullcontext
 from datetime import datetime
 from functools import partial
 
+from .. import _tracing
 from .._foreground import Foreground
 from .._queries import SEARCH_LAYERS
 from .._time import parse_iso as parse_ts
@@ -127,48 +128,56 @@ class Recaller:
         if limit <= 0 or not query.strip():
             return []
         with self._foreground():
-            plan = plan_query(
-                query,
-                project_id=project_id,
-                user_id=user_id,
-                filters=filters,
-                options=options or SearchOptions(),
-                limit=limit,
-                speakers=self.store.speaker_names(project_id, user_id),
-                excluded=len(exclude),
-                carried=len(carried),
-                locate=lambda event, opts: self._locate(project_id, user_id, event, opts),
-            )
+            with _tracing.span("stratamem.recall.plan", child=True):
+                plan = plan_query(
+                    query,
+                    project_id=project_id,
+                    user_id=user_id,
+                    filters=filters,
+                    options=options or SearchOptions(),
+                    limit=limit,
+                    speakers=self.store.speaker_names(project_id, user_id),
+                    excluded=len(exclude),
+                    carried=len(carried),
+                    locate=lambda event, opts: self._locate(project_id, user_id, event, opts),
+                )
             scored = self._rank(plan)
             if plan.options.router == "multi_hop_chain":
-                scored = chain(self.store, plan, scored, self._rank)
-            hits = select(
-                self.store,
-                plan,
-                scored,
-                limit=limit,
-                exclude=exclude,
-                texts=carried,
-                chat=self.chat,
-                rows=rows,
-            )
+                with _tracing.span("stratamem.recall.chain", child=True):
+                    scored = chain(self.store, plan, scored, self._rank)
+            with _tracing.span("stratamem.recall.select", child=True):
+                hits = select(
+                    self.store,
+                    plan,
+                    scored,
+                    limit=limit,
+                    exclude=exclude,
+                    texts=carried,
+                    chat=self.chat,
+                    rows=rows,
+                )
             if not standing or "fact" not in plan.options.layers or filters.metadata:
                 return hits
-            items = applicable(
-                self.store,
-                self.vectors,
-                project_id,
-                user_id,
-                query,
-                as_of=plan.options.as_of,
-                general=False,
-                minimum=SEARCH_MIN_SIMILARITY,
-            )
+            with _tracing.span("stratamem.recall.standing", child=True):
+                items = applicable(
+                    self.store,
+                    self.vectors,
+                    project_id,
+                    user_id,
+                    query,
+                    as_of=plan.options.as_of,
+                    general=False,
+                    minimum=SEARCH_MIN_SIMILARITY,
+                )
             return with_standing(hits, items, limit)
 
     def _rank(self, plan: QueryPlan) -> dict[Key, Scored]:
         """Retrieve and score: what one plan finds, ranked."""
-        return rank(retrieve(self.store, self.embedder, self._executor(), plan), plan, self.weights)
+        with _tracing.span("stratamem.recall.retrieve", child=True) as span:
+            found = retrieve(self.store, self.embedder, self._executor(), plan)
+            span.set_attribute("stratamem.recall.candidates", len(found.cands))
+        with _tracing.span("stratamem.recall.score", child=True):
+            return rank(found, plan, self.weights)
 
     def _locate(
         self, project_id: str, user_id: str, event: str, options: SearchOptions
@@ -209,7 +218,7 @@ class Recaller:
             if filters.metadata
             else partial(applicable, self.store, self.vectors, project_id, session.user_id)
         )
-        with self._foreground():
+        with self._foreground(), _tracing.span("stratamem.recall.assemble", child=True):
             return assemble(
                 self.store,
                 partial(self.search, project_id, session.user_id, filters=filters),

@@ -70,6 +70,16 @@ class ServerSettings(BaseSettings):
         description="Memory proxy: largest request body accepted on /v1 paths (images "
         "travel inline); larger ones are refused with 413.",
     )
+    metrics: bool = Field(
+        default=False,
+        description="Serve Prometheus metrics at /metrics (needs prometheus-client, in the "
+        "server extra); with metrics_token set, a scrape must send it as a bearer token.",
+    )
+    metrics_token: SecretStr | None = Field(
+        default=None,
+        description="Bearer token /metrics requires (a token of its own: it opens nothing "
+        "else); unset, /metrics answers anyone who reaches the server.",
+    )
     ui: bool = Field(
         default=True,
         description="Serve the dashboard at /ui (sign-in with a project API key or the "
