@@ -17,8 +17,8 @@ or what memory holds goes on a span only when the ``trace_content`` setting says
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from typing import Any, Literal, ParamSpec, Protocol, TypeVar
 
 __all__ = [
@@ -199,32 +199,48 @@ def span(
     api, tracer = active
     if child and not api.trace.get_current_span().is_recording():
         return _NOTHING
-    return _recorded(api, tracer, name, attributes, kind, links, context)
-
-
-@contextmanager
-def _recorded(
-    api: _Api,
-    tracer: Any,
-    name: str,
-    attributes: Attributes | None,
-    kind: Kind,
-    links: Sequence[Any],
-    context: Any,
-) -> Iterator[Span]:
-    with tracer.start_as_current_span(
+    started = tracer.start_span(
         name,
         context=context,
         kind=api.kinds[kind],
-        attributes=dict(attributes) if attributes else None,
-        links=[api.trace.Link(c) for c in links if c is not None and c.is_valid] or None,
-    ) as current:
+        attributes=attributes,
+        links=[api.trace.Link(c) for c in links if c is not None and c.is_valid] if links else None,
+    )
+    return _Recorded(api, started)
+
+
+class _Recorded(AbstractContextManager[Span]):
+    """A recording span, current inside the block. Written out rather than through the
+    API's ``start_as_current_span``: two generator-based context managers fewer per span
+    (a recall makes about ten), which keeps tracing within a few percent of a search."""
+
+    __slots__ = ("_api", "_span", "_token")
+
+    def __init__(self, api: _Api, span: Any) -> None:
+        self._api = api
+        self._span = span
+        self._token: Any = None
+
+    def __enter__(self) -> Span:
+        api = self._api
+        self._token = api.context.attach(api.trace.set_span_in_context(self._span))
+        span: Span = self._span
+        return span
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any
+    ) -> None:
+        span, api = self._span, self._api
         try:
-            yield current
-        except BaseException as exc:
-            if current.is_recording():
-                current.set_attribute(ERROR_TYPE, type(exc).__qualname__)
-            raise
+            if exc is not None and span.is_recording():
+                span.set_attribute(ERROR_TYPE, type(exc).__qualname__)
+                span.record_exception(exc)
+                span.set_status(
+                    api.trace.Status(api.trace.StatusCode.ERROR, f"{type(exc).__name__}: {exc}")
+                )
+        finally:
+            api.context.detach(self._token)
+            span.end()
 
 
 def open_span(name: str, attributes: Attributes, *, kind: Kind = "client") -> Span:

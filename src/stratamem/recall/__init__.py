@@ -128,47 +128,44 @@ class Recaller:
         if limit <= 0 or not query.strip():
             return []
         with self._foreground():
-            with _tracing.span("stratamem.recall.plan", child=True):
-                plan = plan_query(
-                    query,
-                    project_id=project_id,
-                    user_id=user_id,
-                    filters=filters,
-                    options=options or SearchOptions(),
-                    limit=limit,
-                    speakers=self.store.speaker_names(project_id, user_id),
-                    excluded=len(exclude),
-                    carried=len(carried),
-                    locate=lambda event, opts: self._locate(project_id, user_id, event, opts),
-                )
+            plan = plan_query(
+                query,
+                project_id=project_id,
+                user_id=user_id,
+                filters=filters,
+                options=options or SearchOptions(),
+                limit=limit,
+                speakers=self.store.speaker_names(project_id, user_id),
+                excluded=len(exclude),
+                carried=len(carried),
+                locate=lambda event, opts: self._locate(project_id, user_id, event, opts),
+            )
             scored = self._rank(plan)
             if plan.options.router == "multi_hop_chain":
                 with _tracing.span("stratamem.recall.chain", child=True):
                     scored = chain(self.store, plan, scored, self._rank)
-            with _tracing.span("stratamem.recall.select", child=True):
-                hits = select(
-                    self.store,
-                    plan,
-                    scored,
-                    limit=limit,
-                    exclude=exclude,
-                    texts=carried,
-                    chat=self.chat,
-                    rows=rows,
-                )
+            hits = select(
+                self.store,
+                plan,
+                scored,
+                limit=limit,
+                exclude=exclude,
+                texts=carried,
+                chat=self.chat,
+                rows=rows,
+            )
             if not standing or "fact" not in plan.options.layers or filters.metadata:
                 return hits
-            with _tracing.span("stratamem.recall.standing", child=True):
-                items = applicable(
-                    self.store,
-                    self.vectors,
-                    project_id,
-                    user_id,
-                    query,
-                    as_of=plan.options.as_of,
-                    general=False,
-                    minimum=SEARCH_MIN_SIMILARITY,
-                )
+            items = applicable(
+                self.store,
+                self.vectors,
+                project_id,
+                user_id,
+                query,
+                as_of=plan.options.as_of,
+                general=False,
+                minimum=SEARCH_MIN_SIMILARITY,
+            )
             return with_standing(hits, items, limit)
 
     def _rank(self, plan: QueryPlan) -> dict[Key, Scored]:
