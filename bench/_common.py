@@ -12,7 +12,7 @@ import platform
 import random
 import re
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta, timezone
@@ -24,12 +24,14 @@ import numpy as np
 
 __all__ = [
     "REPO_ROOT",
+    "TRACING_MODES",
     "Summary",
     "SyntheticText",
     "Turn",
     "data_dir",
     "emit_json",
     "engine_version",
+    "format_ab",
     "format_summary",
     "load_locomo",
     "loadavg",
@@ -40,6 +42,8 @@ __all__ = [
     "stopwatch",
     "summarize",
     "synthetic_texts",
+    "tracing",
+    "tracing_ab",
     "verdict",
 ]
 
@@ -434,3 +438,77 @@ def synthetic_texts(pool: Sequence[str], n: int, *, seed: int = 0) -> list[Synth
         seen.add(text)
         out.append(SyntheticText(text=text, source=src, blend=blend))
     return out
+
+
+# -- tracing on and off (docs/observability.md, "What it costs") ---------------------------
+
+#: ``absent``: as without opentelemetry-api (the shim's first check fails); ``off``: the API
+#: installed, no tracer provider set (what an application gets from the otel extra alone);
+#: ``on``: the SDK's provider with an in-memory exporter behind the batch processor (how
+#: spans are exported in production: off the traced thread), flushed after each round.
+TRACING_MODES = ("absent", "off", "on")
+
+
+@contextmanager
+def tracing(mode: str) -> Iterator[None]:
+    """Run the block with stratamem's tracing in ``mode`` (one of TRACING_MODES)."""
+    from stratamem import _metrics, _tracing
+
+    if mode not in TRACING_MODES:
+        raise ValueError(f"tracing mode {mode!r}: expected one of {TRACING_MODES}")
+    if mode == "absent":
+        api, metrics_absent = _tracing._api, _metrics._otel_absent
+        _tracing._api, _tracing._absent, _metrics._otel_absent = None, True, True
+        try:
+            yield
+        finally:
+            _tracing._api, _tracing._absent = api, False
+            _metrics._otel_absent = metrics_absent
+        return
+    if mode == "off":
+        _tracing.set_tracer_provider(None)
+        yield
+        return
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(exporter))
+    _tracing.set_tracer_provider(provider)
+    try:
+        yield
+    finally:
+        _tracing.set_tracer_provider(None)
+        provider.shutdown()  # exports what is queued: the spans were all made
+        if not exporter.get_finished_spans():
+            raise RuntimeError("tracing was on but no span was exported")
+
+
+def tracing_ab(
+    measure: Callable[[], Sequence[float]], rounds: int, modes: Sequence[str] = TRACING_MODES
+) -> dict[str, list[float]]:
+    """The p50 (ms) of ``measure()``'s timings (seconds) in each mode, ``rounds`` times:
+    the modes alternate within each round, their order rotating from round to round, so
+    that drift on a shared machine falls on all of them alike."""
+    p50s: dict[str, list[float]] = {m: [] for m in modes}
+    for r in range(rounds):
+        for i in range(len(modes)):
+            mode = modes[(r + i) % len(modes)]
+            with tracing(mode):
+                p50s[mode].append(float(np.percentile(measure(), 50) * 1000))
+    return p50s
+
+
+def format_ab(label: str, p50s: dict[str, list[float]]) -> str:
+    """One line per mode: the median of its rounds' p50s, and on's and off's added share
+    over the mode before it."""
+    medians = {m: float(np.median(v)) for m, v in p50s.items()}
+    lines = [f"  {label}: median of {len(next(iter(p50s.values())))} rounds' p50"]
+    previous: float | None = None
+    for mode, median in medians.items():
+        added = "" if previous is None else f" ({(median / previous - 1) * 100:+.1f} %)"
+        lines.append(f"    tracing {mode:<6} {median:8.3f} ms{added}")
+        previous = median
+    return "\n".join(lines)

@@ -45,6 +45,12 @@ or a model download); its cloud and telemetry addresses point at a closed port o
     python bench/capture_overhead.py              # 300 pairs each, 1,000 memories (~1 min)
     python bench/capture_overhead.py --calls 1000 --memories 1000 --json
     python bench/capture_overhead.py --model-ms 200    # plus 100 pairs at 200 ms (~1 min more)
+    python bench/capture_overhead.py --tracing ab      # plus tracing absent/off/on, alternated
+
+``--tracing on`` runs everything with OpenTelemetry tracing on (the SDK with an in-memory
+exporter); ``--tracing ab`` adds a figure: registered calls with recall on, in rounds
+(``--rounds``) that alternate tracing absent (as without opentelemetry-api), off (the API,
+no provider) and on, and the median of each mode's p50s.
 """
 
 from __future__ import annotations
@@ -79,12 +85,15 @@ import openai
 from _common import (
     emit_json,
     engine_version,
+    format_ab,
     format_summary,
     locomo_questions,
     locomo_turns,
     machine_info,
     other_load,
     summarize,
+    tracing,
+    tracing_ab,
     verdict,
 )
 from fakes.openai_server import FakeOpenAIServer
@@ -343,6 +352,22 @@ def _memori_pairs(plain: Any, server: FakeOpenAIServer, tmp: str, n: int) -> dic
     return out
 
 
+def _tracing_ab(mem: Memory, captured: Any, args: argparse.Namespace) -> dict[str, list[float]]:
+    """Registered calls with recall on, tracing absent, off and on alternated per round."""
+    n = max(args.calls // 3, 30)
+    asked = itertools.count(20)
+
+    def calls() -> list[float]:
+        with mem.scope(user_id="bench", session_id="bench"):
+            seconds = [_call(captured, False, next(asked)) for _ in range(n)]
+        assert mem.llm.flush(60)
+        return seconds
+
+    p50s = tracing_ab(calls, args.rounds)
+    print(format_ab(f"[tracing] registered call, recall on ({n} calls a round)", p50s))
+    return p50s
+
+
 def _seconds(fn: Any) -> float:
     t0 = time.perf_counter()
     fn()
@@ -357,7 +382,16 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--model-ms", type=float, default=0, help="also run with a model latency")
     p.add_argument("--model-calls", type=int, default=100, help="pairs of the --model-ms run")
     p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--tracing",
+        choices=("off", "on", "ab"),
+        default="off",
+        help="OpenTelemetry tracing: off, on (in-memory exporter), or ab (alternate them)",
+    )
+    p.add_argument("--rounds", type=int, default=7, help="rounds of the --tracing ab figure")
     args = p.parse_args(argv)
+    traced = contextlib.ExitStack()
+    traced.enter_context(tracing("on" if args.tracing == "on" else "off"))
     info = machine_info()
     print(
         f"stratamem capture overhead: {info['cpu']}, {info['cores']} cores, "
@@ -405,6 +439,8 @@ def main(argv: list[str] | None = None) -> None:
         captured = on.llm.register(_client(server))
         results["recall_on"] = _pairs(plain, captured, on, args.calls, False)
         _report(f"recall on, user with {len(texts)} memories", results["recall_on"], 10.0)
+        if args.tracing == "ab":
+            results["tracing_ab_p50_ms"] = _tracing_ab(on, captured, args)
         on.close()
         # Reopened, so that the embedder has not kept the vectors of the pairs' questions
         # (the recall alone asks them again).
@@ -440,6 +476,7 @@ def main(argv: list[str] | None = None) -> None:
             for k, v in results.items()
         }
         emit_json("capture_overhead", flat)
+    traced.close()
 
 
 if __name__ == "__main__":

@@ -51,11 +51,18 @@ What is measured
     python bench/search.py --hnsw-sweep        # plus usearch parameter sweep (~3 more)
     python bench/search.py --quick             # smoke run: 5,000 messages (under a minute)
     python bench/search.py --messages 20000 --queries 100 --json
+    python bench/search.py --quick --tracing ab   # tracing absent/off/on, alternated
+
+``--tracing on`` runs everything with OpenTelemetry tracing on (the SDK with an in-memory
+exporter); ``--tracing ab`` adds a section that alternates tracing absent (as without
+opentelemetry-api), off (the API, no provider) and on within each of ``--rounds`` rounds of
+the warm search pass, and prints the median of each mode's p50s.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import os
 import pstats
@@ -71,6 +78,7 @@ import numpy as np
 from _common import (
     Summary,
     emit_json,
+    format_ab,
     format_summary,
     loadavg,
     locomo_questions,
@@ -80,6 +88,8 @@ from _common import (
     stopwatch,
     summarize,
     synthetic_texts,
+    tracing,
+    tracing_ab,
     verdict,
 )
 from stratamem import Memory
@@ -181,6 +191,15 @@ def _time_each(fn: Any, items: Sequence[Any]) -> tuple[Summary, list[Any]]:
         out.append(fn(item))
         samples.append(time.perf_counter() - t0)
     return summarize(samples), out
+
+
+def _search_seconds(mem: Memory, queries: Sequence[str]) -> list[float]:
+    samples = []
+    for q in queries:
+        t0 = time.perf_counter()
+        mem.search(q, user_id=USER, limit=LIMIT)
+        samples.append(time.perf_counter() - t0)
+    return samples
 
 
 def _vector_part(mem: Memory, qvecs: np.ndarray, k: int) -> tuple[Summary, list[list[int]]]:
@@ -297,7 +316,16 @@ def main(argv: Sequence[str] | None = None) -> None:
         help="also build usearch indexes with other parameters (adds ~3 minutes at 100k)",
     )
     p.add_argument("--json", action="store_true", help="also print a JSON line of results")
+    p.add_argument(
+        "--tracing",
+        choices=("off", "on", "ab"),
+        default="off",
+        help="OpenTelemetry tracing: off, on (in-memory exporter), or ab (alternate them)",
+    )
+    p.add_argument("--rounds", type=int, default=7, help="rounds of the --tracing ab pass")
     args = p.parse_args(argv)
+    traced = contextlib.ExitStack()
+    traced.enter_context(tracing("on" if args.tracing == "on" else "off"))
     n = 5_000 if args.quick else args.messages
     n_queries = 30 if args.quick else args.queries
     pool_cap = 500 if args.quick and args.pool is None else args.pool
@@ -365,6 +393,11 @@ def main(argv: Sequence[str] | None = None) -> None:
             short = sum(1 for h in hits if len(h) < LIMIT)
             print(format_summary(f"warm mem.search, limit {LIMIT} ({mode})", full))
             print(f"    (other processes used {_pct(noise_full[0])} of the CPU meanwhile)")
+
+            if args.tracing == "ab":
+                p50s = tracing_ab(lambda: _search_seconds(mem, queries), args.rounds)
+                print(format_ab(f"[tracing] warm mem.search, limit {LIMIT} ({mode})", p50s))
+                results["tracing_ab_p50_ms"] = p50s
 
             # -- parts -------------------------------------------------------------------------
             store, filters = mem.store, SearchFilters()
@@ -460,6 +493,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         pstats.Stats(profiler).sort_stats("tottime").print_stats(20)
     if args.json:
         emit_json("search", results)
+    traced.close()
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ def test_import_is_fast_and_loads_no_sdk_or_model() -> None:
         "elapsed = time.perf_counter() - t\n"
         "heavy = [m for m in ('openai', 'anthropic', 'google.genai', 'litellm', 'onnxruntime',"
         " 'tokenizers', 'usearch', 'httpx', 'tqdm', 'psycopg', 'psycopg_pool', 'pgvector',"
-        " 'wrapt')"
+        " 'wrapt', 'opentelemetry', 'prometheus_client')"
         " if m in sys.modules]\n"
         "print(json.dumps({'elapsed': elapsed, 'heavy': heavy}))\n"
     )

@@ -15,10 +15,11 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
+from . import _metrics
 from ._foreground import Foreground
 from ._recall_log import RecallRecorder
 from .config import Settings
-from .embed import Embedder, make_embedder
+from .embed import Embedder, ObservedEmbedder, make_embedder
 from .errors import ConfigError, EmbedderMismatchError, EmbeddingError, ProcessingError
 from .hooks import Hooks
 from .hooks._engine import WebhookEngine
@@ -83,6 +84,9 @@ class Engine:
                     batch_nice=settings.worker_nice,
                 )
             )
+            # Recall, the pipeline and reindexing embed through this one: spans and
+            # metrics of each call.
+            self.observed = ObservedEmbedder(self.embedder)
             if embedder_mismatch not in ("error", "reindex"):
                 raise ConfigError("embedder_mismatch must be 'error' or 'reindex'")
             if embedder_mismatch == "error":
@@ -109,7 +113,7 @@ class Engine:
         self.foreground = Foreground()
         self.pipeline = Pipeline(
             self.store,
-            self.embedder,
+            self.observed,
             self.chat,
             self.hooks,
             extract_chunk=settings.extract_chunk_messages,
@@ -117,7 +121,7 @@ class Engine:
             foreground=self.foreground,
         )
         self.recaller = Recaller(
-            self.store, self.embedder, chat=self.chat, foreground=self.foreground
+            self.store, self.observed, chat=self.chat, foreground=self.foreground
         )
         try:
             self.queue: JobQueue = open_queue(
@@ -152,6 +156,7 @@ class Engine:
         self.hooks.remote = self.webhook_engine = WebhookEngine(self.store, settings)
         self.queue.start()
         self.webhook_engine.start()
+        _metrics.watch(self.store.url, self._queue_state)
         self._warm_up()
 
     @property
@@ -163,6 +168,15 @@ class Engine:
                 "summaries, keyword topics)"
             )
         return self.chat.name
+
+    def _queue_state(self) -> _metrics.StoreState:
+        """What metrics report of this store when they are collected."""
+        now = time.time()
+        queue = [
+            _metrics.QueueSample(q.project_id, q.status, q.jobs, max(now - q.oldest_created_at, 0))
+            for q in self.store.queue_state()
+        ]
+        return _metrics.StoreState(queue, [o.service for o in self.store.outages()])
 
     def check_open(self) -> None:
         if self.closed:
@@ -220,7 +234,7 @@ class Engine:
         self.store.drop_vectors_except(embedder_id)
         done, after = 0, 0
         while rows := self.store.messages_missing_vectors(embedder_id, after, batch_size):
-            vectors = self.embedder.embed([embedding_text(r) for r in rows])
+            vectors = self.observed.embed([embedding_text(r) for r in rows])
             self.store.put_message_vectors(embedder_id, rows, vectors)
             after = rows[-1].pk or after
             done += len(rows)
@@ -231,7 +245,7 @@ class Engine:
             while items := self.store.layer_items_missing_vectors(
                 embedder_id, kind, after, batch_size
             ):
-                vectors = self.embedder.embed(self._layer_texts(kind, items))
+                vectors = self.observed.embed(self._layer_texts(kind, items))
                 self.store.put_layer_vectors(embedder_id, kind, items, vectors)
                 after = items[-1][0]
                 done += len(items)
@@ -333,6 +347,7 @@ class Engine:
                     log.warning("closing with work still queued; it stays in %s", self.store.url)
                 except Exception:
                     log.exception("error while finishing queued work at close")
+        _metrics.unwatch(self.store.url, self._queue_state)
         self.queue.stop(timeout=max(1.0, timeout))
         self.webhook_engine.close(timeout=max(1.0, timeout))
         self.recaller.close()

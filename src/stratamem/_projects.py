@@ -8,6 +8,7 @@ import secrets
 import time
 from datetime import datetime
 
+from . import _tracing
 from ._checks import check_id, new_id, optional_text
 from ._convert import from_row
 from ._time import now_iso
@@ -44,7 +45,9 @@ class Projects:
         """Create a project (or return it if ``project_id`` already exists)."""
         optional_text(name, "name", max_len=200, required=True)
         pid = new_id("p") if project_id is None else check_id(project_id, "project_id")
-        row, _ = self._store.create_project(pid, name)
+        with _tracing.memory_span("create_memory_store", pid) as span:
+            row, created = self._store.create_project(pid, name)
+            span.set_attribute("stratamem.project.created", created)
         return _project(row)
 
     def get(self, project_id: str) -> Project:

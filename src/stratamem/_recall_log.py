@@ -23,6 +23,7 @@ from collections import deque
 from collections.abc import Callable
 from datetime import datetime, timezone
 
+from . import _metrics
 from ._queries import ListQuery, arguments
 from ._vocabulary import RecallOutcome, RecallSource
 from .errors import ValidationError
@@ -78,6 +79,7 @@ class RecallRecorder:
                 return
             if len(self._pending) == self._pending.maxlen:
                 self.dropped += 1  # the deque drops the oldest on append
+                _metrics.recall_log_dropped(1)
             self._pending.append(row)
             if self._thread is None:
                 self._thread = threading.Thread(
@@ -95,7 +97,12 @@ class RecallRecorder:
                 self._pending.clear()
             if not batch:
                 return
-            erased = self._store.add_recall_records(batch)
+            try:
+                erased = self._store.add_recall_records(batch)
+            except Exception:
+                _metrics.recall_log_dropped(len(batch))
+                raise
+            _metrics.recall_log_written(min(r.created_at for r in batch))
             if erased:
                 self.erased += erased
                 log.warning(

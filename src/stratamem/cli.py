@@ -375,23 +375,53 @@ def _cmd_stats(args: argparse.Namespace) -> int:
     with _memory(args, existing=True, workers=0) as mem:
         _check_project(mem)
         stats = mem.stats()
+        usage = mem.usage(days=_USAGE_DAYS)
     if args.json:
-        _print_json(stats)
+        _print_json({**stats, "usage": usage.model_dump(mode="json")})
         return 0
-    usage = stats.pop("llm_usage", {})
+    calls = stats.pop("llm_usage", {})
     processing = stats.pop("processing")
     for key, value in stats.items():
         if isinstance(value, dict):
             value = ", ".join(f"{k}={v}" for k, v in value.items()) or "-"
         print(f"{key:>20}: {value}")
     print(f"{'processing':>20}: {_processing(processing)}")
-    print(f"{'llm_usage':>20}: {'-' if not usage else ''}")
-    for what, u in usage.items():
+    print(f"{'llm_usage':>20}: {'-' if not calls else ''}")
+    for what, u in calls.items():
         print(
             f"{'':>22}{what}: {u['calls']} calls ({u['failed']} failed), "
             f"{u['prompt_tokens']} prompt + {u['completion_tokens']} completion tokens"
         )
+    _print_usage(usage)
     return 0
+
+
+_USAGE_DAYS = 7
+
+
+def _print_usage(usage: Any) -> None:
+    """The last days' model tokens and costs (``mem.usage``), one line per day that
+    processed messages or called a model, then the window's total per model."""
+    print(f"{f'cost ({_USAGE_DAYS} days)':>20}: {_money(usage.cost)}", end="")
+    print(f" (no price for {', '.join(usage.unpriced)})" if usage.unpriced else "")
+    for day in usage.days:
+        if not (day.messages_processed or day.models):
+            continue
+        per = "-" if day.tokens_per_message is None else f"{day.tokens_per_message:g}"
+        print(
+            f"{'':>22}{day.day}: {day.messages_processed} messages processed, "
+            f"{day.prompt_tokens} prompt + {day.completion_tokens} completion tokens "
+            f"({per} per message), cost {_money(day.cost)}"
+        )
+    for m in usage.models:
+        print(
+            f"{'':>22}{m.model}: {m.calls} calls, {m.prompt_tokens} prompt + "
+            f"{m.completion_tokens} completion tokens, cost {_money(m.cost)}"
+        )
+
+
+def _money(cost: float | None) -> str:
+    return "-" if cost is None else f"{cost:.4f}"
 
 
 def _processing(state: dict[str, Any]) -> str:

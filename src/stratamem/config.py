@@ -10,12 +10,12 @@ import ipaddress
 import re
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .errors import ConfigError
 
-__all__ = ["DATABASE_FILE_SUFFIXES", "URL_FORMS", "Settings", "load_settings"]
+__all__ = ["DATABASE_FILE_SUFFIXES", "URL_FORMS", "ModelPrice", "Settings", "load_settings"]
 
 # A host name of the webhook allow-list: labels of letters, digits and hyphens; a leading
 # "*." allows every subdomain.
@@ -31,6 +31,15 @@ URL_FORMS = (
     f"{', '.join(DATABASE_FILE_SUFFIXES)}, postgresql://user:password@host:5432/db, or "
     "http(s)://host:port (a stratamem server)"
 )
+
+
+class ModelPrice(BaseModel):
+    """What a model costs per 1M tokens (in any one currency, the same for every model)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    prompt: float = Field(ge=0, allow_inf_nan=False)
+    completion: float = Field(ge=0, allow_inf_nan=False)
 
 
 class Settings(BaseSettings):
@@ -199,6 +208,19 @@ class Settings(BaseSettings):
         gt=0,
         le=87_600,
         description="Recall log: records older than this are deleted.",
+    )
+
+    trace_content: bool = Field(
+        default=False,
+        description="OpenTelemetry: put query and memory text on spans "
+        "(gen_ai.memory.query.text, gen_ai.memory.records). It is what users said: "
+        "personal data; off, spans carry ids, counts and timings only.",
+    )
+    llm_prices: dict[str, ModelPrice] = Field(
+        default_factory=dict,
+        description="Prices of the pipeline's model, per 1M tokens, to turn its tokens into "
+        'money: {"openai:gpt-4o-mini": {"prompt": 0.15, "completion": 0.6}} (the model as '
+        "llm names it, or without its provider; JSON in STRATAMEM_LLM_PRICES).",
     )
 
     webhook_allow: str = Field(

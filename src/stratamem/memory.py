@@ -20,6 +20,7 @@ from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any, Literal
 
+from . import _tracing
 from ._checks import check_id as _check_id
 from ._dashboard import Users
 from ._dashboard import activity as _activity
@@ -35,6 +36,7 @@ from ._queries import ContextQuery, SearchQuery, arguments
 from ._recall_log import RecallLog
 from ._sessions import Sessions
 from ._topics import Topics
+from ._usage import usage as _usage
 from ._webhooks import Webhooks
 from .capture import Attribution, Capture
 from .capture import scope as capture_scope
@@ -55,6 +57,7 @@ from .types import (
     Provenance,
     RecallConfig,
     Summary,
+    Usage,
 )
 
 __all__ = ["Memory"]  # and AsyncMemory, through __getattr__ below
@@ -259,7 +262,17 @@ class Memory:
         (``sync=True``). Resending a message with the same ``id`` and content is a no-op.
         """
         self._check_open()
-        return add_messages(self._engine, self.project_id, session_id, messages, sync=sync)
+        count = len(messages) if isinstance(messages, Sequence) else None
+        with _tracing.memory_span(
+            "create_memory", self.project_id, session_id=session_id, count=count
+        ) as span:
+            result = add_messages(self._engine, self.project_id, session_id, messages, sync=sync)
+            if span.is_recording():
+                if len(result.message_ids) == 1:
+                    span.set_attribute(_tracing.RECORD_ID, result.message_ids[0])
+                if self.settings.trace_content:
+                    span.set_attribute(_tracing.RECORDS, _message_records(result, messages))
+        return result
 
     def _add_captured(
         self, user_id: str, session_id: str, messages: list[dict[str, Any]], began_at: float
@@ -331,14 +344,38 @@ class Memory:
         if session is None:
             raise NotFoundError(f"no session {q.session_id!r}")
         filters = SearchFilters(metadata=parse_metadata_filters(q.metadata_filters))
-        return self._recaller.context(
-            project_id=self.project_id,
-            session=session,
-            query=q.query,
-            config=config,
-            filters=filters,
-            details=q.details,
-            exclude_texts=q.exclude_texts,
+        with self._recall_span("context", session.user_id, q.query, session.id) as span:
+            ctx = self._recaller.context(
+                project_id=self.project_id,
+                session=session,
+                query=q.query,
+                config=config,
+                filters=filters,
+                details=q.details,
+                exclude_texts=q.exclude_texts,
+            )
+            if span.is_recording():
+                span.set_attribute(_tracing.RECORD_COUNT, len(ctx.matches or ()))
+                span.set_attribute("stratamem.context.tokens", ctx.token_estimate)
+                if self.settings.trace_content and ctx.formatted_context:
+                    records = [{"content": ctx.formatted_context}]
+                    span.set_attribute(_tracing.RECORDS, _tracing.memory_records(records))
+        return ctx
+
+    def _recall_span(
+        self, operation: str, user_id: str, query: str | None, session_id: str | None = None
+    ) -> AbstractContextManager[_tracing.Span]:
+        """The ``search_memory`` span of a search or a context (``stratamem.recall``
+        says which); the query on it when ``trace_content`` allows."""
+        return _tracing.memory_span(
+            "search_memory",
+            self.project_id,
+            user_id=user_id,
+            session_id=session_id,
+            attributes={
+                "stratamem.recall": operation,
+                _tracing.QUERY_TEXT: query if self.settings.trace_content else None,
+            },
         )
 
     def search(
@@ -387,15 +424,22 @@ class Memory:
             layers=tuple(q.layers) if q.layers else None,
             include_superseded=q.include_superseded,
         )
-        return self._recaller.search(
-            self.project_id,
-            q.user_id,
-            q.query,
-            limit=q.limit,
-            filters=scope,
-            options=options,
-            standing=True,
-        )
+        with self._recall_span("search", q.user_id, q.query, q.session_id) as span:
+            hits = self._recaller.search(
+                self.project_id,
+                q.user_id,
+                q.query,
+                limit=q.limit,
+                filters=scope,
+                options=options,
+                standing=True,
+            )
+            if span.is_recording():
+                span.set_attribute(_tracing.RECORD_COUNT, len(hits))
+                if self.settings.trace_content:
+                    records = [{"id": h.id, "content": h.text, "score": h.score} for h in hits]
+                    span.set_attribute(_tracing.RECORDS, _tracing.memory_records(records))
+        return hits
 
     # -- governance ----------------------------------------------------------------------
 
@@ -408,7 +452,14 @@ class Memory:
         with ``reason`` and ``actor``. Recall skips archived and deleted summaries and
         down-weights deprioritized ones.
         """
-        return self._governance.set_status(summary_id, status, reason=reason, actor=actor)
+        with _tracing.memory_span(
+            "update_memory",
+            self.project_id,
+            record_id=summary_id,
+            count=1,
+            attributes={"stratamem.summary.status": status if isinstance(status, str) else None},
+        ):
+            return self._governance.set_status(summary_id, status, reason=reason, actor=actor)
 
     def forget(
         self,
@@ -429,15 +480,25 @@ class Memory:
         of the user's recall log records. Returns counts by layer; an audit record keeps
         who, when, why and those counts.
         """
-        self._store_recall_log()
-        return self._governance.forget(
+        one = message_ids[0] if message_ids is not None and len(message_ids) == 1 else None
+        with _tracing.memory_span(
+            "delete_memory",
+            self.project_id,
             user_id=user_id,
-            message_ids=message_ids,
             session_id=session_id,
-            topic_id=topic_id,
-            reason=reason,
-            actor=actor,
-        )
+            record_id=one if isinstance(one, str) else topic_id,
+        ) as span:
+            self._store_recall_log()
+            removed = self._governance.forget(
+                user_id=user_id,
+                message_ids=message_ids,
+                session_id=session_id,
+                topic_id=topic_id,
+                reason=reason,
+                actor=actor,
+            )
+            span.set_attribute(_tracing.RECORD_COUNT, _removed(removed))
+        return removed
 
     def erase_user(
         self, user_id: str, *, reason: str | None = None, actor: str | None = None
@@ -446,8 +507,12 @@ class Memory:
         with their history, topics, vectors, index entries, queued jobs and recall log
         records. The audit record of the erasure (who, when, counts) is all that remains.
         ``NotFoundError`` if nothing is held about the user."""
-        self._store_recall_log()
-        return self._governance.erase_user(user_id, reason=reason, actor=actor)
+        # No record id: every record of the user (the conventions' "delete all").
+        with _tracing.memory_span("delete_memory", self.project_id, user_id=user_id) as span:
+            self._store_recall_log()
+            removed = self._governance.erase_user(user_id, reason=reason, actor=actor)
+            span.set_attribute(_tracing.RECORD_COUNT, _removed(removed))
+        return removed
 
     def _store_recall_log(self) -> None:
         # Records still in this process's buffer would be written after the deletion and
@@ -484,6 +549,14 @@ class Memory:
         data["embedder_configured"] = self._engine.embedder.name
         return data
 
+    def usage(self, *, days: int = 30) -> Usage:
+        """What memory cost this project over the last ``days`` UTC days (1-366, today
+        included): the pipeline's model calls and tokens per day and per model, the
+        messages processed each day and the tokens per processed message, and their cost
+        where the ``llm_prices`` setting prices the model."""
+        self._check_open()
+        return _usage(self._store, self.project_id, self.settings.llm_prices, days=days)
+
     # -- what the dashboard reads (embedded only, like stats) -----------------------------
 
     def provenance(self, item_id: str) -> Provenance:
@@ -501,6 +574,24 @@ class Memory:
         first, the last one holding now."""
         self._check_open()
         return _activity(self._store, self.project_id, hours=hours, bucket_minutes=bucket_minutes)
+
+
+def _removed(counts: dict[str, int]) -> int:
+    """How many memory records a forget or an erasure removed (its counts by layer)."""
+    return sum(n for layer, n in counts.items() if layer in _RECORD_LAYERS)
+
+
+_RECORD_LAYERS = ("messages", "facts", "summaries", "topics")
+
+
+def _message_records(result: AddResult, messages: Sequence[Any]) -> str:
+    """``gen_ai.memory.records`` of messages added (``trace_content`` only)."""
+    contents = [m.content if isinstance(m, MessageInput) else m.get("content") for m in messages]
+    records = [
+        {"id": mid, "content": content}
+        for mid, content in zip(result.message_ids, contents, strict=False)
+    ]
+    return _tracing.memory_records(records)
 
 
 class _ProjectView(Memory):

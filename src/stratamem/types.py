@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any, Literal, Protocol
 
 from pydantic import (
@@ -52,12 +52,14 @@ __all__ = [
     "AsyncSession",
     "AuditRecord",
     "DashboardSession",
+    "DayUsage",
     "Fact",
     "Hit",
     "MemoryContext",
     "Message",
     "MessageInput",
     "MessageState",
+    "ModelUsage",
     "ProcessingStatus",
     "Project",
     "Provenance",
@@ -67,6 +69,7 @@ __all__ = [
     "Session",
     "Summary",
     "Topic",
+    "Usage",
     "UserInfo",
     "Webhook",
     "WebhookDelivery",
@@ -613,6 +616,46 @@ class ActivityBucket(BaseModel):
     messages_added: int = 0
     messages_processed: int = 0
     messages_failed: int = 0
+
+
+class ModelUsage(BaseModel):
+    """The pipeline's calls to one model (in a day, or over a window): tokens, and what
+    they cost when ``llm_prices`` has a price for the model (``None`` otherwise)."""
+
+    model: str
+    calls: int
+    failed: int
+    prompt_tokens: int
+    completion_tokens: int
+    cost: float | None = None
+
+
+class DayUsage(BaseModel):
+    """One UTC day of a project: messages processed, the model calls that cost, and the
+    tokens per processed message (``None`` on a day that processed none)."""
+
+    day: date
+    messages_processed: int
+    prompt_tokens: int
+    completion_tokens: int
+    tokens_per_message: float | None = None
+    cost: float | None = None
+    models: list[ModelUsage] = Field(default_factory=list)
+
+
+class Usage(BaseModel):
+    """What memory cost a project since ``since`` (``mem.usage``): each UTC day (every day
+    of the window, oldest first) and each model over the window. ``cost`` sums the priced
+    models; ``unpriced`` names the models used without a price in ``llm_prices``."""
+
+    since: date
+    days: list[DayUsage]
+    models: list[ModelUsage]
+    prompt_tokens: int
+    completion_tokens: int
+    messages_processed: int
+    cost: float | None = None
+    unpriced: list[str] = Field(default_factory=list)
 
 
 class DashboardSession(BaseModel):

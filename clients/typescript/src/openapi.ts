@@ -173,6 +173,26 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/usage": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * What memory costs
+         * @description The write pipeline's model calls of the caller's project over the last `days` UTC days (today included): tokens per day and per model, messages processed per day and tokens per processed message, and their cost where the server's `llm_prices` setting prices the model (`null` otherwise; `unpriced` names those).
+         */
+        get: operations["usage_api_usage_get"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/users/{user_id}/messages": {
         parameters: {
             query?: never;
@@ -842,6 +862,30 @@ export interface components {
              */
             enabled: boolean;
         };
+        /**
+         * DayUsage
+         * @description One UTC day of a project: messages processed, the model calls that cost, and the
+         *     tokens per processed message (``None`` on a day that processed none).
+         */
+        DayUsage: {
+            /**
+             * Day
+             * Format: date
+             */
+            day: string;
+            /** Messages Processed */
+            messages_processed: number;
+            /** Prompt Tokens */
+            prompt_tokens: number;
+            /** Completion Tokens */
+            completion_tokens: number;
+            /** Tokens Per Message */
+            tokens_per_message?: number | null;
+            /** Cost */
+            cost?: number | null;
+            /** Models */
+            models?: components["schemas"]["ModelUsage"][];
+        };
         /** Envelope[ActionsData] */
         Envelope_ActionsData_: {
             /**
@@ -1102,6 +1146,18 @@ export interface components {
              */
             success: boolean;
             data?: components["schemas"]["Topic"] | null;
+            /** Message */
+            message?: string | null;
+            error?: components["schemas"]["ErrorInfo"] | null;
+        };
+        /** Envelope[Usage] */
+        Envelope_Usage_: {
+            /**
+             * Success
+             * @default true
+             */
+            success: boolean;
+            data?: components["schemas"]["Usage"] | null;
             /** Message */
             message?: string | null;
             error?: components["schemas"]["ErrorInfo"] | null;
@@ -1542,6 +1598,25 @@ export interface components {
             /** Error */
             error?: string | null;
         };
+        /**
+         * ModelUsage
+         * @description The pipeline's calls to one model (in a day, or over a window): tokens, and what
+         *     they cost when ``llm_prices`` has a price for the model (``None`` otherwise).
+         */
+        ModelUsage: {
+            /** Model */
+            model: string;
+            /** Calls */
+            calls: number;
+            /** Failed */
+            failed: number;
+            /** Prompt Tokens */
+            prompt_tokens: number;
+            /** Completion Tokens */
+            completion_tokens: number;
+            /** Cost */
+            cost?: number | null;
+        };
         /** NewApiKey */
         NewApiKey: {
             key: components["schemas"]["ApiKey"];
@@ -1893,6 +1968,33 @@ export interface components {
             timeout_ms?: number | null;
             /** Enabled */
             enabled?: boolean | null;
+        };
+        /**
+         * Usage
+         * @description What memory cost a project since ``since`` (``mem.usage``): each UTC day (every day
+         *     of the window, oldest first) and each model over the window. ``cost`` sums the priced
+         *     models; ``unpriced`` names the models used without a price in ``llm_prices``.
+         */
+        Usage: {
+            /**
+             * Since
+             * Format: date
+             */
+            since: string;
+            /** Days */
+            days: components["schemas"]["DayUsage"][];
+            /** Models */
+            models: components["schemas"]["ModelUsage"][];
+            /** Prompt Tokens */
+            prompt_tokens: number;
+            /** Completion Tokens */
+            completion_tokens: number;
+            /** Messages Processed */
+            messages_processed: number;
+            /** Cost */
+            cost?: number | null;
+            /** Unpriced */
+            unpriced?: string[];
         };
         /**
          * UserAction
@@ -3000,6 +3102,101 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Envelope_ProjectInfo_"];
+                };
+            };
+            /** @description Malformed request (e.g. a body that is not JSON). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description Missing, invalid or revoked API key. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description No such item in the caller's project (another project's ids look the same). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description The request contradicts stored state. */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description Request body or message over the configured limit. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description Validation failed; `error.problems` names each field. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description Unexpected error; `error.request_id` identifies it in the server log. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+            /** @description Storage, embedder or processing unavailable; retry later. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorEnvelope"];
+                };
+            };
+        };
+    };
+    usage_api_usage_get: {
+        parameters: {
+            query?: {
+                /** @description How many days, up to today. */
+                days?: number;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Successful Response */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Envelope_Usage_"];
                 };
             };
             /** @description Malformed request (e.g. a body that is not JSON). */

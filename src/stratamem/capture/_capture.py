@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal, Protocol, get_args
 
+from .. import _metrics, _tracing
 from .._queries import MAX_EXCLUDE_TEXTS
 from .._strings import text_problem
 from .._time import utcnow
@@ -32,7 +33,7 @@ from ._scope import Attribution, check, current
 
 if TYPE_CHECKING:
     from .._recall_log import RecallLog
-    from .._vocabulary import RecallSource
+    from .._vocabulary import RecallOutcome, RecallSource
     from ..config import Settings
     from ..types import MemoryContext, Message, RecallConfig
 
@@ -71,6 +72,9 @@ class Exchange:
     error: str | None = None  # the call or the stream failed
     # When the exchange was made: as the call ended (its answer or its stream finished).
     finished: datetime = field(default_factory=utcnow)
+    # The trace context the exchange was handed over in (the caller's span): the span
+    # that stores it, later and in another thread, links to it.
+    trace: Any = None
 
     @property
     def started(self) -> datetime:
@@ -100,6 +104,13 @@ class Recalled:
     # found by the recall, which claims the session first. In-process, the call goes on (it
     # is not stored: logged); the proxy refuses the request (409) before relaying it.
     refused: str | None = None
+
+    @property
+    def outcome(self) -> RecallOutcome:
+        """What the recall gave the call: ``injected``, ``none`` or ``skipped``."""
+        if self.skipped:
+            return "skipped"
+        return "injected" if self.block or self.history else "none"
 
 
 _STOP = object()
@@ -377,7 +388,7 @@ class Capture:
         future: Future[Recalled] | None = None
         try:
             texts = self._exclusions(carried)
-            future = self._pool().submit(self._recall, who, query, texts)
+            future = self._pool().submit(_tracing.carry(self._recall), who, query, texts)
             recalled = self._result(future)
             return dataclasses.replace(recalled, query=query, latency_ms=elapsed_ms(start))
         except FutureTimeout:
@@ -399,22 +410,26 @@ class Capture:
     def log_recall(
         self, recalled: Recalled | None, *, request: str, source: RecallSource = "capture"
     ) -> None:
-        """Add the recall ``before`` made to the recall log (when the memory keeps one):
+        """Count the recall ``before`` made (metrics) and add it to the recall log (when the
+        memory keeps one):
         ``request`` names what asked (``"openai chat.completions"``, the proxy's
         ``"POST /v1/messages"``). A call without a recall is not logged. Never raises."""
-        if self._recall_log is None or recalled is None or recalled.latency_ms is None:
+        if recalled is None or recalled.latency_ms is None:
+            return
+        outcome = recalled.outcome
+        _metrics.recall(source, outcome, recalled.latency_ms / 1000)
+        if self._recall_log is None:
             return
         try:
             who = recalled.attribution
             assert who.user_id is not None  # resolve() gave the recall a user
-            injected = bool(recalled.block or recalled.history)
             self._recall_log.record(
                 user_id=who.user_id,
                 session_id=who.session_id,
                 source=source,
                 request=request,
                 query=recalled.query,
-                outcome="skipped" if recalled.skipped else "injected" if injected else "none",
+                outcome=outcome,
                 formatted_context=recalled.block or "",
                 hits=recalled.hits,
                 latency_ms=recalled.latency_ms,
@@ -428,6 +443,8 @@ class Capture:
             log.warning("stratamem: the Memory is closed; a captured exchange is not stored")
             return
         try:
+            if exchange.trace is None:
+                exchange.trace = _tracing.current_context()
             self._queue.put_nowait(exchange)
         except queue.Full:
             self.dropped += 1
@@ -557,7 +574,9 @@ class Capture:
                 item.set()
                 continue
             try:
-                if self._stored(item):
+                with _tracing.span("stratamem.capture.store", links=(item.trace,)):
+                    stored = self._stored(item)
+                if stored:
                     self.written += 1
             except Exception:
                 self.dropped += 1

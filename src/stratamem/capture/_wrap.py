@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from .. import _tracing
 from ._capture import Capture, Exchange, Recalled, elapsed_ms
 from ._streams import AsyncStreamProxy, OpenedOnFirstRead, StreamProxy
 
@@ -113,14 +114,23 @@ def prepared(
     """Recall and inject for one call; the recall is logged as ``source``'s, under
     ``label`` (the endpoint's own by default). The proxy passes its own: it runs the same
     endpoints over a request body."""
-    try:
-        recalled, sent = endpoint.prepare(capture, request)
-    except Exception:  # fail open: the call goes out as the caller made it
-        log.exception("stratamem: could not prepare a %s call", endpoint.provider)
-        return None, request
-    capture.log_recall(
-        recalled, request=label or endpoint.label or endpoint.provider, source=source
-    )
+    named = label or endpoint.label or endpoint.provider
+    # The face's recall: under the caller's current span (a model-call span of an
+    # instrumentation or framework that is active around this call, or the proxy's
+    # request, which continues the caller's trace), with memory's own spans inside.
+    with _tracing.span(
+        "stratamem.recall", {"stratamem.face": source, "stratamem.request": named}
+    ) as span:
+        try:
+            recalled, sent = endpoint.prepare(capture, request)
+        except Exception as exc:  # fail open: the call goes out as the caller made it
+            _tracing.failed(span, exc)
+            log.exception("stratamem: could not prepare a %s call", endpoint.provider)
+            return None, request
+        if recalled is not None and span.is_recording():
+            span.set_attribute("stratamem.recall.outcome", recalled.outcome)
+            span.set_attribute(_tracing.RECORD_COUNT, recalled.hits)
+    capture.log_recall(recalled, request=named, source=source)
     return recalled, sent
 
 

@@ -28,7 +28,7 @@ import httpx
 from pydantic import ValidationError as PydanticValidationError
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
-from .. import __version__
+from .. import __version__, _tracing
 from .._checks import MAX_PAGE
 from .._strings import value_problem
 from ..errors import ConfigError, ProcessingError
@@ -256,7 +256,8 @@ class _Base:
             "method": call.method,
             "url": self.base_url + call.path,
             "params": {k: v for k, v in (params or {}).items() if v is not None} or None,
-            "headers": {**self.headers, **call.headers},
+            # The caller's trace continues on the server (traceparent), when traced.
+            "headers": {**self.headers, **call.headers, **_tracing.outgoing_headers()},
             "timeout": timeout,
             # Whatever the http_client given says: redirects are followed here, on the
             # server's own origin only (_redirect_target).

@@ -24,7 +24,7 @@ from stratamem.errors import ConfigError
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["Embedder", "local_embedder_available", "make_embedder"]
+__all__ = ["Embedder", "ObservedEmbedder", "local_embedder_available", "make_embedder"]
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +72,9 @@ class Embedder(Protocol):
         the model or endpoint fails. Safe to call from several threads at once.
         """
         ...
+
+
+from ._observed import ObservedEmbedder  # noqa: E402  (it types against Embedder above)
 
 
 def _missing_modules(names: Sequence[str]) -> list[str]:

@@ -15,9 +15,10 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from .. import _metrics
 from .._time import now_iso
 from ..store import OutboxWrite, WebhookDeliveryRow, WebhookRow, WebhookStore
-from ._http import HttpResult, WebhookHttp, excerpt, http_failure
+from ._http import HttpResult, WebhookHttp, excerpt, http_failure, traced_post
 from ._outbox import OutboxSender
 from ._signing import signature_headers
 from ._ssrf import AllowList, Resolver, system_resolver
@@ -127,10 +128,13 @@ class WebhookEngine:
             headers = signature_headers(
                 hook.signing_secrets(now_iso()), payload["delivery_id"], body
             )
-            result = self.http.post(hook.target_url, body, headers, hook.timeout_ms)
+            result = traced_post(self.http, hook, "sync", body, headers)
             if result.status is None and result.error is not None:
                 ctx.silent[hook.id] = result.error
         ok, reason = judge(result, apply)
+        _metrics.webhook_delivery(
+            hook.project_id, "sync", "delivered" if ok else "failed", result.latency_ms / 1000
+        )
         self._log(
             WebhookDeliveryRow(
                 id=payload["delivery_id"],

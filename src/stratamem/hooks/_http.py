@@ -18,16 +18,19 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
+from .. import _tracing
 from ._ssrf import AllowList, DeliveryError, Resolver, parse_target, pin, system_resolver
 
 if TYPE_CHECKING:
     import httpcore
 
+    from ..store import WebhookRow
     from ._deadline import DeadlineBackend
 
-__all__ = ["EXCERPT_CHARS", "HttpResult", "WebhookHttp", "excerpt", "http_failure"]
+__all__ = ["EXCERPT_CHARS", "HttpResult", "WebhookHttp", "excerpt", "http_failure", "traced_post"]
 
 # Pools are kept per (scheme, host, address, port): a pooled connection is only ever
 # reused for the host name its TLS session was verified for.
@@ -208,6 +211,37 @@ class WebhookHttp:
             pools, self._pools = list(self._pools.values()), OrderedDict()
         for pool in pools:
             pool.close()
+
+
+def traced_post(
+    http: WebhookHttp, hook: WebhookRow, mode: str, body: bytes, headers: dict[str, str]
+) -> HttpResult:
+    """POST one delivery of ``hook`` as an HTTP client span (``POST``; no URL on it: a
+    webhook's path or query may hold a secret), the trace's ``traceparent`` sent along."""
+    target = urlsplit(hook.target_url)
+    attributes: dict[str, Any] = {
+        "http.request.method": "POST",
+        "stratamem.webhook.id": hook.id,
+        "stratamem.webhook.event": f"{hook.resource}.{hook.event}",
+        "stratamem.webhook.mode": mode,
+    }
+    if target.hostname:
+        attributes[_tracing.SERVER_ADDRESS] = target.hostname
+    with _tracing.span("POST", attributes, kind="client") as span:
+        sent = {**headers, **_tracing.outgoing_headers()}
+        result = http.post(hook.target_url, body, sent, hook.timeout_ms)
+        if span.is_recording():
+            if result.status is not None:
+                span.set_attribute("http.response.status_code", result.status)
+            failure = http_failure(result)
+            if failure is not None:
+                kind = str(result.status) if result.error is None else "_OTHER"
+                _tracing.failed(span, _DeliveryFailed(failure), error_type=kind)
+    return result
+
+
+class _DeliveryFailed(Exception):
+    """Why a delivery failed, as the span records it."""
 
 
 def http_failure(result: HttpResult) -> str | None:

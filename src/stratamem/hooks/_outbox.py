@@ -26,12 +26,13 @@ import time
 from collections import Counter
 from typing import TYPE_CHECKING
 
+from .. import _metrics
 from .._time import now_iso
 from .._vocabulary import DeliveryStatus
 from ..errors import ProcessingError
 from ..jobs import backoff_delay
 from ..store import OutboxItem, WebhookDeliveryRow, WebhookStore
-from ._http import WebhookHttp, excerpt, http_failure
+from ._http import WebhookHttp, excerpt, http_failure, traced_post
 from ._signing import signature_headers
 
 if TYPE_CHECKING:
@@ -122,7 +123,7 @@ class OutboxSender:
             status, reason, result = "failed", "webhook disabled before delivery", None
         else:
             headers = signature_headers(hook.signing_secrets(now_iso()), item.delivery_id, body)
-            result = self.http.post(hook.target_url, body, headers, hook.timeout_ms)
+            result = traced_post(self.http, hook, "async", body, headers)
             failure = http_failure(result)
             if failure is None:
                 status, reason = "delivered", f"HTTP {result.status} (answers are ignored)"
@@ -130,6 +131,8 @@ class OutboxSender:
                 status, reason = "retrying", failure
             else:
                 status, reason = "failed", failure
+        latency = 0.0 if result is None else result.latency_ms / 1000
+        _metrics.webhook_delivery(item.project_id, "async", status, latency)
         retry_at = None
         if status == "retrying":
             delay = backoff_delay(

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
+from .. import _metrics, _tracing
 from .._priority import lower_this_thread
 from ..errors import ProcessingError, UnavailableError
 from ..store import ClaimedBatch, JobStore, LeaseLostError
@@ -138,21 +139,37 @@ def run_batch(
     ``on_resume()`` lets the waiting work go on. A batch whose claim was lost meanwhile
     is discarded: its holder's successor redoes it."""
     started = time.perf_counter()
-    try:
-        handler(batch)
-    except LeaseLostError:
-        log.warning("jobs %s were reclaimed by another worker; result discarded", batch.job_ids)
-        return
-    except UnavailableError as exc:
-        _pause(store, batch, exc, outage_backoff_seconds, outage_backoff_max_seconds)
-        return
-    except Exception as exc:  # every failure is recorded and retried, never raised here
-        if batch.probe:  # the services answered: whatever went wrong, the outage is over
+    jobs = len(batch.job_ids)
+    with _tracing.span(
+        "stratamem.process_batch",
+        {
+            _tracing.STORE_ID: batch.project_id,
+            _tracing.USER_ID: batch.user_id,
+            "stratamem.batch.jobs": jobs,
+            "stratamem.batch.messages": len(batch.messages),
+            "stratamem.batch.probe": batch.probe,
+        },
+    ) as span:
+        try:
+            handler(batch)
+        except LeaseLostError as exc:
+            _tracing.failed(span, exc)
+            log.warning("jobs %s were reclaimed by another worker; result discarded", batch.job_ids)
+            return
+        except UnavailableError as exc:
+            _tracing.failed(span, exc)
+            _pause(store, batch, exc, outage_backoff_seconds, outage_backoff_max_seconds)
+            _metrics.job_outcome(batch.project_id, "paused", jobs)
+            return
+        except Exception as exc:  # every failure is recorded and retried, never raised here
+            _tracing.failed(span, exc)
+            if batch.probe:  # the services answered: whatever went wrong, the outage is over
+                _resume(store, on_resume)
+            _fail(store, batch, exc, max_attempts, backoff_seconds, backoff_max_seconds)
+            return
+        if batch.probe:
             _resume(store, on_resume)
-        _fail(store, batch, exc, max_attempts, backoff_seconds, backoff_max_seconds)
-        return
-    if batch.probe:
-        _resume(store, on_resume)
+    _metrics.job_outcome(batch.project_id, "processed", jobs)
     log.debug(
         "processed %d messages of %s/%s in %.1f ms",
         len(batch.messages),
@@ -177,6 +194,7 @@ def _fail(
         split_at = time.time() + backoff_delay(1, backoff_seconds, backoff_max_seconds)
         with contextlib.suppress(LeaseLostError):
             store.fail_batch(batch, error, split_at, calls, counted=False, retry_cap=cap)
+            _metrics.job_outcome(batch.project_id, "retried", len(batch.job_ids))
             log.warning(
                 "jobs %s failed together (an attempt of none of them); retrying them in "
                 "batches of at most %d jobs in %.1fs: %s",
@@ -194,6 +212,7 @@ def _fail(
         store.fail_batch(batch, error, retry_at, calls, retry_cap=1)
     except LeaseLostError:
         return
+    _metrics.job_outcome(batch.project_id, "failed" if retry_at is None else "retried", 1)
     if retry_at is None:
         log.error("job %s failed for good after %d attempts: %s", batch.job_ids, attempts, error)
     else:

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
+from .. import _tracing
 from .._unavailable import unavailable_status
 from ..errors import ConfigError, StratamemError, UnavailableError
 
@@ -30,6 +31,7 @@ __all__ = [
     "make_chat_model",
     "parse_json_object",
     "sdk_error",
+    "traced_call",
     "unavailable",
 ]
 
@@ -173,6 +175,21 @@ def complete_json(
         raise LLMOutputError(
             f"model {model.id} gave unusable JSON twice: {_short(exc)}", raw=second.text
         ) from None
+
+
+def traced_call(
+    provider: str, model: str, server: str, call: Callable[[dict[str, str]], ChatResult]
+) -> ChatResult:
+    """``call(headers)`` as a GenAI inference span (``chat {model}``, a child of the batch
+    or recall that asked), the headers carrying the trace to the provider; the span gets
+    the answer's model and tokens."""
+    with _tracing.chat_span(provider, model, server) as span:
+        result = call(_tracing.outgoing_headers())
+        if span.is_recording():
+            span.set_attribute(_tracing.RESPONSE_MODEL, result.model)
+            span.set_attribute(_tracing.INPUT_TOKENS, result.prompt_tokens)
+            span.set_attribute(_tracing.OUTPUT_TOKENS, result.completion_tokens)
+    return result
 
 
 def describe_error(exc: Exception) -> str:

@@ -7,6 +7,7 @@ all, and the answer is parsed strictly either way.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -14,7 +15,7 @@ import time
 from typing import Any
 
 from ..errors import ConfigError
-from . import ChatResult, LLMError, sdk_error, unavailable
+from . import ChatResult, LLMError, sdk_error, traced_call, unavailable
 from . import describe_error as _detail
 
 __all__ = ["AnthropicChatModel"]
@@ -65,7 +66,12 @@ class AnthropicChatModel:
         while True:
             structured = schema is not None and self._structured
             try:
-                return self._call(system, user, schema, structured, max_tokens)
+                return traced_call(
+                    "anthropic",
+                    self.model,
+                    self._where,
+                    functools.partial(self._call, system, user, schema, structured, max_tokens),
+                )
             except self._anthropic.BadRequestError as exc:
                 if not structured or "output_config" not in str(exc).lower():
                     raise LLMError(f"{self.id} refused the request: {_detail(exc)}") from exc
@@ -86,6 +92,7 @@ class AnthropicChatModel:
         schema: dict[str, Any] | None,
         structured: bool,
         max_tokens: int,
+        headers: dict[str, str],
     ) -> ChatResult:
         kwargs: dict[str, Any] = {}
         if structured:
@@ -98,6 +105,7 @@ class AnthropicChatModel:
             system=system,
             messages=[{"role": "user", "content": user}],
             max_tokens=max_tokens,
+            extra_headers=headers or None,
             **kwargs,
         )
         latency = (time.perf_counter() - started) * 1000

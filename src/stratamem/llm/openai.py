@@ -8,6 +8,7 @@ remember what worked, so a local server costs one refused request, once.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -15,7 +16,7 @@ import time
 from typing import Any
 
 from ..errors import ConfigError
-from . import ChatResult, LLMError, sdk_error, unavailable
+from . import ChatResult, LLMError, sdk_error, traced_call, unavailable
 from . import describe_error as _detail
 
 __all__ = ["OpenAIChatModel"]
@@ -79,7 +80,12 @@ class OpenAIChatModel:
                 step = self._mode
             mode = _MODES[step] if schema is not None else "text"
             try:
-                return self._call(system, user, schema, mode, max_tokens)
+                return traced_call(
+                    "openai",
+                    self.model,
+                    self._where,
+                    functools.partial(self._call, system, user, schema, mode, max_tokens),
+                )
             except self._openai.BadRequestError as exc:
                 if not self._completion_tokens and _mentions(exc, "max_tokens", "temperature"):
                     # Reasoning models refuse max_tokens and temperature: use the newer
@@ -108,7 +114,13 @@ class OpenAIChatModel:
                 raise unavailable(self.id, f"returned a malformed response: {exc}") from exc
 
     def _call(
-        self, system: str, user: str, schema: dict[str, Any] | None, mode: str, max_tokens: int
+        self,
+        system: str,
+        user: str,
+        schema: dict[str, Any] | None,
+        mode: str,
+        max_tokens: int,
+        headers: dict[str, str],
     ) -> ChatResult:
         kwargs: dict[str, Any] = {}
         if mode == "json_schema":
@@ -131,6 +143,7 @@ class OpenAIChatModel:
         response = self._client.chat.completions.create(
             model=self.model,
             messages=[{"role": "system", "content": system}, {"role": "user", "content": user}],
+            extra_headers=headers or None,
             **kwargs,
         )
         latency = (time.perf_counter() - started) * 1000

@@ -11,12 +11,14 @@ query models, the REST API's), whose ``ValidationError`` the server turns into a
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Annotated, Any, Literal, cast
 
 from pydantic import Field
 
+from .. import _metrics
 from .._checks import MAX_OFFSET, MAX_PAGE, check_id, check_paging
 from .._queries import SummaryQuery
 from ..api import MemoryAPI
@@ -265,6 +267,7 @@ class MemoryTools:
         layer: Layer = None,
         include_superseded: Superseded = False,
     ) -> dict[str, Any]:
+        start = time.perf_counter()
         hits = self.memory.search(
             query,
             user_id=self.user_id,
@@ -274,6 +277,7 @@ class MemoryTools:
             layers=None if layer is None else [layer],
             include_superseded=include_superseded,
         )
+        _metrics.recall("mcp", "injected" if hits else "none", time.perf_counter() - start)
         return {"results": [self._hit(h) for h in hits]}
 
     def _hit(self, h: Hit) -> dict[str, Any]:
@@ -295,7 +299,10 @@ class MemoryTools:
         return out
 
     def get_context(self, query: Query, session_id: SessionId = None) -> dict[str, Any]:
+        start = time.perf_counter()
         context = self.memory.get_memory(self._session(session_id), query)
+        outcome = "injected" if context.formatted_context else "none"
+        _metrics.recall("mcp", outcome, time.perf_counter() - start)
         return {
             "formatted_context": context.formatted_context,
             "token_estimate": context.token_estimate,

@@ -20,6 +20,7 @@ import numpy as np
 from pydantic import ConfigDict, Field
 from pydantic import ValidationError as PydanticValidationError
 
+from .. import _metrics, _tracing
 from .._checks import new_id
 from .._foreground import PAUSE_SECONDS, Foreground
 from .._speakers import without_speaker
@@ -353,8 +354,31 @@ class Pipeline:
             # (an attribute of whatever exception it is, read back with getattr).
             exc.stratamem_calls = calls  # type: ignore[attr-defined]
             raise
+        finally:
+            for c in calls:  # spent whether the batch commits or not
+                _metrics.llm_call(
+                    batch.project_id,
+                    c.model,
+                    c.stage,
+                    ok=c.ok,
+                    prompt_tokens=c.prompt_tokens,
+                    completion_tokens=c.completion_tokens,
+                    seconds=c.latency_ms / 1000,
+                )
         pause()
-        self.store.complete_batch(batch, embedder=self.embedder.id, vectors=vectors, layers=layers)
+        superseded = sum(1 for w in layers.summaries if w.action == "supersede")
+        # What the batch derived, written at once: the pipeline chose what to create,
+        # strengthen or supersede (an upsert, in the conventions' words).
+        with _tracing.memory_span(
+            "upsert_memory",
+            batch.project_id,
+            user_id=batch.user_id,
+            count=len(layers.facts) + len(layers.summaries) + len(layers.topics),
+            attributes={"stratamem.memory.superseded": superseded},
+        ):
+            self.store.complete_batch(
+                batch, embedder=self.embedder.id, vectors=vectors, layers=layers
+            )
         self.hooks.committed(layers.outbox)
 
     def _pauser(self) -> Callable[[], None]:

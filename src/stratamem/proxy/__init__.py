@@ -70,10 +70,10 @@ def create_proxy_app(memory: Memory, settings: ServerSettings) -> Starlette:
     from starlette.applications import Starlette
     from starlette.requests import Request
     from starlette.responses import JSONResponse
-    from starlette.routing import Route
 
     from ..server._limits import BodyLimit
-    from ..server._logging import RequestContext
+    from ..server._logging import NamedRoute, RequestContext
+    from ..server._telemetry import install as install_telemetry
 
     proxy = build_proxy(settings, OneMemory(memory))
 
@@ -88,10 +88,11 @@ def create_proxy_app(memory: Memory, settings: ServerSettings) -> Starlette:
         finally:
             await proxy.aclose()
 
-    app = Starlette(routes=[Route("/health", health), *proxy.routes()], lifespan=lifespan)
+    app = Starlette(routes=[NamedRoute("/health", health), *proxy.routes()], lifespan=lifespan)
     app.add_middleware(BodyLimit, max_body_bytes=settings.proxy_max_body_bytes, refusal=refusal)
     # Access logs as the server's: one JSON line, the route's template, never a header or
     # the query string (a provider key can travel in either).
     app.add_middleware(RequestContext)
+    install_telemetry(app, settings)
     app.state.proxy = proxy
     return app

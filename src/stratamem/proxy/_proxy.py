@@ -35,15 +35,17 @@ import httpx
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Match, Route
+from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from .. import _tracing
 from ..capture._anthropic import MESSAGES
 from ..capture._capture import Recalled, in_default_session
 from ..capture._openai import CHAT, RESPONSES
 from ..capture._scope import Attribution, check, scope
 from ..capture._wrap import Endpoint, ExchangeSink, captured, prepared, stream_parts
 from ..errors import ValidationError
+from ..server._logging import NamedRoute
 from ._json import loads
 from ._sse import EventDecoder, EventTooLarge
 from ._upstream import UnsafePath, Upstream, body_decoder, response_headers
@@ -212,17 +214,6 @@ def _json_object(raw: bytes) -> dict[str, Any] | None:
     return body if isinstance(body, dict) else None
 
 
-class _Route(Route):
-    """A route that names itself in the request's scope, as FastAPI's do: the access log
-    writes its template (``/v1/{path}``), never the raw path."""
-
-    def matches(self, scope: Scope) -> tuple[Match, Scope]:
-        match, child = super().matches(scope)
-        if match is not Match.NONE:
-            child["route"] = self
-        return match, child
-
-
 class Unstored:
     """Answered exchanges the proxy could not store, counted by reason and each logged."""
 
@@ -300,6 +291,32 @@ class _Call:
         captured(self.endpoint, self.capture, self.recalled, self.body, answer, self.start)
 
 
+def _upstream_span(method: str, target: httpx.URL, path: str) -> _tracing.Span:
+    """The upstream call's HTTP client span: its route (``/v1/chat/completions``; other
+    paths as ``/v1/{path}``) and host, never the query (a key may travel in it)."""
+    route = path if path in _APIS else "/v1/{path}"
+    return _tracing.open_span(
+        f"{method} {route}",
+        {
+            "http.request.method": method,
+            "url.template": route,
+            _tracing.SERVER_ADDRESS: target.host,
+            _tracing.SERVER_PORT: target.port or (443 if target.scheme == "https" else 80),
+        },
+    )
+
+
+def _traced(headers: list[tuple[str, str]], span: _tracing.Span) -> list[tuple[str, str]]:
+    """The upstream request's headers with the trace context of its span: the caller's
+    own ``traceparent`` is replaced (the upstream's parent is the proxy's call); without
+    tracing they go as they came."""
+    carried = _tracing.headers_for(span)
+    if not carried:
+        return headers
+    kept = [(k, v) for k, v in headers if k.lower() not in carried]
+    return [*kept, *carried.items()]
+
+
 async def _raw_body(answer: httpx.Response) -> bytes:
     """The answer's bytes as the upstream sent them (``aread`` would decode them)."""
     return b"".join([chunk async for chunk in answer.aiter_raw()])
@@ -340,11 +357,14 @@ class _Relay:
         headers: list[tuple[bytes, bytes]],
         on_chunk: Callable[[bytes], None] | None = None,
         finish: Callable[[bool, BaseException | None], None] | None = None,
+        *,
+        span: _tracing.Span = _tracing.NO_SPAN,
     ) -> None:
         self.upstream = upstream
         self.headers = headers
         self.on_chunk = on_chunk
         self.finish = finish
+        self.span = span  # the upstream call's, ended with the relay
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         ended, error = False, None
@@ -361,6 +381,9 @@ class _Relay:
         finally:
             if self.finish is not None:
                 self._finish(not ended and error is None, error)
+            if error is not None:
+                _tracing.failed(self.span, error)
+            self.span.end()
             # Not read to its end: the connection is closed, so the upstream stops.
             with anyio.CancelScope(shield=True):
                 await self.upstream.aclose()
@@ -461,8 +484,8 @@ class MemoryProxy:
         self._pool = ThreadPoolExecutor(_RECALL_THREADS, thread_name_prefix="stratamem-proxy")
 
     def routes(self) -> list[Route]:
-        memory = [_Route(path, self._with_memory, methods=["POST"]) for path in _APIS]
-        return [*memory, _Route("/v1/{path:path}", self._relay_only, methods=_METHODS)]
+        memory = [NamedRoute(path, self._with_memory, methods=["POST"]) for path in _APIS]
+        return [*memory, NamedRoute("/v1/{path:path}", self._relay_only, methods=_METHODS)]
 
     async def warm_up(self) -> None:
         """Wait until recall can answer within its bound: a server's readiness (its
@@ -555,7 +578,7 @@ class MemoryProxy:
             return _Call(api.endpoint, later, skipped, body, self.unstored), "skipped", raw
         if capture.recall or capture.inject_history:
             recalled, sent = await asyncio.get_running_loop().run_in_executor(
-                self._pool, _prepare, api, capture, who, body
+                self._pool, _tracing.carry(_prepare), api, capture, who, body
             )
         else:  # nothing to wait for: no thread hop (on a busy machine, a wake-up costs)
             recalled, sent = _prepare(api, capture, who, body)
@@ -591,10 +614,11 @@ class MemoryProxy:
                 kind="invalid_request_error",
             )
         client = self._http()
+        span = _upstream_span(request.method, target, path)
         outgoing = client.build_request(
             request.method,
             target,
-            headers=upstream.headers(request.headers.items()),
+            headers=_traced(upstream.headers(request.headers.items()), span),
             content=raw,
         )
         if call is not None:
@@ -606,9 +630,15 @@ class MemoryProxy:
                 request, client.send(outgoing, stream=True)
             )
         except httpx.HTTPError as exc:
+            _tracing.failed(span, exc)
+            span.end()
             return self._unreachable(request, upstream, exc)
         if answer is None:
+            span.end()
             return _GONE
+        span.set_attribute("http.response.status_code", answer.status_code)
+        if answer.status_code >= 500:
+            span.set_attribute(_tracing.ERROR_TYPE, str(answer.status_code))
         headers = [
             *response_headers(answer.headers.raw),
             (MEMORY_HEADER.encode(), state.encode()),
@@ -616,14 +646,16 @@ class MemoryProxy:
         decode = body_decoder(answer.headers.get("content-encoding"))
         streamed = answer.headers.get("content-type", "").startswith("text/event-stream")
         if call is None or answer.status_code >= 400 or decode is None:
-            return _Relay(answer, headers)  # relayed as it comes, not captured
+            return _Relay(answer, headers, span=span)  # relayed as it comes, not captured
         if streamed:
-            return _Relay(answer, headers, *_tap(call, decode))
+            return _Relay(answer, headers, *_tap(call, decode), span=span)
         try:
             content: bytes | None = await _unless_gone(request, _raw_body(answer))
         except httpx.HTTPError as exc:
+            _tracing.failed(span, exc)
             return self._unreachable(request, upstream, exc)
         finally:
+            span.end()
             await answer.aclose()
         if content is None:
             return _GONE

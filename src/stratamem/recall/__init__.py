@@ -29,6 +29,7 @@ from contextlib import contextmanager, nullcontext
 from datetime import datetime
 from functools import partial
 
+from .. import _tracing
 from .._foreground import Foreground
 from .._queries import SEARCH_LAYERS
 from .._time import parse_iso as parse_ts
@@ -141,7 +142,8 @@ class Recaller:
             )
             scored = self._rank(plan)
             if plan.options.router == "multi_hop_chain":
-                scored = chain(self.store, plan, scored, self._rank)
+                with _tracing.span("stratamem.recall.chain", child=True):
+                    scored = chain(self.store, plan, scored, self._rank)
             hits = select(
                 self.store,
                 plan,
@@ -168,7 +170,11 @@ class Recaller:
 
     def _rank(self, plan: QueryPlan) -> dict[Key, Scored]:
         """Retrieve and score: what one plan finds, ranked."""
-        return rank(retrieve(self.store, self.embedder, self._executor(), plan), plan, self.weights)
+        with _tracing.span("stratamem.recall.retrieve", child=True) as span:
+            found = retrieve(self.store, self.embedder, self._executor(), plan)
+            span.set_attribute("stratamem.recall.candidates", len(found.cands))
+        with _tracing.span("stratamem.recall.score", child=True):
+            return rank(found, plan, self.weights)
 
     def _locate(
         self, project_id: str, user_id: str, event: str, options: SearchOptions
@@ -209,7 +215,7 @@ class Recaller:
             if filters.metadata
             else partial(applicable, self.store, self.vectors, project_id, session.user_id)
         )
-        with self._foreground():
+        with self._foreground(), _tracing.span("stratamem.recall.assemble", child=True):
             return assemble(
                 self.store,
                 partial(self.search, project_id, session.user_id, filters=filters),

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
+from .. import _tracing
 from .._products import similarities
 from .._time import parse_iso as parse_ts
 from ..embed import Embedder
@@ -294,7 +295,9 @@ def retrieve(store: RecallStore, embedder: Embedder, pool: Executor, plan: Query
     """Every candidate of the plan's layers, with its evidence."""
 
     def fulltext_and_briefs() -> tuple[dict[Key, list[float]], _Rows]:
-        found = _fulltext(store, plan)
+        with _tracing.span("stratamem.recall.fulltext", child=True) as span:
+            found = _fulltext(store, plan)
+            span.set_attribute("stratamem.recall.candidates", len(found))
         rows = _briefs(store, embedder, plan, list(found))
         around = {p for pair in rows.neighbours.values() for p in pair if p is not None}
         around -= set(rows.messages)
@@ -302,9 +305,11 @@ def retrieve(store: RecallStore, embedder: Embedder, pool: Executor, plan: Query
             rows.context = _turn_briefs(store, embedder, plan, sorted(around))
         return found, rows
 
-    pending = pool.submit(fulltext_and_briefs)
+    pending = pool.submit(_tracing.carry(fulltext_and_briefs))
     qvecs = list(embedder.embed(list(plan.embedded)))
-    keys = _vector_keys(store, embedder, plan, qvecs)
+    with _tracing.span("stratamem.recall.vectors", child=True) as span:
+        keys = _vector_keys(store, embedder, plan, qvecs)
+        span.set_attribute("stratamem.recall.candidates", len(keys))
     fulltext, rows = pending.result()
     keys.update(fulltext)
     ordered = sorted(keys)

@@ -7,7 +7,6 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import Depends, FastAPI
-from starlette.routing import Route
 
 from ..mcp._http import McpEndpoint
 from ..proxy import ProjectMemories, build_proxy, refusal
@@ -22,9 +21,10 @@ from . import (
     _routes_sessions,
     _routes_webhooks,
 )
+from . import _telemetry as telemetry
 from ._errors import install_error_handlers
 from ._limits import BodyLimit
-from ._logging import RequestContext
+from ._logging import NamedRoute, RequestContext
 from ._settings import ServerSettings, load_server_settings
 from ._throttle import Throttle
 from ._urls import check_url_text
@@ -95,7 +95,7 @@ def create_app(memory: Any = None, settings: ServerSettings | None = None) -> Fa
     # MCP over streamable HTTP: /mcp/users/{user_id} (or /mcp with the user in a header).
     mcp = McpEndpoint(lambda: app.state.memory)
     for path in ("/mcp/users/{user_id:path}", "/mcp"):
-        app.router.routes.append(Route(path, endpoint=mcp, methods=["GET", "POST", "DELETE"]))
+        app.router.routes.append(NamedRoute(path, endpoint=mcp, methods=["GET", "POST", "DELETE"]))
     # The memory proxy: /v1/chat/completions, /v1/responses, /v1/messages (docs/proxy.md).
     proxy = build_proxy(
         settings,
@@ -117,4 +117,5 @@ def create_app(memory: Any = None, settings: ServerSettings | None = None) -> Fa
         refusal=refusal,
     )
     app.add_middleware(RequestContext)
+    telemetry.install(app, settings)
     return app

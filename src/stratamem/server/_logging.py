@@ -13,11 +13,13 @@ import time
 import uuid
 from typing import Any
 
+from starlette.routing import Match, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from .. import _tracing
 from ._errors import error_body
 
-__all__ = ["ACCESS_LOGGER", "RequestContext"]
+__all__ = ["ACCESS_LOGGER", "NamedRoute", "RequestContext"]
 
 ACCESS_LOGGER = "stratamem.access"
 
@@ -38,6 +40,18 @@ def _incoming_id(scope: Scope) -> str | None:
                 return None
             return text if _SANE_ID.match(text) else None
     return None
+
+
+class NamedRoute(Route):
+    """A Starlette route that names itself in the request's scope, as FastAPI's routes
+    do: the access log and the request's span and metric then say its template
+    (``/v1/{path}``, ``/mcp/users/{user_id}``), never the raw path."""
+
+    def matches(self, scope: Scope) -> tuple[Match, Scope]:
+        match, child = super().matches(scope)
+        if match is not Match.NONE:
+            child["route"] = self
+        return match, child
 
 
 class RequestContext:
@@ -96,16 +110,16 @@ class RequestContext:
                 await send_with_id({"type": "http.response.body", "body": body})
         finally:
             route = scope.get("route")
-            access_log.info(
-                json.dumps(
-                    {
-                        "request_id": request_id,
-                        "method": scope.get("method"),
-                        # The route's template, not the raw path: ids stay out of the log.
-                        "path": getattr(route, "path_format", None),
-                        "status": status,
-                        "duration_ms": round((time.perf_counter() - started) * 1000, 2),
-                        "project_id": state.get("project_id"),
-                    }
-                )
-            )
+            line = {
+                "request_id": request_id,
+                "method": scope.get("method"),
+                # The route's template, not the raw path: ids stay out of the log.
+                "path": getattr(route, "path_format", None),
+                "status": status,
+                "duration_ms": round((time.perf_counter() - started) * 1000, 2),
+                "project_id": state.get("project_id"),
+            }
+            trace_id = _tracing.current_trace_id()
+            if trace_id is not None:  # the request's trace: from a log line to its spans
+                line["trace_id"] = trace_id
+            access_log.info(json.dumps(line))

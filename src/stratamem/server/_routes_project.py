@@ -1,12 +1,16 @@
-"""Who the caller is: the project an API key opens, so a client need not be told twice."""
+"""Who the caller is (the project an API key opens, so a client need not be told twice),
+and what the project's memory costs."""
 
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Annotated
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Query
 from pydantic import BaseModel
 
+from .._usage import MAX_DAYS
+from ..types import Usage
 from ._auth import CallerDep
 from ._common import API_ERRORS
 from ._models import Envelope
@@ -46,3 +50,19 @@ def whoami(caller: CallerDep) -> Envelope[ProjectInfo]:
             key=KeyInfo(id=key.id, prefix=key.prefix, name=key.name, created_at=key.created_at),
         )
     )
+
+
+@router.get(
+    "/usage",
+    summary="What memory costs",
+    description="The write pipeline's model calls of the caller's project over the last "
+    "`days` UTC days (today included): tokens per day and per model, messages processed "
+    "per day and tokens per processed message, and their cost where the server's "
+    "`llm_prices` setting prices the model (`null` otherwise; `unpriced` names those).",
+    response_model=Envelope[Usage],
+)
+def usage(
+    caller: CallerDep,
+    days: Annotated[int, Query(ge=1, le=MAX_DAYS, description="How many days, up to today.")] = 30,
+) -> Envelope[Usage]:
+    return Envelope(data=caller.memory.usage(days=days))

@@ -8,7 +8,9 @@ from typing import Annotated
 
 from fastapi import APIRouter, Body, Query
 
+from .. import _metrics
 from .._queries import ContextRequest
+from .._vocabulary import RecallOutcome
 from ..types import AddResult, MemoryContext, Message, ProcessingStatus
 from ._auth import Caller, CallerDep
 from ._common import API_ERRORS, Limit, MessageStatusParam, Offset, check_sizes, listed, page
@@ -172,28 +174,30 @@ def _logged(
     details: bool,
     recall: Callable[[bool], MemoryContext],
 ) -> MemoryContext:
-    """The context ``recall(matches)`` returns, with the recall in the project's recall
-    log (when it keeps one): its matches count the hits, so they are always asked for and
-    left out again unless the caller asked (``details``). A recall that fails (an unknown
-    session, bad arguments) is the caller's error, not logged."""
+    """The context ``recall(matches)`` returns, with the recall counted (metrics) and in
+    the project's recall log (when it keeps one): its matches count the hits, so they are
+    then always asked for and left out again unless the caller asked (``details``). A
+    recall that fails (an unknown session, bad arguments) is the caller's error, not
+    logged."""
     log = caller.memory.recall_log
-    if not log.enabled:
-        return recall(details)
     start = time.perf_counter()
-    ctx = recall(True)
+    ctx = recall(details or log.enabled)
     latency_ms = (time.perf_counter() - start) * 1000
-    log.record(
-        user_id=ctx.user_id,
-        session_id=ctx.session_id,
-        source="rest",
-        # The session's own id: a dashboard shows which conversation asked.
-        request=f"{method} /api/sessions/{session_id}/context",
-        query=ctx.query,
-        outcome="injected" if ctx.formatted_context else "none",
-        formatted_context=ctx.formatted_context,
-        hits=len(ctx.matches or ()),
-        latency_ms=latency_ms,
-    )
+    outcome: RecallOutcome = "injected" if ctx.formatted_context else "none"
+    _metrics.recall("rest", outcome, latency_ms / 1000)
+    if log.enabled:
+        log.record(
+            user_id=ctx.user_id,
+            session_id=ctx.session_id,
+            source="rest",
+            # The session's own id: a dashboard shows which conversation asked.
+            request=f"{method} /api/sessions/{session_id}/context",
+            query=ctx.query,
+            outcome=outcome,
+            formatted_context=ctx.formatted_context,
+            hits=len(ctx.matches or ()),
+            latency_ms=latency_ms,
+        )
     return ctx if details else ctx.model_copy(update={"matches": None})
 
 

@@ -105,6 +105,16 @@ class ServerSettings(BaseSettings):
         "whose X-Forwarded-For and X-Forwarded-Proto `stratamem serve` trusts for the "
         "client's address and scheme; unset, none: the address is the connection's.",
     )
+    metrics: bool = Field(
+        default=False,
+        description="Serve Prometheus metrics at /metrics (needs prometheus-client, in the "
+        "server extra); with metrics_token set, a scrape must send it as a bearer token.",
+    )
+    metrics_token: SecretStr | None = Field(
+        default=None,
+        description="Bearer token /metrics requires (a token of its own: it opens nothing "
+        "else); unset, /metrics answers anyone who reaches the server.",
+    )
     ui: bool = Field(
         default=True,
         description="Serve the dashboard at /ui (sign-in with a project API key or the "

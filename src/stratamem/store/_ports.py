@@ -28,12 +28,14 @@ from ._rows import (
     MessageRow,
     OutageRow,
     ProjectRow,
+    QueueRow,
     RecallLatencyRow,
     RecallRecordRow,
     SessionRow,
     StandingFact,
     SummaryRow,
     TopicRow,
+    UsageDayRow,
 )
 from ._webhook_rows import OutboxItem, WebhookDeliveryRow, WebhookRow
 
@@ -73,6 +75,12 @@ class MetaStore(Protocol):
     def get_meta(self, key: str) -> str | None: ...
     def set_meta(self, key: str, value: str) -> None: ...
     def stats(self, project_id: str | None = None) -> dict[str, Any]: ...
+    def usage_by_day(
+        self, project_id: str, since: float
+    ) -> tuple[list[UsageDayRow], dict[str, int]]:
+        """The project's model calls since ``since`` (epoch seconds) per UTC day
+        (``YYYY-MM-DD``) and model, and its messages processed per UTC day since then."""
+        ...
 
 
 @runtime_checkable
@@ -176,6 +184,10 @@ class JobStore(Protocol):
     def retry_failed(self, project_id: str, user_id: str | None = None) -> int: ...
     def job_states(self, job_ids: Sequence[int]) -> dict[int, str]: ...
     def unfinished_jobs(self, project_id: str | None = None) -> int: ...
+    def queue_state(self) -> list[QueueRow]:
+        """Unfinished jobs of every project, per project and status (what metrics read)."""
+        ...
+
     def next_job_time(self) -> float | None: ...
 
 

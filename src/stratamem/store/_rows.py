@@ -36,6 +36,7 @@ __all__ = [
     "MessageRow",
     "OutageRow",
     "ProjectRow",
+    "QueueRow",
     "RecallLatencyRow",
     "RecallRecordRow",
     "SessionRow",
@@ -44,6 +45,7 @@ __all__ = [
     "SummaryWrite",
     "TopicRow",
     "TopicWrite",
+    "UsageDayRow",
 ]
 
 
@@ -349,3 +351,26 @@ class RecallLatencyRow:
     p50_ms: float
     p95_ms: float
     max_ms: float
+
+
+@dataclass(frozen=True)
+class QueueRow:
+    """Unfinished jobs of one project in one status (``queued``, ``running``), and when the
+    oldest of them was queued (epoch seconds)."""
+
+    project_id: str
+    status: str
+    jobs: int
+    oldest_created_at: float
+
+
+@dataclass(frozen=True)
+class UsageDayRow:
+    """The model calls of one UTC day (``YYYY-MM-DD``) of a project with one model."""
+
+    day: str
+    model: str
+    calls: int
+    failed: int
+    prompt_tokens: int
+    completion_tokens: int

@@ -35,6 +35,7 @@ class Chart:
     height: int = HEIGHT
     first: str = ""
     last: str = ""
+    axis: str = "Hour (UTC)"  # what a label is, as the table's first column says
 
 
 def bar_chart(
@@ -42,11 +43,13 @@ def bar_chart(
     unit: str,
     labels: Sequence[str],
     series: Sequence[tuple[str, Sequence[float | None]]],
+    *,
+    axis: str = "Hour (UTC)",
 ) -> Chart:
     """Grouped bars: one group per label, one bar per series (``None``: no value)."""
     values = [v for _, vs in series for v in vs if v is not None]
     peak = max(values, default=0.0) or 1.0
-    chart = Chart(title=title, unit=unit, peak=peak, series=[name for name, _ in series])
+    chart = Chart(title=title, unit=unit, peak=peak, series=[name for name, _ in series], axis=axis)
     chart.first, chart.last = (labels[0], labels[-1]) if labels else ("", "")
     n = max(len(labels), 1)
     slot = (WIDTH - 2 * PAD) / n

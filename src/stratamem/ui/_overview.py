@@ -1,4 +1,5 @@
-"""The overview: what the project holds, what is failing or paused, and two charts."""
+"""The overview: what the project holds, what is failing or paused, two charts of the last
+hours, and what memory cost over the last days."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from ._view import Form, confirm, endpoint, see_other
 __all__ = ["routes"]
 
 _HOURS = 48
+_COST_DAYS = 14
 _FAILED_SHOWN = 20
 _DELIVERIES_SCANNED = 50  # per webhook: the recent end of its log
 
@@ -57,9 +59,19 @@ def _overview(request: Request, viewer: Viewer, form: Form) -> Response:
             ("p95", [None if r is None else r.p95_ms for r in recalled]),
         ],
     )
+    usage = memory.usage(days=_COST_DAYS)
+    cost_chart = bar_chart(
+        "Pipeline tokens per processed message, per day",
+        " tokens",
+        [d.day.isoformat() for d in usage.days],
+        [("tokens per message", [d.tokens_per_message for d in usage.days])],
+        axis="Day (UTC)",
+    )
     return render(
         request,
         "overview.html",
+        usage=usage,
+        cost_chart=cost_chart,
         viewer=viewer,
         stats=stats,
         failed=memory.messages.list(status="failed", limit=_FAILED_SHOWN),

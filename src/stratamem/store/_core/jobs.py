@@ -16,7 +16,7 @@ from dataclasses import astuple
 from typing import Any
 
 from ..._time import now_iso
-from .. import ClaimedBatch, LeaseLostError, MessageRow, OutageRow
+from .. import ClaimedBatch, LeaseLostError, MessageRow, OutageRow, QueueRow, UsageDayRow
 from .._batches import NEXT_JOB_SQL, OUTAGE_COLUMNS, outage_after
 from .._batches import next_job_time as _next_job_time
 from .dialect import Tx
@@ -32,11 +32,13 @@ __all__ = [
     "llm_usage",
     "next_job_time",
     "outages",
+    "queue_state",
     "record_outage",
     "retry_failed",
     "store_counts",
     "take",
     "unfinished_jobs",
+    "usage_by_day",
 ]
 
 # -- claiming and leases -------------------------------------------------------------------
@@ -236,6 +238,16 @@ def unfinished_jobs(tx: Tx, project_id: str | None) -> int:
     return int(tx.scalar(sql, params) or 0)
 
 
+def queue_state(tx: Tx) -> list[QueueRow]:
+    """Unfinished jobs per project and status, with the oldest one's queueing time."""
+    rows = tx.all(
+        "SELECT project_id, status, count(*), min(created_at) FROM jobs "
+        "WHERE status IN ('queued', 'running') GROUP BY project_id, status "
+        "ORDER BY project_id, status"
+    )
+    return [QueueRow(str(p), str(s), int(n), float(t)) for p, s, n, t in rows]
+
+
 def next_job_time(tx: Tx) -> float | None:
     return _next_job_time(tx.one(NEXT_JOB_SQL))
 
@@ -258,6 +270,36 @@ def llm_usage(tx: Tx, project_id: str | None) -> dict[str, Any]:
         }
         for stage, model, n, p, k, f in rows
     }
+
+
+def usage_by_day(tx: Tx, project_id: str, since: float) -> tuple[list[UsageDayRow], dict[str, int]]:
+    """The project's model calls since ``since`` (epoch) per UTC day and model, and its
+    messages processed per UTC day since then."""
+    # Days counted from the epoch in SQL both databases accept (an integer division; the
+    # cast rounds on PostgreSQL and truncates on SQLite, which only matters within half a
+    # second of midnight), named as dates here.
+    rows = tx.all(
+        "SELECT CAST(created_at AS BIGINT) / 86400 AS day, model, count(*), "
+        "count(*) FILTER (WHERE NOT ok), sum(prompt_tokens), sum(completion_tokens) "
+        "FROM llm_calls WHERE project_id = ? AND created_at >= ? "
+        "GROUP BY day, model ORDER BY day, model",
+        (project_id, since),
+    )
+    usage = [
+        UsageDayRow(_day(int(d) * 86400), str(m), int(n), int(f), int(p or 0), int(c or 0))
+        for d, m, n, f, p, c in rows
+    ]
+    processed = tx.all(
+        "SELECT substr(processed_at, 1, 10) AS day, count(*) FROM messages "
+        "WHERE project_id = ? AND status = 'processed' AND processed_at >= ? "
+        "GROUP BY day ORDER BY day",
+        (project_id, _day(since)),
+    )
+    return usage, {str(d): int(n) for d, n in processed}
+
+
+def _day(epoch: float) -> str:
+    return time.strftime("%Y-%m-%d", time.gmtime(epoch))
 
 
 def store_counts(tx: Tx, project_id: str | None) -> dict[str, Any]:

@@ -33,6 +33,7 @@ from .. import (
     MessageRow,
     OutageRow,
     ProjectRow,
+    QueueRow,
     RecallLatencyRow,
     RecallRecordRow,
     SearchFilters,
@@ -40,6 +41,7 @@ from .. import (
     StandingFact,
     SummaryRow,
     TopicRow,
+    UsageDayRow,
 )
 from .._batches import processing_state
 from .._dashboard_rows import ActivityCounts, ProvenanceRows, UiSessionRow, UserRow
@@ -279,6 +281,16 @@ class SQLStore(ABC):
     def next_job_time(self) -> float | None:
         with self._query() as tx:
             return jobs.next_job_time(tx)
+
+    def queue_state(self) -> list[QueueRow]:
+        with self._query() as tx:
+            return jobs.queue_state(tx)
+
+    def usage_by_day(
+        self, project_id: str, since: float
+    ) -> tuple[list[UsageDayRow], dict[str, int]]:
+        with self._query() as tx:
+            return jobs.usage_by_day(tx, project_id, since)
 
     def llm_usage(self, project_id: str | None = None) -> dict[str, Any]:
         with self._query() as tx:
