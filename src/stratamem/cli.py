@@ -17,6 +17,7 @@ from collections.abc import Iterator, Sequence
 from importlib import resources
 from typing import Any
 
+from . import __version__
 from .errors import StratamemError
 
 __all__ = ["main"]
@@ -361,9 +362,15 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 def _uvicorn(what: str) -> Any:
     try:
         import uvicorn
-    except ModuleNotFoundError:
-        raise StratamemError(f"{what} needs uvicorn: pip install 'stratamem[server]'") from None
+    except ModuleNotFoundError as exc:
+        raise _needs_server_extra(what, exc) from None
     return uvicorn
+
+
+def _needs_server_extra(what: str, exc: ModuleNotFoundError) -> StratamemError:
+    """A plain install (no extras) has no web stack: say which extra brings it."""
+    package = (exc.name or "a package").partition(".")[0]
+    return StratamemError(f"{what} needs {package}: pip install 'stratamem[server]'")
 
 
 def _run(uvicorn: Any, app: Any, settings: Any) -> None:
@@ -403,7 +410,10 @@ def _print_proxy(settings: Any, url: str) -> None:
 
 
 def _cmd_proxy(args: argparse.Namespace) -> int:
-    from .proxy import create_proxy_app
+    try:
+        from .proxy import create_proxy_app  # Starlette's routes
+    except ModuleNotFoundError as exc:
+        raise _needs_server_extra("the proxy", exc) from None
     from .server import load_server_settings
 
     uvicorn = _uvicorn("the proxy")
@@ -567,6 +577,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--embedder", help="auto | local | hash | openai:<model>")
     p.add_argument("--project", help="project id (default: $STRATAMEM_PROJECT_ID or 'default')")
     p.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
+    p.add_argument("--version", action="version", version=f"stratamem {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
     s = sub.add_parser("demo", help="run the embedded default on a small bundled conversation")
