@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import anthropic
+import httpx2
 import openai
 import pytest
 from anthropic.lib.streaming import (
@@ -244,8 +245,8 @@ def test_openai_stream_helpers_read_through_the_proxy(mem: Memory, oai: FakeOpen
 # -- Anthropic -----------------------------------------------------------------------------
 
 
-def _anthropic(server: FakeAnthropicServer, cls: Any = anthropic.Anthropic) -> Any:
-    return cls(base_url=server.base_url, api_key="k", max_retries=0)
+def _anthropic(server: FakeAnthropicServer, cls: Any = None) -> Any:
+    return (cls or anthropic.Anthropic)(base_url=server.base_url, api_key="k", max_retries=0)
 
 
 def test_anthropic_create_injects_into_system_and_captures(
@@ -344,18 +345,63 @@ def test_anthropic_stream_helper_sync_and_async(mem: Memory, ant: FakeAnthropicS
     assert answers == [ANSWER] * 3
 
 
-def test_anthropic_stream_failing_midway(mem: Memory, ant: FakeAnthropicServer) -> None:
-    client = mem.llm.register(_anthropic(ant))
-    ant.fail_stream_after(3)
-    # The anthropic SDK lets the transport's own error through (httpx2.RemoteProtocolError).
+@pytest.fixture(params=["installed", "transport-error-through"])
+def sdk_breaks(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """How the SDK reports a stream broken mid-way. anthropic 2.17 raises
+    ``APIConnectionError`` from the transport's error (``installed``, what the lock pins);
+    earlier releases let the transport's own error (``httpx2.RemoteProtocolError``)
+    through, which the second case brings back by reading the body as they did."""
+    if request.param == "transport-error-through":
+        streaming = anthropic._streaming
+        if hasattr(streaming, "iter_response_bytes"):
+            monkeypatch.setattr(streaming, "iter_response_bytes", lambda r, c: r.iter_bytes())
+            monkeypatch.setattr(
+                streaming, "async_iter_response_bytes", lambda r, c: r.aiter_bytes()
+            )
+    return str(request.param)
+
+
+async def _read_async(client: Any, way: str) -> None:
+    if way == "stream helper":
+        async with client.messages.stream(model="m", max_tokens=50, messages=ASK) as s:
+            async for _ in s.text_stream:
+                pass
+    else:
+        raw = await client.messages.create(model="m", max_tokens=50, messages=ASK, stream=True)
+        async for _ in raw:
+            pass
+
+
+@pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
+@pytest.mark.parametrize("way", ["stream helper", "create(stream=True)"])
+def test_anthropic_stream_broken_mid_way_keeps_the_partial_answer_and_the_error(
+    mem: Memory, ant: FakeAnthropicServer, sdk_breaks: str, way: str, is_async: bool
+) -> None:
+    # message_start, content_block_start, ping and two text deltas, then the connection drops.
+    ant.fail_stream_after(5)
+    client = mem.llm.register(_anthropic(ant, anthropic.AsyncAnthropic if is_async else None))
     with (
         mem.scope(user_id="ana", session_id="chat"),
-        pytest.raises(Exception),  # noqa: B017
-        client.messages.stream(model="m", max_tokens=50, messages=ASK) as stream,
+        pytest.raises((anthropic.APIConnectionError, httpx2.RemoteProtocolError)) as caught,
     ):
-        for _ in stream.text_stream:
-            pass
-    assert "error" in _capture(mem)
+        if is_async:
+            asyncio.run(_read_async(client, way))
+        elif way == "stream helper":
+            with client.messages.stream(model="m", max_tokens=50, messages=ASK) as stream:
+                for _ in stream.text_stream:
+                    pass
+        else:
+            for _ in client.messages.create(model="m", max_tokens=50, messages=ASK, stream=True):
+                pass
+    wrapped = isinstance(caught.value, anthropic.APIConnectionError)
+    assert wrapped == (sdk_breaks == "installed")
+    answer = _last(mem)
+    assert answer.role == "assistant" and answer.content == "Try roasted"  # what arrived
+    capture = answer.metadata["capture"]
+    # The error is recorded naming the transport's error, whichever exception the SDK raised;
+    # "partial" is for a stream the caller closed early.
+    assert type(caught.value).__name__ in capture["error"]
+    assert "RemoteProtocolError" in capture["error"] and "partial" not in capture
 
 
 def test_anthropic_streams_and_stream_helpers_are_the_sdks_types(

@@ -520,10 +520,10 @@ def test_anthropic_stream_broken_mid_way(ant: FakeAnthropicServer) -> None:
     ant.chat_script = lambda body: REPLY
     ant.fail_stream_after(4)  # message_start, content_block_start, ping, one delta
     with _anthropic(ant) as client:
-        # The anthropic SDK lets the transport's error through mid-stream (openai wraps it
-        # in APIConnectionError).
+        # The SDK raises APIConnectionError from the transport's error (since anthropic 2.17;
+        # earlier releases let the transport's error itself through).
         with (
-            pytest.raises(httpx2.RemoteProtocolError),
+            pytest.raises((anthropic.APIConnectionError, httpx2.RemoteProtocolError)) as caught,
             client.messages.stream(
                 model="claude-test",
                 max_tokens=50,
@@ -534,6 +534,10 @@ def test_anthropic_stream_broken_mid_way(ant: FakeAnthropicServer) -> None:
             for piece in stream.text_stream:
                 pieces.append(piece)
         assert pieces == ["The"]
+        transport = caught.value
+        if isinstance(transport, anthropic.APIConnectionError):
+            transport = transport.__cause__
+        assert isinstance(transport, httpx2.RemoteProtocolError)
         again = client.messages.create(model="claude-test", max_tokens=50, messages=USER)
         assert _text(again) == REPLY
 

@@ -856,6 +856,32 @@ def test_an_upstream_stream_that_breaks_aborts_the_callers_and_is_captured(
     assert "error" in capture and "partial" not in capture
 
 
+@store_free
+def test_an_upstream_anthropic_stream_that_breaks_reaches_the_sdk_and_is_captured(
+    mem: Memory, proxy: Proxy
+) -> None:
+    proxy.ant.chat_replies.append("one two three four five")
+    proxy.ant.fail_stream_after(5)  # message_start, block start, ping, two deltas
+    received: list[str] = []
+    with (
+        pytest.raises((anthropic.APIConnectionError, httpx2.RemoteProtocolError)) as broken,
+        proxy.anthropic().messages.stream(
+            model="claude-fake", max_tokens=50, messages=[{"role": "user", "content": "Count"}]
+        ) as stream,
+    ):
+        received.extend(stream.text_stream)
+    # The SDK reports the aborted relay as it reports a broken connection: APIConnectionError
+    # from the transport's error (anthropic >= 2.17), or that error itself (earlier).
+    transport = broken.value
+    if isinstance(transport, anthropic.APIConnectionError):
+        transport = transport.__cause__
+    assert isinstance(transport, httpx2.RemoteProtocolError)
+    (_, answer) = stored(mem, "llm-ana", 2)
+    assert answer.content == "".join(received) == "one two"
+    capture = answer.metadata["capture"]
+    assert "error" in capture and "partial" not in capture
+
+
 # -- users never mix ---------------------------------------------------------------------------
 
 COLOURS = [

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator, Sequence
 from importlib import resources
 from typing import Any, BinaryIO
 
+from . import __version__
 from .errors import StratamemError
 
 __all__ = ["main"]
@@ -599,9 +600,15 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 def _uvicorn(what: str) -> Any:
     try:
         import uvicorn
-    except ModuleNotFoundError:
-        raise StratamemError(f"{what} needs uvicorn: pip install 'stratamem[server]'") from None
+    except ModuleNotFoundError as exc:
+        raise _needs_server_extra(what, exc) from None
     return uvicorn
+
+
+def _needs_server_extra(what: str, exc: ModuleNotFoundError) -> StratamemError:
+    """A plain install (no extras) has no web stack: say which extra brings it."""
+    package = (exc.name or "a package").partition(".")[0]
+    return StratamemError(f"{what} needs {package}: pip install 'stratamem[server]'")
 
 
 def _run(uvicorn: Any, app: Any, settings: Any) -> None:
@@ -648,7 +655,10 @@ def _print_proxy(settings: Any, url: str) -> None:
 
 
 def _cmd_proxy(args: argparse.Namespace) -> int:
-    from .proxy import create_proxy_app
+    try:
+        from .proxy import create_proxy_app  # Starlette's routes
+    except ModuleNotFoundError as exc:
+        raise _needs_server_extra("the proxy", exc) from None
     from .server import load_server_settings
 
     uvicorn = _uvicorn("the proxy")
@@ -859,6 +869,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="stratamem", description="Layered long-term memory for LLM applications."
     )
     _global_options(p, top=True)
+    p.add_argument("--version", action="version", version=f"stratamem {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND", help="one of:")
 
     _command(

@@ -80,7 +80,19 @@ def _requested_model(kwargs: dict[str, Any]) -> str | None:
 
 
 def error_text(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"
+    """What is stored as a captured exchange's ``error``: the exception and, when an SDK
+    raised it from another one, that cause too. SDKs wrap a transport's error differently
+    from release to release (anthropic 2.17 began to raise ``APIConnectionError`` from
+    ``RemoteProtocolError`` where earlier releases let the latter through): either way the
+    record names what broke."""
+    text = f"{type(exc).__name__}: {exc}"
+    cause = exc.__cause__
+    if cause is None:
+        return text
+    said = str(cause)
+    if said and said not in text:
+        return f"{text} (from {type(cause).__name__}: {said})"
+    return f"{text} (from {type(cause).__name__})"
 
 
 @dataclass(frozen=True)
