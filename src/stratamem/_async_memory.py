@@ -181,6 +181,7 @@ class AsyncUsers(_Face):
 
     count = in_thread(Users.count)
     list = in_thread(Users.list)
+    standing = in_thread(Users.standing)
 
 
 class AsyncDashboardSessions(_Face):
@@ -291,6 +292,7 @@ class AsyncMemory:
     get_memory = in_thread(Memory.get_memory)
     search = in_thread(Memory.search)
     stats = in_thread(Memory.stats)
+    usage = in_thread(Memory.usage)
     provenance = in_thread(Memory.provenance)
     activity = in_thread(Memory.activity)
     set_status = in_thread(Memory.set_status)

@@ -281,9 +281,12 @@ class Memory:
         into ``user_id``'s session, creating it, unless the user was erased since (by any
         process); whether it was stored."""
         self._check_open()
-        stored = add_captured(
-            self._engine, self.project_id, user_id, session_id, messages, began_at=began_at
-        )
+        with _tracing.memory_span(
+            "create_memory", self.project_id, session_id=session_id, count=len(messages)
+        ):
+            stored = add_captured(
+                self._engine, self.project_id, user_id, session_id, messages, began_at=began_at
+            )
         return stored is not None
 
     def wait(self, timeout: float | None = None) -> None:

@@ -457,7 +457,7 @@ export interface paths {
         };
         /**
          * Audit log
-         * @description Governance and deletion records of the project (or of one user), oldest first: action, target, actor (`api_key:<key id>` for changes made over this API), reason, details (counts, old and new status), time. Never the content.
+         * @description Governance and deletion records of the project (or of one user), oldest first (newest first with `newest_first=true`): action, target, actor (`api_key:<key id>` for changes made over this API), reason, details (counts, old and new status), time. Never the content.
          */
         get: operations["audit_api_audit_get"];
         put?: never;
@@ -4647,6 +4647,8 @@ export interface operations {
                 offset?: number;
                 /** @description Only this user's records. */
                 user_id?: string | null;
+                /** @description Newest records first. */
+                newest_first?: boolean;
             };
             header?: never;
             path?: never;

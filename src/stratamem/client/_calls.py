@@ -395,16 +395,22 @@ class MemoryCalls:
         return Call("GET", f"/api/users/{uid}/export", dict)
 
     def audit(
-        self, *, user_id: str | None = None, limit: int = 100, offset: int = 0
+        self,
+        *,
+        user_id: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+        newest_first: bool = False,
     ) -> Call[list[AuditRecord]]:
-        """Status changes, forgets and erasures in the key's project."""
+        """Status changes, forgets and erasures in the key's project, oldest first (or
+        newest first)."""
         if user_id is not None:
             check_id(user_id, "user_id")
         return Call(
             "GET",
             "/api/audit",
             _parse_list(AuditRecord),
-            params={"user_id": user_id},
+            params={"user_id": user_id, "newest_first": "true" if newest_first else None},
             paged=check_paging(limit, offset),
         )
 

@@ -82,8 +82,9 @@ def erase_user(
     "/audit",
     summary="Audit log",
     description="Governance and deletion records of the project (or of one user), oldest "
-    "first: action, target, actor (`api_key:<key id>` for changes made over this API), "
-    "reason, details (counts, old and new status), time. Never the content.",
+    "first (newest first with `newest_first=true`): action, target, actor (`api_key:<key "
+    "id>` for changes made over this API), reason, details (counts, old and new status), "
+    "time. Never the content.",
     response_model=Envelope[Page[AuditRecord]],
 )
 def audit(
@@ -91,5 +92,6 @@ def audit(
     limit: Limit = 100,
     offset: Offset = 0,
     user_id: Annotated[str | None, Query(description="Only this user's records.")] = None,
+    newest_first: Annotated[bool, Query(description="Newest records first.")] = False,
 ) -> Envelope[Page[AuditRecord]]:
-    return listed(caller.memory.audit, limit, offset, user_id=user_id)
+    return listed(caller.memory.audit, limit, offset, user_id=user_id, newest_first=newest_first)
