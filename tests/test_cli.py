@@ -61,6 +61,23 @@ def test_demo_runs_offline_and_prints_recalled_memory() -> None:
     assert "formatted_context for" in out and f"{MEMORY_OPEN}\n{MEMORY_HEADER}\n" in out
 
 
+def test_demo_with_an_embedder_that_cannot_work_fails_at_once() -> None:
+    # An unreachable embedding API (as a model this onnxruntime cannot read) used to leave
+    # the demo waiting for minutes on retried jobs.
+    closed = f"http://127.0.0.1:{free_port()}/v1"
+    proc = run(
+        "demo",
+        "--embedder",
+        "openai:text-embedding-3-small",
+        check=False,
+        timeout=60,
+        OPENAI_API_KEY="sk-test",
+        OPENAI_BASE_URL=closed,
+    )
+    line = one_error_line(proc)
+    assert closed in line and "cannot connect" in line
+
+
 def test_import_search_stats_and_worker(tmp_path: Path, db_url: str) -> None:
     db = db_url
     data = tmp_path / "messages.jsonl"

@@ -331,18 +331,9 @@ def _demo_works(bin_dir: Path, cwd: Path) -> None:
     assert list(cwd.iterdir()) == []  # the demo's store is temporary
 
 
-@pytest.mark.slow
-def test_the_wheel_with_the_server_extra_serves_from_an_empty_folder(
-    dist: Dist, tmp_path: Path
-) -> None:
-    bin_dir = _fresh_venv(tmp_path / "venv", f"{dist.wheel}[server]")
-    empty = tmp_path / "empty"
-    empty.mkdir()
-    version = _run(bin_dir, empty, "--version")
-    assert version.stdout.strip() == f"stratamem {stratamem.__version__}"
-    _assert_complete(_installed_files(bin_dir, empty))
-    _demo_works(bin_dir, empty)
-
+def _serves(bin_dir: Path, empty: Path, tmp_path: Path) -> None:
+    """``stratamem serve`` from ``empty`` answers ``/healthz``, serves the dashboard from the
+    installed templates, takes a write with the key its banner printed, and stops cleanly."""
     port = free_port()
     out, err = tmp_path / "serve.out", tmp_path / "serve.err"
     with out.open("wb") as stdout, err.open("wb") as stderr:
@@ -382,6 +373,21 @@ def test_the_wheel_with_the_server_extra_serves_from_an_empty_folder(
         code = server.wait(timeout=60)
     assert code == 0, err.read_text()
     assert (empty / "stratamem.db").is_file()  # the default store, in the folder it ran in
+
+
+@pytest.mark.slow
+def test_the_wheel_with_the_server_extra_serves_from_an_empty_folder(
+    dist: Dist, tmp_path: Path
+) -> None:
+    bin_dir = _fresh_venv(tmp_path / "venv", f"{dist.wheel}[server]")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    version = _run(bin_dir, empty, "--version")
+    assert version.stdout.strip() == f"stratamem {stratamem.__version__}"
+    _assert_complete(_installed_files(bin_dir, empty))
+    _demo_works(bin_dir, empty)
+
+    _serves(bin_dir, empty, tmp_path)
 
 
 # Each command of a plain install (no extras), from an empty folder: (arguments, what it must
@@ -436,3 +442,71 @@ def test_the_wheel_without_extras_works_or_names_the_extra(dist: Dist, tmp_path:
             assert done.returncode == 2 and says in done.stderr, shown
     found = _run(bin_dir, work, "search", "where does the user live", "--user-id", "u1")
     assert "Berlin" in found.stdout
+
+
+# -- the declared lower bounds ----------------------------------------------------------------
+
+
+def _lowest_venv(where: Path, requirement: str, declared: list[str]) -> Path:
+    """A fresh virtual environment with ``requirement`` installed and its ``declared``
+    dependencies at the LOWEST versions they allow (named on the command line so that uv's
+    ``--resolution lowest-direct`` applies to them): its ``bin``."""
+    env = _clean_env()
+    uv = [sys.executable, "-m", "uv"]
+    subprocess.run([*uv, "venv", "-q", "-p", sys.executable, str(where)], check=True, env=env)
+    python = where / "bin" / "python"
+    done = subprocess.run(
+        [*uv, "pip", "install", "-q", "--python", str(python), "--resolution", "lowest-direct"]
+        + [requirement, *declared],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=1200,
+    )
+    assert done.returncode == 0, f"uv pip install {requirement} failed:\n{done.stderr}"
+    return where / "bin"
+
+
+def _installed_versions(bin_dir: Path) -> dict[str, Version]:
+    code = (
+        "import json\nfrom importlib import metadata\n"
+        "print(json.dumps({d.metadata['Name']: d.version for d in metadata.distributions()}))"
+    )
+    done = subprocess.run(
+        [str(bin_dir / "python"), "-c", code], capture_output=True, text=True, check=True
+    )
+    return {canonicalize_name(k): Version(v) for k, v in json.loads(done.stdout).items()}
+
+
+def _declared_minimums(specs: list[str]) -> dict[str, Version]:
+    minimums = {}
+    for spec in specs:
+        req = Requirement(spec)
+        (low,) = [s.version for s in req.specifier if s.operator == ">="]
+        minimums[canonicalize_name(req.name)] = Version(low)
+    return minimums
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_the_declared_lower_bounds_are_installable_and_work(dist: Dist, tmp_path: Path) -> None:
+    """The ranges in pyproject are honest: installed at their lowest (every direct
+    dependency at exactly the minimum it declares), the package runs its demo, and with
+    ``[server]`` it serves. A bound that no longer resolves, or that an installed dependency
+    forces higher, fails here: raise the bound (docs/development.md)."""
+    tomllib = pytest.importorskip("tomllib")
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for extra in ("", "server"):
+        # The core's bounds are checked without extras; an extra may need a newer core
+        # dependency (mcp needs a newer pydantic), so with it only the extra's own bounds.
+        declared = project["optional-dependencies"][extra] if extra else project["dependencies"]
+        wheel = f"{dist.wheel}[{extra}]" if extra else str(dist.wheel)
+        bin_dir = _lowest_venv(tmp_path / f"venv-{extra or 'plain'}", wheel, declared)
+        installed = _installed_versions(bin_dir)
+        for name, minimum in _declared_minimums(declared).items():
+            assert installed[name] == minimum, f"[{extra}] {name}: {installed[name]} != {minimum}"
+        _demo_works(bin_dir, empty)
+        if extra == "server":
+            _serves(bin_dir, empty, tmp_path)

@@ -738,6 +738,9 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         ):
             print(f"stratamem demo: store {mem.store.url}")
             print(f"embedder: {mem.embedder.name}\n")
+            # An embedder that cannot work (a model this onnxruntime cannot read, an
+            # unreachable API) would leave the demo waiting on retried jobs: fail now.
+            mem.embedder.embed([DEMO_QUERIES[0]])
             started = time.perf_counter()
             counts = import_jsonl(
                 mem,
