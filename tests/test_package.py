@@ -455,9 +455,9 @@ def _lowest_venv(where: Path, requirement: str, declared: list[str]) -> Path:
     uv = [sys.executable, "-m", "uv"]
     subprocess.run([*uv, "venv", "-q", "-p", sys.executable, str(where)], check=True, env=env)
     python = where / "bin" / "python"
+    lowest = ["--resolution", "lowest-direct"]
     done = subprocess.run(
-        [*uv, "pip", "install", "-q", "--python", str(python), "--resolution", "lowest-direct"]
-        + [requirement, *declared],
+        [*uv, "pip", "install", "-q", "--python", str(python), *lowest, requirement, *declared],
         capture_output=True,
         text=True,
         env=env,
