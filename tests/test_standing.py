@@ -186,6 +186,11 @@ def test_the_rules_mark_only_the_users_own_words_standing() -> None:
             _row(3, "Keep your answers short. I'm vegetarian."),
             _row(4, "User prefers tea over coffee.", event_type=NOTE_EVENT),
             _row(5, "Which do you prefer?"),
+            _row(
+                6,
+                "However, I want to make sure I'm following best practices for JavaScript code"
+                " style when I ask about variable names.",
+            ),
         ]
     )
     got = [(d.message_ids[0], d.text, d.kind, d.standing, d.scope) for d in drafts]
@@ -209,6 +214,15 @@ def test_the_rules_mark_only_the_users_own_words_standing() -> None:
         ("m3", "User asks to keep the assistant's answers short.", "instruction", True, None),
         ("m3", "User is vegetarian.", "constraint", True, None),
         ("m4", "User prefers tea over coffee.", "preference", True, "tea over coffee"),
+        # a wish after a connective is no imperative: not "User asks to however, ..."
+        (
+            "m6",
+            "However, User wants to make sure User is following best practices for JavaScript"
+            " code style when User asks about variable names.",
+            "instruction",
+            True,
+            "variable names",
+        ),
     ]
 
 

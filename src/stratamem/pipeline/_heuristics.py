@@ -950,7 +950,7 @@ def _user_fact(
         ing = _SUBJECTLESS_ING.match(text)
         if request is not None:
             text = request
-        elif instruction and _ASKED.match(text):
+        elif instruction and _ASKED.match(text) and not _CONNECTIVE.match(text):
             text = f"{who} asks to " + text[0].lower() + text[1:]
         elif past is not None and not _FIRST_PERSON.match(text):
             text = f"{who} " + text[0].lower() + text[1:]
@@ -970,6 +970,13 @@ def _user_fact(
 
 # An instruction that starts with its verb ("Use metric units ...", "Keep answers short"),
 # written as what the user asks: not one about the user already ("User wants ...").
+# "However, I want to make sure I'm following ...": a wish after a connective, not an
+# imperative ("User asks to however, ...").
+_CONNECTIVE = re.compile(
+    r"^(?:however|also|but|and|so|plus|additionally|anyway|though|still|then|now|ok|okay"
+    r"|well|oh|btw)\b",
+    _I,
+)
 _ASKED = re.compile(r"^(?:please\s+|kindly\s+)?(?!i\b|i['’]|my\b|we\b|when|for|if)[a-z]", _I)
 _LISTENER = {"your": "the assistant's", "yours": "the assistant's", "you": "the assistant"}
 _LISTENER_WORD = re.compile(r"\b(?:your|yours|yourself|you)\b", _I)
