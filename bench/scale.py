@@ -31,6 +31,14 @@ the HNSW index both where the user's rows are half of it and where they are a tw
   what search asks for) and ``store.fulltext_items("fact", ...)``; recall@10 of the vector
   part against exact search (numpy over the same vectors).
 
+One user's history (``--part user``)
+------------------------------------
+One user with ``--user-messages`` messages (10,000; ``10000,100000`` for both) beside other
+users, on SQLite, all through the real engine offline: acceptance and processing rates,
+``mem.search`` and ``get_memory`` p50 / p95, a planted real chat's evidence recall beside the
+same chat held alone, vector recall@10 against exact, size on disk and memory
+(``bench/_user_history.py`` says how the history is made).
+
 Pipeline (``--part pipeline``)
 ------------------------------
 ``--messages`` LoCoMo turns (default 2,000; a user per conversation session, sent four at a
@@ -44,6 +52,7 @@ after every worker was up, divided by the time from then until none was left.
     python bench/scale.py --part search --backend postgres --facts 200000
     python bench/scale.py --part search --reuse postgresql://.../stratamem_bench_scale
     python bench/scale.py --part pipeline --embedder local --json
+    python bench/scale.py --part user --user-messages 10000,100000 --json
 
 PostgreSQL: ``--pg`` is a superuser URL of the server (default $STRATAMEM_TEST_POSTGRES_URL,
 else postgresql://postgres@127.0.0.1:5432/postgres); the benchmark creates its own
@@ -82,6 +91,7 @@ from _common import (
     summarize,
     verdict,
 )
+from _user_history import run_user
 from search import _corpus, _embed_all, _pool_texts
 from stratamem import Memory
 from stratamem.embed import Embedder, make_embedder
@@ -709,7 +719,7 @@ def _sqlite_url(path: Path) -> Iterator[str]:
 
 def main(argv: Sequence[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--part", choices=("search", "pipeline", "all"), default="all")
+    p.add_argument("--part", choices=("search", "pipeline", "user", "all"), default="all")
     p.add_argument("--backend", choices=("postgres", "sqlite", "both"), default="both")
     p.add_argument("--facts", type=int, default=1_000_000, help="facts in the project (PostgreSQL)")
     p.add_argument("--sqlite-facts", type=int, default=200_000, help="facts in the SQLite project")
@@ -726,6 +736,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--pg", help="PostgreSQL superuser URL the benchmark makes databases with")
     p.add_argument("--keep", action="store_true", help="keep the PostgreSQL search database")
     p.add_argument("--reuse", help="search this already built PostgreSQL database")
+    p.add_argument(
+        "--user-messages", default="10000", help="--part user: the user's sizes, comma-separated"
+    )
+    p.add_argument("--other-users", type=int, default=4, help="--part user: users beside it")
+    p.add_argument("--keep-dir", help="--part user: keep the SQLite files in this folder")
     p.add_argument("--json", action="store_true", help="also print a JSON line of results")
     args = p.parse_args(argv)
     if args.quick:
@@ -740,6 +755,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     results: dict[str, Any] = {"machine": info, "quick": args.quick}
     with stopwatch() as t_all:
+        if args.part == "user":
+            sizes = [int(x) for x in args.user_messages.split(",")]
+            results["user_sqlite"] = run_user(args, sizes)
         pool = Pool(args) if args.part in ("search", "all") else None
         for backend in backends:
             if pool is not None:
