@@ -1,0 +1,177 @@
+"""A LlamaIndex memory block backed by stratamem (docs/integrations/llama-index.md).
+
+Mapping. ``llama_index.core.memory.Memory`` keeps a conversation's recent turns itself (its
+short-term memory) and hands each memory block what it flushes from them; it asks every
+block for its content before each call. ``StratamemMemoryBlock`` stores what it is handed as
+messages of a stratamem session of its user (the session LlamaIndex names, through
+``_ids.as_id``, else the block's own), so the pipeline learns facts, summaries and topics
+from it as from any other conversation, and answers with the memory block stratamem
+recalls for the latest user message (``get_memory``, capture's compact configuration, with
+the turns LlamaIndex already holds excluded). A user's memory is therefore shared with
+every other face: capture, MCP, the proxy and the other integrations.
+
+What is stored: user and assistant turns with text (the text of their text blocks); system
+and tool messages, and turns without text, are not conversation (counted in the log).
+Recall failing (a server down, a store error) leaves the call without memory, logged, as
+capture does; a store that fails raises, so LlamaIndex's caller sees it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from llama_index.core.llms import ChatMessage, TextBlock
+from llama_index.core.memory.memory import BaseMemoryBlock
+from pydantic import ConfigDict, Field, PrivateAttr, field_validator
+
+from ..api import MemoryAPI
+from ..errors import NotFoundError
+from ._ids import as_id
+from ._json import clean, limits
+
+__all__ = ["RECALL_CONFIG", "StratamemMemoryBlock"]
+
+log = logging.getLogger("stratamem.integrations.llama_index")
+
+TAG = "llama_index"  # the metadata key of the sessions the block makes
+# The recall before each call: capture's compact configuration (docs/capture.md), without
+# the session's recent turns (LlamaIndex's short-term memory holds them).
+RECALL_CONFIG: dict[str, Any] = {
+    "proposition_top_k": 6,
+    "observation_semantic_top_k": 0,
+    "message_semantic_top_k": 6,
+    "observation_context_top_k": 1,
+    "candidate_pool": 10,
+    "token_budget": 400,
+    "message_recent_limit": 0,
+}
+_MAX_EXCLUDED = 1000  # get_memory's most exclude_texts
+_PER_CALL = 1000  # add_messages' most messages
+
+
+def _text(message: ChatMessage) -> str:
+    return "\n".join(b.text for b in message.blocks if isinstance(b, TextBlock) and b.text)
+
+
+class StratamemMemoryBlock(BaseMemoryBlock[str]):
+    """A ``BaseMemoryBlock`` whose memory is a stratamem user's.
+
+    ``memory`` is any :class:`~stratamem.MemoryAPI` (``Memory(...)`` or ``connect(url)``);
+    ``user_id`` the user whose memory it is; ``session_id`` the stratamem session flushed
+    turns go to when LlamaIndex does not name one (default ``llama-index-<user_id>``)."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    name: str = Field(default="stratamem", description="The name of the memory block.")
+    description: str | None = Field(
+        default="What stratamem remembers about the user, recalled for the latest message."
+    )
+    memory: Any = Field(exclude=True, description="A stratamem MemoryAPI.")
+    user_id: str = Field(description="The stratamem user whose memory this is.")
+    session_id: str | None = Field(default=None, description="Where unnamed turns go.")
+    recall_config: dict[str, Any] = Field(default_factory=lambda: dict(RECALL_CONFIG))
+
+    _created: set[str] = PrivateAttr(default_factory=set)
+
+    @field_validator("memory")
+    @classmethod
+    def _is_memory(cls, value: Any) -> Any:
+        if not isinstance(value, MemoryAPI):
+            raise ValueError("memory must be a stratamem Memory or connect(...) client")
+        return value
+
+    @field_validator("user_id")
+    @classmethod
+    def _user(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("user_id must not be empty")
+        return value
+
+    @property
+    def _m(self) -> MemoryAPI:
+        return self.memory  # type: ignore[no-any-return]
+
+    # -- the seam ---------------------------------------------------------------------------
+
+    async def _aget(self, messages: list[ChatMessage] | None = None, **block_kwargs: Any) -> str:
+        history = messages or []
+        query = next((_text(m) for m in reversed(history) if m.role == "user" and _text(m)), "")
+        if not query.strip():
+            return ""
+        carried = tuple(_text(m) for m in history if m.role in ("user", "assistant"))
+        try:
+            return await asyncio.to_thread(self._recall, query, carried)
+        except Exception:
+            log.warning("llama index: recall failed; the call goes without memory", exc_info=True)
+            return ""
+
+    async def _aput(self, messages: list[ChatMessage]) -> None:
+        by_session: dict[str, list[dict[str, Any]]] = {}
+        skipped = 0
+        chars, _ = limits(self._m)
+        for message in messages:
+            text = clean(_text(message))
+            if message.role not in ("user", "assistant") or not text.strip():
+                skipped += 1
+                continue
+            named = message.additional_kwargs.get("session_id")
+            sid = self._sid(str(named) if named else None)
+            # A turn longer than a message may hold goes over consecutive messages.
+            for start in range(0, len(text), chars):
+                by_session.setdefault(sid, []).append(
+                    {"role": str(message.role.value), "content": text[start : start + chars]}
+                )
+        if skipped:
+            log.debug("llama index: %d messages without conversation text not stored", skipped)
+        for sid, batch in by_session.items():
+            await asyncio.to_thread(self._add, sid, batch)
+
+    # -- stratamem --------------------------------------------------------------------------
+
+    def _sid(self, named: str | None) -> str:
+        return as_id(named or self.session_id or f"llama-index-{self.user_id}")
+
+    def _ensure_session(self, sid: str) -> None:
+        if sid not in self._created:
+            self._m.sessions.create(
+                self.user_id,
+                session_id=sid,
+                title=clean(f"LlamaIndex conversation {sid}")[:200],
+                metadata={TAG: {"block": clean(self.name)}},
+            )
+            self._created.add(sid)
+
+    def _add(self, sid: str, messages: Sequence[dict[str, Any]]) -> None:
+        self._ensure_session(sid)
+        for start in range(0, len(messages), _PER_CALL):
+            batch = list(messages[start : start + _PER_CALL])
+            try:
+                self._m.add_messages(sid, batch)
+            except NotFoundError:  # the session was forgotten since: make it again
+                self._created.discard(sid)
+                self._ensure_session(sid)
+                self._m.add_messages(sid, batch)
+
+    def _recall(self, query: str, carried: tuple[str, ...]) -> str:
+        most, _ = limits(self._m)
+        excluded = tuple(
+            dict.fromkeys(
+                t.strip() for t in carried if t.strip() and len(t) <= most and clean(t) == t
+            )
+        )[-_MAX_EXCLUDED:]
+        sid = self._sid(None)
+        self._ensure_session(sid)
+        try:
+            context = self._m.get_memory(
+                sid, clean(query), recall_config=self.recall_config, exclude_texts=excluded
+            )
+        except NotFoundError:  # forgotten since: make it again
+            self._created.discard(sid)
+            self._ensure_session(sid)
+            context = self._m.get_memory(
+                sid, clean(query), recall_config=self.recall_config, exclude_texts=excluded
+            )
+        return context.formatted_context
