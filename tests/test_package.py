@@ -394,8 +394,9 @@ def test_the_wheel_with_the_server_extra_serves_from_an_empty_folder(
 # say). None: it works (exit 0); a string: it exits 2 naming the extra to install, no traceback.
 PLAIN_INSTALL = [
     (["demo"], None),
-    (["stats"], None),
+    # A reader refuses a store that does not exist yet: the import makes it first.
     (["import", "talk.jsonl", "--user-id", "u1", "-q"], None),
+    (["stats"], None),
     (["search", "Berlin", "--user-id", "u1"], None),
     (["worker", "--exit-when-idle"], None),
     (["reindex"], None),
