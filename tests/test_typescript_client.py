@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
+from fakes.openai_server import FakeOpenAIServer
 from node_packages import LOCK_FILES, installed_packages, node_tool
 from server_proc import ServerProcess
 
@@ -39,7 +40,7 @@ SOURCES = (
     "README.md",
     *LOCK_FILES,
 )
-SUITES = ("api.test.mjs", "retry.test.mjs", "transport.test.mjs")
+SUITES = ("api.test.mjs", "retry.test.mjs", "transport.test.mjs", "ai-sdk.test.mjs")
 
 
 def _tool(name: str) -> str:
@@ -115,6 +116,14 @@ def test_the_declarations_type_a_consumer(package: Path) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+def test_the_ai_sdk_middleware_is_one_wrap_language_model_takes(package: Path) -> None:
+    """test/ai-sdk.consumer.mts hands `stratamem/ai-sdk`'s middleware to the `ai` package's
+    own wrapLanguageModel (its declarations, with the DOM types they need): it compiles."""
+    tsc = str(package / "node_modules" / "typescript" / "bin" / "tsc")
+    done = _run([_tool("node"), tsc, "-p", "test/tsconfig.ai-sdk.json"], package)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
 def test_the_node_suites_against_a_real_server(package: Path) -> None:
     done = _run(
         [_tool("node"), "--test", *(f"test/{s}" for s in SUITES)],
@@ -128,6 +137,39 @@ def test_the_node_suites_against_a_real_server(package: Path) -> None:
     failed = re.search(r"^# fail (\d+)$", output, re.M)
     assert passed and failed, output
     assert int(failed.group(1)) == 0 and int(passed.group(1)) >= 27, output
+
+
+def test_the_ai_sdk_docs_example_runs(package: Path, tmp_path: Path) -> None:
+    """docs/integrations/ai-sdk.md's example, as written, with `@ai-sdk/openai` pointed at
+    the suite's fake OpenAI server and a real `stratamem serve`: the second call's last user
+    message carries what the first one stored."""
+    page = REPO / "docs" / "integrations" / "ai-sdk.md"
+    code = page.read_text(encoding="utf-8").split("```ts\n", 1)[1].split("```", 1)[0]
+    server = ServerProcess(tmp_path, env={"STRATAMEM_UI": "false"}).start()
+    try:
+        with FakeOpenAIServer() as fake:
+            fake.chat_replies.extend(["Noted.", "Try an apple."])
+            env = _env(
+                STRATAMEM_API_KEY=server.bootstrap_key(),
+                OPENAI_API_KEY="k",
+                OPENAI_BASE_URL=fake.base_url,
+            )
+            # The example is plain JavaScript (no annotations); the server is this one.
+            example = code.replace("http://127.0.0.1:8000", server.url)
+            (package / "example.mjs").write_text(example, encoding="utf-8")
+            done = _run([_tool("node"), "example.mjs"], package, env=env, timeout=120)
+            assert done.returncode == 0, done.stdout + done.stderr
+            assert done.stdout.strip() == "Try an apple."
+            first, second = fake.responses_requests()
+            asked = [i for i in second["input"] if i.get("role") == "user"][-1]["content"]
+            texts = [part["text"] for part in asked]
+            assert texts[0] == "Can you suggest a snack?" and "<memory>" in texts[-1]
+            assert "allergic to peanuts" in texts[-1]
+            assert [i for i in first["input"] if i.get("role") == "user"][-1]["content"] == [
+                {"type": "input_text", "text": "I'm allergic to peanuts."}
+            ]
+    finally:
+        server.stop()
 
 
 def _readme_install_commands() -> list[str]:
