@@ -218,3 +218,30 @@ def openai_server(model: MemoryModel) -> Iterator[FakeOpenAIServer]:
     with FakeOpenAIServer() as server:
         server.chat_script = model
         yield server
+
+
+# -- the agent-framework integrations' shared checks -------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory, module_db_url: str) -> Iterator[str]:
+    """A real ``stratamem serve`` on the module's store: ``"<url> <bootstrap key>"``."""
+    from server_proc import ServerProcess
+
+    proc = ServerProcess(tmp_path_factory.mktemp("served"), db_url=module_db_url).start()
+    try:
+        yield f"{proc.url} {proc.bootstrap_key()}"
+    finally:
+        proc.stop()
+
+
+def assert_names_the_extra(blocked: str, module: str, extra: str) -> None:
+    """Importing ``module`` without the package ``blocked`` fails, naming the extra."""
+    import subprocess
+
+    code = f"import sys\nsys.modules[{blocked!r}] = None\nimport {module}"
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).parent
+    )
+    assert proc.returncode != 0
+    assert f"pip install 'stratamem[{extra}]'" in proc.stderr

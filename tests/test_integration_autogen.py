@@ -22,8 +22,9 @@ from autogen_core.model_context import UnboundedChatCompletionContext
 from autogen_core.models import SystemMessage, UserMessage
 from autogen_ext.models.openai import OpenAIChatCompletionClient
 
+from conftest import assert_names_the_extra
 from fakes.openai_server import FakeOpenAIServer
-from server_proc import ServerProcess, free_port
+from server_proc import free_port
 from stratamem import Memory, connect
 from stratamem.api import MemoryAPI
 from stratamem.integrations.autogen import StratamemMemory
@@ -200,15 +201,6 @@ def test_a_failed_recall_leaves_the_call_without_memory(caplog: pytest.LogCaptur
 # -- against a server ----------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory, module_db_url: str) -> Iterator[str]:
-    proc = ServerProcess(tmp_path_factory.mktemp("autogen"), db_url=module_db_url).start()
-    try:
-        yield f"{proc.url} {proc.bootstrap_key()}"
-    finally:
-        proc.stop()
-
-
 @pytest.mark.slow
 def test_against_a_server(served: str, server: FakeOpenAIServer) -> None:
     url, key = served.split()
@@ -219,12 +211,7 @@ def test_against_a_server(served: str, server: FakeOpenAIServer) -> None:
 
 
 def test_without_autogen_the_module_names_the_extra() -> None:
-    code = "import sys\nsys.modules['autogen_core'] = None\nimport stratamem.integrations.autogen"
-    proc = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).parent
-    )
-    assert proc.returncode != 0
-    assert "pip install 'stratamem[autogen]'" in proc.stderr
+    assert_names_the_extra("autogen_core", "stratamem.integrations.autogen", "autogen")
 
 
 def test_the_docs_example_runs(tmp_path: Path, server: FakeOpenAIServer) -> None:

@@ -22,8 +22,8 @@ from google.adk.sessions import InMemorySessionService
 from google.adk.tools.preload_memory_tool import PreloadMemoryTool
 from google.genai import types
 
+from conftest import assert_names_the_extra
 from fakes.google_server import FakeGeminiServer
-from server_proc import ServerProcess
 from stratamem import Memory, connect
 from stratamem.api import MemoryAPI
 from stratamem.integrations.google_adk import StratamemMemoryService
@@ -229,15 +229,6 @@ def test_bad_input_is_refused(mem: Memory) -> None:
 # -- against a server ----------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory, module_db_url: str) -> Iterator[str]:
-    proc = ServerProcess(tmp_path_factory.mktemp("adk"), db_url=module_db_url).start()
-    try:
-        yield f"{proc.url} {proc.bootstrap_key()}"
-    finally:
-        proc.stop()
-
-
 @pytest.mark.slow
 def test_against_a_server(served: str, gemini: FakeGeminiServer) -> None:
     url, key = served.split()
@@ -248,12 +239,7 @@ def test_against_a_server(served: str, gemini: FakeGeminiServer) -> None:
 
 
 def test_without_adk_the_module_names_the_extra() -> None:
-    code = "import sys\nsys.modules['google.adk'] = None\nimport stratamem.integrations.google_adk"
-    proc = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).parent
-    )
-    assert proc.returncode != 0
-    assert "pip install 'stratamem[google-adk]'" in proc.stderr
+    assert_names_the_extra("google.adk", "stratamem.integrations.google_adk", "google-adk")
 
 
 def test_the_docs_example_runs(tmp_path: Path) -> None:

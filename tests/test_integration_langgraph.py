@@ -32,8 +32,8 @@ from langgraph.store.base import (
 )
 from langgraph.store.memory import InMemoryStore
 
+from conftest import assert_names_the_extra
 from fakes.openai_server import FakeOpenAIServer
-from server_proc import ServerProcess
 from stratamem import ConflictError, Memory, connect
 from stratamem.api import MemoryAPI
 from stratamem.integrations import _langgraph
@@ -578,15 +578,6 @@ def test_a_graph_whose_nodes_use_the_store(semantic: Memory) -> None:
 # -- against a server ----------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory, module_db_url: str) -> Iterator[str]:
-    proc = ServerProcess(tmp_path_factory.mktemp("langgraph"), db_url=module_db_url).start()
-    try:
-        yield f"{proc.url} {proc.bootstrap_key()}"
-    finally:
-        proc.stop()
-
-
 @pytest.mark.slow
 def test_against_a_server(served: str, clock: Clock) -> None:
     url, key = served.split()
@@ -635,11 +626,7 @@ def test_importing_stratamem_imports_no_framework() -> None:
 
 
 def test_without_langgraph_the_module_names_the_extra() -> None:
-    proc = _python(
-        "import sys\nsys.modules['langgraph'] = None\nimport stratamem.integrations.langgraph"
-    )
-    assert proc.returncode != 0
-    assert "pip install 'stratamem[langgraph]'" in proc.stderr
+    assert_names_the_extra("langgraph", "stratamem.integrations.langgraph", "langgraph")
 
 
 def _doc_example(page: str) -> str:

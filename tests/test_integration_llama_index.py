@@ -10,7 +10,7 @@ import logging
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,8 @@ from llama_index.core.llms import ChatMessage
 from llama_index.core.memory import InsertMethod
 from llama_index.core.memory import Memory as LlamaMemory
 
-from server_proc import ServerProcess, free_port
+from conftest import assert_names_the_extra
+from server_proc import free_port
 from stratamem import Memory, connect
 from stratamem.api import MemoryAPI
 from stratamem.client import APIConnectionError
@@ -183,15 +184,6 @@ def test_a_failed_recall_leaves_the_call_without_memory(caplog: pytest.LogCaptur
 # -- against a server ----------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory, module_db_url: str) -> Iterator[str]:
-    proc = ServerProcess(tmp_path_factory.mktemp("llama"), db_url=module_db_url).start()
-    try:
-        yield f"{proc.url} {proc.bootstrap_key()}"
-    finally:
-        proc.stop()
-
-
 @pytest.mark.slow
 def test_against_a_server(served: str) -> None:
     url, key = served.split()
@@ -205,14 +197,7 @@ def test_against_a_server(served: str) -> None:
 
 
 def test_without_llama_index_the_module_names_the_extra() -> None:
-    code = (
-        "import sys\nsys.modules['llama_index'] = None\nimport stratamem.integrations.llama_index"
-    )
-    proc = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).parent
-    )
-    assert proc.returncode != 0
-    assert "pip install 'stratamem[llama-index]'" in proc.stderr
+    assert_names_the_extra("llama_index", "stratamem.integrations.llama_index", "llama-index")
 
 
 def test_the_docs_example_runs(tmp_path: Path) -> None:

@@ -20,8 +20,9 @@ import pytest
 from agents import Agent, OpenAIResponsesModel, RunConfig, Runner, SQLiteSession, function_tool
 from agents.run_config import CallModelData, ModelInputData
 
+from conftest import assert_names_the_extra
 from fakes.openai_server import FakeOpenAIServer
-from server_proc import ServerProcess, free_port
+from server_proc import free_port
 from stratamem import Memory, connect
 from stratamem.api import MemoryAPI
 from stratamem.integrations.openai_agents import StratamemSession
@@ -348,15 +349,6 @@ def test_a_failed_recall_leaves_the_call_without_memory(
 # -- against a server ----------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory, module_db_url: str) -> Iterator[str]:
-    proc = ServerProcess(tmp_path_factory.mktemp("agents"), db_url=module_db_url).start()
-    try:
-        yield f"{proc.url} {proc.bootstrap_key()}"
-    finally:
-        proc.stop()
-
-
 @pytest.mark.slow
 def test_against_a_server(served: str, server: FakeOpenAIServer) -> None:
     url, key = served.split()
@@ -376,18 +368,7 @@ def test_against_a_server(served: str, server: FakeOpenAIServer) -> None:
 
 
 def test_without_the_sdk_the_module_names_the_extra() -> None:
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "import sys\nsys.modules['agents'] = None\nimport stratamem.integrations.openai_agents",
-        ],
-        capture_output=True,
-        text=True,
-        cwd=Path(__file__).parent,
-    )
-    assert proc.returncode != 0
-    assert "pip install 'stratamem[openai-agents]'" in proc.stderr
+    assert_names_the_extra("agents", "stratamem.integrations.openai_agents", "openai-agents")
 
 
 def test_the_docs_example_runs(tmp_path: Path, server: FakeOpenAIServer) -> None:

@@ -39,24 +39,13 @@ from ..errors import NotFoundError
 from ..types import NOTE_EVENT, Hit
 from ._ids import as_id
 from ._json import clean, dumps, limits
+from ._recall import RECALL_CONFIG, excluded_texts
 
 __all__ = ["RECALL_CONFIG", "StratamemMemory"]
 
 log = logging.getLogger("stratamem.integrations.autogen")
 
 TAG = "autogen"  # the metadata key of the memory's session and notes
-# The recall before each model call: capture's compact configuration (docs/capture.md),
-# without the session's recent turns (the model context has them).
-RECALL_CONFIG: dict[str, Any] = {
-    "proposition_top_k": 6,
-    "observation_semantic_top_k": 0,
-    "message_semantic_top_k": 6,
-    "observation_context_top_k": 1,
-    "candidate_pool": 10,
-    "token_budget": 400,
-    "message_recent_limit": 0,
-}
-_MAX_EXCLUDED = 1000  # get_memory's most exclude_texts
 _TEXT_TYPES = {MemoryMimeType.TEXT.value, MemoryMimeType.MARKDOWN.value, MemoryMimeType.JSON.value}
 
 
@@ -194,12 +183,7 @@ class StratamemMemory(Memory):
             self._m.add_messages(self._sid, [note])
 
     def _recall(self, query: str, carried: tuple[str, ...]) -> tuple[str, list[MemoryContent]]:
-        most, _ = limits(self._m)
-        excluded = tuple(
-            dict.fromkeys(
-                t.strip() for t in carried if t.strip() and len(t) <= most and clean(t) == t
-            )
-        )[-_MAX_EXCLUDED:]
+        excluded = excluded_texts(self._m, carried)
         self._ensure_session()
         context = self._m.get_memory(
             self._sid,

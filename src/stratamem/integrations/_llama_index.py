@@ -31,24 +31,13 @@ from ..api import MemoryAPI
 from ..errors import NotFoundError
 from ._ids import as_id
 from ._json import clean, limits
+from ._recall import RECALL_CONFIG, excluded_texts
 
 __all__ = ["RECALL_CONFIG", "StratamemMemoryBlock"]
 
 log = logging.getLogger("stratamem.integrations.llama_index")
 
 TAG = "llama_index"  # the metadata key of the sessions the block makes
-# The recall before each call: capture's compact configuration (docs/capture.md), without
-# the session's recent turns (LlamaIndex's short-term memory holds them).
-RECALL_CONFIG: dict[str, Any] = {
-    "proposition_top_k": 6,
-    "observation_semantic_top_k": 0,
-    "message_semantic_top_k": 6,
-    "observation_context_top_k": 1,
-    "candidate_pool": 10,
-    "token_budget": 400,
-    "message_recent_limit": 0,
-}
-_MAX_EXCLUDED = 1000  # get_memory's most exclude_texts
 _PER_CALL = 1000  # add_messages' most messages
 
 
@@ -156,12 +145,7 @@ class StratamemMemoryBlock(BaseMemoryBlock[str]):
                 self._m.add_messages(sid, batch)
 
     def _recall(self, query: str, carried: tuple[str, ...]) -> str:
-        most, _ = limits(self._m)
-        excluded = tuple(
-            dict.fromkeys(
-                t.strip() for t in carried if t.strip() and len(t) <= most and clean(t) == t
-            )
-        )[-_MAX_EXCLUDED:]
+        excluded = excluded_texts(self._m, carried)
         sid = self._sid(None)
         self._ensure_session(sid)
         try:

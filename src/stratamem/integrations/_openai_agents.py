@@ -47,26 +47,15 @@ from ..errors import NotFoundError
 from ..types import Message, RecallConfig
 from ._ids import as_id
 from ._json import clean, dumps, limits
+from ._recall import RECALL_CONFIG, excluded_texts
 
 __all__ = ["RECALL_CONFIG", "StratamemSession"]
 
 log = logging.getLogger("stratamem.integrations.openai_agents")
 
 TAG = "openai_agents"  # the metadata key of the session and of its messages
-# The recall before each model call: capture's compact configuration (docs/capture.md,
-# "What is injected, and where"), without the session's recent turns (the input has them).
-RECALL_CONFIG: dict[str, Any] = {
-    "proposition_top_k": 6,
-    "observation_semantic_top_k": 0,
-    "message_semantic_top_k": 6,
-    "observation_context_top_k": 1,
-    "candidate_pool": 10,
-    "token_budget": 400,
-    "message_recent_limit": 0,
-}
 _PAGE = 10_000  # the largest page messages.list returns
 _PER_CALL = 1000  # max_messages_per_call's default
-_MAX_EXCLUDED = 1000  # get_memory's most exclude_texts
 # Room kept in a message's metadata for the keys around a JSON piece.
 _METADATA_ROOM = 512
 _Path = tuple[str | int, ...]
@@ -178,12 +167,7 @@ class StratamemSession:
         return ModelInputData(input=items, instructions=model_data.instructions)
 
     def _recall(self, query: str, carried: tuple[str, ...]) -> str:
-        most, _ = limits(self._m)
-        excluded = tuple(
-            dict.fromkeys(
-                t.strip() for t in carried if t.strip() and len(t) <= most and clean(t) == t
-            )
-        )[-_MAX_EXCLUDED:]
+        excluded = excluded_texts(self._m, carried)
         key = (query, excluded)
         if self._recalled is not None and self._recalled[0] == key:
             return self._recalled[1]  # the same turn again (a tool loop): the same block
