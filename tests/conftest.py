@@ -245,3 +245,24 @@ def assert_names_the_extra(blocked: str, module: str, extra: str) -> None:
     )
     assert proc.returncode != 0
     assert f"pip install 'stratamem[{extra}]'" in proc.stderr
+
+
+def run_docs_example(page: str, cwd: Path, **env: str) -> str:
+    """The first ``python`` block of ``docs/integrations/<page>`` run as written, in ``cwd``
+    (where ``Memory()`` makes ./stratamem.db), with ``env`` and none of the developer's
+    ``STRATAMEM_*`` settings: what it printed (it must exit 0)."""
+    import subprocess
+
+    text = (REPO / "docs" / "integrations" / page).read_text(encoding="utf-8")
+    code = text.split("```python\n", 1)[1].split("```", 1)[0]
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("STRATAMEM_")}
+    run = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={**environ, **env},
+        cwd=cwd,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    return run.stdout

@@ -7,9 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +19,7 @@ from autogen_core.model_context import UnboundedChatCompletionContext
 from autogen_core.models import SystemMessage, UserMessage
 from autogen_ext.models.openai import OpenAIChatCompletionClient
 
-from conftest import assert_names_the_extra
+from conftest import assert_names_the_extra, run_docs_example
 from fakes.openai_server import FakeOpenAIServer
 from server_proc import free_port
 from stratamem import Memory, connect
@@ -215,20 +212,10 @@ def test_without_autogen_the_module_names_the_extra() -> None:
 
 
 def test_the_docs_example_runs(tmp_path: Path, server: FakeOpenAIServer) -> None:
-    page = Path(__file__).resolve().parent.parent / "docs" / "integrations" / "autogen.md"
-    code = page.read_text().split("```python\n", 1)[1].split("```", 1)[0]
     server.chat_replies.append("Try an apple.")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("STRATAMEM_")}
-    env |= {"OPENAI_API_KEY": "k", "OPENAI_BASE_URL": server.base_url}
-    run = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,  # Memory() is ./stratamem.db
-        timeout=300,
+    out = run_docs_example(
+        "autogen.md", tmp_path, OPENAI_API_KEY="k", OPENAI_BASE_URL=server.base_url
     )
-    assert run.returncode == 0, run.stderr[-3000:]
-    assert run.stdout.strip() == "Try an apple."
+    assert out.strip() == "Try an apple."
     block = server.chat_requests()[-1]["messages"][-1]
     assert block["role"] == "system" and "User is allergic to peanuts." in block["content"]

@@ -6,9 +6,6 @@ Gemini server with ADK's ``PreloadMemoryTool`` — embedded on both stores and a
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +19,7 @@ from google.adk.sessions import InMemorySessionService
 from google.adk.tools.preload_memory_tool import PreloadMemoryTool
 from google.genai import types
 
-from conftest import assert_names_the_extra
+from conftest import assert_names_the_extra, run_docs_example
 from fakes.google_server import FakeGeminiServer
 from stratamem import Memory, connect
 from stratamem.api import MemoryAPI
@@ -243,21 +240,14 @@ def test_without_adk_the_module_names_the_extra() -> None:
 
 
 def test_the_docs_example_runs(tmp_path: Path) -> None:
-    page = Path(__file__).resolve().parent.parent / "docs" / "integrations" / "google-adk.md"
-    code = page.read_text().split("```python\n", 1)[1].split("```", 1)[0]
     with FakeGeminiServer() as fake:
         fake.chat_replies.extend(["Noted.", "Try an apple."])
-        env = {k: v for k, v in os.environ.items() if not k.startswith("STRATAMEM_")}
-        env |= {"GOOGLE_API_KEY": "k", "GOOGLE_GEMINI_BASE_URL": fake.base_url}
-        env.pop("GOOGLE_GENAI_USE_VERTEXAI", None)
-        run = subprocess.run(
-            [sys.executable, "-c", code],
-            capture_output=True,
-            text=True,
-            env=env,
-            cwd=tmp_path,  # Memory() is ./stratamem.db
-            timeout=300,
+        out = run_docs_example(
+            "google-adk.md",
+            tmp_path,
+            GOOGLE_API_KEY="k",
+            GOOGLE_GEMINI_BASE_URL=fake.base_url,
+            GOOGLE_GENAI_USE_VERTEXAI="false",
         )
-        assert run.returncode == 0, run.stderr[-3000:]
-        assert run.stdout.split("\n")[:2] == ["Noted.", "Try an apple."]
+        assert out.split("\n")[:2] == ["Noted.", "Try an apple."]
         assert "allergic to peanuts" in str(fake.generate_requests()[-1]["contents"])

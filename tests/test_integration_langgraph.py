@@ -13,7 +13,6 @@ documentation.
 from __future__ import annotations
 
 import asyncio
-import os
 import subprocess
 import sys
 import time
@@ -32,7 +31,7 @@ from langgraph.store.base import (
 )
 from langgraph.store.memory import InMemoryStore
 
-from conftest import assert_names_the_extra
+from conftest import assert_names_the_extra, run_docs_example
 from fakes.openai_server import FakeOpenAIServer
 from stratamem import ConflictError, Memory, connect
 from stratamem.api import MemoryAPI
@@ -629,24 +628,11 @@ def test_without_langgraph_the_module_names_the_extra() -> None:
     assert_names_the_extra("langgraph", "stratamem.integrations.langgraph", "langgraph")
 
 
-def _doc_example(page: str) -> str:
-    text = (Path(__file__).resolve().parent.parent / "docs" / "integrations" / page).read_text()
-    return text.split("```python\n", 1)[1].split("```", 1)[0]
-
-
 def test_the_docs_example_runs(tmp_path: Path, chat_server: FakeOpenAIServer) -> None:
     call = {"name": "manage_memory", "arguments": {"content": "User is allergic to peanuts."}}
     chat_server.chat_replies.extend([{"tool_calls": [call]}, "Noted."])
-    env = {k: v for k, v in os.environ.items() if not k.startswith("STRATAMEM_")}
-    env |= {"OPENAI_API_KEY": "k", "OPENAI_BASE_URL": chat_server.base_url}
-    run = subprocess.run(
-        [sys.executable, "-c", _doc_example("langgraph.md")],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,  # Memory() is ./stratamem.db
-        timeout=300,
+    out = run_docs_example(
+        "langgraph.md", tmp_path, OPENAI_API_KEY="k", OPENAI_BASE_URL=chat_server.base_url
     )
-    assert run.returncode == 0, run.stderr[-3000:]
-    assert "{'content': 'User is allergic to peanuts.'}" in run.stdout
-    assert "- [" in run.stdout and "User is allergic to peanuts." in run.stdout.split("<memory>")[1]
+    assert "{'content': 'User is allergic to peanuts.'}" in out
+    assert "- [" in out and "User is allergic to peanuts." in out.split("<memory>")[1]

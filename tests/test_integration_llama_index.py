@@ -7,9 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,7 +16,7 @@ from llama_index.core.llms import ChatMessage
 from llama_index.core.memory import InsertMethod
 from llama_index.core.memory import Memory as LlamaMemory
 
-from conftest import assert_names_the_extra
+from conftest import assert_names_the_extra, run_docs_example
 from server_proc import free_port
 from stratamem import Memory, connect
 from stratamem.api import MemoryAPI
@@ -201,16 +198,4 @@ def test_without_llama_index_the_module_names_the_extra() -> None:
 
 
 def test_the_docs_example_runs(tmp_path: Path) -> None:
-    page = Path(__file__).resolve().parent.parent / "docs" / "integrations" / "llama-index.md"
-    code = page.read_text().split("```python\n", 1)[1].split("```", 1)[0]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("STRATAMEM_")}
-    run = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,  # Memory() is ./stratamem.db
-        timeout=300,
-    )
-    assert run.returncode == 0, run.stderr[-3000:]
-    assert "allergic to peanuts" in run.stdout
+    assert "allergic to peanuts" in run_docs_example("llama-index.md", tmp_path)

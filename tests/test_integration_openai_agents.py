@@ -8,9 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +17,7 @@ import pytest
 from agents import Agent, OpenAIResponsesModel, RunConfig, Runner, SQLiteSession, function_tool
 from agents.run_config import CallModelData, ModelInputData
 
-from conftest import assert_names_the_extra
+from conftest import assert_names_the_extra, run_docs_example
 from fakes.openai_server import FakeOpenAIServer
 from server_proc import free_port
 from stratamem import Memory, connect
@@ -372,25 +369,15 @@ def test_without_the_sdk_the_module_names_the_extra() -> None:
 
 
 def test_the_docs_example_runs(tmp_path: Path, server: FakeOpenAIServer) -> None:
-    page = Path(__file__).resolve().parent.parent / "docs" / "integrations" / "openai-agents.md"
-    code = page.read_text().split("```python\n", 1)[1].split("```", 1)[0]
     server.chat_replies.extend(["Noted.", "Try an apple."])
-    env = {k: v for k, v in os.environ.items() if not k.startswith("STRATAMEM_")}
-    env |= {
-        "OPENAI_API_KEY": "k",
-        "OPENAI_BASE_URL": server.base_url,
-        "OPENAI_AGENTS_DISABLE_TRACING": "1",  # traces would go to OpenAI
-    }
-    run = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,  # Memory() is ./stratamem.db
-        timeout=300,
+    out = run_docs_example(
+        "openai-agents.md",
+        tmp_path,
+        OPENAI_API_KEY="k",
+        OPENAI_BASE_URL=server.base_url,
+        OPENAI_AGENTS_DISABLE_TRACING="1",  # traces would go to OpenAI
     )
-    assert run.returncode == 0, run.stderr[-3000:]
-    assert run.stdout.split() == ["Noted.", "Try", "an", "apple."]
+    assert out.split() == ["Noted.", "Try", "an", "apple."]
     first, second = server.responses_requests()
     assert _last_user_text(first) == "I'm allergic to peanuts."
     question, _, block = _last_user_text(second).partition("\n\n")
