@@ -19,7 +19,10 @@ PATHS = [p for p in ("src", "tests", "bench", "clients") if (REPO / p).is_dir()]
 
 
 def _ruff(*args: str) -> subprocess.CompletedProcess[str]:
-    exe = shutil.which("ruff")
+    # The ruff of the environment running the tests (beside its interpreter), even when that
+    # environment is not activated; else the one on PATH.
+    beside = Path(sys.executable).with_name("ruff")
+    exe = str(beside) if beside.is_file() else shutil.which("ruff")
     if exe is None:
         pytest.fail("ruff is a test dependency: pip install -e '.[test]'")
     return subprocess.run([exe, *args, *PATHS], cwd=REPO, capture_output=True, text=True)
