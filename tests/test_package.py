@@ -453,6 +453,11 @@ def _lowest_venv(where: Path, requirement: str, declared: list[str]) -> Path:
     dependencies at the LOWEST versions they allow (named on the command line so that uv's
     ``--resolution lowest-direct`` applies to them): its ``bin``."""
     env = _clean_env()
+    # uv reads neither pip's configuration nor its CA bundle: the system's trust store, and
+    # pip's bundle where one is set, as pip would use behind a proxy that re-signs TLS.
+    env.setdefault("UV_NATIVE_TLS", "1")
+    if env.get("PIP_CERT") and not env.get("SSL_CERT_FILE"):
+        env["SSL_CERT_FILE"] = env["PIP_CERT"]
     uv = [sys.executable, "-m", "uv"]
     subprocess.run([*uv, "venv", "-q", "-p", sys.executable, str(where)], check=True, env=env)
     python = where / "bin" / "python"
