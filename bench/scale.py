@@ -387,6 +387,11 @@ def _measure_user(
     # shared index, which is what asks for the user's own.)
     mem.search(queries[1], user_id=user, limit=LIMIT, layers=["fact"])
     vocabulary = getattr(store, "_vocabulary", None)
+    # SQLite builds a large user's HNSW index in the background (tens of seconds at 100,000
+    # vectors); until then its searches scan exactly. A server up a while has it.
+    wait_indexes = getattr(getattr(store, "vectors", None), "wait_indexes", None)
+    if callable(wait_indexes):
+        wait_indexes()
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline and (
         (vocabulary is not None and "facts" not in vocabulary)
