@@ -12,14 +12,16 @@ import { MockLanguageModelV3, convertArrayToReadableStream } from "ai/test";
 
 import { MemoryClient } from "../dist/esm/index.js";
 import { stratamemMiddleware } from "../dist/esm/ai-sdk.js";
-import { ServerProcess, freePort } from "./server.mjs";
+import { ADMIN_TOKEN, ServerProcess, freePort } from "./server.mjs";
 
 let server;
 let client;
 
 before(async () => {
-  server = await new ServerProcess().start();
-  client = new MemoryClient({ apiKey: server.key(), baseUrl: server.url });
+  // The bundled model, as a user's server has it: a correction supersedes what it corrects
+  // when the two are alike in meaning, which the hashing embedder cannot tell.
+  server = await new ServerProcess({ embedder: "local" }).start();
+  client = new MemoryClient({ apiKey: server.key(), baseUrl: server.url, adminToken: ADMIN_TOKEN });
 });
 
 after(async () => {
@@ -113,6 +115,35 @@ for (const streamed of [false, true]) {
     assert.deepEqual(errors, []);
   });
 }
+
+/** One plain call through the middleware for `userId` in `sessionId`; what the model got. */
+async function ask(c, userId, sessionId, prompt, answer = "Ok.") {
+  const memory = stratamemMiddleware({ client: c, userId, sessionId, recallTimeoutMs: 10_000 });
+  const m = model(answer);
+  await generateText({ model: wrapLanguageModel({ model: m, middleware: memory }), prompt });
+  await memory.flush();
+  return lastUserText(m.doGenerateCalls[0]);
+}
+
+test("another project recalls nothing; a correction replaces the old value; forgetting is seen", async () => {
+  await ask(client, "cy", "cy-1", "I'm allergic to peanuts.");
+  await client.wait();
+  await client.projects.create({ name: "Other", projectId: "other-ai" });
+  const { secret } = await client.keys.create("other-ai", { name: "ai-sdk" });
+  const elsewhere = new MemoryClient({ apiKey: secret, baseUrl: server.url });
+  assert.ok(!(await ask(elsewhere, "cy", "cy-elsewhere", "Can you suggest a snack?")).includes("peanuts"));
+
+  await ask(client, "cy", "cy-2", "I drive a Honda Civic.");
+  await client.wait();
+  await ask(client, "cy", "cy-3", "Correction: I drive a Tesla Model 3 now.");
+  await client.wait();
+  const car = await ask(client, "cy", "cy-4", "What car do I drive?");
+  assert.match(car, /Tesla/);
+  if (car.includes("Honda")) assert.ok(car.indexOf("Tesla") < car.indexOf("Honda") && car.includes("(superseded)"));
+
+  await client.forget({ userId: "cy", sessionId: "cy-1" });
+  assert.ok(!(await ask(client, "cy", "cy-5", "Can you suggest a snack?")).includes("peanuts"));
+});
 
 test("a server that is down or never answers leaves the call without memory, within the bound", async () => {
   const port = await freePort();

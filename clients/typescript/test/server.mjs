@@ -1,6 +1,7 @@
 // A real `stratamem serve` process on 127.0.0.1 for the tests (as tests/server_proc.py
 // starts one for the Python suite): a free port, a SQLite file in a temp directory, the
-// hashing embedder and the offline pipeline, so it needs no network and starts in seconds.
+// hashing embedder (or the one named) and the offline pipeline, so it needs no network and
+// starts in seconds.
 //
 // The Python that runs it: $STRATAMEM_TEST_PYTHON (tests/test_typescript_client.py sets it
 // to its own interpreter), else the repository's .venv/bin/python, else python3; it must
@@ -36,10 +37,11 @@ export function freePort() {
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 export class ServerProcess {
-  constructor({ env = {} } = {}) {
+  constructor({ env = {}, embedder = "hash" } = {}) {
     this.dir = mkdtempSync(join(tmpdir(), "stratamem-ts-"));
     this.db = `sqlite:///${join(this.dir, "m.db")}`;
     this.extraEnv = env;
+    this.embedder = embedder;
     this.proc = undefined;
     this.port = undefined;
   }
@@ -63,7 +65,7 @@ export class ServerProcess {
     // Appended: a process started again keeps the earlier run's output (the bootstrap key).
     const out = openSync(join(this.dir, "serve.out"), "a");
     const err = openSync(join(this.dir, "serve.err"), "a");
-    const args = ["-m", "stratamem", "--embedder", "hash", "serve", "--port", String(this.port)];
+    const args = ["-m", "stratamem", "--embedder", this.embedder, "serve", "--port", String(this.port)];
     this.proc = spawn(python(), [...args, "--database-url", this.db], {
       env,
       stdio: ["ignore", out, err],
