@@ -410,6 +410,21 @@ def test_search_puts_the_instruction_in_scope_first(
     )
 
 
+def test_a_question_about_what_was_said_is_answered_by_the_record(
+    remember: Callable[..., tuple[Memory, Any]],
+) -> None:
+    # "What did I say ...": the conversation's record is the answer; an instruction that
+    # applies to the subject would shape new work, so it does not take the first place.
+    mem, _ = remember(ASYNC, "My async error handler swallows TimeoutError in the retry loop.")
+    asked = "What did I say my async error handler does with timeouts?"
+    hits = mem.search(asked, user_id="ana", limit=3)
+    assert not any(h.metadata.get("standing") for h in hits[:1])
+    assert "TimeoutError" in hits[0].text or "TimeoutError" in " ".join(h.text for h in hits)
+    # The same subject asked as work still brings the instruction first.
+    first = mem.search(ASYNC_REQUEST, user_id="ana", limit=3)[0]
+    assert first.metadata.get("standing") is True
+
+
 def test_a_question_before_the_instruction_was_given_does_not_get_it(
     remember: Callable[..., tuple[Memory, Any]],
 ) -> None:

@@ -39,7 +39,7 @@ from ..store import SearchFilters, SessionRow
 from ..types import Hit, MemoryContext, RecallConfig
 from ._chain import chain
 from ._context import assemble, carried_texts
-from ._plan import QueryPlan, SearchOptions, plan_query, search_options
+from ._plan import QueryPlan, SearchOptions, asks_for_record, plan_query, search_options
 from ._retrieve import RecallStore, StoredRow, retrieve
 from ._rows import message_from_row
 from ._scoring import DEFAULT_WEIGHTS, Key, Scored, ScorerWeights, rank
@@ -154,7 +154,12 @@ class Recaller:
                 chat=self.chat,
                 rows=rows,
             )
-            if not standing or "fact" not in plan.options.layers or filters.metadata:
+            if (
+                not standing
+                or "fact" not in plan.options.layers
+                or filters.metadata
+                or asks_for_record(query)  # the record asked for, not work to shape
+            ):
                 return hits
             items = applicable(
                 self.store,

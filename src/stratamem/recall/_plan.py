@@ -28,6 +28,7 @@ __all__ = [
     "SearchOptions",
     "asks_about_history",
     "asks_for_many",
+    "asks_for_record",
     "asks_for_thread",
     "mentioned_names",
     "plan_query",
@@ -190,6 +191,22 @@ _HISTORY = re.compile(
     r"|以前|之前|原来|曾经|过去",
     re.IGNORECASE,
 )
+
+
+# "What exact error message did I mention ...?", "Which versions did I say I was using?",
+# "How did you recommend ...?": the question asks for the conversation's own record (what
+# was said), not for work a standing instruction would shape.
+_RECORD = re.compile(
+    r"\b(?:did|have|had)\s+(?:i|you|we)\s+(?:\w+\s+)?(?:say|mention|tell|recommend|suggest"
+    r"|describe|share|state|note)\b|\b(?:i|you|we)\s+(?:said|mentioned|told|recommended"
+    r"|suggested|described)\b",
+    re.IGNORECASE,
+)
+
+
+def asks_for_record(query: str) -> bool:
+    """Whether the question asks what was said in the conversation (English shapes)."""
+    return bool(_RECORD.search(query))
 
 
 def asks_about_history(query: str) -> bool:
