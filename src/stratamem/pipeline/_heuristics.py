@@ -968,8 +968,6 @@ def _user_fact(
     )
 
 
-# An instruction that starts with its verb ("Use metric units ...", "Keep answers short"),
-# written as what the user asks: not one about the user already ("User wants ...").
 # "However, I want to make sure I'm following ...": a wish after a connective, not an
 # imperative ("User asks to however, ...").
 _CONNECTIVE = re.compile(
@@ -977,6 +975,8 @@ _CONNECTIVE = re.compile(
     r"|well|oh|btw)\b",
     _I,
 )
+# An instruction that starts with its verb ("Use metric units ...", "Keep answers short"),
+# written as what the user asks: not one about the user already ("User wants ...").
 _ASKED = re.compile(r"^(?:please\s+|kindly\s+)?(?!i\b|i['’]|my\b|we\b|when|for|if)[a-z]", _I)
 _LISTENER = {"your": "the assistant's", "yours": "the assistant's", "you": "the assistant"}
 _LISTENER_WORD = re.compile(r"\b(?:your|yours|yourself|you)\b", _I)
