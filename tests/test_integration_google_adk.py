@@ -207,6 +207,12 @@ def test_deleting_through_the_seam_deletes_in_stratamem_and_the_reverse(semantic
     semantic.forget(user_id="ana", session_id="d1")
     assert "Lisbon" not in _texts(_search(service, "ana", "Where do I live?"))
     asyncio.run(service.delete_memory(app_name=APP, user_id="ana", memory_id="m_gone"))
+    # The forgotten session is made again for what ADK adds to it next.
+    cat = [Event(author="user", content=_content("user", "I have a cat."))]
+    asyncio.run(
+        service.add_events_to_memory(app_name=APP, user_id="ana", events=cat, session_id="d1")
+    )
+    assert [m.content for m in semantic.messages.list(session_id="d1")] == ["I have a cat."]
 
 
 def test_bad_input_is_refused(mem: Memory) -> None:

@@ -155,6 +155,13 @@ def test_long_turns_are_split_over_messages(make_memory: Callable[..., Memory]) 
     asyncio.run(block.aput([ChatMessage(role="user", content=text)]))
     stored = [m.content for m in small.messages.list(session_id="s")]
     assert [len(c) for c in stored] == [1000, 1000, 500] and "".join(stored) == text
+    # A run of white space longer than a message would leave a blank piece, which no store
+    # takes: the runs become single spaces, and nothing else of the turn is lost.
+    spaced = "a" * 999 + " " * 1500 + "b"
+    asyncio.run(block.aput([ChatMessage(role="user", content=spaced)], session_id="t"))
+    kept = [m.content for m in small.messages.list(session_id="t")]
+    assert all(c.strip() and len(c) <= 1000 for c in kept)
+    assert " ".join("".join(kept).split()) == "a" * 999 + " b"
 
 
 def test_bad_arguments_are_refused() -> None:

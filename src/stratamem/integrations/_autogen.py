@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 from typing import Any
 
@@ -38,8 +37,9 @@ from ..api import MemoryAPI
 from ..errors import NotFoundError
 from ..types import NOTE_EVENT, Hit
 from ._ids import as_id
-from ._json import clean, dumps, limits
+from ._json import as_json, clean, dumps, limits
 from ._recall import RECALL_CONFIG, excluded_texts
+from ._session import OwnSession
 
 __all__ = ["RECALL_CONFIG", "StratamemMemory"]
 
@@ -87,7 +87,13 @@ class StratamemMemory(Memory):
         self.limit = limit
         self.recall_config = dict(RECALL_CONFIG if recall_config is None else recall_config)
         self._sid = as_id(session_id or f"autogen-{user_id}")
-        self._created = False
+        self._session = OwnSession(
+            memory,
+            user_id,
+            self._sid,
+            title=f"AutoGen memory {name}",
+            metadata={TAG: {"memory": clean(name)}},
+        )
 
     @property
     def session_id(self) -> str:
@@ -147,14 +153,14 @@ class StratamemMemory(Memory):
             raise ValueError(f"memory content of {len(text)} characters; the limit is {chars}")
         note: dict[str, Any] = {"role": "user", "content": text, "event_type": NOTE_EVENT}
         if content.metadata:
-            note["metadata"] = {TAG: json.loads(dumps(content.metadata))}
-        await asyncio.to_thread(self._add, note)
+            note["metadata"] = {TAG: as_json(content.metadata)}
+        await asyncio.to_thread(self._session.add, [note])
 
     async def clear(self) -> None:
         def forget() -> None:
             with contextlib.suppress(NotFoundError):  # nothing added yet
                 self._m.forget(user_id=self.user_id, session_id=self._sid)
-            self._created = False
+            self._session.forgotten()
 
         await asyncio.to_thread(forget)
 
@@ -163,28 +169,9 @@ class StratamemMemory(Memory):
 
     # -- stratamem --------------------------------------------------------------------------
 
-    def _ensure_session(self) -> None:
-        if not self._created:
-            self._m.sessions.create(
-                self.user_id,
-                session_id=self._sid,
-                title=clean(f"AutoGen memory {self.name}")[:200],
-                metadata={TAG: {"memory": clean(self.name)}},
-            )
-            self._created = True
-
-    def _add(self, note: dict[str, Any]) -> None:
-        self._ensure_session()
-        try:
-            self._m.add_messages(self._sid, [note])
-        except NotFoundError:  # the session was forgotten since: make it again
-            self._created = False
-            self._ensure_session()
-            self._m.add_messages(self._sid, [note])
-
     def _recall(self, query: str, carried: tuple[str, ...]) -> tuple[str, list[MemoryContent]]:
         excluded = excluded_texts(self._m, carried)
-        self._ensure_session()
+        self._session.ensure()
         context = self._m.get_memory(
             self._sid,
             clean(query),

@@ -25,7 +25,6 @@ A store that fails raises to ADK's caller; nothing is dropped silently.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
@@ -40,13 +39,13 @@ from ..api import MemoryAPI
 from ..errors import NotFoundError
 from ..types import NOTE_EVENT, Hit
 from ._ids import as_id
-from ._json import clean, dumps, limits
+from ._json import as_json, clean, limits, text_pieces
+from ._session import OwnSession
 
 __all__ = ["StratamemMemoryService"]
 
 
 TAG = "google_adk"  # the metadata key of the service's sessions and messages
-_PER_CALL = 1000  # add_messages' most messages
 
 
 def _text(content: types.Content | None) -> str:
@@ -74,7 +73,7 @@ class StratamemMemoryService(BaseMemoryService):
         self._m = memory
         self.app_name = app_name
         self.limit = limit
-        self._created: set[str] = set()
+        self._sessions: dict[str, OwnSession] = {}
         self._deleted: set[str] = set()
 
     # -- the seam ---------------------------------------------------------------------------
@@ -118,7 +117,7 @@ class StratamemMemoryService(BaseMemoryService):
                 note["id"] = _event_id(entry.id)
             extra = {**(custom_metadata or {}), **entry.custom_metadata}
             if extra:
-                note["metadata"] = {TAG: _json(extra)}
+                note["metadata"] = {TAG: as_json(extra)}
             notes.append(note)
         if notes:
             await asyncio.to_thread(self._add, user_id, f"adk-memories-{user_id}", notes)
@@ -162,10 +161,10 @@ class StratamemMemoryService(BaseMemoryService):
             role = "user" if event.author == "user" else "assistant"
             when = datetime.fromtimestamp(event.timestamp, tz=timezone.utc)
             # A turn longer than a message may hold goes over consecutive messages.
-            for part, start in enumerate(range(0, len(text), chars)):
+            for part, piece in enumerate(text_pieces(text, chars)):
                 message: dict[str, Any] = {
                     "role": role,
-                    "content": text[start : start + chars],
+                    "content": piece,
                     "timestamp": when,
                     "metadata": {TAG: {"author": clean(event.author)[:200]}},
                 }
@@ -177,16 +176,16 @@ class StratamemMemoryService(BaseMemoryService):
 
     def _add(self, user_id: str, session_id: str, messages: list[dict[str, Any]]) -> None:
         sid = as_id(session_id)
-        if sid not in self._created:
-            self._m.sessions.create(
+        session = self._sessions.get(sid)
+        if session is None:
+            session = self._sessions[sid] = OwnSession(
+                self._m,
                 as_id(user_id),
-                session_id=sid,
-                title=clean(f"Google ADK session {session_id}")[:200],
+                sid,
+                title=f"Google ADK session {session_id}",
                 metadata={TAG: {"session_id": clean(session_id)[:200]}},
             )
-            self._created.add(sid)
-        for start in range(0, len(messages), _PER_CALL):
-            self._m.add_messages(sid, messages[start : start + _PER_CALL])
+        session.add(messages)
 
     def _delete(self, user_id: str, memory_id: str) -> None:
         reason = "deleted through Google ADK's delete_memory"
@@ -209,11 +208,6 @@ class StratamemMemoryService(BaseMemoryService):
 def _own(owner: str, user_id: str, memory_id: str) -> None:
     if owner != user_id:
         raise ValueError(f"memory {memory_id!r} is not user {user_id!r}'s")
-
-
-def _json(value: Mapping[str, object]) -> Any:
-    """``value`` as JSON a message's metadata holds (a ValueError says what is not JSON)."""
-    return json.loads(dumps(dict(value)))
 
 
 def _entry(hit: Hit) -> MemoryEntry:

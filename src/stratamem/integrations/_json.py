@@ -7,7 +7,7 @@ import json
 import re
 from typing import Any
 
-__all__ = ["clean", "dumps", "limits"]
+__all__ = ["as_json", "clean", "dumps", "limits", "pieces", "text_pieces"]
 
 _UNSAFE = re.compile("[\x00\ud800-\udfff]")
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -40,3 +40,36 @@ def limits(memory: object) -> tuple[int, int]:
     chars = getattr(settings, "max_content_chars", _CONTENT_CHARS)
     size = getattr(settings, "max_metadata_bytes", _METADATA_BYTES)
     return int(chars), int(size)
+
+
+def as_json(value: object) -> Any:
+    """``value`` as the JSON a message's metadata holds (what ``dumps`` writes, read back);
+    a ValueError says what is not JSON."""
+    return json.loads(dumps(value))
+
+
+def pieces(text: str, most: int) -> list[str] | None:
+    """``text`` as contents of at most ``most`` characters, none blank (each after the first
+    starts with a non-space character); None when it cannot be."""
+    out = []
+    start = 0
+    while start < len(text):
+        end = min(start + most, len(text))
+        while end < len(text) and end > start and text[end].isspace():
+            end -= 1
+        piece = text[start:end]
+        if not piece.strip() or clean(piece) != piece:
+            return None
+        out.append(piece)
+        start = end
+    return out or None
+
+
+def text_pieces(text: str, most: int) -> list[str]:
+    """``text`` (cleaned, not blank) as message contents of at most ``most`` characters:
+    ``pieces``, or, where a run of white space would leave a blank piece, with every run
+    of white space made one space."""
+    found = pieces(text, most) or pieces(" ".join(text.split()), most)
+    if found is None:
+        raise ValueError("no text to store")
+    return found

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
 from typing import Any
 
 from llama_index.core.llms import ChatMessage, TextBlock
@@ -28,17 +27,16 @@ from llama_index.core.memory.memory import BaseMemoryBlock
 from pydantic import ConfigDict, Field, PrivateAttr, field_validator
 
 from ..api import MemoryAPI
-from ..errors import NotFoundError
 from ._ids import as_id
-from ._json import clean, limits
+from ._json import clean, limits, text_pieces
 from ._recall import RECALL_CONFIG, excluded_texts
+from ._session import OwnSession
 
 __all__ = ["RECALL_CONFIG", "StratamemMemoryBlock"]
 
 log = logging.getLogger("stratamem.integrations.llama_index")
 
 TAG = "llama_index"  # the metadata key of the sessions the block makes
-_PER_CALL = 1000  # add_messages' most messages
 
 
 def _text(message: ChatMessage) -> str:
@@ -63,7 +61,7 @@ class StratamemMemoryBlock(BaseMemoryBlock[str]):
     session_id: str | None = Field(default=None, description="Where unnamed turns go.")
     recall_config: dict[str, Any] = Field(default_factory=lambda: dict(RECALL_CONFIG))
 
-    _created: set[str] = PrivateAttr(default_factory=set)
+    _sessions: dict[str, OwnSession] = PrivateAttr(default_factory=dict)
 
     @field_validator("memory")
     @classmethod
@@ -109,53 +107,38 @@ class StratamemMemoryBlock(BaseMemoryBlock[str]):
             named = message.additional_kwargs.get("session_id")
             sid = self._sid(str(named) if named else None)
             # A turn longer than a message may hold goes over consecutive messages.
-            for start in range(0, len(text), chars):
-                by_session.setdefault(sid, []).append(
-                    {"role": str(message.role.value), "content": text[start : start + chars]}
-                )
+            by_session.setdefault(sid, []).extend(
+                {"role": str(message.role.value), "content": piece}
+                for piece in text_pieces(text, chars)
+            )
         if skipped:
             log.debug("llama index: %d messages without conversation text not stored", skipped)
         for sid, batch in by_session.items():
-            await asyncio.to_thread(self._add, sid, batch)
+            await asyncio.to_thread(self._session(sid).add, batch)
 
     # -- stratamem --------------------------------------------------------------------------
 
     def _sid(self, named: str | None) -> str:
         return as_id(named or self.session_id or f"llama-index-{self.user_id}")
 
-    def _ensure_session(self, sid: str) -> None:
-        if sid not in self._created:
-            self._m.sessions.create(
+    def _session(self, sid: str) -> OwnSession:
+        session = self._sessions.get(sid)
+        if session is None:
+            session = self._sessions[sid] = OwnSession(
+                self._m,
                 self.user_id,
-                session_id=sid,
-                title=clean(f"LlamaIndex conversation {sid}")[:200],
+                sid,
+                title=f"LlamaIndex conversation {sid}",
                 metadata={TAG: {"block": clean(self.name)}},
             )
-            self._created.add(sid)
-
-    def _add(self, sid: str, messages: Sequence[dict[str, Any]]) -> None:
-        self._ensure_session(sid)
-        for start in range(0, len(messages), _PER_CALL):
-            batch = list(messages[start : start + _PER_CALL])
-            try:
-                self._m.add_messages(sid, batch)
-            except NotFoundError:  # the session was forgotten since: make it again
-                self._created.discard(sid)
-                self._ensure_session(sid)
-                self._m.add_messages(sid, batch)
+        return session
 
     def _recall(self, query: str, carried: tuple[str, ...]) -> str:
         excluded = excluded_texts(self._m, carried)
-        sid = self._sid(None)
-        self._ensure_session(sid)
-        try:
-            context = self._m.get_memory(
-                sid, clean(query), recall_config=self.recall_config, exclude_texts=excluded
+        session = self._session(self._sid(None))
+        context = session.call(
+            lambda: self._m.get_memory(
+                session.id, clean(query), recall_config=self.recall_config, exclude_texts=excluded
             )
-        except NotFoundError:  # forgotten since: make it again
-            self._created.discard(sid)
-            self._ensure_session(sid)
-            context = self._m.get_memory(
-                sid, clean(query), recall_config=self.recall_config, exclude_texts=excluded
-            )
+        )
         return context.formatted_context

@@ -46,8 +46,9 @@ from ..api import MemoryAPI
 from ..errors import NotFoundError
 from ..types import Message, RecallConfig
 from ._ids import as_id
-from ._json import clean, dumps, limits
+from ._json import clean, dumps, limits, pieces
 from ._recall import RECALL_CONFIG, excluded_texts
+from ._session import OwnSession
 
 __all__ = ["RECALL_CONFIG", "StratamemSession"]
 
@@ -55,7 +56,6 @@ log = logging.getLogger("stratamem.integrations.openai_agents")
 
 TAG = "openai_agents"  # the metadata key of the session and of its messages
 _PAGE = 10_000  # the largest page messages.list returns
-_PER_CALL = 1000  # max_messages_per_call's default
 # Room kept in a message's metadata for the keys around a JSON piece.
 _METADATA_ROOM = 512
 _Path = tuple[str | int, ...]
@@ -92,7 +92,13 @@ class StratamemSession:
         self.user_id = user_id
         self._m = memory
         self._sid = as_id(session_id)
-        self._created = False
+        self._session = OwnSession(
+            memory,
+            user_id,
+            self._sid,
+            title=f"OpenAI Agents session {session_id}",
+            metadata={TAG: {"session_id": clean(session_id)}},
+        )
         self._recall_config = RecallConfig.model_validate(
             RECALL_CONFIG if recall_config is None else recall_config
         )
@@ -171,7 +177,7 @@ class StratamemSession:
         key = (query, excluded)
         if self._recalled is not None and self._recalled[0] == key:
             return self._recalled[1]  # the same turn again (a tool loop): the same block
-        self._ensure_session()
+        self._session.ensure()
         context = self._m.get_memory(
             self._sid, clean(query), recall_config=self._recall_config, exclude_texts=excluded
         )
@@ -180,29 +186,11 @@ class StratamemSession:
 
     # -- storage --------------------------------------------------------------------------
 
-    def _ensure_session(self) -> None:
-        if not self._created:
-            self._m.sessions.create(
-                self.user_id,
-                session_id=self._sid,
-                title=clean(f"OpenAI Agents session {self.session_id}")[:200],
-                metadata={TAG: {"session_id": clean(self.session_id)}},
-            )
-            self._created = True
-
     def _add(self, items: list[dict[str, Any]]) -> None:
         chars, size = limits(self._m)
         messages = [m for item in items for m in _messages_of(item, chars, size)]
         with self._lock:
-            self._ensure_session()
-            for start in range(0, len(messages), _PER_CALL):
-                batch = messages[start : start + _PER_CALL]
-                try:
-                    self._m.add_messages(self._sid, batch)
-                except NotFoundError:  # the session was forgotten since: make it again
-                    self._created = False
-                    self._ensure_session()
-                    self._m.add_messages(self._sid, batch)
+            self._session.add(messages)
 
     def _stored(self) -> list[_Stored]:
         messages: list[Message] = []
@@ -236,7 +224,7 @@ class StratamemSession:
             self._m.forget(
                 user_id=self.user_id, session_id=self._sid, reason="openai agents: clear_session"
             )
-        self._created = False
+        self._session.forgotten()
         self._recalled = None
 
 
@@ -247,16 +235,16 @@ def _messages_of(item: dict[str, Any], chars: int, size: int) -> list[dict[str, 
     """The messages that hold ``item``: its text as their contents, its JSON (less that
     text) in their metadata, each within the memory's limits."""
     text, path = _text_of(item)
-    pieces = _pieces(text, chars) if path is not None else None
-    if pieces is None:  # the text is only a rendering: the JSON holds everything
+    parts = pieces(text, chars) if path is not None else None
+    if parts is None:  # the text is only a rendering: the JSON holds everything
         path = None
         shown = clean(text).strip()[:chars]
-        pieces = [shown if shown.strip() else f"[{item.get('type', 'item')}]"]
+        parts = [shown if shown.strip() else f"[{item.get('type', 'item')}]"]
     skeleton = _with_text(item, path, "") if path is not None else item
     docs = _json_pieces(dumps(skeleton), size - _METADATA_ROOM)
     token = secrets.token_hex(8)
     role = _role_of(item)
-    count = max(len(pieces), len(docs))
+    count = max(len(parts), len(docs))
     out = []
     for i in range(count):
         meta: dict[str, Any] = {"item": token, "part": i, "parts": count}
@@ -264,9 +252,9 @@ def _messages_of(item: dict[str, Any], chars: int, size: int) -> list[dict[str, 
             meta["doc"] = docs[i]
         if i == 0:
             meta["text_at"] = None if path is None else list(path)
-            meta["pieces"] = len(pieces)
+            meta["pieces"] = len(parts)
             meta["docs"] = len(docs)
-        content = pieces[i] if i < len(pieces) else f"[continued: part {i + 1} of {count}]"
+        content = parts[i] if i < len(parts) else f"[continued: part {i + 1} of {count}]"
         out.append({"role": role, "content": content, "metadata": {TAG: meta}})
     return out
 
@@ -381,23 +369,6 @@ def _with_text(item: Any, path: _Path | None, text: str) -> Any:
         assert isinstance(head, int)
         return [_with_text(v, rest, text) if i == head else v for i, v in enumerate(item)]
     return {k: _with_text(v, rest, text) if k == head else v for k, v in item.items()}
-
-
-def _pieces(text: str, most: int) -> list[str] | None:
-    """``text`` as contents of at most ``most`` characters, none blank (each after the first
-    starts with a non-space character); None when it cannot be."""
-    pieces = []
-    start = 0
-    while start < len(text):
-        end = min(start + most, len(text))
-        while end < len(text) and end > start and text[end].isspace():
-            end -= 1
-        piece = text[start:end]
-        if not piece.strip() or clean(piece) != piece:
-            return None
-        pieces.append(piece)
-        start = end
-    return pieces or None
 
 
 def _json_pieces(text: str, most: int) -> list[str]:
