@@ -57,6 +57,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -726,8 +727,10 @@ def _load(args: argparse.Namespace, upstream: _Upstream, tmp: str) -> dict[str, 
         memory_share=remembered / answered if answered else 0.0,
         stored=stored,
         log_recall_timeouts=text.count("recall took longer than"),
+        log_recalls_never_started=text.count("never started"),
         log_key_check_failures=text.count("could not check a key"),
         log_tracebacks=text.count("Traceback"),
+        log_upstream_failures=dict(Counter(re.findall(r"the upstream \S+ failed: (\w+)", text))),
     )
     print(
         f"\nload: {args.clients} streaming clients for {args.seconds:g} s through stratamem "
@@ -752,9 +755,11 @@ def _load(args: argparse.Namespace, upstream: _Upstream, tmp: str) -> dict[str, 
         f"complete; errors {result['errors'] or 'none'}"
     )
     print(
-        f"  serve's log: {result['log_recall_timeouts']} recall timeouts, "
+        f"  serve's log: {result['log_recall_timeouts']} recall timeouts "
+        f"({result['log_recalls_never_started']} never started), "
         f"{result['log_key_check_failures']} key checks that failed, "
-        f"{result['log_tracebacks']} tracebacks"
+        f"{result['log_tracebacks']} tracebacks; upstream failures "
+        f"{result['log_upstream_failures'] or 'none'}"
     )
     return result
 

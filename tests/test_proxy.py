@@ -1456,3 +1456,92 @@ def test_serve_keeps_each_projects_memory(fresh: Served) -> None:
     ]
     logs = fresh.proc.stdout() + fresh.proc.stderr()
     assert SECRET not in logs and ANTHROPIC_SECRET not in logs
+
+
+@store_free
+def test_serve_and_proxy_hand_the_gil_over_quickly(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The commands' runner sets the switch interval before the server starts: a recall's
+    thread hands the GIL back at every SQLite step and model run, and behind a busy event
+    loop Python's default 5 ms per handback made a 5 ms recall take half a second."""
+    import os
+    import signal
+
+    import uvicorn
+
+    from stratamem import cli
+
+    seen: list[float] = []
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        assert scope["type"] == "lifespan"
+        await receive()
+        seen.append(sys.getswitchinterval())
+        await send({"type": "lifespan.startup.complete"})
+        os.kill(os.getpid(), signal.SIGTERM)  # stop as a supervisor does
+        await receive()
+        await send({"type": "lifespan.shutdown.complete"})
+
+    monkeypatch.setenv("STRATAMEM_SWITCH_INTERVAL_MS", "0.3")
+    before = sys.getswitchinterval()
+    try:
+        settings = load_server_settings(port=free_port())
+        with pytest.raises(SystemExit) as stopped:
+            cli._run(uvicorn, app, settings)
+        assert stopped.value.code == 0
+    finally:
+        sys.setswitchinterval(before)
+    assert seen == [pytest.approx(0.0003)]
+    assert load_server_settings().switch_interval_ms == 0.3
+    monkeypatch.delenv("STRATAMEM_SWITCH_INTERVAL_MS")
+    assert load_server_settings().switch_interval_ms == 0.2
+
+
+@store_free
+def test_upstream_connections_stay_warm_when_calm_and_spread_under_load(
+    mem: Memory, oai: FakeOpenAIServer, ant: FakeAnthropicServer
+) -> None:
+    """One upstream pool's bookkeeping grows with its connections (httpcore walks them all
+    on every request), so concurrent answers are spread over several pools; calls one at a
+    time keep reusing one warm connection (a provider's TLS handshake is not free)."""
+    settings = load_server_settings(
+        proxy_upstream=oai.base_url, proxy_anthropic_upstream=ant.base_url
+    )
+    app = create_proxy_app(mem, settings)
+    with InProcessServer(app) as server:
+        proxy = Proxy(server.url, mem, oai, ant)
+        for i in range(4):
+            assert ask(proxy, "chat", f"Calm question {i}?", session_id="calm").answer
+        assert oai.open_connections == 1
+
+        pools = app.state.proxy._transports
+        at_once = 12  # more than one pool takes before the next is used
+        seen: list[list[int]] = []
+        # Every answer is in flight in the proxy when the last request arrives.
+        together = threading.Barrier(
+            at_once, action=lambda: seen.append([p.in_flight for p in pools])
+        )
+
+        def script(body: dict[str, Any]) -> str:
+            together.wait(30)
+            return "one two three"
+
+        oai.chat_script = script
+        answers: list[str] = []
+        failures: list[BaseException] = []
+
+        def run(i: int) -> None:
+            try:
+                answers.append(ask(proxy, "chat-stream", f"Busy {i}?", session_id=f"b{i}").answer)
+            except BaseException as exc:
+                failures.append(exc)
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(at_once)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert not failures, failures
+        assert answers == ["one two three"] * at_once
+        [counts] = seen
+        assert sum(counts) == at_once and max(counts) == 8, counts  # 8 in the first pool
+        assert [p.in_flight for p in pools] == [0] * len(pools)  # every answer closed

@@ -612,6 +612,8 @@ def _needs_server_extra(what: str, exc: ModuleNotFoundError) -> StratamemError:
 
 
 def _run(uvicorn: Any, app: Any, settings: Any) -> None:
+    # Recall runs in threads beside the event loop; see ServerSettings.switch_interval_ms.
+    sys.setswitchinterval(settings.switch_interval_ms / 1000)
     config = uvicorn.Config(
         app,
         host=settings.host,

@@ -392,6 +392,12 @@ class FakeHTTPServer:
         return int(self._server.server_address[1])
 
     @property
+    def open_connections(self) -> int:
+        """Client connections open now (kept alive between requests included)."""
+        with self._server.connections_lock:
+            return len(self._server.connections)
+
+    @property
     def origin(self) -> str:
         """``http://127.0.0.1:PORT``."""
         return f"http://127.0.0.1:{self.port}"

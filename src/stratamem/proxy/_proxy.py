@@ -25,7 +25,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
@@ -82,6 +82,15 @@ MEMORY_HEADER = "x-stratamem-memory"
 
 _METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
 _RECALL_THREADS = 64
+# Upstream connections are spread over several httpx clients: httpcore's pool walks every
+# connection it holds on each request and each response's end (a poll() per idle socket),
+# so with 64 concurrent streams one pool's bookkeeping took a fifth of the event loop. A
+# request goes to the first pool with fewer than _SPREAD_AT answers in flight (else to the
+# least busy): light traffic keeps reusing the first pool's warm connections (a new TLS
+# connection to a provider costs tens of milliseconds), heavy traffic is spread.
+_POOLS = 8
+_SPREAD_AT = 8
+_CONNECTIONS_PER_POOL = 32
 # How long closing waits for key checks still running (their exchanges are stored after).
 CLOSE_WAIT_SECONDS = 10.0
 
@@ -454,6 +463,40 @@ def _tap(
     return on_chunk, finished
 
 
+class _CountingTransport(httpx.AsyncHTTPTransport):
+    """An upstream pool that knows how many of its answers are still being read."""
+
+    in_flight = 0
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        self.in_flight += 1
+        try:
+            response = await super().handle_async_request(request)
+        except BaseException:
+            self.in_flight -= 1
+            raise
+        response.stream = _Counted(response.stream, self)
+        return response
+
+
+class _Counted(httpx.AsyncByteStream):
+    """An answer's body; its pool's count goes down once, when it is closed."""
+
+    def __init__(self, inner: Any, transport: _CountingTransport) -> None:
+        self._inner = inner
+        self._transport: _CountingTransport | None = transport
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for chunk in self._inner:
+            yield chunk
+
+    async def aclose(self) -> None:
+        if self._transport is not None:
+            self._transport.in_flight -= 1
+            self._transport = None
+        await self._inner.aclose()
+
+
 class MemoryProxy:
     """The proxy's routes. ``openai`` is the upstream of the OpenAI-shaped routes and of
     every other ``/v1`` path, ``anthropic`` that of ``/v1/messages``; a route whose upstream
@@ -474,7 +517,8 @@ class MemoryProxy:
         self._anthropic = anthropic
         self.require_user = require_user
         self._timeout_s = timeout_s
-        self._client: httpx.AsyncClient | None = None
+        self._clients: list[httpx.AsyncClient] = []
+        self._transports: list[_CountingTransport] = []
         self.unstored = Unstored()
         # Key checks still running for exchanges relayed meanwhile: awaited when closing.
         self._pending: set[Pending] = set()
@@ -499,9 +543,9 @@ class MemoryProxy:
         if self._pending:  # their exchanges go to capture once their key is checked
             await asyncio.wait(self._pending, timeout=CLOSE_WAIT_SECONDS)
             await asyncio.sleep(0)  # the checks' callbacks hand the exchanges over
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None
+        clients, self._clients = self._clients, []
+        for client in clients:
+            await client.aclose()
         await asyncio.to_thread(self._captures.close)
         self._pool.shutdown(wait=False, cancel_futures=True)
 
@@ -665,15 +709,28 @@ class MemoryProxy:
         return relayed
 
     def _http(self) -> httpx.AsyncClient:
-        if self._client is None:
-            self._client = httpx.AsyncClient(
-                timeout=httpx.Timeout(self._timeout_s, connect=10.0),
-                follow_redirects=False,
-                limits=httpx.Limits(max_connections=200, max_keepalive_connections=50),
-                # The caller's request decides; never the proxy's environment.
-                trust_env=False,
+        """The upstream client of the next request (see _POOLS)."""
+        if not self._clients:
+            limits = httpx.Limits(
+                max_connections=_CONNECTIONS_PER_POOL,
+                max_keepalive_connections=_CONNECTIONS_PER_POOL,
             )
-        return self._client
+            # The caller's request decides; never the proxy's environment.
+            self._transports = [
+                _CountingTransport(limits=limits, trust_env=False) for _ in range(_POOLS)
+            ]
+            self._clients = [
+                httpx.AsyncClient(
+                    transport=transport,
+                    timeout=httpx.Timeout(self._timeout_s, connect=10.0),
+                    follow_redirects=False,
+                    trust_env=False,
+                )
+                for transport in self._transports
+            ]
+        busy = [t.in_flight for t in self._transports]
+        free = next((i for i, n in enumerate(busy) if n < _SPREAD_AT), None)
+        return self._clients[busy.index(min(busy)) if free is None else free]
 
     @staticmethod
     def _unreachable(request: Request, upstream: Upstream, exc: BaseException) -> JSONResponse:

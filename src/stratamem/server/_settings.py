@@ -105,6 +105,15 @@ class ServerSettings(BaseSettings):
         "whose X-Forwarded-For and X-Forwarded-Proto `stratamem serve` trusts for the "
         "client's address and scheme; unset, none: the address is the connection's.",
     )
+    switch_interval_ms: float = Field(
+        default=0.2,
+        gt=0,
+        le=100,
+        description="How long a thread of `stratamem serve` or `stratamem proxy` keeps the "
+        "GIL while another waits for it (Python's default is 5 ms): a recall hands the GIL "
+        "back at each SQLite step and model run, about a hundred times, and behind a busy "
+        "event loop each handback cost the default's 5 ms.",
+    )
     metrics: bool = Field(
         default=False,
         description="Serve Prometheus metrics at /metrics (needs prometheus-client, in the "
