@@ -180,6 +180,9 @@ class _Server(ThreadingHTTPServer):
     # first so that joining cannot hang on a client that keeps its connection idle.
     daemon_threads = False
     block_on_close = True
+    # socketserver's default backlog is 5: under a load benchmark's bursts of new
+    # connections the kernel dropped or reset some, which a provider's servers never do.
+    request_queue_size = 1024
 
     def __init__(
         self, address: tuple[str, int], fake: FakeHTTPServer, bound: socket.socket | None = None
