@@ -720,6 +720,10 @@ def _load(args: argparse.Namespace, upstream: _Upstream, tmp: str) -> dict[str, 
         proxied_first_chunk=p,
         added_first_chunk_ms={"p50": p.p50 - d.p50, "p95": p.p95 - d.p95},
         requests=answered + len(proxied["errors"]),
+        # Closed-loop clients: each rate is what the machine sustained (the load generator
+        # and the fake share its cores with serve), the direct one the ceiling without it.
+        direct_per_second=len(direct["complete"]) / direct_seconds,
+        proxied_per_second=answered / args.seconds,
         answered=answered,
         complete=sum(proxied["complete"]),
         errors=dict(Counter(proxied["errors"])),
@@ -736,6 +740,10 @@ def _load(args: argparse.Namespace, upstream: _Upstream, tmp: str) -> dict[str, 
         f"\nload: {args.clients} streaming clients for {args.seconds:g} s through stratamem "
         f"serve's /v1 ({args.embedder} embedder, a user with {args.memories} memories, "
         f"{args.chunk_ms:g} ms between chunks; other load {load[0]:.0%})"
+    )
+    print(
+        f"  streams answered per second: direct {result['direct_per_second']:.1f}, "
+        f"proxied {result['proxied_per_second']:.1f}"
     )
     print(format_summary("direct: time to first chunk", d))
     print(format_summary("proxied: time to first chunk", p))
