@@ -438,7 +438,11 @@ async def _stream(
         state = raw.headers.get("x-stratamem-memory") or "absent"
     except openai.OpenAIError as exc:
         status = getattr(exc, "status_code", None)
-        out["errors"].append(type(exc).__name__ + ("" if status is None else f" {status}"))
+        cause = exc.__cause__  # a connection error's transport exception
+        detail = (
+            f" {status}" if status is not None else f" ({type(cause).__name__})" if cause else ""
+        )
+        out["errors"].append(type(exc).__name__ + detail)
         return
     out["first"].append(first)
     out["total"].append(time.perf_counter() - t0)

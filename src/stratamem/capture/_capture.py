@@ -395,11 +395,11 @@ class Capture:
             # Not started yet: nobody waits for it any more, so it is not run (under load,
             # recalls run for calls long gone would make every later one late too).
             assert future is not None
-            waited = "never started: the recall threads were busy" if future.cancel() else "ran"
+            how = "never started: the recall threads were busy" if future.cancel() else "ran"
             log.warning(
                 "stratamem: recall took longer than %d ms (%s); the call goes on without memory",
                 self.recall_timeout * 1000,
-                waited,
+                how,
             )
         except ConflictError as exc:
             log.warning("stratamem: %s; the call is not captured", exc)
