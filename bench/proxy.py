@@ -731,6 +731,7 @@ def _load(args: argparse.Namespace, upstream: _Upstream, tmp: str) -> dict[str, 
         answered=answered,
         complete=sum(proxied["complete"]),
         errors=dict(Counter(proxied["errors"])),
+        direct_errors=dict(Counter(direct["errors"])),
         memory_header=dict(states),
         memory_share=remembered / answered if answered else 0.0,
         stored=stored,
@@ -764,7 +765,8 @@ def _load(args: argparse.Namespace, upstream: _Upstream, tmp: str) -> dict[str, 
     )
     print(
         f"  stored: {stored} of {answered} answered exchanges; {result['complete']} streams "
-        f"complete; errors {result['errors'] or 'none'}"
+        f"complete; errors {result['errors'] or 'none'} (direct: "
+        f"{result['direct_errors'] or 'none'})"
     )
     print(
         f"  serve's log: {result['log_recall_timeouts']} recall timeouts "

@@ -1545,3 +1545,84 @@ def test_upstream_connections_stay_warm_when_calm_and_spread_under_load(
         [counts] = seen
         assert sum(counts) == at_once and max(counts) == 8, counts  # 8 in the first pool
         assert [p.in_flight for p in pools] == [0] * len(pools)  # every answer closed
+
+
+@store_free
+def test_serve_and_proxy_keep_idle_connections_longer_than_clients_do(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The commands' runner keeps an idle connection ``keep_alive_s`` (75 s by default),
+    longer than httpx's 5 s, so the client closes first: at uvicorn's 5 s both ends timed
+    out together and a call sent on a connection the server was closing failed. Checked
+    with the setting at 1 s: the connection is still open after a request and closed by
+    the server past its bound."""
+    import os
+    import signal
+
+    import uvicorn
+
+    from stratamem import cli
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            await receive()
+            await send({"type": "lifespan.startup.complete"})
+            await receive()
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+        headers = [(b"content-length", b"2")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    port = free_port()
+    seen: dict[str, Any] = {}
+
+    def client() -> None:
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    conn = socket.create_connection(("127.0.0.1", port), timeout=5)
+                    break
+                except OSError:
+                    assert time.monotonic() < deadline
+                    time.sleep(0.05)
+            with conn:
+                request = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"
+
+                def answer() -> bytes:
+                    conn.sendall(request)
+                    got = b""
+                    while not got.endswith(b"\r\n\r\nok"):
+                        piece = conn.recv(4096)
+                        assert piece, got
+                        got += piece
+                    return got
+
+                seen["answer"] = answer()
+                time.sleep(0.3)  # idle, within the bound: still open
+                seen["again"] = answer()
+                start = time.monotonic()
+                seen["closed"] = conn.recv(4096)  # b"" once the server closes it
+                seen["idle_s"] = time.monotonic() - start
+        except BaseException as exc:
+            seen["error"] = exc
+        finally:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setenv("STRATAMEM_KEEP_ALIVE_S", "1")
+    settings = load_server_settings(port=port)
+    thread = threading.Thread(target=client)
+    before = sys.getswitchinterval()
+    thread.start()
+    try:
+        with pytest.raises(SystemExit):
+            cli._run(uvicorn, app, settings)
+    finally:
+        sys.setswitchinterval(before)
+        thread.join(30)
+    assert "error" not in seen, seen
+    assert seen["answer"].startswith(b"HTTP/1.1 200") and seen["again"].startswith(b"HTTP/1.1 200")
+    assert seen["closed"] == b"" and 0.5 < seen["idle_s"] < 5, seen
+    monkeypatch.delenv("STRATAMEM_KEEP_ALIVE_S")
+    assert load_server_settings().keep_alive_s == 75

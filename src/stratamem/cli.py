@@ -621,6 +621,7 @@ def _run(uvicorn: Any, app: Any, settings: Any) -> None:
         log_config=None,
         access_log=False,  # ours is structured, with request ids
         server_header=False,
+        timeout_keep_alive=settings.keep_alive_s,
         # The client's address (the limiter of wrong credentials counts by it) and scheme
         # come from X-Forwarded-* only behind the proxies the settings name: uvicorn's
         # default would trust them from any local process.

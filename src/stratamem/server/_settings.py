@@ -105,6 +105,16 @@ class ServerSettings(BaseSettings):
         "whose X-Forwarded-For and X-Forwarded-Proto `stratamem serve` trusts for the "
         "client's address and scheme; unset, none: the address is the connection's.",
     )
+    keep_alive_s: int = Field(
+        default=75,
+        ge=1,
+        le=3600,
+        description="How long `stratamem serve` and `stratamem proxy` keep an idle client "
+        "connection open. Longer than clients keep theirs (httpx, so the OpenAI and "
+        "Anthropic SDKs: 5 s; load balancers: 60 s), so that the client always closes "
+        "first: at uvicorn's 5 s both ends timed out together and a request sent on a "
+        "connection the server was closing failed (ReadError).",
+    )
     switch_interval_ms: float = Field(
         default=0.2,
         gt=0,
