@@ -486,7 +486,7 @@ class Capture:
         with self._lock:
             if self._recall_pool is None:
                 self._recall_pool = ThreadPoolExecutor(
-                    _RECALL_THREADS, thread_name_prefix="stratamem-recall"
+                    _RECALL_THREADS, thread_name_prefix="stratamem-capture-recall"
                 )
             return self._recall_pool
 

@@ -83,7 +83,7 @@ class Recaller:
     def _executor(self) -> ThreadPoolExecutor:
         with self._pool_lock:
             if self._pool is None:
-                self._pool = ThreadPoolExecutor(4, thread_name_prefix="stratamem-recall")
+                self._pool = ThreadPoolExecutor(4, thread_name_prefix="stratamem-retrieve")
             return self._pool
 
     def close(self) -> None:
