@@ -79,7 +79,7 @@ def test_vector_index_and_local_model_load_in_either_order() -> None:
     # usearch imported before onnxruntime crashed the interpreter (SIGSEGV); the vector
     # index loads the model runtime first so the order of use does not matter.
     code = (
-        "from stratamem.store.sqlite._vectors import _usearch_index\n"
+        "from stratamem.store._vector_cache import _usearch_index\n"
         "_usearch_index()\n"
         "from stratamem.embed import make_embedder\n"
         "print(make_embedder('local').embed(['hello there']).shape)\n"

@@ -232,13 +232,13 @@ def test_the_anchor_search_keeps_the_recalls_candidate_pool(
     candidates than the recall it serves (a capture recall keeps its pool small for speed)."""
     _dinners_around_a_move(mem)
     asked: list[int] = []
-    store_search = mem.store.vector_messages
+    store_search = mem.store.vector_layers
 
     def recording(*args: Any, **kwargs: Any) -> Any:
-        asked.append(args[4])  # (project, user, query vector, embedder, n, filters)
+        asked.append(args[4])  # (project, user, query vectors, embedder, n), layers
         return store_search(*args, **kwargs)
 
-    monkeypatch.setattr(mem.store, "vector_messages", recording)
+    monkeypatch.setattr(mem.store, "vector_layers", recording)
     ctx = mem.get_memory(
         "s",
         "Where did we have dinner before the move to Porto?",

@@ -1412,6 +1412,10 @@ def test_filters_narrow_both_full_text_and_vectors(
     assert {names[pk] for pk, _ in text} == expected
     near = store.vector_messages(P, "u1", unit(seed=1), EMB, 10, filters)
     assert {names[pk] for pk, _ in near} == expected
+    [layers] = store.vector_layers(
+        P, "u1", [unit(seed=1)], EMB, 10, messages=filters, facts=None, summaries=None
+    )
+    assert {names[pk] for pk, _ in layers["message"]} == expected
 
 
 def test_listing_filters_match_source_messages_as_search_filters_do(store: Store) -> None:
@@ -1666,6 +1670,72 @@ def test_vector_search_of_facts(store: Store) -> None:
         0.0, abs=1e-5
     )
     assert store.vector_items("fact", P, "u1", unit(1, 0), EMB, 5, statuses=("superseded",)) == []
+
+
+def test_vector_layers_find_what_each_layer_search_finds_for_every_query(store: Store) -> None:
+    """All layers and query variants asked at once: the same as one search per layer and
+    query, superseded items crowding the top included, only the layers asked."""
+    q = unit(seed=3)
+    rng = np.random.default_rng(3)
+
+    def near(scale: float) -> np.ndarray:
+        v = q + scale * rng.normal(size=DIM).astype(np.float32)
+        return (v / np.linalg.norm(v)).astype(np.float32)
+
+    rows = add(store, [f"note {i}" for i in range(12)])
+    add(store, ["someone else"], user="u2", sid="s2")
+    process(store)
+    process(store)
+    add(store, ["round 0"], prefix="0")
+    process(
+        store,
+        LayerWrite(
+            facts=[fact(f"f{i}", f"fact {i}", [rows[i].id], near(0.3)) for i in range(12)],
+            summaries=[summary(f"s{i}", f"s{i}", vec=near(0.05)) for i in range(40)],
+        ),
+    )
+    add(store, ["round 1"], prefix="1")
+    process(
+        store,
+        LayerWrite(
+            summaries=[
+                summary(f"n{i}", f"n{i}", action="supersede", supersedes=f"s{i}", vec=near(50.0))
+                for i in range(35)
+            ]
+        ),
+    )
+    queries = [q, unit(seed=rows[4].pk), unit(seed=11)]
+    found = store.vector_layers(
+        P,
+        "u1",
+        queries,
+        EMB,
+        4,
+        messages=SearchFilters(),
+        facts=("active",),
+        summaries=("active",),
+    )
+    assert len(found) == 3
+    for query, by_layer in zip(queries, found, strict=True):
+        assert by_layer == {
+            "message": store.vector_messages(P, "u1", query, EMB, 4, SearchFilters()),
+            "fact": store.vector_items("fact", P, "u1", query, EMB, 4, ("active",)),
+            "summary": store.vector_items("summary", P, "u1", query, EMB, 4, ("active",)),
+        }
+        assert all(len(hits) == 4 for hits in by_layer.values())
+    ids = {s.pk: s.id for s in store.list_summaries(P, "u1", limit=100)}
+    # Current summaries only, though 35 superseded ones are nearer.
+    assert {ids[pk] for pk, _ in found[0]["summary"]} <= {f"s{i}" for i in range(35, 40)}
+    only = store.vector_layers(
+        P, "u1", [q], EMB, 3, messages=None, facts=("superseded",), summaries=()
+    )
+    assert only == [{"fact": [], "summary": []}]
+    assert store.vector_layers(
+        P, "u1", [q], EMB, 0, messages=SearchFilters(), facts=None, summaries=None
+    ) == [{"message": []}]
+    assert store.vector_layers(
+        P, "u9", [q], EMB, 3, messages=SearchFilters(), facts=("active",), summaries=None
+    ) == [{"message": [], "fact": []}]
 
 
 def test_vectors_of_another_embedder_are_refused_then_reindexed(store: Store) -> None:

@@ -27,7 +27,7 @@ from stratamem.store import LayerWrite, SearchFilters, SessionRow, mask_url, ope
 from stratamem.store._core.migrations import read_migrations
 from stratamem.store.postgres import _fulltext as pg_fts
 from stratamem.store.postgres import _store as pg
-from test_store_contract import EMB, NOW, P, add, claim, fact, message, process, summary, unit
+from test_store_contract import DIM, EMB, NOW, P, add, claim, fact, message, process, summary, unit
 
 
 @pytest.fixture
@@ -155,6 +155,75 @@ def test_layer_searches_move_to_the_index_once_their_scope_is_large(pg_url: str)
         assert _index_scans(pg_url, "vectors_hnsw_fact_8") > before
     finally:
         store.close()
+
+
+def test_small_scopes_are_searched_in_process_and_see_other_processes_writes(
+    pg_url: str,
+) -> None:
+    """A small scope's vectors are cached in the process that searches; rows another
+    process adds, an item it embeds again and what it forgets show at the next search."""
+    reader, writer = pg.PostgresStore(pg_url), pg.PostgresStore(pg_url)
+    try:
+        rows = add(writer, [f"note {i}" for i in range(6)])
+        process(writer)
+        q = unit(seed=rows[2].pk)
+        assert reader.vector_messages(P, "u1", q, EMB, 1, SearchFilters())[0][0] == rows[2].pk
+        cached = reader.vectors.peek((P, "u1", "message", EMB))
+        assert cached is not None and cached.n == 6
+        more = add(writer, ["later"], prefix="x")
+        process(writer)
+        # Briefs take vectors from the cache, and the ones it does not hold yet from the table.
+        briefs = reader.recall_briefs(P, "u1", [rows[3].pk, more[0].pk], embedder=EMB)[0]
+        for pk in (rows[3].pk, more[0].pk):
+            assert np.frombuffer(briefs[pk].vector or b"", np.float32) == pytest.approx(
+                unit(seed=pk)
+            )
+        found = reader.vector_messages(P, "u1", unit(seed=more[0].pk), EMB, 1, SearchFilters())
+        assert found == [(more[0].pk, pytest.approx(1.0, abs=1e-5))]
+        again = unit(seed=999)
+        [first] = [m for m in writer.list_messages(P) if m.pk == rows[0].pk]
+        writer.put_message_vectors(EMB, [first], again[None, :])
+        [layers] = reader.vector_layers(
+            P, "u1", [again], EMB, 1, messages=SearchFilters(), facts=None, summaries=None
+        )
+        assert layers["message"] == [(rows[0].pk, pytest.approx(1.0, abs=1e-5))]
+        assert reader.vectors.peek((P, "u1", "message", EMB)) is cached  # read on, not reloaded
+        writer.forget(P, "u1", message_ids=[rows[2].id], actor="test", reason=None)
+        left = reader.vector_messages(P, "u1", q, EMB, 10, SearchFilters())
+        assert rows[2].pk not in {pk for pk, _ in left} and len(left) == 6
+    finally:
+        reader.close()
+        writer.close()
+
+
+def test_a_users_vectors_commit_in_pk_order_so_a_cache_misses_none(pg_url: str) -> None:
+    """Two writers of one user's vectors: the second waits for the first's lock, so a
+    search between them cannot see the later pk and then never read the earlier one."""
+    reader, first, second = (pg.PostgresStore(pg_url) for _ in range(3))
+    try:
+        rows = add(first, ["a", "b", "c"])
+        process(first)
+        assert len(reader.vector_messages(P, "u1", unit(seed=1), EMB, 10, SearchFilters())) == 3
+        messages = {m.pk: m for m in first.list_messages(P)}
+        va, vb = unit(seed=501), unit(seed=502)
+        with first._transaction() as tx:
+            first._insert_vector_rows(
+                tx, [(P, "u1", "message", rows[0].pk, EMB, DIM, va)]
+            )  # a pk drawn, not committed
+            later = threading.Thread(
+                target=second.put_message_vectors, args=(EMB, [messages[rows[1].pk]], vb[None, :])
+            )
+            later.start()
+            dbsql.await_lock_wait(pg_url, "%pg_advisory_xact_lock%")
+            reader.vector_messages(P, "u1", vb, EMB, 1, SearchFilters())
+        later.join(30)
+        for pk, v in ((rows[0].pk, va), (rows[1].pk, vb)):
+            assert reader.vector_messages(P, "u1", v, EMB, 1, SearchFilters()) == [
+                (pk, pytest.approx(1.0, abs=1e-5))
+            ]
+    finally:
+        for s in (reader, first, second):
+            s.close()
 
 
 def test_filtered_index_searches_still_return_enough_rows(pg_url: str) -> None:

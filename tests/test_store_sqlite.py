@@ -16,9 +16,9 @@ from stratamem import EmbedderMismatchError, Memory, StoreError
 from stratamem._products import similarities
 from stratamem.store import SearchFilters, parse_metadata_filters
 from stratamem.store._text import fts_document, fts_query_terms
+from stratamem.store._vector_cache import VectorScope
 from stratamem.store.sqlite import SQLiteStore, latest_schema_version, sqlite_path
 from stratamem.store.sqlite._dialect import SQLiteDialect
-from stratamem.store.sqlite._vectors import VectorScope
 
 # About the SQLite store itself (files, FTS5 plans, the in-process vector index);
 # what every store must do is in test_store_contract.py.
@@ -480,7 +480,7 @@ import sys, threading, time
 from pathlib import Path
 import numpy as np
 from stratamem._products import similarities
-from stratamem.store.sqlite._vectors import VectorScope
+from stratamem.store._vector_cache import VectorScope
 
 def other_threads_cpu():
     main = str(threading.get_native_id())

@@ -150,24 +150,17 @@ def _vector_keys(
     store: RecallStore, embedder: Embedder, plan: QueryPlan, qvecs: Sequence[np.ndarray]
 ) -> set[Key]:
     """What the vector search finds, for every variant and layer."""
-    p, u, n, model = plan.project_id, plan.user_id, plan.per_layer, embedder.id
-    keys: set[Key] = set()
-    for q in qvecs:
-        if "message" in plan.layers:
-            keys.update(
-                ("message", pk) for pk, _ in store.vector_messages(p, u, q, model, n, plan.filters)
-            )
-        if "fact" in plan.layers:
-            keys.update(
-                ("fact", pk)
-                for pk, _ in store.vector_items("fact", p, u, q, model, n, plan.fact_statuses)
-            )
-        if "summary" in plan.layers:
-            keys.update(
-                ("summary", pk)
-                for pk, _ in store.vector_items("summary", p, u, q, model, n, plan.summary_statuses)
-            )
-    return keys
+    found = store.vector_layers(
+        plan.project_id,
+        plan.user_id,
+        qvecs,
+        embedder.id,
+        plan.per_layer,
+        messages=plan.filters if "message" in plan.layers else None,
+        facts=plan.fact_statuses if "fact" in plan.layers else None,
+        summaries=plan.summary_statuses if "summary" in plan.layers else None,
+    )
+    return {(layer, pk) for by_layer in found for layer, hits in by_layer.items() for pk, _ in hits}
 
 
 def _briefs(store: RecallStore, embedder: Embedder, plan: QueryPlan, keys: Sequence[Key]) -> _Rows:

@@ -310,6 +310,23 @@ class SearchStore(Protocol):
         limit: int,
         filters: SearchFilters,
     ) -> list[tuple[int, float]]: ...
+    def vector_layers(
+        self,
+        project_id: str,
+        user_id: str,
+        queries: Sequence[np.ndarray],
+        embedder: str,
+        limit: int,
+        *,
+        messages: SearchFilters | None,
+        facts: Sequence[str] | None,
+        summaries: Sequence[str] | None,
+    ) -> list[dict[str, list[tuple[int, float]]]]:
+        """For each of ``queries``, by layer, what ``vector_messages`` (messages passing
+        the filters ``messages``) and ``vector_items`` (facts and summaries in the statuses
+        given) find; a layer given None is not searched. Asked together so that a backend
+        may answer in fewer round trips."""
+        ...
 
     # recall: what candidates are ranked on, in one query per layer (see _briefs.py)
     def recall_briefs(

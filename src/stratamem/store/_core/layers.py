@@ -455,7 +455,9 @@ def put_vectors(
     by_user: dict[tuple[str, str], list[tuple[int, np.ndarray]]] = {}
     for r, v in zip(rows, vectors, strict=True):
         by_user.setdefault((r.project_id, r.user_id), []).append((r.pk or 0, v))
-    for (project_id, user_id), items in by_user.items():
+    # In user order: a backend may take each user's lock as it writes (PostgreSQL does),
+    # and two writers taking them in one order cannot deadlock.
+    for (project_id, user_id), items in sorted(by_user.items(), key=lambda kv: kv[0]):
         insert_vectors(tx, hooks, embedder, "message", project_id, user_id, items)
 
 

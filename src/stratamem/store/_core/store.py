@@ -351,9 +351,13 @@ class SQLStore(ABC):
     ) -> None:
         if len(items):
             self._prepare_vectors({kind: int(np.asarray(vectors).shape[1])})
+        by_user: dict[tuple[str, str], list[tuple[int, np.ndarray]]] = {}
+        for (pk, project_id, user_id, _), v in zip(items, vectors, strict=True):
+            by_user.setdefault((project_id, user_id), []).append((pk, v))
         with self._transaction() as tx:
-            for (pk, project_id, user_id, _), v in zip(items, vectors, strict=True):
-                _layers.insert_vectors(tx, self, embedder, kind, project_id, user_id, [(pk, v)])
+            # In user order, as put_vectors writes (a backend may lock each user).
+            for (project_id, user_id), mine in sorted(by_user.items(), key=lambda kv: kv[0]):
+                _layers.insert_vectors(tx, self, embedder, kind, project_id, user_id, mine)
 
     def put_message_vectors(
         self, embedder: str, rows: Sequence[MessageRow], vectors: np.ndarray
@@ -551,6 +555,36 @@ class SQLStore(ABC):
             return []
         search = LayerSearch(project_id, user_id, limit, statuses)
         return self._vector_layer(search, kind, query, embedder)
+
+    def vector_layers(
+        self,
+        project_id: str,
+        user_id: str,
+        queries: Sequence[np.ndarray],
+        embedder: str,
+        limit: int,
+        *,
+        messages: SearchFilters | None,
+        facts: Sequence[str] | None,
+        summaries: Sequence[str] | None,
+    ) -> list[dict[str, list[tuple[int, float]]]]:
+        """For each of ``queries``, by layer, what ``vector_messages`` and ``vector_items``
+        find; a layer given None is not searched (one search per query and layer here; a
+        backend may override this with fewer round trips)."""
+        out: list[dict[str, list[tuple[int, float]]]] = []
+        for q in queries:
+            found: dict[str, list[tuple[int, float]]] = {}
+            if messages is not None:
+                found["message"] = self.vector_messages(
+                    project_id, user_id, q, embedder, limit, messages
+                )
+            for kind, statuses in (("fact", facts), ("summary", summaries)):
+                if statuses is not None:
+                    found[kind] = self.vector_items(
+                        kind, project_id, user_id, q, embedder, limit, statuses
+                    )
+            out.append(found)
+        return out
 
     def similar_summaries(
         self, project_id: str, user_id: str, query: np.ndarray, embedder: str, limit: int

@@ -6,7 +6,14 @@ written, an HNSW index per (kind, dimension) is created on the expression
 ``vec::vector(dim)`` (``halfvec`` above 2,000 dimensions), partial on ``kind`` and
 ``dim``. Similarity is the inner product, which is the cosine for the unit vectors every
 embedder returns, as in SQLite. A user's scope up to ``vector_index_threshold`` vectors is
-searched exactly (a scan of that user's rows); a larger one through the HNSW index with
+searched exactly, in this process, through the vector cache SQLite uses
+(``store/_vector_cache.py``): scanning a LoCoMo-sized user's rows in the server cost 2-4 ms a
+layer (distances and a status join over a few hundred rows), more than the rest of a search's
+statements; the cache reads only the rows past the last one it saw, and everything again once
+the user's generation moved (``vector_generations``, bumped on deletion). That is sound
+because a user's vectors are written under the user's lock (``_insert_vector_rows``), so they
+commit in pk order, and an item embedded again takes a new pk. A larger scope is searched
+through the HNSW index with
 ``hnsw.ef_search`` raised to the number of results wanted and, on pgvector 0.8+,
 iterative scans so that status filters cannot starve the result; if the index still
 returns too few rows the search falls back to the exact one. A user lost in a large shared
@@ -17,7 +24,9 @@ searches in-process instead (``sqlite/_vectors.py``).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -27,6 +36,7 @@ from .._core.dialect import Tx
 from .._core.filters import search_filter_sql
 from .._core.layers import LayerSearch, VectorRow
 from .._core.recall import BriefRead
+from .._vector_cache import VectorCache, VectorScope
 from ._connection import checked
 from ._user_indexes import PostgresUserIndexes, vector_target
 
@@ -37,6 +47,12 @@ _KINDS = {"message": "messages", "fact": "facts", "summary": "summaries"}
 # pgvector's HNSW indexes `vector` up to 2,000 dimensions and `halfvec` up to 4,000.
 _MAX_VECTOR_DIM = 2000
 _MAX_HALFVEC_DIM = 4000
+# Vectors the cache of small scopes holds, across users (~1.5 KB each at 384 dimensions);
+# the least recently searched users are dropped past it.
+_CACHE_MAX_VECTORS = 1_000_000
+# The scopes cached are searched exactly: the cache never builds an index of its own.
+_NO_CACHE_INDEX = 1 << 62
+_GENERATION_KINDS = "(VALUES ('message'), ('fact'), ('summary')) k (kind)"
 
 
 def _index_type(dim: int) -> str | None:
@@ -46,6 +62,19 @@ def _index_type(dim: int) -> str | None:
     if dim <= _MAX_HALFVEC_DIM:
         return f"halfvec({dim})"
     return None
+
+
+@dataclass(frozen=True)
+class _ReadAhead:
+    """A scope's rows past ``after`` as read ahead (``rows``); asked from another pk,
+    ``read`` reads them."""
+
+    after: int
+    rows: list[tuple[int, int, bytes]]
+    read: Callable[[int], list[tuple[int, int, bytes]]]
+
+    def __call__(self, after_pk: int) -> list[tuple[int, int, bytes]]:
+        return self.rows if after_pk == self.after else self.read(after_pk)
 
 
 class PostgresVectors(PostgresUserIndexes):
@@ -58,6 +87,7 @@ class PostgresVectors(PostgresUserIndexes):
         self._ef_search = max(10, min(1000, ef_search))
         self._indexed: set[tuple[str, int]] = set()
         self._scope_sizes: dict[tuple[Any, ...], tuple[bool, float]] = {}
+        self.vectors = VectorCache(index_threshold=_NO_CACHE_INDEX, max_vectors=_CACHE_MAX_VECTORS)
         row = conn.execute(
             "SELECT extversion FROM pg_extension WHERE extname = 'vector'"
         ).fetchone()
@@ -69,11 +99,18 @@ class PostgresVectors(PostgresUserIndexes):
     # -- writes and bookkeeping (the core's hooks, see _core/layers.py) ------------------
 
     def _insert_vector_rows(self, tx: Tx, rows: Sequence[VectorRow]) -> None:
+        # Under each user's lock, taken before the rows draw their pks: the writes of one
+        # user then commit in pk order, which is what lets a cache read "the rows past the
+        # last pk it saw" (a batch's transaction holds its user's lock already; taking it
+        # again is free). Sorted, so that two writers of several users cannot deadlock.
+        for project_id, user_id in sorted({(r[0], r[1]) for r in rows}):
+            tx.lock_user(project_id, user_id)
         with tx.raw.cursor() as cur:
             cur.executemany(
+                # An item embedded again takes a new pk, as on SQLite: caches see it as new.
                 "INSERT INTO vectors (project_id, user_id, kind, item_pk, embedder, dim, vec) "
                 "VALUES (%s, %s, %s, %s, %s, %s, %b) ON CONFLICT (kind, item_pk, embedder) "
-                "DO UPDATE SET vec = excluded.vec, dim = excluded.dim",
+                "DO UPDATE SET vec = excluded.vec, dim = excluded.dim, pk = excluded.pk",
                 rows,
             )
 
@@ -104,16 +141,31 @@ class PostgresVectors(PostgresUserIndexes):
                 self._indexed.add((kind, dim))
 
     def _invalidate_vectors(self, tx: Tx) -> None:
-        pass  # nothing of them is cached outside this process
+        # Every process's cached scopes are loaded again at their next search.
+        tx.raw.execute(
+            "INSERT INTO vector_generations (project_id, user_id, kind, generation) "
+            f"SELECT s.project_id, s.user_id, k.kind, 1 FROM (SELECT DISTINCT project_id, "
+            f"user_id FROM messages) s, {_GENERATION_KINDS} ON CONFLICT "
+            "(project_id, user_id, kind) DO UPDATE SET generation = "
+            "vector_generations.generation + 1"
+        )
 
     def _clear_vector_caches(self) -> None:
+        self.vectors.clear()
         self._scope_sizes.clear()
         # The new embedder's dimension may differ: users' indexes are made again as
         # searches find large scopes.
         self._drop_user_indexes(vectors_only=True)
 
     def _vectors_removed(self, tx: Tx, project_id: str, user_id: str) -> None:
-        pass  # searches read the vectors table itself; nothing caches its rows
+        # Cached scopes of the user (in this process and any other) load again.
+        tx.raw.execute(
+            "INSERT INTO vector_generations (project_id, user_id, kind, generation) "
+            f"SELECT %s, %s, k.kind, 1 FROM {_GENERATION_KINDS} ON CONFLICT "
+            "(project_id, user_id, kind) DO UPDATE SET generation = "
+            "vector_generations.generation + 1",
+            (project_id, user_id),
+        )
 
     # -- search --------------------------------------------------------------------------
 
@@ -147,6 +199,220 @@ class PostgresVectors(PostgresUserIndexes):
             self._scope_sizes.clear()
         self._scope_sizes[key] = (size > self._vector_index_threshold, time.monotonic())
 
+    def _small_scopes(
+        self,
+        c: Any,
+        project_id: str,
+        user_id: str,
+        kinds: Sequence[str],
+        embedder: str,
+        dim: int,
+    ) -> dict[str, VectorScope | None]:
+        """A user's vectors of each of ``kinds`` from the cache, brought up to date in one
+        round trip (the generations, and the rows past the last pk each scope saw: usually
+        none); None for a scope of more than ``vector_index_threshold`` vectors, which the
+        server searches. A scope this process has not loaded yet is counted first, up to
+        the threshold."""
+        threshold = self._vector_index_threshold
+        out: dict[str, VectorScope | None] = {}
+        after: dict[str, int] = {}
+        for kind in kinds:
+            key = (project_id, user_id, kind, embedder, dim)
+            known = self._scope_sizes.get(key)
+            loaded = self.vectors.peek((project_id, user_id, kind, embedder))
+            if known is None and loaded is None:
+                row = c.execute(
+                    "SELECT count(*) FROM (SELECT 1 FROM vectors WHERE project_id = %s AND "
+                    "user_id = %s AND kind = %s AND embedder = %s AND dim = %s LIMIT %s) s",
+                    (project_id, user_id, kind, embedder, dim, max(threshold, 0) + 1),
+                ).fetchone()
+                self._remember_scope(key, int(row[0]))
+                known = self._scope_sizes[key]
+            if known is not None and known[0]:
+                out[kind] = None
+            else:
+                after[kind] = loaded.last_pk if loaded is not None and loaded.dim == dim else 0
+        if not after:
+            return out
+        wanted = list(after)
+        rows_sql = " UNION ALL ".join(
+            "(SELECT kind, pk, item_pk, vec FROM vectors WHERE project_id = %s AND user_id = %s "
+            "AND kind = %s AND embedder = %s AND dim = %s AND pk > %s)"
+            for _ in wanted
+        )
+        with c.pipeline():
+            generations = c.execute(
+                "SELECT kind, generation FROM vector_generations WHERE project_id = %s "
+                "AND user_id = %s AND kind = ANY(%s)",
+                (project_id, user_id, wanted),
+            )
+            # Binary: pgvector hands each vector over as an array, not text to parse.
+            new_rows = c.cursor(binary=True)
+            new_rows.execute(
+                f"{rows_sql} ORDER BY 1, 2",
+                [a for k in wanted for a in (project_id, user_id, k, embedder, dim, after[k])],
+            )
+        generation = dict(generations.fetchall())
+        found: dict[str, list[tuple[int, int, bytes]]] = {k: [] for k in wanted}
+        for kind, pk, item, vec in new_rows:
+            found[kind].append((pk, item, vec.to_numpy().tobytes()))
+        new_rows.close()
+        for kind in wanted:
+            # What was read above, unless the scope moved since (another thread added rows,
+            # or the generation changed and the scope loads from the start).
+            read = _ReadAhead(
+                after[kind],
+                found[kind],
+                partial(self._rows_after, c, (project_id, user_id, kind, embedder, dim)),
+            )
+            scope = self.vectors.scope(
+                (project_id, user_id, kind, embedder),
+                dim=dim,
+                generation=int(generation.get(kind, 0)),
+                load=read,
+            )
+            if scope.n > threshold:
+                # Grown large: the index answers next time, and nothing reads this copy
+                # again (briefs would take stale vectors from it).
+                self._remember_scope((project_id, user_id, kind, embedder, dim), scope.n)
+                self.vectors.drop((project_id, user_id, kind, embedder))
+            out[kind] = scope
+        return out
+
+    @staticmethod
+    def _rows_after(
+        c: Any, scope: tuple[str, str, str, str, int], after_pk: int
+    ) -> list[tuple[int, int, bytes]]:
+        """(pk, item pk, vector bytes) of a (project, user, kind, embedder, dim) scope's rows
+        past ``after_pk``, in pk order."""
+        with c.cursor(binary=True) as cur:
+            cur.execute(
+                "SELECT pk, item_pk, vec FROM vectors WHERE project_id = %s AND user_id = %s "
+                "AND kind = %s AND embedder = %s AND dim = %s AND pk > %s ORDER BY pk",
+                (*scope, after_pk),
+            )
+            return [(pk, item, vec.to_numpy().tobytes()) for pk, item, vec in cur]
+
+    def vector_layers(
+        self,
+        project_id: str,
+        user_id: str,
+        queries: Sequence[np.ndarray],
+        embedder: str,
+        limit: int,
+        *,
+        messages: SearchFilters | None,
+        facts: Sequence[str] | None,
+        summaries: Sequence[str] | None,
+    ) -> list[dict[str, list[tuple[int, float]]]]:
+        """Every layer and query in two round trips when the user's scopes are small: their
+        freshness, then the statuses of the facts and summaries found (over-fetched) with
+        the messages a filter keeps. One statement per layer and query searched them in the
+        server before, each a scan of the user's rows. A large scope is searched in the
+        server as ``vector_messages`` and ``vector_items`` do."""
+        statuses = {k: tuple(v) for k, v in (("fact", facts), ("summary", summaries)) if v}
+        kinds = ["message"] * (messages is not None) + list(statuses)
+        out: list[dict[str, list[tuple[int, float]]]] = [
+            {k: [] for k, v in (("fact", facts), ("summary", summaries)) if v is not None}
+            for _ in queries
+        ]
+        if not queries or not kinds or limit <= 0:
+            for found in out:
+                found.update((k, []) for k in kinds)
+            return out
+        qs = [np.ascontiguousarray(q, dtype=np.float32) for q in queries]
+        dim = int(qs[0].shape[0])
+        near: dict[str, list[list[tuple[int, float]]]] = {}
+        with self._read() as c:
+            scopes = self._small_scopes(c, project_id, user_id, kinds, embedder, dim)
+            cached = {k: scope for k, scope in scopes.items() if scope is not None}
+            over = limit * 2 + 8  # most items have a wanted status: over-fetch, then filter
+            checked = [k for k in statuses if k in cached]
+            for kind in checked:
+                near[kind] = [cached[kind].search(q, over) for q in qs]
+            filtered = "message" in cached and messages is not None and not messages.empty
+            if "message" in cached and not filtered:
+                near["message"] = [cached["message"].search(q, limit) for q in qs]
+            if checked or filtered:
+                with c.pipeline():
+                    status_rows = allowed_rows = None
+                    if checked:
+                        status_rows = c.execute(
+                            " UNION ALL ".join(
+                                f"SELECT {i}, pk, status FROM {_KINDS[k]} WHERE pk = ANY(%s)"
+                                for i, k in enumerate(checked)
+                            ),
+                            [sorted({pk for hits in near[k] for pk, _ in hits}) for k in checked],
+                        )
+                    if filtered:
+                        assert messages is not None
+                        where, params = search_filter_sql(self.dialect, messages, "m")
+                        allowed_rows = c.execute(
+                            "SELECT m.pk FROM messages m WHERE m.project_id = %s AND "
+                            f"m.user_id = %s{where.replace('?', '%s')}",
+                            (project_id, user_id, *params),
+                        )
+                status_of: dict[str, dict[int, str]] = {k: {} for k in checked}
+                if status_rows is not None:
+                    for i, pk, status in status_rows.fetchall():
+                        status_of[checked[i]][pk] = status
+                if allowed_rows is not None:
+                    allowed = np.fromiter((r[0] for r in allowed_rows), dtype=np.int64)
+                    near["message"] = [cached["message"].search(q, limit, allowed) for q in qs]
+                for kind in checked:
+                    near[kind] = [
+                        self._kept(
+                            c,
+                            (project_id, user_id, kind),
+                            cached[kind],
+                            q,
+                            hits,
+                            status_of[kind],
+                            statuses[kind],
+                            limit,
+                        )
+                        for q, hits in zip(qs, near[kind], strict=True)
+                    ]
+        for i, q in enumerate(qs):
+            for kind in kinds:
+                if kind in near:
+                    out[i][kind] = near[kind][i]
+                elif kind == "message":
+                    assert messages is not None
+                    out[i][kind] = self.vector_messages(
+                        project_id, user_id, q, embedder, limit, messages
+                    )
+                else:
+                    out[i][kind] = self.vector_items(
+                        kind, project_id, user_id, q, embedder, limit, statuses[kind]
+                    )
+        return out
+
+    def _kept(
+        self,
+        c: Any,
+        scope_of: tuple[str, str, str],
+        scope: VectorScope,
+        q: np.ndarray,
+        found: list[tuple[int, float]],
+        status: dict[int, str],
+        statuses: Sequence[str],
+        limit: int,
+    ) -> list[tuple[int, float]]:
+        """Of ``found`` (``limit * 2 + 8`` over-fetched from the cached ``scope`` of
+        (project, user, kind) ``scope_of``), the items in ``statuses`` by ``status``; when
+        the filter dropped too many, a search among the allowed items only."""
+        kept = [(pk, sim) for pk, sim in found if status.get(pk) in statuses]
+        if len(kept) >= limit or len(found) < limit * 2 + 8:
+            return kept[:limit]
+        project_id, user_id, kind = scope_of
+        allowed = c.execute(
+            f"SELECT pk FROM {_KINDS[kind]} WHERE project_id = %s AND user_id = %s "
+            "AND status = ANY(%s::text[])",
+            (project_id, user_id, list(statuses)),
+        ).fetchall()
+        return scope.search(q, limit, np.fromiter((r[0] for r in allowed), dtype=np.int64))
+
     def _vector_search(
         self,
         kind: str,
@@ -155,14 +421,17 @@ class PostgresVectors(PostgresUserIndexes):
         query: np.ndarray,
         embedder: str,
         limit: int,
+        in_cache: Callable[[Any, VectorScope, np.ndarray], list[tuple[int, float]]],
         join: str = "",
         params: Sequence[Any] = (),
         narrow: bool = False,
     ) -> list[tuple[int, float]]:
-        """Top ``limit`` (item pk, similarity) of a user's vectors of ``kind``; ``join``
-        (with ``params``) restricts the items, e.g. to wanted statuses. ``narrow``: the join
-        may keep few of the scope's items (message filters), so what an exact search counts
-        says nothing about the scope's size."""
+        """Top ``limit`` (item pk, similarity) of a user's vectors of ``kind``: a small
+        scope through the cache with ``in_cache(connection, scope, query)``, a large one
+        through the HNSW index; ``join`` (with ``params``) restricts the items in the
+        server's statements, e.g. to wanted statuses. ``narrow``: the join may keep few of
+        the scope's items (message filters), so what an exact search counts says nothing
+        about the scope's size."""
         if limit <= 0:
             return []
         q = np.ascontiguousarray(query, dtype=np.float32)
@@ -219,8 +488,12 @@ class PostgresVectors(PostgresUserIndexes):
                 self._consider_user_index(indexed, index_type)
                 if len(found) >= limit:
                     return [(int(pk), -float(d)) for pk, d in found]
-            # Exact: every vector of the scope (that passes the join), counted on the way so
-            # that the next search knows whether the index should answer instead.
+            else:
+                cached = self._small_scopes(c, project_id, user_id, [kind], embedder, dim)[kind]
+                if cached is not None:
+                    return in_cache(c, cached, q)
+            # Exact, in the server: every vector of the scope (that passes the join), counted
+            # on the way so that the next search knows whether the index should answer.
             rows = c.execute(
                 f"SELECT v.item_pk, v.vec <#> %b AS d, count(*) OVER () {scope} "
                 "ORDER BY d, v.pk LIMIT %s",
@@ -235,8 +508,26 @@ class PostgresVectors(PostgresUserIndexes):
     ) -> list[tuple[int, float]]:
         project_id, user_id, limit, _ = search
         if filters.empty:
-            return self._vector_search("message", project_id, user_id, query, embedder, limit)
+            return self._vector_search(
+                "message",
+                project_id,
+                user_id,
+                query,
+                embedder,
+                limit,
+                lambda c, scope, q: scope.search(q, limit),
+            )
         where, params = search_filter_sql(self.dialect, filters, "m")
+        # The filter's SQL holds no "%" and no "?" but its placeholders.
+        where = where.replace("?", "%s")
+
+        def in_cache(c: Any, scope: VectorScope, q: np.ndarray) -> list[tuple[int, float]]:
+            allowed = c.execute(
+                f"SELECT m.pk FROM messages m WHERE m.project_id = %s AND m.user_id = %s{where}",
+                (project_id, user_id, *params),
+            ).fetchall()
+            return scope.search(q, limit, np.fromiter((r[0] for r in allowed), dtype=np.int64))
+
         return self._vector_search(
             "message",
             project_id,
@@ -244,8 +535,8 @@ class PostgresVectors(PostgresUserIndexes):
             query,
             embedder,
             limit,
-            # The filter's SQL holds no "%" and no "?" but its placeholders.
-            f"JOIN messages m ON m.pk = v.item_pk{where.replace('?', '%s')}",
+            in_cache,
+            f"JOIN messages m ON m.pk = v.item_pk{where}",
             params,
             narrow=True,
         )
@@ -254,6 +545,20 @@ class PostgresVectors(PostgresUserIndexes):
         self, search: LayerSearch, kind: str, query: np.ndarray, embedder: str
     ) -> list[tuple[int, float]]:
         project_id, user_id, limit, statuses = search
+        table = _KINDS[kind]
+
+        def in_cache(c: Any, scope: VectorScope, q: np.ndarray) -> list[tuple[int, float]]:
+            found = scope.search(q, limit * 2 + 8)
+            status = dict(
+                c.execute(
+                    f"SELECT pk, status FROM {table} WHERE pk = ANY(%s)",
+                    ([pk for pk, _ in found],),
+                ).fetchall()
+            )
+            return self._kept(
+                c, (project_id, user_id, kind), scope, q, found, status, statuses, limit
+            )
+
         return self._vector_search(
             kind,
             project_id,
@@ -261,7 +566,8 @@ class PostgresVectors(PostgresUserIndexes):
             query,
             embedder,
             limit,
-            f"JOIN {_KINDS[kind]} s ON s.pk = v.item_pk AND s.status = ANY(%s::text[])",
+            in_cache,
+            f"JOIN {table} s ON s.pk = v.item_pk AND s.status = ANY(%s::text[])",
             [list(statuses)],
         )
 
@@ -277,24 +583,51 @@ class PostgresVectors(PostgresUserIndexes):
         out: list[list[Sequence[Any]]] = []
         with self._read() as c:
             # The layers' queries go out together (pipeline mode): one round trip, not
-            # three; binary, so that pgvector hands the vectors over as arrays.
-            cursors: list[Any] = []
+            # three; binary, so that pgvector hands the vectors over as arrays. A layer whose
+            # scope this process caches takes its vectors from there, as SQLite does (the
+            # search that reads briefs has just brought it up to date, or is doing so beside
+            # it): reading ~150 vectors a search from the table cost more than the rest of
+            # the briefs. Items the cache does not hold yet are read from the table.
+            cursors: list[tuple[Any, VectorScope | None]] = []
             with c.pipeline():
                 for read in reads:
+                    scope = (
+                        None
+                        if embedder is None
+                        else self.vectors.peek((project_id, user_id, read.kind, embedder))
+                    )
                     vec = (
-                        f"(SELECT v.vec FROM vectors v WHERE v.kind = '{read.kind}' "
+                        "NULL::vector"
+                        if scope is not None
+                        else f"(SELECT v.vec FROM vectors v WHERE v.kind = '{read.kind}' "
                         "AND v.item_pk = m.pk AND v.embedder = ?)"
                     )
                     cur = c.cursor(binary=True)
                     sql = f"SELECT {read.columns}, {vec} {read.source}"
-                    self.dialect.execute(cur, sql, [embedder, *read.params])
-                    cursors.append(cur)
-            for cur in cursors:
-                out.append(
-                    [
-                        (*row[:-1], None if row[-1] is None else row[-1].to_numpy().tobytes())
-                        for row in cur.fetchall()
-                    ]
-                )
+                    args = read.params if scope is not None else [embedder, *read.params]
+                    self.dialect.execute(cur, sql, args)
+                    cursors.append((cur, scope))
+            for read, (cur, scope) in zip(reads, cursors, strict=True):
+                rows = cur.fetchall()
                 cur.close()
+                if scope is None:
+                    out.append(
+                        [
+                            (*row[:-1], None if row[-1] is None else row[-1].to_numpy().tobytes())
+                            for row in rows
+                        ]
+                    )
+                    continue
+                assert embedder is not None
+                vectors = scope.vectors([row[0] for row in rows])
+                missing = [row[0] for row in rows if row[0] not in vectors]
+                if missing:
+                    with c.cursor(binary=True) as more:
+                        more.execute(
+                            "SELECT item_pk, vec FROM vectors WHERE kind = %s AND embedder = %s "
+                            "AND item_pk = ANY(%s)",
+                            (read.kind, embedder, missing),
+                        )
+                        vectors.update((pk, vec.to_numpy().tobytes()) for pk, vec in more)
+                out.append([(*row[:-1], vectors.get(row[0])) for row in rows])
         return out
