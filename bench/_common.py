@@ -236,6 +236,19 @@ def loadavg() -> float | None:
 # -- LoCoMo --------------------------------------------------------------------------------
 
 
+def analyze_postgres(url: str) -> str:
+    """ANALYZE the database of ``url`` after a load, as autovacuum does in production: a
+    test server may run without it (this workplace's does), and tables never analysed get
+    plans for empty tables (LoCoMo's recall briefs: a nested loop over every topic per
+    summary; mem.search p50 36.5 against 24.8 ms once analysed). Returns what it found."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute("SHOW autovacuum").fetchone()
+        conn.execute("ANALYZE")
+    return f"ANALYZE after the load (autovacuum {row[0] if row else 'unknown'})"
+
+
 def data_dir() -> Path:
     """``$STRATAMEM_DATA_DIR``, else ``../shared/data`` relative to the repository root."""
     env = os.environ.get("STRATAMEM_DATA_DIR")

@@ -119,6 +119,7 @@ import numpy as np
 from tqdm import tqdm
 
 from _common import (
+    analyze_postgres,
     data_dir,
     emit_json,
     format_summary,
@@ -1086,6 +1087,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             )
             try:
                 ing = ingest(mem, ds)
+                if path is None:
+                    print(f"  PostgreSQL: {analyze_postgres(str(args.db))}")
                 ev = evaluate(mem, ds, limit)
             finally:
                 mem.close()
