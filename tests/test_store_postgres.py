@@ -656,6 +656,22 @@ def test_user_indexes_can_be_turned_off(pg_url: str) -> None:
         assert _user_index_rows(pg_url) == []
 
 
+def test_full_text_indexes_keep_their_pending_lists_small(store: pg.PostgresStore) -> None:
+    """Every search scans a GIN index's pending list (up to 4 MB by default, merged only by
+    vacuum): the full-text indexes merge theirs past 128 kB."""
+    options = dict(
+        dbsql.rows(
+            store._conninfo,
+            "SELECT c.relname, array_to_string(c.reloptions, ',') FROM pg_class c "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = current_schema() "
+            "AND c.relname LIKE '%_fts_by_user'",
+        )
+    )
+    assert options == {
+        f"{t}_fts_by_user": "gin_pending_list_limit=128" for t in ("messages", "facts", "summaries")
+    }
+
+
 def test_a_user_with_many_rows_gets_a_full_text_index_of_their_own(
     pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -675,6 +691,7 @@ def test_a_user_with_many_rows_gets_a_full_text_index_of_their_own(
         assert _user_index_rows(pg_url) == [(name, "u1", "ready")]
         [(made,)] = dbsql.rows(pg_url, "SELECT indexdef FROM pg_indexes WHERE indexname = ?", name)
         assert "gin (fts)" in made and "user_id = 'u1'::text" in made
+        assert "gin_pending_list_limit='128'" in made  # as the shared indexes' (below)
         # The planner takes it by itself where it pays (not on these few rows: the
         # benchmark shows it on a large table); the results do not change.
         after = [store.fulltext_messages(P, "u1", q, 20, SearchFilters()) for q in queries]

@@ -251,7 +251,9 @@ class PostgresUserIndexes(PgBase):
             )
         else:
             create = sql.SQL(
+                # A small pending list, as the shared full-text indexes have (migration 13).
                 "CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON {table} USING gin (fts) "
+                "WITH (gin_pending_list_limit = 128) "
                 "WHERE project_id = {project} AND user_id = {user}"
             ).format(
                 name=sql.Identifier(name),
