@@ -18,6 +18,7 @@ import stratamem.capture._capture as capture_module
 from dbsql import writes_held
 from fakes.openai_server import FakeOpenAIServer
 from stratamem import Memory
+from stratamem._abandon import Abandoned, abandonable, check
 from stratamem.capture import MEMORY_PREAMBLE
 from stratamem.errors import ConfigError, ValidationError
 from stratamem.recall._format import HISTORY_HEADER
@@ -270,6 +271,58 @@ def test_a_hanging_memory_backend_costs_at_most_the_recall_timeout(
         assert server.chat_requests()[-1]["messages"] == [
             {"role": "user", "content": "still there?"}
         ]
+
+
+def test_a_recall_given_up_on_stops_at_its_next_step(
+    make_memory: Any, server: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The call went on without memory; the recall no longer runs on for nobody (holding a
+    recall thread and the pipeline's foreground gate): once its hanging embedding answers,
+    it stops before searching the store."""
+    with FakeOpenAIServer() as embeddings:
+        mem = _embedding_over_http(make_memory, embeddings)
+        client = mem.llm.register(_client(server))
+        searched: list[int] = []
+        search = mem.store.vector_layers
+
+        def searching(*args: Any, **kwargs: Any) -> Any:
+            searched.append(1)
+            return search(*args, **kwargs)
+
+        ended: list[BaseException] = []
+        done = threading.Event()
+        recall = mem.llm._recall_now
+
+        def recalling(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return recall(*args, **kwargs)
+            except BaseException as exc:
+                ended.append(exc)
+                raise
+            finally:
+                done.set()
+
+        monkeypatch.setattr(mem.store, "vector_layers", searching)
+        monkeypatch.setattr(mem.llm, "_recall_now", recalling)
+        embeddings.delay_next(0.3)
+        with mem.scope(user_id="ana", session_id="slow"):
+            client.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "still there?"}]
+            )
+        assert server.chat_requests()[-1]["messages"][-1]["content"] == "still there?"
+        assert done.wait(10)
+        assert searched == [] and len(ended) == 1 and isinstance(ended[0], Abandoned)
+
+
+def test_abandoned_work_stops_only_where_it_checks_and_only_once_given_up() -> None:
+    check()  # outside any abandonable work: nothing to stop
+    flag = threading.Event()
+    with abandonable(flag):
+        check()
+        flag.set()
+        with pytest.raises(Abandoned):
+            check()
+    check()  # the flag belongs to the block
 
 
 def _heap_with_a_slow_full_collection(seconds: float) -> list[Any]:

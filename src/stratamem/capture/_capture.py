@@ -22,6 +22,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal, Protocol, get_args
 
 from .. import _metrics, _tracing
+from .._abandon import abandonable
 from .._queries import MAX_EXCLUDE_TEXTS
 from .._strings import text_problem
 from .._time import utcnow
@@ -386,16 +387,23 @@ class Capture:
             return Recalled(who)
         start = time.perf_counter()
         future: Future[Recalled] | None = None
+        given_up = threading.Event()
         try:
             texts = self._exclusions(carried)
-            future = self._pool().submit(_tracing.carry(self._recall), who, query, texts)
+            future = self._pool().submit(_tracing.carry(self._recall), who, query, texts, given_up)
             recalled = self._result(future)
             return dataclasses.replace(recalled, query=query, latency_ms=elapsed_ms(start))
         except FutureTimeout:
-            # Not started yet: nobody waits for it any more, so it is not run (under load,
-            # recalls run for calls long gone would make every later one late too).
+            # Nobody waits for it any more: not started yet, it is not run; running, it stops
+            # at its next step (under load, recalls run for calls long gone would make every
+            # later one late too).
             assert future is not None
-            how = "never started: the recall threads were busy" if future.cancel() else "ran"
+            given_up.set()
+            how = (
+                "never started: the recall threads were busy"
+                if future.cancel()
+                else "ran; stopped at its next step"
+            )
             log.warning(
                 "stratamem: recall took longer than %d ms (%s); the call goes on without memory",
                 self.recall_timeout * 1000,
@@ -524,7 +532,13 @@ class Capture:
         kept = [t for t in texts if t and len(t) <= most and text_problem(t) is None]
         return tuple(dict.fromkeys(reversed(kept)))[:MAX_EXCLUDE_TEXTS][::-1]
 
-    def _recall(self, who: Attribution, query: str, carried: tuple[str, ...]) -> Recalled:
+    def _recall(
+        self, who: Attribution, query: str, carried: tuple[str, ...], given_up: threading.Event
+    ) -> Recalled:
+        with abandonable(given_up):
+            return self._recall_now(who, query, carried)
+
+    def _recall_now(self, who: Attribution, query: str, carried: tuple[str, ...]) -> Recalled:
         sid = self._session(who)
         # The matches (free in process) count the log's hits; a remote memory logs nothing
         # and is not asked for them.

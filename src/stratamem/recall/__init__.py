@@ -29,7 +29,7 @@ from contextlib import contextmanager, nullcontext
 from datetime import datetime
 from functools import partial
 
-from .. import _tracing
+from .. import _abandon, _tracing
 from .._foreground import Foreground
 from .._queries import SEARCH_LAYERS
 from .._time import parse_iso as parse_ts
@@ -128,6 +128,7 @@ class Recaller:
         if limit <= 0 or not query.strip():
             return []
         with self._foreground():
+            _abandon.check()  # the foreground gate may have been waited for
             plan = plan_query(
                 query,
                 project_id=project_id,
@@ -141,9 +142,11 @@ class Recaller:
                 locate=lambda event, opts: self._locate(project_id, user_id, event, opts),
             )
             scored = self._rank(plan)
+            _abandon.check()
             if plan.options.router == "multi_hop_chain":
                 with _tracing.span("stratamem.recall.chain", child=True):
                     scored = chain(self.store, plan, scored, self._rank)
+                _abandon.check()
             hits = select(
                 self.store,
                 plan,

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from .. import _tracing
+from .. import _abandon, _tracing
 from .._products import similarities
 from .._time import parse_iso as parse_ts
 from ..embed import Embedder
@@ -288,9 +288,11 @@ def retrieve(store: RecallStore, embedder: Embedder, pool: Executor, plan: Query
     """Every candidate of the plan's layers, with its evidence."""
 
     def fulltext_and_briefs() -> tuple[dict[Key, list[float]], _Rows]:
+        _abandon.check()  # the thread may have been waited for
         with _tracing.span("stratamem.recall.fulltext", child=True) as span:
             found = _fulltext(store, plan)
             span.set_attribute("stratamem.recall.candidates", len(found))
+        _abandon.check()
         rows = _briefs(store, embedder, plan, list(found))
         around = {p for pair in rows.neighbours.values() for p in pair if p is not None}
         around -= set(rows.messages)
@@ -300,10 +302,12 @@ def retrieve(store: RecallStore, embedder: Embedder, pool: Executor, plan: Query
 
     pending = pool.submit(_tracing.carry(fulltext_and_briefs))
     qvecs = list(embedder.embed(list(plan.embedded)))
+    _abandon.check()
     with _tracing.span("stratamem.recall.vectors", child=True) as span:
         keys = _vector_keys(store, embedder, plan, qvecs)
         span.set_attribute("stratamem.recall.candidates", len(keys))
     fulltext, rows = pending.result()
+    _abandon.check()
     keys.update(fulltext)
     ordered = sorted(keys)
     rows.update(_briefs(store, embedder, plan, [k for k in ordered if k not in rows]))
