@@ -1416,10 +1416,6 @@ def test_filters_narrow_both_full_text_and_vectors(
         P, "u1", [unit(seed=1)], EMB, 10, messages=filters, facts=None, summaries=None
     )
     assert {names[pk] for pk, _ in layers["message"]} == expected
-    [layers] = store.fulltext_layers(
-        P, "u1", [["pizza"]], 10, messages=filters, facts=None, summaries=None
-    )
-    assert {names[pk] for pk, _ in layers["message"]} == expected
 
 
 def test_listing_filters_match_source_messages_as_search_filters_do(store: Store) -> None:
@@ -1674,34 +1670,6 @@ def test_vector_search_of_facts(store: Store) -> None:
         0.0, abs=1e-5
     )
     assert store.vector_items("fact", P, "u1", unit(1, 0), EMB, 5, statuses=("superseded",)) == []
-
-
-def test_fulltext_layers_find_what_each_layer_search_finds_for_every_query(
-    store: Store,
-) -> None:
-    layered(store)
-    terms = [["berlin"], ["ramen", "food"], [], ["nothing"]]
-    found = store.fulltext_layers(
-        P, "u1", terms, 5, messages=SearchFilters(), facts=("active",), summaries=("active",)
-    )
-    assert len(found) == 4
-    for words, by_layer in zip(terms, found, strict=True):
-        assert by_layer == {
-            "message": store.fulltext_messages(P, "u1", words, 5, SearchFilters()),
-            "fact": store.fulltext_items("fact", P, "u1", words, 5, ("active",)),
-            "summary": store.fulltext_items("summary", P, "u1", words, 5, ("active",)),
-        }
-    assert all(found[0][layer] for layer in ("message", "fact"))
-    assert found[2] == found[3] == {"message": [], "fact": [], "summary": []}
-    assert store.fulltext_layers(
-        P, "u1", [["berlin"]], 5, messages=None, facts=(), summaries=None
-    ) == [{"fact": []}]
-    assert store.fulltext_layers(
-        P, "u1", [["berlin"]], 0, messages=SearchFilters(), facts=None, summaries=None
-    ) == [{"message": []}]
-    assert store.fulltext_layers(
-        P, "u9", [["berlin"]], 5, messages=SearchFilters(), facts=("active",), summaries=None
-    ) == [{"message": [], "fact": []}]
 
 
 def test_vector_layers_find_what_each_layer_search_finds_for_every_query(store: Store) -> None:

@@ -351,11 +351,6 @@ def test_large_tables_rank_full_text_from_caches_with_the_same_scores(
         assert [pk for pk, _ in a] == [pk for pk, _ in b]
         assert [s for _, s in a] == pytest.approx([s for _, s in b], rel=1e-9)
     assert exact[0] and exact[2] and exact[4] == []
-    # All queries at once, in one round trip: the same rankings.
-    together = store.fulltext_layers(
-        P, "u1", queries, 20, messages=SearchFilters(), facts=None, summaries=None
-    )
-    assert [found["message"] for found in together] == cached
 
 
 def _vocabulary_read(store: pg.PostgresStore, table: str, rows: int) -> dict[str, int]:

@@ -310,23 +310,6 @@ class SearchStore(Protocol):
         limit: int,
         filters: SearchFilters,
     ) -> list[tuple[int, float]]: ...
-    def fulltext_layers(
-        self,
-        project_id: str,
-        user_id: str,
-        terms: Sequence[Sequence[str]],
-        limit: int,
-        *,
-        messages: SearchFilters | None,
-        facts: Sequence[str] | None,
-        summaries: Sequence[str] | None,
-    ) -> list[dict[str, list[tuple[int, float]]]]:
-        """For each query's ``terms``, by layer, what ``fulltext_messages`` (messages passing
-        the filters ``messages``) and ``fulltext_items`` (facts and summaries in the
-        statuses given) find; a layer given None is not searched. Asked together so that a
-        backend may answer in fewer round trips."""
-        ...
-
     def vector_layers(
         self,
         project_id: str,

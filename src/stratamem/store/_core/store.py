@@ -556,35 +556,6 @@ class SQLStore(ABC):
         search = LayerSearch(project_id, user_id, limit, statuses)
         return self._vector_layer(search, kind, query, embedder)
 
-    def fulltext_layers(
-        self,
-        project_id: str,
-        user_id: str,
-        terms: Sequence[Sequence[str]],
-        limit: int,
-        *,
-        messages: SearchFilters | None,
-        facts: Sequence[str] | None,
-        summaries: Sequence[str] | None,
-    ) -> list[dict[str, list[tuple[int, float]]]]:
-        """For each query's ``terms``, by layer, what ``fulltext_messages`` and
-        ``fulltext_items`` find; a layer given None is not searched (one search per query
-        and layer here; a backend may override this with fewer round trips)."""
-        out: list[dict[str, list[tuple[int, float]]]] = []
-        for words in terms:
-            found: dict[str, list[tuple[int, float]]] = {}
-            if messages is not None:
-                found["message"] = self.fulltext_messages(
-                    project_id, user_id, words, limit, messages
-                )
-            for kind, statuses in (("fact", facts), ("summary", summaries)):
-                if statuses is not None:
-                    found[kind] = self.fulltext_items(
-                        kind, project_id, user_id, words, limit, statuses
-                    )
-            out.append(found)
-        return out
-
     def vector_layers(
         self,
         project_id: str,

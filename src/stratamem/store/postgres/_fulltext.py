@@ -222,37 +222,11 @@ class PostgresFullText(PostgresUserIndexes):
         where: str,
         params: Sequence[Any],
     ) -> list[tuple[int, float]]:
-        with self._read() as c:
-            statement = self._fulltext_statement(
-                c, table, project_id, user_id, terms, limit, budget, where, params
-            )
-            if statement is None:
-                return []
-            sql, args, prepare = statement
-            rows = c.execute(sql, args, prepare=prepare).fetchall()
-        return [(int(pk), float(score)) for pk, score in rows]
-
-    def _fulltext_statement(
-        self,
-        c: Any,
-        table: str,
-        project_id: str,
-        user_id: str,
-        terms: Sequence[str],
-        limit: int,
-        budget: int | None,
-        where: str,
-        params: Sequence[Any],
-    ) -> tuple[str, dict[str, Any], bool | None] | None:
-        """The statement (SQL, arguments, whether it may be prepared) that ranks a user's
-        rows of ``table`` matching ``terms``: (pk, BM25 score) rows, best first; None when
-        no term has a word the index holds. A large table's lexemes and counts come from
-        caches, read here when they miss."""
         # Words as the index holds them (fts_words: letters and digits only, which is what
         # lets the statements below quote lexemes by wrapping them in single quotes).
         words = [w for w in (" ".join(fts_words(t)) for t in terms) if w]
         if not words:
-            return None
+            return []
         scope = f" AND t.project_id = %(project)s AND t.user_id = %(user)s{where}"
         args: dict[str, Any] = {
             "project": project_id,
@@ -261,13 +235,15 @@ class PostgresFullText(PostgresUserIndexes):
             "budget": budget,
             **{f"p{i}": v for i, v in enumerate(params)},
         }
-        if self._is_large(c, table):
-            sql = self._large_fulltext(c, table, words, budget, scope, args)
-            # Not prepared, so the user's own GIN index, once made, is used as it is.
-            self._consider_user_index((project_id, user_id, fulltext_target(table)))
-            return None if sql is None else (sql, args, False)
-        args.update(words=words, cap=self.RANK_CAP)
-        return _SMALL_FTS.format(t=checked(table), scope=scope), args, None
+        with self._read() as c:
+            if self._is_large(c, table):
+                found = self._large_fulltext(c, table, words, budget, scope, args)
+                # Not prepared, so the user's own GIN index, once made, is used as it is.
+                self._consider_user_index((project_id, user_id, fulltext_target(table)))
+                return found
+            args.update(words=words, cap=self.RANK_CAP)
+            rows = c.execute(_SMALL_FTS.format(t=checked(table), scope=scope), args).fetchall()
+        return [(int(pk), float(score)) for pk, score in rows]
 
     def _large_fulltext(
         self,
@@ -277,12 +253,10 @@ class PostgresFullText(PostgresUserIndexes):
         budget: int | None,
         scope: str,
         args: dict[str, Any],
-    ) -> str | None:
-        """The ranking statement of a large table (``args`` completed for it); None when no
-        word has a lexeme."""
+    ) -> list[tuple[int, float]]:
         groups = [g for g in self._term_lexemes(c, words) if g]
         if not groups:
-            return None
+            return []
         rows, avg, df = self._fts_stats(c, table, [lex for g in groups for lex in g])
         # Rarest first: the order the budget keeps terms in and candidates are taken in.
         rarity = sorted((max(df[lex] for lex in g), i) for i, g in enumerate(groups))
@@ -319,9 +293,10 @@ class PostgresFullText(PostgresUserIndexes):
             )
             for i in range(len(parts))
         )
-        # Not prepared (the caller's flag): the best plan depends on how common the terms
-        # are, which a generic plan does not know.
-        return _LARGE_FTS.format(branches=branches)
+        # Not prepared: the best plan depends on how common the terms are, which a generic
+        # plan does not know.
+        found = c.execute(_LARGE_FTS.format(branches=branches), args, prepare=False).fetchall()
+        return [(int(pk), float(score)) for pk, score in found]
 
     def _term_lexemes(self, c: Any, words: Sequence[str]) -> list[tuple[str, ...]]:
         """The index's lexemes of each query word (stemmed), cached."""
@@ -451,65 +426,16 @@ class PostgresFullText(PostgresUserIndexes):
         finally:
             self._recounting.discard(table)
 
-    def fulltext_layers(
-        self,
-        project_id: str,
-        user_id: str,
-        terms: Sequence[Sequence[str]],
-        limit: int,
-        *,
-        messages: SearchFilters | None,
-        facts: Sequence[str] | None,
-        summaries: Sequence[str] | None,
-    ) -> list[dict[str, list[tuple[int, float]]]]:
-        """Every layer and query in one round trip: each statement is built (a large
-        table's lexemes and counts read when its caches miss), then all go out together
-        (pipeline mode), where one statement per layer and query waited for the one before."""
-        layers: list[tuple[str, str, tuple[str, list[Any]] | None]] = []
-        if messages is not None:
-            layers.append(("message", "messages", _message_conditions(self.dialect, messages)))
-        for kind, table, statuses in (
-            ("fact", "facts", facts),
-            ("summary", "summaries", summaries),
-        ):
-            if statuses is not None:
-                layers.append((kind, table, _status_condition(statuses) if statuses else None))
-        out: list[dict[str, list[tuple[int, float]]]] = [
-            {kind: [] for kind, _, _ in layers} for _ in terms
-        ]
-        if limit <= 0:
-            return out
-        with self._read() as c:
-            statements = []
-            for i, words in enumerate(terms):
-                for kind, table, conditions in layers:
-                    if not words or conditions is None:
-                        continue
-                    statement = self._fulltext_statement(
-                        c, table, project_id, user_id, words, limit, self.MATCH_BUDGET, *conditions
-                    )
-                    if statement is not None:
-                        statements.append((i, kind, statement))
-            cursors = []
-            with c.pipeline():
-                for i, kind, (sql, args, prepare) in statements:
-                    cursors.append((i, kind, c.execute(sql, args, prepare=prepare)))
-            for i, kind, cur in cursors:
-                out[i][kind] = [(int(pk), float(score)) for pk, score in cur.fetchall()]
-        return out
-
     def _fulltext_messages(
         self, search: LayerSearch, terms: Sequence[str], filters: SearchFilters
     ) -> list[tuple[int, float]]:
         project_id, user_id, limit, _ = search
+        where, params = search_filter_sql(self.dialect, filters, "t")
+        # The statements use named placeholders: the filter's become %(p0)s, %(p1)s, ...
+        for i in range(len(params)):
+            where = where.replace("?", f"%(p{i})s", 1)
         return self._fulltext(
-            "messages",
-            project_id,
-            user_id,
-            terms,
-            limit,
-            self.MATCH_BUDGET,
-            *_message_conditions(self.dialect, filters),
+            "messages", project_id, user_id, terms, limit, self.MATCH_BUDGET, where, params
         )
 
     def _fulltext_layer(
@@ -523,20 +449,6 @@ class PostgresFullText(PostgresUserIndexes):
             terms,
             limit,
             self.MATCH_BUDGET,
-            *_status_condition(statuses),
+            " AND t.status = ANY(%(p0)s::text[])",
+            [list(statuses)],
         )
-
-
-def _message_conditions(dialect: Any, filters: SearchFilters) -> tuple[str, list[Any]]:
-    """The SQL (after the user's scope, on the table as ``t``) and parameters of a message
-    search's filters."""
-    where, params = search_filter_sql(dialect, filters, "t")
-    # The statements use named placeholders: the filter's become %(p0)s, %(p1)s, ...
-    for i in range(len(params)):
-        where = where.replace("?", f"%(p{i})s", 1)
-    return where, list(params)
-
-
-def _status_condition(statuses: Sequence[str]) -> tuple[str, list[Any]]:
-    """The SQL and parameters that keep a layer's rows in ``statuses``."""
-    return " AND t.status = ANY(%(p0)s::text[])", [list(statuses)]
