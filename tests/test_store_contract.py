@@ -1627,19 +1627,24 @@ def test_vector_search_ranks_by_cosine_within_the_user(store: Store) -> None:
     assert store.vector_messages(P, "u9", q, EMB, 5, SearchFilters()) == []
 
 
-def test_vector_search_of_layers_skips_unwanted_statuses_even_when_they_crowd_the_top(
-    store: Store,
+def _crowding_supersessions(
+    store: Store, q: np.ndarray, facts_of: Sequence[MessageRow] = ()
 ) -> None:
-    q = unit(seed=3)
+    """40 summaries near ``q``, 35 of them then superseded by far ones (the current five
+    are s35-s39); a fact near ``q`` for each of ``facts_of``."""
     rng = np.random.default_rng(3)
 
     def near(scale: float) -> np.ndarray:
         v = q + scale * rng.normal(size=DIM).astype(np.float32)
         return (v / np.linalg.norm(v)).astype(np.float32)
 
-    add(store, ["round 0"])
+    add(store, ["round 0"], prefix="0")
     process(
-        store, LayerWrite(summaries=[summary(f"s{i}", f"s{i}", vec=near(0.05)) for i in range(40)])
+        store,
+        LayerWrite(
+            facts=[fact(f"f{i}", f"fact {i}", [m.id], near(0.3)) for i, m in enumerate(facts_of)],
+            summaries=[summary(f"s{i}", f"s{i}", vec=near(0.05)) for i in range(40)],
+        ),
     )
     add(store, ["round 1"], prefix="1")
     process(
@@ -1651,6 +1656,13 @@ def test_vector_search_of_layers_skips_unwanted_statuses_even_when_they_crowd_th
             ]
         ),
     )
+
+
+def test_vector_search_of_layers_skips_unwanted_statuses_even_when_they_crowd_the_top(
+    store: Store,
+) -> None:
+    q = unit(seed=3)
+    _crowding_supersessions(store, q)
     found = store.similar_summaries(P, "u1", q, EMB, 3)
     assert len(found) == 3
     assert all(
@@ -1676,34 +1688,11 @@ def test_vector_layers_find_what_each_layer_search_finds_for_every_query(store: 
     """All layers and query variants asked at once: the same as one search per layer and
     query, superseded items crowding the top included, only the layers asked."""
     q = unit(seed=3)
-    rng = np.random.default_rng(3)
-
-    def near(scale: float) -> np.ndarray:
-        v = q + scale * rng.normal(size=DIM).astype(np.float32)
-        return (v / np.linalg.norm(v)).astype(np.float32)
-
     rows = add(store, [f"note {i}" for i in range(12)])
     add(store, ["someone else"], user="u2", sid="s2")
     process(store)
     process(store)
-    add(store, ["round 0"], prefix="0")
-    process(
-        store,
-        LayerWrite(
-            facts=[fact(f"f{i}", f"fact {i}", [rows[i].id], near(0.3)) for i in range(12)],
-            summaries=[summary(f"s{i}", f"s{i}", vec=near(0.05)) for i in range(40)],
-        ),
-    )
-    add(store, ["round 1"], prefix="1")
-    process(
-        store,
-        LayerWrite(
-            summaries=[
-                summary(f"n{i}", f"n{i}", action="supersede", supersedes=f"s{i}", vec=near(50.0))
-                for i in range(35)
-            ]
-        ),
-    )
+    _crowding_supersessions(store, q, facts_of=rows)
     queries = [q, unit(seed=rows[4].pk), unit(seed=11)]
     found = store.vector_layers(
         P,

@@ -52,6 +52,11 @@ _MAX_HALFVEC_DIM = 4000
 _CACHE_MAX_VECTORS = 1_000_000
 # The scopes cached are searched exactly: the cache never builds an index of its own.
 _NO_CACHE_INDEX = 1 << 62
+# A scope's vector rows past a pk: (project, user, kind, embedder, dim, after pk).
+_ROWS_AFTER = (
+    "pk, item_pk, vec FROM vectors WHERE project_id = %s AND user_id = %s AND kind = %s "
+    "AND embedder = %s AND dim = %s AND pk > %s"
+)
 _GENERATION_KINDS = "(VALUES ('message'), ('fact'), ('summary')) k (kind)"
 
 
@@ -235,11 +240,7 @@ class PostgresVectors(PostgresUserIndexes):
         if not after:
             return out
         wanted = list(after)
-        rows_sql = " UNION ALL ".join(
-            "(SELECT kind, pk, item_pk, vec FROM vectors WHERE project_id = %s AND user_id = %s "
-            "AND kind = %s AND embedder = %s AND dim = %s AND pk > %s)"
-            for _ in wanted
-        )
+        rows_sql = " UNION ALL ".join(f"(SELECT kind, {_ROWS_AFTER})" for _ in wanted)
         with c.pipeline():
             generations = c.execute(
                 "SELECT kind, generation FROM vector_generations WHERE project_id = %s "
@@ -286,11 +287,7 @@ class PostgresVectors(PostgresUserIndexes):
         """(pk, item pk, vector bytes) of a (project, user, kind, embedder, dim) scope's rows
         past ``after_pk``, in pk order."""
         with c.cursor(binary=True) as cur:
-            cur.execute(
-                "SELECT pk, item_pk, vec FROM vectors WHERE project_id = %s AND user_id = %s "
-                "AND kind = %s AND embedder = %s AND dim = %s AND pk > %s ORDER BY pk",
-                (*scope, after_pk),
-            )
+            cur.execute(f"SELECT {_ROWS_AFTER} ORDER BY pk", (*scope, after_pk))
             return [(pk, item, vec.to_numpy().tobytes()) for pk, item, vec in cur]
 
     def vector_layers(
@@ -309,7 +306,7 @@ class PostgresVectors(PostgresUserIndexes):
         freshness, then the statuses of the facts and summaries found (over-fetched) with
         the messages a filter keeps. One statement per layer and query searched them in the
         server before, each a scan of the user's rows. A large scope is searched in the
-        server as ``vector_messages`` and ``vector_items`` do."""
+        server (``_vector_search``)."""
         statuses = {k: tuple(v) for k, v in (("fact", facts), ("summary", summaries)) if v}
         kinds = ["message"] * (messages is not None) + list(statuses)
         out: list[dict[str, list[tuple[int, float]]]] = [
@@ -330,7 +327,14 @@ class PostgresVectors(PostgresUserIndexes):
             checked = [k for k in statuses if k in cached]
             for kind in checked:
                 near[kind] = [cached[kind].search(q, over) for q in qs]
-            filtered = "message" in cached and messages is not None and not messages.empty
+            where, params = (
+                ("", [])
+                if messages is None or messages.empty
+                else search_filter_sql(self.dialect, messages, "m")
+            )
+            # The filter's SQL holds no "%" and no "?" but its placeholders.
+            where = where.replace("?", "%s")
+            filtered = "message" in cached and bool(where)
             if "message" in cached and not filtered:
                 near["message"] = [cached["message"].search(q, limit) for q in qs]
             if checked or filtered:
@@ -345,11 +349,9 @@ class PostgresVectors(PostgresUserIndexes):
                             [sorted({pk for hits in near[k] for pk, _ in hits}) for k in checked],
                         )
                     if filtered:
-                        assert messages is not None
-                        where, params = search_filter_sql(self.dialect, messages, "m")
                         allowed_rows = c.execute(
                             "SELECT m.pk FROM messages m WHERE m.project_id = %s AND "
-                            f"m.user_id = %s{where.replace('?', '%s')}",
+                            f"m.user_id = %s{where}",
                             (project_id, user_id, *params),
                         )
                 status_of: dict[str, dict[int, str]] = {k: {} for k in checked}
@@ -378,13 +380,27 @@ class PostgresVectors(PostgresUserIndexes):
                 if kind in near:
                     out[i][kind] = near[kind][i]
                 elif kind == "message":
-                    assert messages is not None
-                    out[i][kind] = self.vector_messages(
-                        project_id, user_id, q, embedder, limit, messages
+                    out[i][kind] = self._vector_search(
+                        kind,
+                        project_id,
+                        user_id,
+                        q,
+                        embedder,
+                        limit,
+                        f"JOIN messages m ON m.pk = v.item_pk{where}" if where else "",
+                        params,
+                        narrow=bool(where),
                     )
                 else:
-                    out[i][kind] = self.vector_items(
-                        kind, project_id, user_id, q, embedder, limit, statuses[kind]
+                    out[i][kind] = self._vector_search(
+                        kind,
+                        project_id,
+                        user_id,
+                        q,
+                        embedder,
+                        limit,
+                        f"JOIN {_KINDS[kind]} s ON s.pk = v.item_pk AND s.status = ANY(%s::text[])",
+                        [list(statuses[kind])],
                     )
         return out
 
@@ -421,17 +437,16 @@ class PostgresVectors(PostgresUserIndexes):
         query: np.ndarray,
         embedder: str,
         limit: int,
-        in_cache: Callable[[Any, VectorScope, np.ndarray], list[tuple[int, float]]],
         join: str = "",
         params: Sequence[Any] = (),
         narrow: bool = False,
     ) -> list[tuple[int, float]]:
-        """Top ``limit`` (item pk, similarity) of a user's vectors of ``kind``: a small
-        scope through the cache with ``in_cache(connection, scope, query)``, a large one
-        through the HNSW index; ``join`` (with ``params``) restricts the items in the
-        server's statements, e.g. to wanted statuses. ``narrow``: the join may keep few of
-        the scope's items (message filters), so what an exact search counts says nothing
-        about the scope's size."""
+        """Top ``limit`` (item pk, similarity) of a user's vectors of ``kind`` that the
+        cache does not hold, searched in the server: through the HNSW index once the scope
+        is known to be large, else exactly; ``join`` (with ``params``) restricts the items,
+        e.g. to wanted statuses. ``narrow``: the join may keep few of the scope's items
+        (message filters), so what an exact search counts says nothing about the scope's
+        size."""
         if limit <= 0:
             return []
         q = np.ascontiguousarray(query, dtype=np.float32)
@@ -488,10 +503,6 @@ class PostgresVectors(PostgresUserIndexes):
                 self._consider_user_index(indexed, index_type)
                 if len(found) >= limit:
                     return [(int(pk), -float(d)) for pk, d in found]
-            else:
-                cached = self._small_scopes(c, project_id, user_id, [kind], embedder, dim)[kind]
-                if cached is not None:
-                    return in_cache(c, cached, q)
             # Exact, in the server: every vector of the scope (that passes the join), counted
             # on the way so that the next search knows whether the index should answer.
             rows = c.execute(
@@ -507,69 +518,33 @@ class PostgresVectors(PostgresUserIndexes):
         self, search: LayerSearch, query: np.ndarray, embedder: str, filters: SearchFilters
     ) -> list[tuple[int, float]]:
         project_id, user_id, limit, _ = search
-        if filters.empty:
-            return self._vector_search(
-                "message",
-                project_id,
-                user_id,
-                query,
-                embedder,
-                limit,
-                lambda c, scope, q: scope.search(q, limit),
-            )
-        where, params = search_filter_sql(self.dialect, filters, "m")
-        # The filter's SQL holds no "%" and no "?" but its placeholders.
-        where = where.replace("?", "%s")
-
-        def in_cache(c: Any, scope: VectorScope, q: np.ndarray) -> list[tuple[int, float]]:
-            allowed = c.execute(
-                f"SELECT m.pk FROM messages m WHERE m.project_id = %s AND m.user_id = %s{where}",
-                (project_id, user_id, *params),
-            ).fetchall()
-            return scope.search(q, limit, np.fromiter((r[0] for r in allowed), dtype=np.int64))
-
-        return self._vector_search(
-            "message",
+        found = self.vector_layers(
             project_id,
             user_id,
-            query,
+            [query],
             embedder,
             limit,
-            in_cache,
-            f"JOIN messages m ON m.pk = v.item_pk{where}",
-            params,
-            narrow=True,
+            messages=filters,
+            facts=None,
+            summaries=None,
         )
+        return found[0]["message"]
 
     def _vector_layer(
         self, search: LayerSearch, kind: str, query: np.ndarray, embedder: str
     ) -> list[tuple[int, float]]:
         project_id, user_id, limit, statuses = search
-        table = _KINDS[kind]
-
-        def in_cache(c: Any, scope: VectorScope, q: np.ndarray) -> list[tuple[int, float]]:
-            found = scope.search(q, limit * 2 + 8)
-            status = dict(
-                c.execute(
-                    f"SELECT pk, status FROM {table} WHERE pk = ANY(%s)",
-                    ([pk for pk, _ in found],),
-                ).fetchall()
-            )
-            return self._kept(
-                c, (project_id, user_id, kind), scope, q, found, status, statuses, limit
-            )
-
-        return self._vector_search(
-            kind,
+        found = self.vector_layers(
             project_id,
             user_id,
-            query,
+            [query],
             embedder,
             limit,
-            in_cache,
-            f"JOIN {table} s ON s.pk = v.item_pk AND s.status = ANY(%s::text[])",
-            [list(statuses)],
+            messages=None,
+            facts=statuses if kind == "fact" else None,
+            summaries=statuses if kind == "summary" else None,
         )
+        return found[0][kind]
 
     # -- recall --------------------------------------------------------------------------
 
