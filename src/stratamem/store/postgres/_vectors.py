@@ -375,23 +375,23 @@ class PostgresVectors(PostgresUserIndexes):
                         )
                         for q, hits in zip(qs, near[kind], strict=True)
                     ]
+        # What the cache does not hold, the server searches, restricted as the layer asks.
+        restrict = {
+            "message": (f"JOIN messages m ON m.pk = v.item_pk{where}" if where else "", params),
+            **{
+                k: (
+                    f"JOIN {_KINDS[k]} s ON s.pk = v.item_pk AND s.status = ANY(%s::text[])",
+                    [list(v)],
+                )
+                for k, v in statuses.items()
+            },
+        }
         for i, q in enumerate(qs):
             for kind in kinds:
                 if kind in near:
                     out[i][kind] = near[kind][i]
-                elif kind == "message":
-                    out[i][kind] = self._vector_search(
-                        kind,
-                        project_id,
-                        user_id,
-                        q,
-                        embedder,
-                        limit,
-                        f"JOIN messages m ON m.pk = v.item_pk{where}" if where else "",
-                        params,
-                        narrow=bool(where),
-                    )
                 else:
+                    join, args = restrict[kind]
                     out[i][kind] = self._vector_search(
                         kind,
                         project_id,
@@ -399,8 +399,9 @@ class PostgresVectors(PostgresUserIndexes):
                         q,
                         embedder,
                         limit,
-                        f"JOIN {_KINDS[kind]} s ON s.pk = v.item_pk AND s.status = ANY(%s::text[])",
-                        [list(statuses[kind])],
+                        join,
+                        args,
+                        narrow=kind == "message" and bool(where),
                     )
         return out
 
