@@ -1496,6 +1496,14 @@ def test_serve_and_proxy_hand_the_gil_over_quickly(monkeypatch: pytest.MonkeyPat
     assert load_server_settings().switch_interval_ms == 0.2
 
 
+def _answers_closed(app: Any, timeout: float = 5.0) -> None:
+    """Wait until the proxy has closed every upstream answer (and so handed its connection
+    back): that comes a moment after its client has read the last chunk."""
+    deadline = time.monotonic() + timeout
+    while any(p.in_flight for p in app.state.proxy._transports) and time.monotonic() < deadline:
+        time.sleep(0.005)
+
+
 @store_free
 def test_upstream_connections_stay_warm_when_calm_and_spread_under_load(
     mem: Memory, oai: FakeOpenAIServer, ant: FakeAnthropicServer
@@ -1511,6 +1519,7 @@ def test_upstream_connections_stay_warm_when_calm_and_spread_under_load(
         proxy = Proxy(server.url, mem, oai, ant)
         for i in range(4):
             assert ask(proxy, "chat", f"Calm question {i}?", session_id="calm").answer
+            _answers_closed(app)  # one at a time
         assert oai.open_connections == 1
 
         pools = app.state.proxy._transports
@@ -1543,7 +1552,10 @@ def test_upstream_connections_stay_warm_when_calm_and_spread_under_load(
         assert not failures, failures
         assert answers == ["one two three"] * at_once
         [counts] = seen
-        assert sum(counts) == at_once and max(counts) == 8, counts  # 8 in the first pool
+        # About 8 in the first pool, the rest in the next: a pool is chosen by its count
+        # before the request is counted in it, so two chosen together may make it 9.
+        assert sum(counts) == at_once and 8 <= counts[0] < at_once and counts[1] > 0, counts
+        _answers_closed(app)
         assert [p.in_flight for p in pools] == [0] * len(pools)  # every answer closed
 
 
