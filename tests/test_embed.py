@@ -225,12 +225,47 @@ def test_local_background_wait_is_bounded_per_call_not_per_text(
     monkeypatch.setattr("stratamem.embed.local._YIELD_WAIT_SECONDS", 1.0)
     texts = [f"background text number {i}" for i in range(20)]
     expected = local.embed(texts)
-    with local.foreground():
+    recall_on, recall_over = threading.Event(), threading.Event()
+
+    def recall() -> None:  # in a thread of its own: its own texts never wait (below)
+        with local.foreground():
+            recall_on.set()
+            recall_over.wait(30)
+
+    holder = threading.Thread(target=recall)
+    holder.start()
+    try:
+        assert recall_on.wait(5)
         t0 = time.perf_counter()
         out = local.embed(texts)
         elapsed = time.perf_counter() - t0
+    finally:
+        recall_over.set()
+        holder.join(5)
     np.testing.assert_allclose(out, expected, atol=1e-6)
     assert 1.5 < elapsed < 10  # two waits of 1 s (20 texts = two batches' worth), not 20
+
+
+def test_local_texts_of_a_foreground_thread_run_at_once(
+    local: LocalEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A recall embeds its query's variants (two or more texts) inside its own foreground
+    work: they are waited for, so they run at once. As a batch they waited for the recall
+    that asked for them: 100 ms added to every search of a whole thread."""
+    monkeypatch.setattr("stratamem.embed.local._YIELD_WAIT_SECONDS", 30.0)
+    texts = ["summarise everything about the deployment", "the deployment"]
+    expected = local.embed(texts)
+    out: list[np.ndarray] = []
+
+    def recall() -> None:
+        with local.foreground():
+            out.append(local.embed(texts))
+
+    worker = threading.Thread(target=recall, daemon=True)
+    worker.start()
+    worker.join(10)  # as a batch: 30 s
+    assert out, "the recall's own texts waited for the recall"
+    np.testing.assert_allclose(out[0], expected, atol=1e-6)
 
 
 @pytest.fixture(scope="module")

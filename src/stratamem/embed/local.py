@@ -188,6 +188,9 @@ class LocalEmbedder:
         # them (they run again after it) rather than sharing the cores with them.
         self._queries = 0
         self._quiet = threading.Condition()
+        # How deep each thread is in foreground work: what such a thread embeds is what
+        # its caller waits for, never a batch that waits for that caller.
+        self._held = threading.local()
         self._batch_runs: dict[int, onnxruntime.RunOptions] = {}
         self.yielded = 0  # batch runs stopped for a query (for tests and diagnostics)
         self._recent: OrderedDict[str, np.ndarray] = OrderedDict()
@@ -278,9 +281,11 @@ class LocalEmbedder:
             self._queries += 1
             for options in self._batch_runs.values():
                 options.terminate = True
+        self._held.depth = getattr(self._held, "depth", 0) + 1
         try:
             yield
         finally:
+            self._held.depth -= 1
             with self._quiet:
                 self._queries -= 1
                 if not self._queries:
@@ -325,9 +330,13 @@ class LocalEmbedder:
         if not todo:
             return out
         encode = self._tokenizer.encode
-        if n == 1:
+        if n == 1 or getattr(self._held, "depth", 0):
+            # A query, or the texts of a recall (its query's variants): waited for, so run
+            # now. Run as a batch, they would wait for the recall that asked for them.
             with self.foreground():
-                out[0] = self._embed_one(self._get_session(query=True), encode(texts[0]).ids)[0]
+                session = self._get_session(query=len(todo) <= _SMALL_BATCH)
+                for i in todo:
+                    out[i] = self._embed_one(session, encode(texts[i]).ids)[0]
         else:
             session = self._get_session(query=len(todo) <= _SMALL_BATCH)
             deadline = time.monotonic() + _YIELD_WAIT_SECONDS * math.ceil(
