@@ -191,34 +191,18 @@ class SQLiteFullText(SQLiteBase):
         conn = self._conn()
         try:
             if matched > self.RANK_CAP:
-                # The bound is collection-wide: see first whether this user's matches
-                # really pass the cap (one query with no ranking) before taking them term
-                # by term.
-                probe = conn.execute(
-                    f"SELECT f.rowid {head} LIMIT ?",
-                    [match(_any_of(kept)), *args, self.RANK_CAP + 1],
-                ).fetchall()
-                matched = len(probe)
-            if matched > self.RANK_CAP:
-                taken: list[int] = []
-                for i, term in enumerate(kept):
-                    expr = _any_of([term])
-                    if i:  # rows an earlier term took are not taken twice
-                        expr = f"({expr}) NOT ({_any_of(kept[:i])})"
-                    found = conn.execute(
-                        f"SELECT f.rowid {head} LIMIT ?",
-                        [match(expr), *args, self.RANK_CAP - len(taken)],
+                # The bound is collection-wide: this user's matches are taken term by term,
+                # rarest first, until the cap; when they all fit, all are ranked.
+                taken = self._take_rarest(conn, head, [match(_any_of([t])) for t in kept], args)
+                if taken is not None:
+                    # "+": a rowid constraint would open one FTS5 cursor per candidate, and
+                    # each cursor's bm25 reads its terms' whole doclists again (6 s for
+                    # 1,000). The candidates' rowid range does bound the one cursor's walk.
+                    only = (
+                        " AND f.rowid BETWEEN ? AND ?"
+                        " AND +f.rowid IN (SELECT value FROM json_each(?))"
                     )
-                    taken += [int(r[0]) for r in found]
-                    if len(taken) >= self.RANK_CAP:
-                        break
-                # "+": a rowid constraint would open one FTS5 cursor per candidate, and each
-                # cursor's bm25 reads its terms' whole doclists again (6 s for 1,000). The
-                # candidates' rowid range does bound the one cursor's walk.
-                only = (
-                    " AND f.rowid BETWEEN ? AND ? AND +f.rowid IN (SELECT value FROM json_each(?))"
-                )
-                extra = [min(taken, default=0), max(taken, default=0), json.dumps(taken)]
+                    extra = [min(taken), max(taken), json.dumps(sorted(taken))]
             rows = conn.execute(
                 f"SELECT f.rowid, bm25({table}_fts, 1.0, 0.0) AS r {head}{only} ORDER BY r LIMIT ?",
                 [match(_any_of(kept)), *args, *extra, limit],
@@ -226,6 +210,21 @@ class SQLiteFullText(SQLiteBase):
         except sqlite3.OperationalError as exc:  # a malformed MATCH must not break recall
             raise StoreError(f"full-text search failed: {exc}") from exc
         return [(int(pk), -float(r)) for pk, r in rows]
+
+    def _take_rarest(
+        self, conn: sqlite3.Connection, head: str, matches: Sequence[str], args: Sequence[Any]
+    ) -> set[int] | None:
+        """At most RANK_CAP of the rows each of ``matches`` finds (one per term, rarest
+        first), each term's in rowid order, rows an earlier term found passed over; None
+        when there are fewer in all (rank them all). Each term's doclist is walked once:
+        excluding the earlier terms in the expression walked all of theirs again."""
+        taken: set[int] = set()
+        for expr in matches:
+            for (rowid,) in conn.execute(f"SELECT f.rowid {head}", [expr, *args]):
+                taken.add(int(rowid))
+                if len(taken) >= self.RANK_CAP:
+                    return taken
+        return None
 
     def _fulltext_messages(
         self, search: LayerSearch, terms: Sequence[str], filters: SearchFilters
