@@ -113,6 +113,12 @@ def _build_tokenizer() -> Tokenizer:
     return tokenizer
 
 
+class _Depth(threading.local):
+    """How many foreground blocks a thread is in."""
+
+    depth = 0
+
+
 class LocalEmbedder:
     """all-MiniLM-L6-v2 sentence embeddings (384 dims), int8 ONNX on onnxruntime, offline.
 
@@ -190,7 +196,7 @@ class LocalEmbedder:
         self._quiet = threading.Condition()
         # How deep each thread is in foreground work: what such a thread embeds is what
         # its caller waits for, never a batch that waits for that caller.
-        self._held = threading.local()
+        self._held = _Depth()
         self._batch_runs: dict[int, onnxruntime.RunOptions] = {}
         self.yielded = 0  # batch runs stopped for a query (for tests and diagnostics)
         self._recent: OrderedDict[str, np.ndarray] = OrderedDict()
@@ -281,7 +287,7 @@ class LocalEmbedder:
             self._queries += 1
             for options in self._batch_runs.values():
                 options.terminate = True
-        self._held.depth = getattr(self._held, "depth", 0) + 1
+        self._held.depth += 1
         try:
             yield
         finally:
@@ -330,7 +336,7 @@ class LocalEmbedder:
         if not todo:
             return out
         encode = self._tokenizer.encode
-        if n == 1 or getattr(self._held, "depth", 0):
+        if n == 1 or self._held.depth:
             # A query, or the texts of a recall (its query's variants): waited for, so run
             # now. Run as a batch, they would wait for the recall that asked for them.
             with self.foreground():
