@@ -354,7 +354,7 @@ def test_small_talk_counts_less(make_memory: Any) -> None:
         [
             {"role": "user", "content": "Take care!"},
             {"role": "user", "content": "I took my turtles to the beach in Tampa."},
-            {"role": "assistant", "content": "Cool! What did it look like?"},
+            {"role": "assistant", "name": "Sam", "content": "Cool! What did it look like?"},
             {"role": "user", "content": "Pixel loves the beach."},
             {"role": "user", "name": "Nate", "content": "Nate: See ya!"},
             {"role": "user", "content": "Thanks!", "event_type": "feedback"},
@@ -366,6 +366,53 @@ def test_small_talk_counts_less(make_memory: Any) -> None:
         assert hits[text].signals["status_weight"] == 0.8
     for text in ("I took my turtles to the beach in Tampa.", "Pixel loves the beach.", "Thanks!"):
         assert "small_talk" not in hits[text].signals, text
+
+
+def test_an_assistants_turns_count_less_unless_asked_what_it_said(make_memory: Any) -> None:
+    """In a chat with an assistant (its turns unnamed) the assistant's turns count 0.8 and
+    carry the ``assistant`` signal: the user's own turns hold their memory. A question
+    about what the assistant said counts them in full, and so is a named speaker with the
+    assistant role (one side of a two-person chat)."""
+    mem: Memory = make_memory(workers=0)
+    chat = mem.sessions.create(user_id="ana", session_id="chat")
+    mine = "My deploy target is a Raspberry Pi 4 with 4 GB."
+    advice = "For a Raspberry Pi 4 deploy I recommend quantising the model first."
+    chat.add_messages([{"role": "user", "content": mine}, {"role": "assistant", "content": advice}])
+    talk = mem.sessions.create(user_id="ana", session_id="talk")
+    bob = "Bob deploys to a Raspberry Pi 4 as well."
+    talk.add_messages([{"role": "assistant", "name": "Bob", "content": bob}])
+
+    hits = {h.text: h for h in mem.search("Raspberry Pi 4 deploy", user_id="ana")}
+    assert hits[advice].signals["status_weight"] == 0.8
+    assert hits[advice].signals["assistant"] == 1.0
+    for text in (mine, bob):
+        assert "status_weight" not in hits[text].signals, text
+        assert "assistant" not in hits[text].signals, text
+
+    for question in (
+        "What did you recommend for the Raspberry Pi 4 deploy?",
+        "Which Raspberry Pi 4 deploy step did you suggest?",
+        "Remind me of your advice on the Raspberry Pi 4 deploy.",
+    ):
+        asked = {h.text: h for h in mem.search(question, user_id="ana")}
+        assert "status_weight" not in asked[advice].signals, question
+        assert "assistant" not in asked[advice].signals, question
+
+
+@pytest.mark.parametrize(
+    ("question", "about"),
+    [
+        ("How did you recommend improving the way my app handles load?", True),
+        ("Can you list the solutions you suggested for the login bug?", True),
+        ("What was your advice on caching?", True),
+        ("What approaches would you suggest for caching?", False),
+        ("Can you give me a summary of my caching work?", False),
+        ("What did I say about caching?", False),
+    ],
+)
+def test_questions_about_what_the_assistant_said(question: str, about: bool) -> None:
+    assert _plan.asks_about_assistant(question) is about
+    assert _plan_of(question).about_assistant is about
 
 
 def test_a_question_another_speaker_answers_is_marked(make_memory: Any) -> None:

@@ -26,6 +26,7 @@ from ._temporal import TimeIntent, parse_time_intent
 __all__ = [
     "QueryPlan",
     "SearchOptions",
+    "asks_about_assistant",
     "asks_about_history",
     "asks_for_many",
     "asks_for_record",
@@ -117,6 +118,9 @@ class QueryPlan:
     # memory counts in full. Otherwise it asks for what holds now, and such memory counts
     # less than what replaced it.
     history: bool = False
+    # The question asks what the assistant said ("How did you recommend ...?", "your
+    # advice"): the assistant's turns are evidence in full, as the user's are.
+    about_assistant: bool = False
 
     def chained(self, text: str) -> QueryPlan:
         """The plan of a second retrieval that searches ``text`` alone (multi-hop); the
@@ -202,6 +206,22 @@ _RECORD = re.compile(
     r"|suggested|described)\b",
     re.IGNORECASE,
 )
+
+
+# "How did you recommend ...?", "the solutions you suggested", "your advice": what the
+# assistant said, not work asked of it now ("What would you suggest?").
+_ASSISTANT_SAID = re.compile(
+    r"\b(?:did|have|had)\s+you\s+(?:\w+\s+)?(?:say|mention|tell|recommend|suggest|advise"
+    r"|propose|explain|describe|give|show|share)\b|\byou\s+(?:said|mentioned|told|recommended"
+    r"|suggested|advised|proposed|explained|described|gave|showed|shared|wrote|provided)\b"
+    r"|\byour\s+(?:advice|recommendations?|suggestions?|answers?|explanations?|examples?)\b",
+    re.IGNORECASE,
+)
+
+
+def asks_about_assistant(query: str) -> bool:
+    """Whether the question asks what the assistant said (English shapes)."""
+    return bool(_ASSISTANT_SAID.search(query))
 
 
 def asks_for_record(query: str) -> bool:
@@ -351,4 +371,5 @@ def plan_query(
         asks_for_many=asks_for_many(query),
         thread=thread,
         history=thread or asks_about_history(query),
+        about_assistant=asks_about_assistant(query),
     )

@@ -82,6 +82,7 @@ class Candidate:
     superseded: bool = False  # a message whose every fact was corrected since
     replaced_by: tuple[str, ...] = ()  # a superseded message's successors (summary ids)
     small_talk: bool = False  # a message that is small talk as a whole
+    assistant: bool = False  # an assistant's turn, counted less (``_retrieve``)
     asked: bool = False  # a question another named speaker answers in the next turn
     expired: bool = False  # a fact or summary whose validity ended before the question
     name: str | None = None
@@ -278,6 +279,8 @@ def _signals(cand: Candidate, window: Mapping[Key, float] | None) -> dict[str, f
         out["expired"] = 1.0
     if cand.small_talk:
         out["small_talk"] = 1.0
+    if cand.assistant:
+        out["assistant"] = 1.0
     if cand.asked:  # a question another speaker answers in the next turn
         out["asked"] = 1.0
     if max(cand.fulltext, default=0.0) > 0:

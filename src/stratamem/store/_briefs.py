@@ -39,6 +39,7 @@ class MessageBrief:
     # The summaries that superseded the message's facts (what holds instead), oldest
     # first; empty when none was superseded.
     replaced_by: tuple[str, ...] = ()
+    role: str = "user"
 
 
 @dataclass(slots=True)

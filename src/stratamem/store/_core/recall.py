@@ -65,7 +65,7 @@ def _message_columns(d: Dialect, neighbours: bool) -> str:
     )
     return (
         f"m.pk, m.id, m.session_id, m.name, m.ts, {superseded}, m.small_talk, m.asks, {around}, "
-        f"{replaced_by}"
+        f"{replaced_by}, m.role"
     )
 
 
@@ -118,7 +118,7 @@ def briefs(
         if read.kind == "message":
             for row in found:
                 (pk, id_, session, name, ts, superseded, small_talk, asks, prev, next_) = row[:10]
-                replaced_by, vector = row[10], row[11]
+                replaced_by, role, vector = row[10], row[11], row[12]
                 messages[pk] = MessageBrief(
                     id_,
                     session,
@@ -131,6 +131,7 @@ def briefs(
                     next_,
                     vector,
                     tuple(dict.fromkeys(str(s) for s in d.load_array(replaced_by) if s)),
+                    role,
                 )
         elif read.kind == "fact":
             for pk, id_, status, occurred, observed, created, valid_to, mids, vector in found:
