@@ -415,6 +415,67 @@ def test_questions_about_what_the_assistant_said(question: str, about: bool) -> 
     assert _plan_of(question).about_assistant is about
 
 
+@pytest.mark.parametrize(
+    ("question", "beginning"),
+    [
+        ("Which versions of the tools did I say I was using to start my project?", True),
+        ("How many entries did I say my dataset includes at the start?", True),
+        ("What deadline did I set for the initial deployment?", True),
+        ("Which versions did I use when I first described my setup?", True),
+        ("Where do I initially keep my old sneakers?", True),
+        ("Which versions of the tools am I using?", False),
+        ("Summarise my project from the initial setup to the final release.", False),  # thread
+        ("What did I do at the beginning of May 2023?", False),  # a period of its own
+    ],
+)
+def test_questions_about_the_beginning(question: str, beginning: bool) -> None:
+    assert _plan.asks_about_beginning(question) or not beginning
+    assert _plan_of(question).beginning is beginning
+
+
+def test_a_question_about_the_beginning_looks_at_the_start_of_the_history(
+    make_memory: Any,
+) -> None:
+    """A question about the start puts the first tenth of the history its candidates span
+    first (the ``time_window`` signal); asked without it, the latest value comes first."""
+    mem: Memory = make_memory(workers=0)
+    s = mem.sessions.create(user_id="kim", session_id="project")
+    early = "For the resume project I am using Python 3.9."
+    late = "For the resume project I am using Python 3.12 with spaCy."
+    s.add_messages(
+        [
+            {"role": "user", "content": early, "timestamp": "2024-01-02T09:00:00Z"},
+            *(
+                {"role": "user", "content": text, "timestamp": f"2024-03-0{i + 1}T09:00:00Z"}
+                for i, text in enumerate(
+                    [
+                        "The parser handles PDF files now.",
+                        "I added a page for the job descriptions.",
+                        "Scores are shown beside each suggestion.",
+                        "My cat knocked the laptop off the desk today.",
+                    ]
+                )
+            ),
+            {"role": "user", "content": late, "timestamp": "2024-06-01T09:00:00Z"},
+        ]
+    )
+    as_of = datetime(2024, 7, 1, tzinfo=timezone.utc)
+    start = mem.search(
+        "Which Python version am I using with spaCy for the resume project at the start?",
+        user_id="kim",
+        as_of=as_of,
+    )
+    assert start[0].text == early
+    assert start[0].signals["time_window"] == 1.0
+    now = mem.search(
+        "Which Python version am I using with spaCy for the resume project?",
+        user_id="kim",
+        as_of=as_of,
+    )
+    assert now[0].text == late
+    assert "time_window" not in now[0].signals
+
+
 def test_a_question_another_speaker_answers_is_marked(make_memory: Any) -> None:
     """A turn ending with a question mark whose next turn is another named speaker's
     carries the ``asked`` signal (its answer was lifted); a question followed by the same

@@ -121,6 +121,9 @@ class QueryPlan:
     # The question asks what the assistant said ("How did you recommend ...?", "your
     # advice"): the assistant's turns are evidence in full, as the user's are.
     about_assistant: bool = False
+    # The question asks about the beginning ("at the start", "when I first described"):
+    # the first part of the history is looked at first (``_scoring.rank``).
+    beginning: bool = False
 
     def chained(self, text: str) -> QueryPlan:
         """The plan of a second retrieval that searches ``text`` alone (multi-hop); the
@@ -217,6 +220,19 @@ _ASSISTANT_SAID = re.compile(
     r"|\byour\s+(?:advice|recommendations?|suggestions?|answers?|explanations?|examples?)\b",
     re.IGNORECASE,
 )
+
+
+_BEGINNING = re.compile(
+    r"\b(?:at|in|from) the (?:very )?(?:start|beginning|outset)\b|\binitial(?:ly)?\b"
+    r"|\boriginally\b|\bwhen (?:i|we) (?:first|started|began)\b|\bfirst (?:described|mentioned"
+    r"|said|told|set up|started)\b|\bto (?:start|begin) (?:my|the|our|this)\b",
+    re.IGNORECASE,
+)
+
+
+def asks_about_beginning(query: str) -> bool:
+    """Whether the question asks about how things were at the beginning (English)."""
+    return bool(_BEGINNING.search(query))
 
 
 def asks_about_assistant(query: str) -> bool:
@@ -372,4 +388,5 @@ def plan_query(
         thread=thread,
         history=thread or asks_about_history(query),
         about_assistant=asks_about_assistant(query),
+        beginning=not thread and intent.window is None and asks_about_beginning(query),
     )

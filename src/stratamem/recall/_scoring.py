@@ -344,14 +344,33 @@ def current_first(
     scores.update(raised)
 
 
+# A question about the beginning ("the versions I used to start my project", "when I first
+# described my setup") looks in the first this much of the history its candidates span.
+BEGINNING_SHARE = 0.1
+
+
+def _beginning(
+    cands: Mapping[Key, Candidate], plan: QueryPlan
+) -> tuple[datetime, datetime] | None:
+    """The start of the history the candidates span, for a question about the beginning."""
+    if not plan.beginning:
+        return None
+    times = [c.ts for c in cands.values() if c.ts is not None and c.ts <= plan.as_of]
+    if not times:
+        return None
+    start = min(times)
+    return start, start + (plan.as_of - start) * BEGINNING_SHARE
+
+
 def rank(
     retrieved: Retrieved, plan: QueryPlan, weights: ScorerWeights = DEFAULT_WEIGHTS
 ) -> dict[Key, Scored]:
     """Stage 3 of a recall: every candidate of a retrieval scored by the plan."""
     cands = retrieved.cands
     window = None
-    if plan.window is not None:
-        window = {k: window_boost(c.ts, plan.window) for k, c in cands.items()}
+    span = plan.window if plan.window is not None else _beginning(cands, plan)
+    if span is not None:
+        window = {k: window_boost(c.ts, span) for k, c in cands.items()}
     scores = score(
         cands,
         named=plan.named,
