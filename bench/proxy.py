@@ -754,9 +754,14 @@ def _load(args: argparse.Namespace, upstream: _Upstream, tmp: str) -> dict[str, 
     print(format_summary("proxied: time to first chunk", p))
     a = result["added_first_chunk_ms"]
     share = result["memory_share"]
+    # Judged on the larger difference: when the machine saturates, the direct run's p95 is
+    # the machine's queueing, and a p95 difference alone came out negative (a "PASS" while
+    # the median request waited ~900 ms more).
+    worst = max(a["p50"], a["p95"])
     print(
         f"  added time to first chunk: p50 {a['p50']:+.1f} ms, p95 {a['p95']:+.1f} ms; "
-        f"target p95 <= 50 ms: {verdict(a['p95'], 50.0, higher_is_better=False)}"
+        f"target p95 <= 50 ms (judged on the larger): "
+        f"{verdict(worst, 50.0, higher_is_better=False)}"
     )
     print(
         f"  memory: {remembered} of {answered} answered requests ({share:.1%}; "
