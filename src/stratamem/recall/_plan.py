@@ -27,6 +27,7 @@ __all__ = [
     "QueryPlan",
     "SearchOptions",
     "asks_about_assistant",
+    "asks_about_beginning",
     "asks_about_history",
     "asks_for_many",
     "asks_for_record",
@@ -222,6 +223,12 @@ _ASSISTANT_SAID = re.compile(
 )
 
 
+def asks_about_assistant(query: str) -> bool:
+    """Whether the question asks what the assistant said (English shapes)."""
+    return bool(_ASSISTANT_SAID.search(query))
+
+
+# "at the start", "initially", "when I first described ...": how things were at first.
 _BEGINNING = re.compile(
     r"\b(?:at|in|from) the (?:very )?(?:start|beginning|outset)\b|\binitial(?:ly)?\b"
     r"|\boriginally\b|\bwhen (?:i|we) (?:first|started|began)\b|\bfirst (?:described|mentioned"
@@ -233,11 +240,6 @@ _BEGINNING = re.compile(
 def asks_about_beginning(query: str) -> bool:
     """Whether the question asks about how things were at the beginning (English)."""
     return bool(_BEGINNING.search(query))
-
-
-def asks_about_assistant(query: str) -> bool:
-    """Whether the question asks what the assistant said (English shapes)."""
-    return bool(_ASSISTANT_SAID.search(query))
 
 
 def asks_for_record(query: str) -> bool:
