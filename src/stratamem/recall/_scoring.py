@@ -349,9 +349,7 @@ def current_first(
 BEGINNING_SHARE = 0.1
 
 
-def _beginning(
-    cands: Mapping[Key, Candidate], plan: QueryPlan
-) -> tuple[datetime, datetime] | None:
+def _beginning(cands: Mapping[Key, Candidate], plan: QueryPlan) -> tuple[datetime, datetime] | None:
     """The start of the history the candidates span, for a question about the beginning."""
     if not plan.beginning:
         return None
