@@ -50,10 +50,11 @@ pytestmark = [
 ]
 
 SYSTEM = "Be brief."
-# Words shared with the question: recall would find these turns, were they not in the request.
+# Words shared with the question: recall would find these turns, were they not in the request
+# (the assistant's shares more of them: an assistant's turn counts 0.8 in recall).
 EARLIER = [
     ("user", "Hello there, I need snacks for a trip."),
-    ("assistant", "Happy to help with snacks for your trip."),
+    ("assistant", "Happy to help with snacks with peanuts for your trip."),
 ]
 QUESTION = "Which snacks with peanuts can I have?"
 ANSWER = "Roasted chickpeas."

@@ -1852,7 +1852,8 @@ def test_recall_briefs_have_the_same_fields_and_types_on_every_backend(store: St
     }
     assert names == {
         MessageBrief: (
-            "id session_id name ts superseded small_talk asks prev_pk next_pk vector replaced_by"
+            "id session_id name ts superseded small_talk asks prev_pk next_pk vector replaced_by "
+            "role"
         ),
         FactBrief: "id status occurred_at observed_at created_at valid_to vector message_ids",
         SummaryBrief: "id status observed_at created_at valid_to fact_ids topic_ids vector",
@@ -1887,6 +1888,8 @@ def test_recall_briefs_have_the_same_fields_and_types_on_every_backend(store: St
     }
     assert isinstance(msgs[pks[1]], MessageBrief)
     turn["replaced_by"] = tuple
+    turn["role"] = str
+    assert msgs[pks[1]].role == "user"
     assert _field_types(msgs[pks[1]]) == {**turn, "prev_pk": int, "next_pk": int, "vector": bytes}
     # No name, no facts, no vector yet, the last turn.
     assert _field_types(msgs[pks[3]]) == {
