@@ -416,20 +416,21 @@ def test_questions_about_what_the_assistant_said(question: str, about: bool) -> 
 
 
 @pytest.mark.parametrize(
-    ("question", "beginning"),
+    ("question", "shaped", "beginning"),
     [
-        ("Which versions of the tools did I say I was using to start my project?", True),
-        ("How many entries did I say my dataset includes at the start?", True),
-        ("What deadline did I set for the initial deployment?", True),
-        ("Which versions did I use when I first described my setup?", True),
-        ("Where do I initially keep my old sneakers?", True),
-        ("Which versions of the tools am I using?", False),
-        ("Summarise my project from the initial setup to the final release.", False),  # thread
-        ("What did I do at the beginning of May 2023?", False),  # a period of its own
+        ("Which versions of the tools did I say I was using to start my project?", True, True),
+        ("How many entries did I say my dataset includes at the start?", True, True),
+        ("What deadline did I set for the initial deployment?", True, True),
+        ("Which versions did I use when I first described my setup?", True, True),
+        ("Where do I initially keep my old sneakers?", True, True),
+        ("Which versions of the tools am I using?", False, False),
+        # Shaped so, but a thread question, and one with a period of its own.
+        ("Summarise my project from the initial setup to the final release.", True, False),
+        ("What did I do at the beginning of May 2023?", True, False),
     ],
 )
-def test_questions_about_the_beginning(question: str, beginning: bool) -> None:
-    assert _plan.asks_about_beginning(question) or not beginning
+def test_questions_about_the_beginning(question: str, shaped: bool, beginning: bool) -> None:
+    assert _plan.asks_about_beginning(question) is shaped
     assert _plan_of(question).beginning is beginning
 
 
