@@ -39,6 +39,9 @@ class Dialect(ABC):
     #: transactions are taking are passed over (PostgreSQL's ``FOR UPDATE SKIP LOCKED``;
     #: in SQLite one writer at a time takes anything).
     skip_locked: str
+    #: Whether a row-value comparison ``(a, b) < (x, y)`` is one seek of an index on
+    #: ``(..., a, b)`` (PostgreSQL); SQLite walks every row with ``a = x`` instead.
+    row_value_seek: bool = False
     #: The store's clock, epoch seconds as a float: every process on one store reads the
     #: same one (SQLite: the machine's; PostgreSQL: the server's, whatever its clients').
     clock: str
@@ -105,6 +108,12 @@ class Dialect(ABC):
     def array_of(self, select: str) -> str:
         """SQL for the array of what the subquery ``select`` returns, in its order: one
         column named ``value`` (read back with ``load_array``)."""
+
+    def ordered_array_agg(self, expr: str, order: str) -> str | None:
+        """SQL aggregating ``expr`` over a group into an array in ``order`` (read back with
+        ``load_array``); None where the backend cannot order an aggregate's input, which
+        then takes ``array_of`` a correlated subquery per row."""
+        return None
 
     @abstractmethod
     def indexed_by(self, index: str) -> str:

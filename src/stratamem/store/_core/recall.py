@@ -40,12 +40,22 @@ _SIDE = (
     "AND x.session_id = m.session_id AND x.ts {op} m.ts "
     "ORDER BY x.ts {desc}, x.pk {desc} LIMIT 1))"
 )
+# The same where a row value is one index seek: half the lookups.
+_ROW_SIDE = (
+    "(SELECT x.pk FROM messages x WHERE x.project_id = m.project_id "
+    "AND x.session_id = m.session_id AND (x.ts, x.pk) {op} (m.ts, m.pk) "
+    "ORDER BY x.ts {desc}, x.pk {desc} LIMIT 1)"
+)
 
 
 # The columns' SQL depends on the dialect only: built once (a search reads briefs 4 times).
 @lru_cache(maxsize=8)
 def _message_columns(d: Dialect, neighbours: bool) -> str:
-    if neighbours:
+    if neighbours and d.row_value_seek:
+        around = (
+            f"{_ROW_SIDE.format(op='<', desc='DESC')}, {_ROW_SIDE.format(op='>', desc='')}"
+        )
+    elif neighbours:
         hint = d.indexed_by("messages_by_session_time")
         around = (
             f"{_SIDE.format(hint=hint, op='<', desc='DESC')}, "
@@ -74,13 +84,30 @@ _FACT_COLUMNS = (
 )
 
 
-@lru_cache(maxsize=8)
-def _summary_columns(d: Dialect) -> str:
-    topics = d.array_of(
-        "SELECT t.id AS value FROM topic_summaries ts JOIN topics t ON t.pk = ts.topic_pk "
-        "WHERE ts.summary_pk = m.pk AND t.status = 'active' ORDER BY t.pk"
+_SUMMARY_COLUMNS = "m.pk, m.id, m.status, m.observed_at, m.created_at, m.valid_to, m.fact_ids"
+
+
+def _summary_read(d: Dialect, pks: list[int]) -> tuple[str, str, list[Any]]:
+    """(columns, ``FROM`` and ``WHERE`` up to the owner, parameters) of the summaries
+    ``pks``, each with the ids of its active topics. Where the backend orders an aggregate,
+    the topics of all of them are one grouped join: a subquery per row made PostgreSQL hash
+    a small topics table once per summary (2.3 against 1.0 ms for 50 LoCoMo summaries)."""
+    where, params = d.in_("m.pk", pks)
+    agg = d.ordered_array_agg("t.id", "t.pk")
+    if agg is None:
+        topics = d.array_of(
+            "SELECT t.id AS value FROM topic_summaries ts JOIN topics t ON t.pk = ts.topic_pk "
+            "WHERE ts.summary_pk = m.pk AND t.status = 'active' ORDER BY t.pk"
+        )
+        return f"{_SUMMARY_COLUMNS}, {topics}", f"FROM summaries m WHERE {where}", params
+    grouped, grouped_params = d.in_("ts.summary_pk", pks)
+    source = (
+        f"FROM summaries m LEFT JOIN (SELECT ts.summary_pk, {agg} AS topics "
+        "FROM topic_summaries ts JOIN topics t ON t.pk = ts.topic_pk "
+        f"WHERE {grouped} AND t.status = 'active' GROUP BY ts.summary_pk) x "
+        f"ON x.summary_pk = m.pk WHERE {where}"
     )
-    return f"m.pk, m.id, m.status, m.observed_at, m.created_at, m.valid_to, m.fact_ids, {topics}"
+    return f"{_SUMMARY_COLUMNS}, x.topics", source, [*grouped_params, *params]
 
 
 def brief_reads(
@@ -95,14 +122,19 @@ def brief_reads(
     layers = (
         ("message", "messages", _message_columns(d, neighbours)),
         ("fact", "facts", _FACT_COLUMNS),
-        ("summary", "summaries", _summary_columns(d)),
+        ("summary", "summaries", ""),
     )
     reads = []
     for (kind, table, columns), wanted in zip(layers, pks, strict=True):
-        if wanted:
+        if not wanted:
+            continue
+        if kind == "summary":
+            columns, source, params = _summary_read(d, list(wanted))
+        else:
             where, params = d.in_("m.pk", list(wanted))
-            source = f"FROM {table} m WHERE {where} AND m.project_id = ? AND m.user_id = ?"
-            reads.append(BriefRead(kind, columns, source, [*params, project_id, user_id]))
+            source = f"FROM {table} m WHERE {where}"
+        owner = f"{source} AND m.project_id = ? AND m.user_id = ?"
+        reads.append(BriefRead(kind, columns, owner, [*params, project_id, user_id]))
     return reads
 
 

@@ -34,6 +34,7 @@ class PostgresDialect(Dialect):
     for_key_share = " FOR KEY SHARE"
     skip_locked = " FOR UPDATE SKIP LOCKED"
     clock = "extract(epoch FROM clock_timestamp())::double precision"
+    row_value_seek = True
 
     def execute(self, raw: Any, sql: str, params: Sequence[Any] = ()) -> Any:
         # Without parameters psycopg leaves the text alone ("LIKE 'a%'" stays as written).
@@ -89,6 +90,9 @@ class PostgresDialect(Dialect):
 
     def array_of(self, select: str) -> str:
         return f"ARRAY({select})"
+
+    def ordered_array_agg(self, expr: str, order: str) -> str | None:
+        return f"array_agg({expr} ORDER BY {order})"
 
     def indexed_by(self, index: str) -> str:
         return ""

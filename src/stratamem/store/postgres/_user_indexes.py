@@ -17,8 +17,8 @@ others (measured on the scale benchmark, docs/benchmarks.md):
   every term scanned: ~2 ms a term for a user of 500,000 rows. A user with more rows in a
   table than ``user_fulltext_threshold`` gets a partial GIN index of ``fts`` alone (``WHERE
   project_id = .. AND user_id = ..``), where a term's rows of that user are its posting
-  list. The full-text statements are not prepared, so the planner sees the user and picks
-  the partial index by itself.
+  list. The full-text statements of a user known to have one are not prepared, so the
+  planner sees the user and picks the partial index by itself; anyone else's may be.
 
 * **When**: a search through a shared index (a vector scope past
   ``vector_index_threshold``, a large table's full text) hands the scope to a background
@@ -32,7 +32,8 @@ others (measured on the scale benchmark, docs/benchmarks.md):
   each of its partial indexes' predicates.
 * **Use**: the planner matches a partial index only with the user as a value it can see.
   Vector searches of a user known to have one (this process found it ready) send project
-  and user as quoted literals, unprepared; anyone else's stay prepared. Either statement
+  and user as quoted literals, unprepared, and their full-text statements are not
+  prepared; anyone else's stay prepared. Either statement
   returns the same rows: a stale belief costs speed, never results.
 * **Upkeep**: PostgreSQL keeps the indexes current with every write. ``erase_user`` drops a
   user's indexes; dropping another embedder's vectors (reindex) drops every user's vector
