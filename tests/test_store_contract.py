@@ -834,8 +834,15 @@ def test_merge_topics_moves_summaries_and_retires_the_source(store: Store) -> No
         ),
     )
     assert store.get_topic(P, "t-life").description == "home, food"  # type: ignore[union-attr]
+    food_pk = store.get_summaries(P, ["s-food"])[0].pk
+
+    def topics_of_food() -> list[str]:
+        return store.recall_briefs(P, "u1", summaries=[food_pk])[2][food_pk].topic_ids
+
+    assert topics_of_food() == ["t-life", "t-food"]  # its active topics, in their order
     moved = store.merge_topics(P, "u1", "t-food", "t-life")
     assert moved == 1  # s-food was in both
+    assert topics_of_food() == ["t-life"]
     [life] = store.list_topics(P, "u1")
     assert life.id == "t-life" and life.summary_ids == ["s-home", "s-food", "s-cook"]
     merged = store.get_topic(P, "t-food")
