@@ -27,7 +27,20 @@ from stratamem.store import LayerWrite, SearchFilters, SessionRow, mask_url, ope
 from stratamem.store._core.migrations import read_migrations
 from stratamem.store.postgres import _fulltext as pg_fts
 from stratamem.store.postgres import _store as pg
-from test_store_contract import DIM, EMB, NOW, P, add, claim, fact, message, process, summary, unit
+from test_store_contract import (
+    DIM,
+    EMB,
+    NOW,
+    P,
+    add,
+    claim,
+    fact,
+    layered,
+    message,
+    process,
+    summary,
+    unit,
+)
 
 
 @pytest.fixture
@@ -191,6 +204,40 @@ def test_small_scopes_are_searched_in_process_and_see_other_processes_writes(
         writer.forget(P, "u1", message_ids=[rows[2].id], actor="test", reason=None)
         left = reader.vector_messages(P, "u1", q, EMB, 10, SearchFilters())
         assert rows[2].pk not in {pk for pk, _ in left} and len(left) == 6
+    finally:
+        reader.close()
+        writer.close()
+
+
+def test_cached_layer_searches_see_status_changes_and_new_items(pg_url: str) -> None:
+    """Facts and summaries are searched in their cached scopes before those are brought up
+    to date, the statuses of what is found asked in that same round trip: a status another
+    process changed (no new vector: the guess holds) and an item it added (the guess does
+    not) both show at the next search."""
+    reader, writer = pg.PostgresStore(pg_url), pg.PostgresStore(pg_url)
+    try:
+        layered(writer)
+        home, food = writer.get_summaries(P, ["s-home", "s-food"])
+        q = unit(0.1, 1)
+
+        def summaries() -> list[int]:
+            [layers] = reader.vector_layers(
+                P, "u1", [q], EMB, 5, messages=None, facts=None, summaries=("active",)
+            )
+            return [pk for pk, _ in layers["summary"]]
+
+        assert summaries() == [food.pk, home.pk]
+        cached = reader.vectors.peek((P, "u1", "summary", EMB))
+        assert cached is not None and cached.n == 2
+        writer.set_summary_status(P, "s-food", "archived", "old", "tester")
+        assert summaries() == [home.pk]
+        add(writer, ["I also like udon"], prefix="2")
+        process(
+            writer, LayerWrite(summaries=[summary("s-udon", "User likes udon", vec=unit(0.2, 1))])
+        )
+        [udon] = writer.get_summaries(P, ["s-udon"])
+        assert summaries() == [udon.pk, home.pk]
+        assert reader.vectors.peek((P, "u1", "summary", EMB)) is cached  # read on, not reloaded
     finally:
         reader.close()
         writer.close()

@@ -20,7 +20,7 @@ from __future__ import annotations
 import importlib.util
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -208,6 +208,14 @@ class VectorScope:
         """Top ``k`` (item id, cosine similarity), optionally only among ``allowed`` ids."""
         with self.lock:
             return self._search(query, k, allowed)
+
+    def searched(
+        self, queries: Sequence[np.ndarray], k: int
+    ) -> tuple[int, list[list[tuple[int, float]]]]:
+        """Each query's ``search`` for ``k``, with the last pk the scope held then: while
+        it holds no later one, the same searches find the same."""
+        with self.lock:
+            return self.last_pk, [self._search(q, k, None) for q in queries]
 
     def _search(
         self, query: np.ndarray, k: int, allowed: np.ndarray | None

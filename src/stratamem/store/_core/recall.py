@@ -52,9 +52,7 @@ _ROW_SIDE = (
 @lru_cache(maxsize=8)
 def _message_columns(d: Dialect, neighbours: bool) -> str:
     if neighbours and d.row_value_seek:
-        around = (
-            f"{_ROW_SIDE.format(op='<', desc='DESC')}, {_ROW_SIDE.format(op='>', desc='')}"
-        )
+        around = f"{_ROW_SIDE.format(op='<', desc='DESC')}, {_ROW_SIDE.format(op='>', desc='')}"
     elif neighbours:
         hint = d.indexed_by("messages_by_session_time")
         around = (

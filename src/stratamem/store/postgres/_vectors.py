@@ -212,12 +212,14 @@ class PostgresVectors(PostgresUserIndexes):
         kinds: Sequence[str],
         embedder: str,
         dim: int,
-    ) -> dict[str, VectorScope | None]:
+        also: Callable[[], Any] | None = None,
+    ) -> tuple[dict[str, VectorScope | None], Any]:
         """A user's vectors of each of ``kinds`` from the cache, brought up to date in one
         round trip (the generations, and the rows past the last pk each scope saw: usually
         none); None for a scope of more than ``vector_index_threshold`` vectors, which the
         server searches. A scope this process has not loaded yet is counted first, up to
-        the threshold."""
+        the threshold. ``also`` sends more statements in that round trip: what it returns
+        comes back beside the scopes (None when no scope was to be brought up to date)."""
         threshold = self._vector_index_threshold
         out: dict[str, VectorScope | None] = {}
         after: dict[str, int] = {}
@@ -238,10 +240,13 @@ class PostgresVectors(PostgresUserIndexes):
             else:
                 after[kind] = loaded.last_pk if loaded is not None and loaded.dim == dim else 0
         if not after:
-            return out
+            return out, None
         wanted = list(after)
         rows_sql = " UNION ALL ".join(f"(SELECT kind, {_ROWS_AFTER})" for _ in wanted)
+        extra = None
         with c.pipeline():
+            if also is not None:
+                extra = also()
             generations = c.execute(
                 "SELECT kind, generation FROM vector_generations WHERE project_id = %s "
                 "AND user_id = %s AND kind = ANY(%s)",
@@ -278,7 +283,7 @@ class PostgresVectors(PostgresUserIndexes):
                 self._remember_scope((project_id, user_id, kind, embedder, dim), scope.n)
                 self.vectors.drop((project_id, user_id, kind, embedder))
             out[kind] = scope
-        return out
+        return out, extra
 
     @staticmethod
     def _rows_after(
@@ -320,12 +325,37 @@ class PostgresVectors(PostgresUserIndexes):
         qs = [np.ascontiguousarray(q, dtype=np.float32) for q in queries]
         dim = int(qs[0].shape[0])
         near: dict[str, list[list[tuple[int, float]]]] = {}
+        over = limit * 2 + 8  # most items have a wanted status: over-fetch, then filter
+        # Facts and summaries are searched in their cached scopes as they are, and the
+        # statuses of what that finds are asked in the round trip that brings the scopes up
+        # to date: when that finds nothing new (the usual case), no second round trip.
+        guesses: dict[str, tuple[VectorScope, int, list[list[tuple[int, float]]]]] = {}
+        for kind in statuses:
+            held = self.vectors.peek((project_id, user_id, kind, embedder))
+            if held is not None and held.dim == dim:
+                guesses[kind] = (held, *held.searched(qs, over))
         with self._read() as c:
-            scopes = self._small_scopes(c, project_id, user_id, kinds, embedder, dim)
+            scopes, read_guessed = self._small_scopes(
+                c,
+                project_id,
+                user_id,
+                kinds,
+                embedder,
+                dim,
+                also=partial(self._ask_statuses, c, {k: g[2] for k, g in guesses.items()}),
+            )
+            guessed = read_guessed() if read_guessed is not None else {}
             cached = {k: scope for k, scope in scopes.items() if scope is not None}
-            over = limit * 2 + 8  # most items have a wanted status: over-fetch, then filter
             checked = [k for k in statuses if k in cached]
-            for kind in checked:
+            # A guess holds when its scope is the one brought up to date and took no rows.
+            fresh = [k for k in checked if k in guesses and guesses[k][0] is cached[k]]
+            fresh = [k for k in fresh if guesses[k][1] == cached[k].last_pk]
+            status_of: dict[str, dict[int, str]] = {k: {} for k in checked}
+            for kind in fresh:
+                near[kind] = guesses[kind][2]
+                status_of[kind] = guessed[kind]
+            stale = [k for k in checked if k not in fresh]
+            for kind in stale:
                 near[kind] = [cached[kind].search(q, over) for q in qs]
             where, params = (
                 ("", [])
@@ -337,44 +367,34 @@ class PostgresVectors(PostgresUserIndexes):
             filtered = "message" in cached and bool(where)
             if "message" in cached and not filtered:
                 near["message"] = [cached["message"].search(q, limit) for q in qs]
-            if checked or filtered:
+            if stale or filtered:
                 with c.pipeline():
-                    status_rows = allowed_rows = None
-                    if checked:
-                        status_rows = c.execute(
-                            " UNION ALL ".join(
-                                f"SELECT {i}, pk, status FROM {_KINDS[k]} WHERE pk = ANY(%s)"
-                                for i, k in enumerate(checked)
-                            ),
-                            [sorted({pk for hits in near[k] for pk, _ in hits}) for k in checked],
-                        )
+                    late = self._ask_statuses(c, {k: near[k] for k in stale})
+                    allowed_rows = None
                     if filtered:
                         allowed_rows = c.execute(
                             "SELECT m.pk FROM messages m WHERE m.project_id = %s AND "
                             f"m.user_id = %s{where}",
                             (project_id, user_id, *params),
                         )
-                status_of: dict[str, dict[int, str]] = {k: {} for k in checked}
-                if status_rows is not None:
-                    for i, pk, status in status_rows.fetchall():
-                        status_of[checked[i]][pk] = status
+                status_of.update(late())
                 if allowed_rows is not None:
                     allowed = np.fromiter((r[0] for r in allowed_rows), dtype=np.int64)
                     near["message"] = [cached["message"].search(q, limit, allowed) for q in qs]
-                for kind in checked:
-                    near[kind] = [
-                        self._kept(
-                            c,
-                            (project_id, user_id, kind),
-                            cached[kind],
-                            q,
-                            hits,
-                            status_of[kind],
-                            statuses[kind],
-                            limit,
-                        )
-                        for q, hits in zip(qs, near[kind], strict=True)
-                    ]
+            for kind in checked:
+                near[kind] = [
+                    self._kept(
+                        c,
+                        (project_id, user_id, kind),
+                        cached[kind],
+                        q,
+                        hits,
+                        status_of[kind],
+                        statuses[kind],
+                        limit,
+                    )
+                    for q, hits in zip(qs, near[kind], strict=True)
+                ]
         # What the cache does not hold, the server searches, restricted as the layer asks.
         restrict = {
             "message": (f"JOIN messages m ON m.pk = v.item_pk{where}" if where else "", params),
@@ -404,6 +424,32 @@ class PostgresVectors(PostgresUserIndexes):
                         narrow=kind == "message" and bool(where),
                     )
         return out
+
+    @staticmethod
+    def _ask_statuses(
+        c: Any, found: dict[str, list[list[tuple[int, float]]]]
+    ) -> Callable[[], dict[str, dict[int, str]]]:
+        """Send the statement that reads the status of each item ``found`` (by kind, per
+        query), in one statement for all kinds (in a pipeline it waits for the rest):
+        returns what reads the answer, {kind: {pk: status}}."""
+        kinds = list(found)
+        if not kinds:
+            return dict
+        cur = c.execute(
+            " UNION ALL ".join(
+                f"SELECT {i}, pk, status FROM {_KINDS[k]} WHERE pk = ANY(%s)"
+                for i, k in enumerate(kinds)
+            ),
+            [sorted({pk for hits in found[k] for pk, _ in hits}) for k in kinds],
+        )
+
+        def read() -> dict[str, dict[int, str]]:
+            out: dict[str, dict[int, str]] = {k: {} for k in kinds}
+            for i, pk, status in cur.fetchall():
+                out[kinds[i]][pk] = status
+            return out
+
+        return read
 
     def _kept(
         self,
