@@ -1056,6 +1056,14 @@ def test_reads_of_many_items_keep_the_order_asked_and_leave_out_the_unknown(
     assert topic.summary_ids == sorted(summary_ids)
     assert store.get_facts(P, []) == [] and store.facts_by_pk([]) == {}
     assert store.summaries_by_pk([]) == {} and store.topics_of_summaries([]) == {}
+    # The three layers read together: the same rows as each layer's own read.
+    messages, facts_read, summaries_read = store.items_by_pk(
+        [row.pk or 0, 10**12], [*pks, 10**12], [*spks, 10**12]
+    )
+    assert messages == store.messages_by_pk([row.pk or 0])
+    assert facts_read == store.facts_by_pk(pks) and summaries_read == by_pk
+    assert store.items_by_pk([], pks[:1], []) == ({}, store.facts_by_pk(pks[:1]), {})
+    assert store.items_by_pk() == ({}, {}, {})
 
 
 def test_topics_are_listed_with_their_summaries_or_none(store: Store) -> None:

@@ -360,10 +360,13 @@ def fill_rows(store: RecallStore, items: Sequence[tuple[Key, Scored]]) -> None:
             wanted.setdefault(layer, []).append(pk)
     if not wanted:
         return
+    messages, facts, summaries = store.items_by_pk(
+        wanted.get("message", []), wanted.get("fact", []), wanted.get("summary", [])
+    )
     found: dict[str, Mapping[int, StoredRow]] = {
-        "message": store.messages_by_pk(wanted.get("message", [])),
-        "fact": store.facts_by_pk(wanted.get("fact", [])),
-        "summary": store.summaries_by_pk(wanted.get("summary", [])),
+        "message": messages,
+        "fact": facts,
+        "summary": summaries,
     }
     for (layer, pk), x in items:
         if x.row is None:

@@ -24,6 +24,7 @@ from ._rows import (
     ClaimedBatch,
     FactRow,
     ItemFilters,
+    ItemRows,
     LayerWrite,
     MessageRow,
     OutageRow,
@@ -293,6 +294,13 @@ class SearchStore(Protocol):
     def topics_of_summaries(self, pks: Sequence[int]) -> dict[int, list[TopicRow]]: ...
     def speaker_names(self, project_id: str, user_id: str) -> list[str]: ...
     def messages_by_pk(self, pks: Sequence[int]) -> dict[int, MessageRow]: ...
+    def items_by_pk(
+        self, messages: Sequence[int] = (), facts: Sequence[int] = (), summaries: Sequence[int] = ()
+    ) -> ItemRows:
+        """The full rows of these messages, facts and summaries (pks), each layer's by pk,
+        read in one round trip where the backend can send statements together."""
+        ...
+
     def fulltext_messages(
         self,
         project_id: str,

@@ -32,6 +32,7 @@ __all__ = [
     "FactRow",
     "FactWrite",
     "ItemFilters",
+    "ItemRows",
     "LayerWrite",
     "MessageRow",
     "OutageRow",
@@ -374,3 +375,7 @@ class UsageDayRow:
     failed: int
     prompt_tokens: int
     completion_tokens: int
+
+
+#: The full rows of some messages, facts and summaries, each layer's by pk.
+ItemRows = tuple[dict[int, MessageRow], dict[int, FactRow], dict[int, SummaryRow]]

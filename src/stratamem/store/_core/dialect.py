@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -133,6 +134,11 @@ class Dialect(ABC):
         2**63), a string only a string (byte order for ranges), true only true, null only a
         present null; the negations ($ne, $nin) match a missing value too."""
 
+    def together(self, raw: Any) -> AbstractContextManager[Any]:
+        """A block whose statements go to the server together (PostgreSQL's pipeline: one
+        round trip), their cursors read once it ends; elsewhere they run one by one."""
+        return nullcontext()
+
     @abstractmethod
     def lock_user(self, raw: Any, project_id: str, user_id: str) -> None:
         """Serialise the writes of one user until the transaction ends."""
@@ -188,6 +194,10 @@ class Tx:
 
     def __exit__(self, *exc: object) -> None:
         return None
+
+    def together(self) -> AbstractContextManager[Any]:
+        """See ``Dialect.together``."""
+        return self.dialect.together(self.raw)
 
     def many(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
         self.dialect.executemany(self.raw, sql, rows)

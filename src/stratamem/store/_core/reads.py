@@ -5,14 +5,32 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from .. import CURRENT_SUMMARY, FactRow, ItemFilters, StandingFact, SummaryRow, TopicRow
+from .. import (
+    CURRENT_SUMMARY,
+    FactRow,
+    ItemFilters,
+    ItemRows,
+    StandingFact,
+    SummaryRow,
+    TopicRow,
+)
 from .dialect import Tx
 from .filters import item_filter_sql
-from .rows import FACT_COLUMNS, SUMMARY_COLUMNS, TOPIC_COLUMNS, fact_row, summary_row, topic_row
+from .rows import (
+    FACT_COLUMNS,
+    MESSAGE_COLUMNS,
+    SUMMARY_COLUMNS,
+    TOPIC_COLUMNS,
+    fact_row,
+    message_row,
+    summary_row,
+    topic_row,
+)
 
 __all__ = [
     "get_facts",
     "get_summaries",
+    "items_by_pk",
     "list_facts",
     "list_summaries",
     "list_topics",
@@ -58,6 +76,33 @@ def rows_by_pk(tx: Tx, table: str, columns: str, pks: Sequence[int]) -> dict[int
         return {}
     where, params = tx.dialect.in_("pk", list(pks))
     return {r[0]: r for r in tx.all(f"SELECT {columns} FROM {table} WHERE {where}", params)}
+
+
+def items_by_pk(
+    tx: Tx, messages: Sequence[int], facts: Sequence[int], summaries: Sequence[int]
+) -> ItemRows:
+    """The rows of these pks of each layer, by pk: the layers' statements sent together."""
+    d = tx.dialect
+    layers = (
+        ("messages", MESSAGE_COLUMNS, messages),
+        ("facts", FACT_COLUMNS, facts),
+        ("summaries", SUMMARY_COLUMNS, summaries),
+    )
+    cursors: dict[str, Any] = {}
+    with tx.together():
+        for table, columns, pks in layers:
+            if pks:
+                where, params = d.in_("pk", list(pks))
+                cursors[table] = tx.execute(f"SELECT {columns} FROM {table} WHERE {where}", params)
+
+    def rows(table: str) -> list[Any]:
+        return cursors[table].fetchall() if table in cursors else []
+
+    return (
+        {r[0]: message_row(r, d) for r in rows("messages")},
+        {r[0]: fact_row(r, d) for r in rows("facts")},
+        {r[0]: summary_row(r, d) for r in rows("summaries")},
+    )
 
 
 def _by_ids(

@@ -29,6 +29,7 @@ from .. import (
     ClaimedBatch,
     FactRow,
     ItemFilters,
+    ItemRows,
     LayerWrite,
     MessageRow,
     OutageRow,
@@ -463,6 +464,14 @@ class SQLStore(ABC):
             return []
         with self._query() as tx:
             return reads.get_facts(tx, project_id, ids)
+
+    def items_by_pk(
+        self, messages: Sequence[int] = (), facts: Sequence[int] = (), summaries: Sequence[int] = ()
+    ) -> ItemRows:
+        if not (messages or facts or summaries):
+            return {}, {}, {}
+        with self._query() as tx:
+            return reads.items_by_pk(tx, messages, facts, summaries)
 
     def facts_by_pk(self, pks: Sequence[int]) -> dict[int, FactRow]:
         if not pks:

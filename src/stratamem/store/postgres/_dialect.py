@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
+from contextlib import AbstractContextManager
 from functools import lru_cache
-from typing import Any
+from typing import Any, cast
 
 from .._core.dialect import Dialect
 from .._filters import MetadataCondition
@@ -128,6 +129,9 @@ class PostgresDialect(Dialect):
             f"THEN ({value})::numeric {sql_op} ?::numeric END)",
             [path, path, json.dumps(arg)],
         )
+
+    def together(self, raw: Any) -> AbstractContextManager[Any]:
+        return cast("AbstractContextManager[Any]", raw.pipeline())
 
     def lock_user(self, raw: Any, project_id: str, user_id: str) -> None:
         raw.execute(f"SELECT pg_advisory_xact_lock({user_lock_sql})", (project_id, user_id))
