@@ -1742,6 +1742,42 @@ def test_vector_layers_find_what_each_layer_search_finds_for_every_query(store: 
     ) == [{"message": [], "fact": []}]
 
 
+def test_fulltext_layers_find_what_each_layer_search_finds_for_every_variant(
+    store: Store,
+) -> None:
+    """All layers and variants asked at once (one round trip on PostgreSQL): the same as
+    one search per layer and variant, message filters and statuses applied, only the
+    layers asked."""
+    layered(store)
+    add(store, ["Berlin again, and ramen in Berlin"], prefix="2", sid="s2")
+    store.set_summary_status(P, "s-food", "deprioritized", "stale", "ops")
+    variants = [["berlin"], ["ramen", "food"], []]
+    in_s2 = SearchFilters(session_id="s2")
+    current = ("active", "deprioritized")
+    found = store.fulltext_layers(
+        P, "u1", variants, 5, messages=in_s2, facts=("active",), summaries=current
+    )
+    assert len(found) == 3
+    for terms, by_layer in zip(variants, found, strict=True):
+        assert by_layer == {
+            "message": store.fulltext_messages(P, "u1", terms, 5, in_s2),
+            "fact": store.fulltext_items("fact", P, "u1", terms, 5, ("active",)),
+            "summary": store.fulltext_items("summary", P, "u1", terms, 5, current),
+        }
+    assert len(found[0]["message"]) == 1 and len(found[1]["message"]) == 1  # s2's turn only
+    assert found[1]["fact"] and found[1]["summary"]  # the deprioritized s-food too
+    assert found[2] == {"message": [], "fact": [], "summary": []}
+    assert store.fulltext_layers(
+        P, "u1", [["ramen"]], 5, messages=None, facts=(), summaries=None
+    ) == [{"fact": []}]
+    assert store.fulltext_layers(
+        P, "u1", [["ramen"]], 0, messages=SearchFilters(), facts=None, summaries=None
+    ) == [{"message": []}]
+    assert store.fulltext_layers(
+        P, "u9", [["ramen"]], 5, messages=SearchFilters(), facts=("active",), summaries=None
+    ) == [{"message": [], "fact": []}]
+
+
 def test_vectors_of_another_embedder_are_refused_then_reindexed(store: Store) -> None:
     rows = add(store, ["one", "two"])
     process(store)

@@ -129,28 +129,19 @@ def _similarities(
 def _fulltext(store: RecallStore, plan: QueryPlan) -> dict[Key, list[float]]:
     """BM25 of every candidate full text finds, per variant."""
     out: dict[Key, list[float]] = {}
-    p, u, n = plan.project_id, plan.user_id, plan.per_layer
-    for v, terms in enumerate(plan.terms):
-        found: list[tuple[Key, float]] = []
-        if "message" in plan.layers:
-            found += [
-                (("message", pk), s)
-                for pk, s in store.fulltext_messages(p, u, list(terms), n, plan.filters)
-            ]
-        if "fact" in plan.layers:
-            found += [
-                (("fact", pk), s)
-                for pk, s in store.fulltext_items("fact", p, u, list(terms), n, plan.fact_statuses)
-            ]
-        if "summary" in plan.layers:
-            found += [
-                (("summary", pk), s)
-                for pk, s in store.fulltext_items(
-                    "summary", p, u, list(terms), n, plan.summary_statuses
-                )
-            ]
-        for key, s in found:
-            out.setdefault(key, [0.0] * len(plan.terms))[v] = s
+    found = store.fulltext_layers(
+        plan.project_id,
+        plan.user_id,
+        [list(terms) for terms in plan.terms],
+        plan.per_layer,
+        messages=plan.filters if "message" in plan.layers else None,
+        facts=plan.fact_statuses if "fact" in plan.layers else None,
+        summaries=plan.summary_statuses if "summary" in plan.layers else None,
+    )
+    for v, by_layer in enumerate(found):
+        for layer in ("message", "fact", "summary"):
+            for pk, s in by_layer.get(layer, ()):
+                out.setdefault((layer, pk), [0.0] * len(plan.terms))[v] = s
     return out
 
 

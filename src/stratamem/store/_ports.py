@@ -309,6 +309,21 @@ class SearchStore(Protocol):
         limit: int,
         filters: SearchFilters,
     ) -> list[tuple[int, float]]: ...
+    def fulltext_layers(
+        self,
+        project_id: str,
+        user_id: str,
+        variants: Sequence[Sequence[str]],
+        limit: int,
+        *,
+        messages: SearchFilters | None,
+        facts: Sequence[str] | None,
+        summaries: Sequence[str] | None,
+    ) -> list[dict[str, list[tuple[int, float]]]]:
+        """For each variant (its terms), the full-text hits of every layer asked (None: not
+        searched): messages passing ``messages``, facts and summaries in those statuses."""
+        ...
+
     def vector_messages(
         self,
         project_id: str,

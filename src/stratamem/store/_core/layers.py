@@ -23,6 +23,7 @@ from .. import (
     FactWrite,
     LayerWrite,
     MessageRow,
+    SearchFilters,
     SummaryRow,
     SummaryWrite,
     TopicWrite,
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
     from .store import SQLStore
 
 __all__ = [
+    "FulltextAsk",
     "FulltextColumns",
     "LayerItem",
     "LayerSearch",
@@ -66,8 +68,8 @@ LayerItem = tuple[int, str, str, str]
 
 
 class LayerSearch(NamedTuple):
-    """A search as the core hands it to a backend (``SQLStore._fulltext_layer``,
-    ``_vector_layer``, ``_fulltext_messages``, ``_vector_messages``): the best ``limit``
+    """A search as the core hands it to a backend (``SQLStore._fulltext_many``,
+    ``_vector_layer``, ``_vector_messages``): the best ``limit``
     (at least one) of the user's items; of facts and summaries, those whose status is one
     of ``statuses`` (at least one; messages have none: ``()``)."""
 
@@ -75,6 +77,18 @@ class LayerSearch(NamedTuple):
     user_id: str
     limit: int
     statuses: Sequence[str]
+
+
+class FulltextAsk(NamedTuple):
+    """One full-text search as the core hands it to a backend (``SQLStore._fulltext_many``):
+    the rows of ``table`` of the ``search``'s user matching any of ``terms`` (at least one),
+    the best ``limit``; messages passing ``filters``, facts and summaries (``filters``
+    None) in ``search.statuses``."""
+
+    table: str
+    search: LayerSearch
+    terms: Sequence[str]
+    filters: SearchFilters | None
 
 
 # -- a batch's layers ------------------------------------------------------------------------

@@ -61,7 +61,7 @@ from . import (
 )
 from . import layers as _layers
 from .dialect import Dialect, Tx
-from .layers import FulltextColumns, LayerItem, LayerSearch, VectorRow
+from .layers import FulltextAsk, FulltextColumns, LayerItem, LayerSearch, VectorRow
 from .rows import SESSION_COLUMNS, session_row
 
 __all__ = ["SQLStore"]
@@ -511,7 +511,8 @@ class SQLStore(ABC):
         (BM25)."""
         if not terms or limit <= 0:
             return []
-        return self._fulltext_messages(LayerSearch(project_id, user_id, limit, ()), terms, filters)
+        search = LayerSearch(project_id, user_id, limit, ())
+        return self._fulltext_many([FulltextAsk("messages", search, terms, filters)])[0]
 
     def vector_messages(
         self,
@@ -544,7 +545,49 @@ class SQLStore(ABC):
         statuses = current if statuses is None else statuses
         if not terms or limit <= 0 or not statuses:
             return []
-        return self._fulltext_layer(LayerSearch(project_id, user_id, limit, statuses), table, terms)
+        search = LayerSearch(project_id, user_id, limit, statuses)
+        return self._fulltext_many([FulltextAsk(table, search, terms, None)])[0]
+
+    def fulltext_layers(
+        self,
+        project_id: str,
+        user_id: str,
+        variants: Sequence[Sequence[str]],
+        limit: int,
+        *,
+        messages: SearchFilters | None,
+        facts: Sequence[str] | None,
+        summaries: Sequence[str] | None,
+    ) -> list[dict[str, list[tuple[int, float]]]]:
+        """For each variant (its terms), what ``fulltext_messages`` finds with the filters
+        ``messages`` and ``fulltext_items`` in the statuses ``facts`` and ``summaries``, by
+        layer; a layer given None is not searched. In one round trip where the backend
+        sends statements together."""
+        layers = [
+            (kind, table, filters, statuses)
+            for kind, table, filters, statuses in (
+                ("message", "messages", messages, ()),
+                ("fact", "facts", None, facts),
+                ("summary", "summaries", None, summaries),
+            )
+            if (filters if kind == "message" else statuses) is not None
+        ]
+        out: list[dict[str, list[tuple[int, float]]]] = [
+            {kind: [] for kind, *_ in layers} for _ in variants
+        ]
+        asks: list[FulltextAsk] = []
+        into: list[tuple[int, str]] = []
+        for v, terms in enumerate(variants):
+            for kind, table, filters, statuses in layers:
+                if not terms or limit <= 0 or (kind != "message" and not statuses):
+                    continue
+                search = LayerSearch(project_id, user_id, limit, statuses or ())
+                asks.append(FulltextAsk(table, search, terms, filters))
+                into.append((v, kind))
+        if asks:
+            for (v, kind), found in zip(into, self._fulltext_many(asks), strict=True):
+                out[v][kind] = found
+        return out
 
     def vector_items(
         self,
@@ -604,11 +647,8 @@ class SQLStore(ABC):
         return [(rows[pk], sim) for pk, sim in found if pk in rows]
 
     @abstractmethod
-    def _fulltext_messages(
-        self, search: LayerSearch, terms: Sequence[str], filters: SearchFilters
-    ) -> list[tuple[int, float]]:
-        """The ``search``'s messages passing ``filters`` that match any of ``terms`` (at
-        least one), best first: (pk, BM25 score as FTS5 computes it)."""
+    def _fulltext_many(self, asks: Sequence[FulltextAsk]) -> list[list[tuple[int, float]]]:
+        """Each ask's rows, best first: (pk, BM25 score as FTS5 computes it)."""
 
     @abstractmethod
     def _vector_messages(
@@ -616,13 +656,6 @@ class SQLStore(ABC):
     ) -> list[tuple[int, float]]:
         """The ``search``'s messages passing ``filters`` nearest to ``query`` among
         ``embedder``'s vectors: (pk, cosine similarity)."""
-
-    @abstractmethod
-    def _fulltext_layer(
-        self, search: LayerSearch, table: str, terms: Sequence[str]
-    ) -> list[tuple[int, float]]:
-        """The ``search``'s rows of ``table`` (``facts``, ``summaries``) matching any of
-        ``terms`` (at least one), best first: (pk, BM25 score as FTS5 computes it)."""
 
     @abstractmethod
     def _vector_layer(

@@ -28,10 +28,9 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from .. import SearchFilters
 from .._core.dialect import Tx
 from .._core.filters import search_filter_sql
-from .._core.layers import FulltextColumns, LayerSearch
+from .._core.layers import FulltextAsk, FulltextColumns
 from .._text import fts_document, fts_words
 from ._connection import checked
 from ._user_indexes import PostgresUserIndexes, fulltext_target
@@ -39,6 +38,8 @@ from ._user_indexes import PostgresUserIndexes, fulltext_target
 __all__ = ["PostgresFullText", "fts_body"]
 
 _TABLES = ("messages", "facts", "summaries")
+# A statement, its named parameters, and whether psycopg may prepare it.
+_Statement = tuple[str, dict[str, Any], bool]
 log = logging.getLogger("stratamem.store")
 
 # PostgreSQL's tsvector holds at most 1 MB; a longer document is indexed by its start.
@@ -72,8 +73,8 @@ _BM25_SUM = _bm25_sum("q.idf", "t.fts_len", "st.avgdl")
 # Full text of a small table in one statement: the query words' lexemes, the table's row
 # count and average length, each lexeme's document frequency, the terms kept within the
 # budget (rarest first; the rarest always), their tsquery, the candidates within the rank
-# cap, and the ranking. Lexemes are
-# letters and digits only (see _fulltext), so quote_literal makes a tsquery operand of one.
+# cap, and the ranking. Lexemes are letters and digits only (see _fulltext_statement), so
+# quote_literal makes a tsquery operand of one.
 _SMALL_FTS = (
     "WITH terms AS ("
     " SELECT x.i, array_agg(l.lexeme ORDER BY l.positions[1]) AS lexemes"
@@ -211,23 +212,42 @@ class PostgresFullText(PostgresUserIndexes):
             hit = self._size_estimates.get(table, (0.0, now))
         return hit[0] > _LIVE_STATS_ROWS
 
-    def _fulltext(
-        self,
-        table: str,
-        project_id: str,
-        user_id: str,
-        terms: Sequence[str],
-        limit: int,
-        budget: int | None,
-        where: str,
-        params: Sequence[Any],
-    ) -> list[tuple[int, float]]:
+    def _fulltext_many(self, asks: Sequence[FulltextAsk]) -> list[list[tuple[int, float]]]:
+        # Every statement in one round trip (a pipeline): a search asks three layers for
+        # each variant of its query. What a statement needs first (lexemes, counts) is
+        # read before, when not cached.
+        with self._read() as c:
+            statements = [self._fulltext_statement(c, ask) for ask in asks]
+            cursors: list[Any] = []
+            with c.pipeline():
+                for st in statements:
+                    if st is None:
+                        cursors.append(None)
+                        continue
+                    sql, args, prepare = st
+                    cursors.append(c.execute(sql, args, prepare=None if prepare else False))
+            return [
+                [] if cur is None else [(int(pk), float(score)) for pk, score in cur.fetchall()]
+                for cur in cursors
+            ]
+
+    def _fulltext_statement(self, c: Any, ask: FulltextAsk) -> _Statement | None:
+        """The statement that ranks ``ask``'s rows (None: no word to look for)."""
+        table, (project_id, user_id, limit, statuses), terms, filters = ask
         # Words as the index holds them (fts_words: letters and digits only, which is what
         # lets the statements below quote lexemes by wrapping them in single quotes).
         words = [w for w in (" ".join(fts_words(t)) for t in terms) if w]
         if not words:
-            return []
+            return None
+        if filters is not None:
+            where, params = search_filter_sql(self.dialect, filters, "t")
+            # The statements use named placeholders: the filter's become %(p0)s, %(p1)s, ...
+            for i in range(len(params)):
+                where = where.replace("?", f"%(p{i})s", 1)
+        else:
+            where, params = " AND t.status = ANY(%(p0)s::text[])", [list(statuses)]
         scope = f" AND t.project_id = %(project)s AND t.user_id = %(user)s{where}"
+        budget = self.MATCH_BUDGET
         args: dict[str, Any] = {
             "project": project_id,
             "user": user_id,
@@ -235,17 +255,15 @@ class PostgresFullText(PostgresUserIndexes):
             "budget": budget,
             **{f"p{i}": v for i, v in enumerate(params)},
         }
-        with self._read() as c:
-            if self._is_large(c, table):
-                own = (project_id, user_id, fulltext_target(table))
-                found = self._large_fulltext(
-                    c, table, words, budget, scope, args, prepare=not self._has_user_index(own)
-                )
-                self._consider_user_index(own)
-                return found
-            args.update(words=words, cap=self.RANK_CAP)
-            rows = c.execute(_SMALL_FTS.format(t=checked(table), scope=scope), args).fetchall()
-        return [(int(pk), float(score)) for pk, score in rows]
+        if self._is_large(c, table):
+            own = (project_id, user_id, fulltext_target(table))
+            found = self._large_fulltext(
+                c, table, words, budget, scope, args, prepare=not self._has_user_index(own)
+            )
+            self._consider_user_index(own)
+            return found
+        args.update(words=words, cap=self.RANK_CAP)
+        return _SMALL_FTS.format(t=checked(table), scope=scope), args, True
 
     def _large_fulltext(
         self,
@@ -257,13 +275,14 @@ class PostgresFullText(PostgresUserIndexes):
         args: dict[str, Any],
         *,
         prepare: bool,
-    ) -> list[tuple[int, float]]:
-        """``prepare``: whether the statement may be prepared (psycopg prepares a statement
+    ) -> _Statement | None:
+        """The statement of a large table's full text (None: no term to look for).
+        ``prepare``: whether the statement may be prepared (psycopg prepares a statement
         run often): not for a user with a GIN index of their own, which the planner matches
         only with the user as a value it sees, in a plan made for this execution."""
         groups = [g for g in self._term_lexemes(c, words) if g]
         if not groups:
-            return []
+            return None
         rows, avg, df = self._fts_stats(c, table, [lex for g in groups for lex in g])
         # Rarest first: the order the budget keeps terms in and candidates are taken in.
         rarity = sorted((max(df[lex] for lex in g), i) for i, g in enumerate(groups))
@@ -304,10 +323,7 @@ class PostgresFullText(PostgresUserIndexes):
         # ~1.6 ms). The server still plans the first five runs with the values, and keeps
         # a generic plan only if it does not look costlier than those; the plan is the same
         # index scan whatever the terms, as the (user_id, fts) GIN index serves any of them.
-        found = c.execute(
-            _LARGE_FTS.format(branches=branches), args, prepare=None if prepare else False
-        ).fetchall()
-        return [(int(pk), float(score)) for pk, score in found]
+        return _LARGE_FTS.format(branches=branches), args, prepare
 
     def _term_lexemes(self, c: Any, words: Sequence[str]) -> list[tuple[str, ...]]:
         """The index's lexemes of each query word (stemmed), cached."""
@@ -436,30 +452,3 @@ class PostgresFullText(PostgresUserIndexes):
             log.warning("recounting %s's full-text statistics failed", table, exc_info=True)
         finally:
             self._recounting.discard(table)
-
-    def _fulltext_messages(
-        self, search: LayerSearch, terms: Sequence[str], filters: SearchFilters
-    ) -> list[tuple[int, float]]:
-        project_id, user_id, limit, _ = search
-        where, params = search_filter_sql(self.dialect, filters, "t")
-        # The statements use named placeholders: the filter's become %(p0)s, %(p1)s, ...
-        for i in range(len(params)):
-            where = where.replace("?", f"%(p{i})s", 1)
-        return self._fulltext(
-            "messages", project_id, user_id, terms, limit, self.MATCH_BUDGET, where, params
-        )
-
-    def _fulltext_layer(
-        self, search: LayerSearch, table: str, terms: Sequence[str]
-    ) -> list[tuple[int, float]]:
-        project_id, user_id, limit, statuses = search
-        return self._fulltext(
-            table,
-            project_id,
-            user_id,
-            terms,
-            limit,
-            self.MATCH_BUDGET,
-            " AND t.status = ANY(%(p0)s::text[])",
-            [list(statuses)],
-        )

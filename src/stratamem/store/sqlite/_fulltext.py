@@ -19,7 +19,7 @@ from ...errors import StoreError
 from .. import SearchFilters
 from .._core.dialect import Tx
 from .._core.filters import search_filter_sql
-from .._core.layers import FulltextColumns, LayerSearch
+from .._core.layers import FulltextAsk, FulltextColumns, LayerSearch
 from .._text import fts_document, scope_token
 from ._connection import SQLiteBase
 
@@ -232,6 +232,15 @@ class SQLiteFullText(SQLiteBase):
                 if len(taken) >= cap:
                     return taken
         return None
+
+    def _fulltext_many(self, asks: Sequence[FulltextAsk]) -> list[list[tuple[int, float]]]:
+        # In process: nothing to gain from sending them together.
+        return [
+            self._fulltext_layer(ask.search, ask.table, ask.terms)
+            if ask.filters is None
+            else self._fulltext_messages(ask.search, ask.terms, ask.filters)
+            for ask in asks
+        ]
 
     def _fulltext_messages(
         self, search: LayerSearch, terms: Sequence[str], filters: SearchFilters
