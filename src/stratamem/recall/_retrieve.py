@@ -351,14 +351,9 @@ def fill_rows(store: RecallStore, items: Sequence[tuple[Key, Scored]]) -> None:
             wanted.setdefault(layer, []).append(pk)
     if not wanted:
         return
-    messages, facts, summaries = store.items_by_pk(
-        wanted.get("message", []), wanted.get("fact", []), wanted.get("summary", [])
-    )
-    found: dict[str, Mapping[int, StoredRow]] = {
-        "message": messages,
-        "fact": facts,
-        "summary": summaries,
-    }
+    layers = ("message", "fact", "summary")
+    rows = store.items_by_pk(*(wanted.get(layer, []) for layer in layers))
+    found: dict[str, Mapping[int, StoredRow]] = dict(zip(layers, rows, strict=True))
     for (layer, pk), x in items:
         if x.row is None:
             x.row = found[layer].get(pk)

@@ -347,16 +347,16 @@ class PostgresVectors(PostgresUserIndexes):
             guessed = read_guessed() if read_guessed is not None else {}
             cached = {k: scope for k, scope in scopes.items() if scope is not None}
             checked = [k for k in statuses if k in cached]
-            # A guess holds when its scope is the one brought up to date and took no rows.
-            fresh = [k for k in checked if k in guesses and guesses[k][0] is cached[k]]
-            fresh = [k for k in fresh if guesses[k][1] == cached[k].last_pk]
             status_of: dict[str, dict[int, str]] = {k: {} for k in checked}
-            for kind in fresh:
-                near[kind] = guesses[kind][2]
-                status_of[kind] = guessed[kind]
-            stale = [k for k in checked if k not in fresh]
-            for kind in stale:
-                near[kind] = [cached[kind].search(q, over) for q in qs]
+            stale = []
+            for kind in checked:
+                held, last_pk, hits = guesses.get(kind, (None, -1, []))
+                # A guess holds when its scope is the one brought up to date and took no rows.
+                if held is cached[kind] and last_pk == held.last_pk:
+                    near[kind], status_of[kind] = hits, guessed[kind]
+                else:
+                    near[kind] = [cached[kind].search(q, over) for q in qs]
+                    stale.append(kind)
             where, params = (
                 ("", [])
                 if messages is None or messages.empty
