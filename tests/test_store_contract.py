@@ -1255,7 +1255,7 @@ def test_fulltext_ranks_at_most_the_rank_cap_rarest_term_first(store: Store) -> 
         "fact": dict(store.fulltext_items("fact", P, "u1", ["pizza", "sushi"], 10)),
     }
     assert len(whole["message"]) == len(whole["fact"]) == 6
-    store.RANK_CAP = 3  # type: ignore[attr-defined]  # instead of 1,000
+    store.RANK_CAP = 3  # type: ignore[attr-defined]  # instead of the default
     capped = {
         "message": store.fulltext_messages(P, "u1", ["pizza", "sushi"], 10, SearchFilters()),
         "fact": store.fulltext_items("fact", P, "u1", ["pizza", "sushi"], 10),

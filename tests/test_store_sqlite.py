@@ -438,6 +438,23 @@ def test_fulltext_keeps_the_rarest_terms_within_a_match_budget(make_memory: Any)
     assert store._stems(["nights", "上海"]) == ["night", "上海"]
 
 
+def test_every_match_within_the_budget_is_ranked(make_memory: Any) -> None:
+    """With the default settings, terms that match at most MATCH_BUDGET rows have all their
+    rows ranked: the best match stored last is found among 1,200 (a cap of 1,000 ranked the
+    first 1,000 in rowid order and missed it, and cost more than ranking them all)."""
+    mem = make_memory(workers=0)
+    store = mem.store
+    assert store.RANK_CAP >= store.MATCH_BUDGET >= 1200
+    s = mem.sessions.create(user_id="u1")
+    for start in range(0, 1199, 100):  # add_messages takes at most 100 at a time
+        batch = range(start, min(start + 100, 1199))
+        s.add_messages([{"role": "user", "content": f"saffron note {i}"} for i in batch])
+    s.add_messages([{"role": "user", "content": "saffron saffron saffron"}])
+    (last,) = store._conn().execute("SELECT max(pk) FROM messages").fetchone()
+    hits = store.fulltext_messages("default", "u1", ["saffron"], 5, SearchFilters())
+    assert hits[0][0] == last
+
+
 def test_fulltext_scoping_is_exact_on_both_plans(make_memory: Any) -> None:
     mem = make_memory(workers=0)
     big = mem.sessions.create(user_id="big")
@@ -451,6 +468,28 @@ def test_fulltext_scoping_is_exact_on_both_plans(make_memory: Any) -> None:
     assert {h.text for h in mem.search("garden", user_id="small")} == {"my garden secret"}
     big_hits = mem.search("garden", user_id="big", limit=50)
     assert len(big_hits) == 12 and all(h.user_id == "big" for h in big_hits)
+
+
+def test_a_large_users_matches_are_found_under_other_users_better_ones(make_memory: Any) -> None:
+    """A user who owns most rows has their best matches taken from the head of the whole
+    table's ranking; when other users' rows fill that head, each match's owner is checked
+    instead, and either way the user gets their own rows, best first."""
+    mem = make_memory(workers=0)
+    store = mem.store
+    big = mem.sessions.create(user_id="big")
+    big.add_messages([{"role": "user", "content": f"garden note {i}"} for i in range(20)])
+    big.add_messages([{"role": "user", "content": "a rose in the garden note"}])
+    big.add_messages([{"role": "user", "content": "rose"}])
+    other = mem.sessions.create(user_id="other")
+    other.add_messages([{"role": "user", "content": "rose rose rose"} for _ in range(9)])
+    assert store._plan_fulltext("messages", "default", "big", ["rose"])[1] == "owner"
+    store.OWNED_HEAD = 2  # the table's 4 best for a limit of 2: all "other"'s
+    crowded = store.fulltext_messages("default", "big", ["rose"], 2, SearchFilters())
+    store.OWNED_HEAD = 100  # the head reaches "big"'s rows
+    head = store.fulltext_messages("default", "big", ["rose"], 2, SearchFilters())
+    by_pk = dict(store._conn().execute("SELECT pk, content FROM messages"))
+    assert [by_pk[pk] for pk, _ in crowded] == ["rose", "a rose in the garden note"]
+    assert head == crowded
 
 
 def test_fulltext_of_the_only_user_needs_no_scoping(make_memory: Any) -> None:
