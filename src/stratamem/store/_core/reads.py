@@ -266,24 +266,29 @@ def standing_facts(tx: Tx, project_id: str, user_id: str, limit: int) -> list[St
     """The user's active standing facts, newest first, at most ``limit``, each with the
     newest current summary holding it. A fact whose every holding summary was retired (an
     operator archived or deleted it) is left out: it is no longer the user's memory. Both
-    reads go through partial indexes (``facts_standing``, ``summaries_standing``)."""
-    facts = [
-        fact_row(r, tx.dialect)
-        for r in tx.all(
-            f"SELECT {FACT_COLUMNS} FROM facts WHERE project_id = ? AND user_id = ? "
-            "AND standing = ? AND status = 'active' ORDER BY pk DESC LIMIT ?",
-            (project_id, user_id, True, limit),
+    reads go through partial indexes (``facts_standing``, ``summaries_standing``) and are
+    sent together; the second reads only the summaries holding one of the facts read, not
+    every standing summary of a long history."""
+    d = tx.dialect
+    read = (
+        "SELECT {} FROM facts WHERE project_id = ? AND user_id = ? "
+        "AND standing = ? AND status = 'active' ORDER BY pk DESC LIMIT ?"
+    )
+    args = (project_id, user_id, True, limit)
+    with tx.together():
+        facts_read = tx.execute(read.format(FACT_COLUMNS), args)
+        holders_read = tx.execute(
+            "SELECT id, status, fact_ids FROM summaries WHERE project_id = ? AND user_id = ? "
+            f"AND standing = ? AND {d.overlaps('fact_ids', read.format('id'))} ORDER BY pk DESC",
+            (project_id, user_id, True, *args),
         )
-    ]
+    facts = [fact_row(r, d) for r in facts_read.fetchall()]
+    held_by = holders_read.fetchall()
     if not facts:
         return []
     holders: dict[str, list[tuple[str, bool]]] = {}  # fact id -> (summary id, current?)
-    for sid, status, fact_ids in tx.all(
-        "SELECT id, status, fact_ids FROM summaries WHERE project_id = ? AND user_id = ? "
-        "AND standing = ? ORDER BY pk DESC",
-        (project_id, user_id, True),
-    ):
-        for fid in tx.dialect.load_array(fact_ids):
+    for sid, status, fact_ids in held_by:
+        for fid in d.load_array(fact_ids):
             holders.setdefault(fid, []).append((sid, status in CURRENT_SUMMARY))
     out = []
     for f in facts:
