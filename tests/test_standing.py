@@ -20,7 +20,7 @@ from starlette.testclient import TestClient
 
 from fakes.memory_model import MemoryModel
 from fakes.openai_server import FakeOpenAIServer
-from stratamem import Memory
+from stratamem import Memory, StoreError
 from stratamem.mcp import MemoryTools
 from stratamem.mcp._server import build_server
 from stratamem.pipeline import is_small_talk
@@ -408,6 +408,29 @@ def test_search_puts_the_instruction_in_scope_first(
         h.metadata.get("standing")
         for h in mem.search(ASYNC_REQUEST, user_id="ana", layers=["summary", "message"])
     )
+
+
+def test_a_failed_read_of_standing_items_fails_the_search_and_the_next_one_works(
+    remember: Callable[..., tuple[Memory, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The standing items are read beside the search, on the recall's pool: a store error
+    there reaches the caller as it did when the read ran in line, and leaves the pool and
+    the store as they were."""
+    mem, session = remember(ASYNC, "I'm vegetarian.")
+    read = mem.store.standing_facts
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise StoreError("the store went away")
+
+    monkeypatch.setattr(mem.store, "standing_facts", broken)
+    with pytest.raises(StoreError, match="went away"):
+        mem.search(ASYNC_REQUEST, user_id="ana", limit=3)
+    with pytest.raises(StoreError, match="went away"):
+        session.get_memory(ASYNC_REQUEST)
+    monkeypatch.setattr(mem.store, "standing_facts", read)
+    hits = mem.search(ASYNC_REQUEST, user_id="ana", limit=3)
+    assert hits[0].metadata["standing"] is True
+    assert "User is vegetarian." in _standing_texts(session.get_memory(ASYNC_REQUEST))
 
 
 def test_a_question_about_what_was_said_is_answered_by_the_record(

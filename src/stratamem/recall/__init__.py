@@ -23,7 +23,7 @@ once a worker has embedded it.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, nullcontext
 from datetime import datetime
@@ -35,7 +35,7 @@ from .._queries import SEARCH_LAYERS
 from .._time import parse_iso as parse_ts
 from ..embed import Embedder
 from ..llm import ChatModel
-from ..store import SearchFilters, SessionRow
+from ..store import SearchFilters, SessionRow, StandingFact
 from ..types import Hit, MemoryContext, RecallConfig
 from ._chain import chain
 from ._context import assemble, carried_texts
@@ -44,7 +44,13 @@ from ._retrieve import RecallStore, StoredRow, retrieve
 from ._rows import message_from_row
 from ._scoring import DEFAULT_WEIGHTS, Key, Scored, ScorerWeights, rank
 from ._select import select
-from ._standing import SEARCH_MIN_SIMILARITY, TextVectors, applicable, with_standing
+from ._standing import (
+    SEARCH_MIN_SIMILARITY,
+    TextVectors,
+    applicable,
+    read_standing,
+    with_standing,
+)
 from ._tokens import estimate_tokens
 
 __all__ = [
@@ -127,8 +133,16 @@ class Recaller:
         under metadata filters, which they are not checked against)."""
         if limit <= 0 or not query.strip():
             return []
+        wants_standing = (
+            standing
+            and "fact" in (options or SearchOptions()).layers
+            and not filters.metadata
+            and not asks_for_record(query)  # the record asked for, not work to shape
+        )
         with self._foreground():
             _abandon.check()  # the foreground gate may have been waited for
+            # Read beside the search (it needs nothing the search finds): off its path.
+            read = self._standing_read(project_id, user_id) if wants_standing else None
             plan = plan_query(
                 query,
                 project_id=project_id,
@@ -157,24 +171,25 @@ class Recaller:
                 chat=self.chat,
                 rows=rows,
             )
-            if (
-                not standing
-                or "fact" not in plan.options.layers
-                or filters.metadata
-                or asks_for_record(query)  # the record asked for, not work to shape
-            ):
+            if read is None:
                 return hits
             items = applicable(
-                self.store,
+                read,
                 self.vectors,
-                project_id,
-                user_id,
                 query,
                 as_of=plan.options.as_of,
                 general=False,
                 minimum=SEARCH_MIN_SIMILARITY,
             )
             return with_standing(hits, items, limit)
+
+    def _standing_read(self, project_id: str, user_id: str) -> Callable[[], list[StandingFact]]:
+        """The user's standing items, read in the background from now: the returned
+        callable waits for them."""
+        pending = self._executor().submit(
+            _tracing.carry(partial(read_standing, self.store, project_id, user_id))
+        )
+        return pending.result
 
     def _rank(self, plan: QueryPlan) -> dict[Key, Scored]:
         """Retrieve and score: what one plan finds, ranked."""
@@ -221,7 +236,9 @@ class Recaller:
         standing = (
             None
             if filters.metadata
-            else partial(applicable, self.store, self.vectors, project_id, session.user_id)
+            or not (query and query.strip())
+            or not config.enable_long_term_recall
+            else partial(applicable, self._standing_read(project_id, session.user_id), self.vectors)
         )
         with self._foreground(), _tracing.span("stratamem.recall.assemble", child=True):
             return assemble(

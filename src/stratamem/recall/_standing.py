@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -45,6 +45,7 @@ __all__ = [
     "Applicable",
     "TextVectors",
     "applicable",
+    "read_standing",
     "with_standing",
 ]
 
@@ -114,25 +115,24 @@ def _said_by(item: StandingFact, as_of: datetime | None) -> bool:
     return said is None or said <= as_of
 
 
+def read_standing(store: LayerStore, project_id: str, user_id: str) -> list[StandingFact]:
+    """The user's standing items that ``applicable`` chooses from."""
+    return store.standing_facts(project_id, user_id, limit=STANDING_READ)
+
+
 def applicable(
-    store: LayerStore,
+    read: Callable[[], Sequence[StandingFact]],
     vectors: TextVectors,
-    project_id: str,
-    user_id: str,
     query: str,
     *,
     as_of: datetime | None = None,
     general: bool = True,
     minimum: float = SCOPE_MIN_SIMILARITY,
 ) -> list[Applicable]:
-    """The user's standing items that apply to ``query``: the scoped ones at least
-    ``minimum`` close first (closest first), then, if ``general``, the general ones (see
-    the module docstring)."""
-    items = [
-        s
-        for s in store.standing_facts(project_id, user_id, limit=STANDING_READ)
-        if _said_by(s, as_of) and (general or s.fact.scope)
-    ]
+    """The user's standing items (``read()``, see ``read_standing``) that apply to
+    ``query``: the scoped ones at least ``minimum`` close first (closest first), then, if
+    ``general``, the general ones (see the module docstring)."""
+    items = [s for s in read() if _said_by(s, as_of) and (general or s.fact.scope)]
     if not items or not query.strip():
         return []
     texts = [s.fact.text for s in items]
