@@ -19,6 +19,7 @@ from datetime import datetime, timedelta, timezone
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 
@@ -39,6 +40,8 @@ __all__ = [
     "locomo_turns",
     "machine_info",
     "other_load",
+    "postgres_admin_url",
+    "postgres_database",
     "stopwatch",
     "summarize",
     "synthetic_texts",
@@ -233,7 +236,38 @@ def loadavg() -> float | None:
         return None
 
 
-# -- LoCoMo --------------------------------------------------------------------------------
+# -- PostgreSQL databases of a benchmark --------------------------------------------------------
+
+
+def postgres_admin_url(arg: str | None) -> str:
+    """The superuser URL a benchmark makes its databases with: ``--pg``, else the test
+    suite's server, else the local default."""
+    return (
+        arg
+        or os.environ.get("STRATAMEM_TEST_POSTGRES_URL")
+        or "postgresql://postgres@127.0.0.1:5432/postgres"
+    )
+
+
+@contextmanager
+def postgres_database(admin: str, name: str, *, keep: bool) -> Iterator[str]:
+    """A fresh database ``name`` (dropped first if it exists) with the store's extensions;
+    its URL. Dropped at the end unless ``keep``."""
+    import psycopg
+
+    with psycopg.connect(admin, autocommit=True) as c:
+        c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        c.execute(f'CREATE DATABASE "{name}"')
+    url = urlunsplit(urlsplit(admin)._replace(path=f"/{name}"))
+    with psycopg.connect(url, autocommit=True) as c:
+        c.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        c.execute("CREATE EXTENSION IF NOT EXISTS btree_gin")
+    try:
+        yield url
+    finally:
+        if not keep:
+            with psycopg.connect(admin, autocommit=True) as c:
+                c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def analyze_postgres(url: str) -> str:
@@ -247,6 +281,9 @@ def analyze_postgres(url: str) -> str:
         row = conn.execute("SHOW autovacuum").fetchone()
         conn.execute("ANALYZE")
     return f"ANALYZE after the load (autovacuum {row[0] if row else 'unknown'})"
+
+
+# -- LoCoMo --------------------------------------------------------------------------------
 
 
 def data_dir() -> Path:

@@ -1,4 +1,5 @@
-"""``bench/scale.py --part user``: one user's years of history on one store.
+"""``bench/scale.py --part user``: one user's years of history on one store (``--backend``:
+SQLite, PostgreSQL or both, each size on a fresh store of each).
 
 One user (``heavy``) holds ``--user-messages`` messages (10,000 by default; a list such as
 ``10000,100000`` runs each size on a fresh store) beside ``--other-users`` users of 500
@@ -20,23 +21,35 @@ Then, for the heavy user, after the background HNSW builds are done: ``mem.searc
 10) and ``get_memory`` p50 / p95 over the BEAM chat's questions; the chat's evidence turns in
 the first 10 turns of the search (R@10) beside the same chat held alone by a small user in
 the same store (the history's cost to recall); the vector search of the message layer
-against exact search over the same vectors (recall@10); the store's size on disk and the
-process's resident memory.
+against exact search over the same vectors (recall@10); the store's size on disk (the
+SQLite file, or the PostgreSQL database) and the process's resident memory (PostgreSQL's own
+processes not counted). A PostgreSQL store is analysed after the load, as autovacuum would.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import resource
 import sys
 import time
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from _common import format_summary, loadavg, locomo_turns, summarize, synthetic_texts
+from _common import (
+    analyze_postgres,
+    format_summary,
+    loadavg,
+    locomo_turns,
+    postgres_admin_url,
+    postgres_database,
+    summarize,
+    synthetic_texts,
+)
 from retrieval import (
     MAX_CONTENT_CHARS,
     Dataset,
@@ -163,17 +176,46 @@ def _vector_recall(mem: Memory, questions: list[Question]) -> float:
     search over the same vectors, top 10."""
     store = mem.store
     emb = mem.embedder
+    ids, matrix = _message_vectors(mem)
     found = 0
     for q in questions:
         qvec = np.asarray(emb.embed([q.text])[0], dtype=np.float32)
         got = store.vector_messages("default", HEAVY, qvec, emb.id, LIMIT, SearchFilters())
-        scope = store.vectors.peek(("default", HEAVY, "message", emb.id))
-        if scope is None:
-            raise SystemExit("the heavy user's message vectors are not loaded")
-        sims = scope.matrix[: scope.n] @ qvec
-        exact = scope._top(scope.ids[: scope.n], sims, LIMIT)
-        found += len({pk for pk, _ in got} & {pk for pk, _ in exact})
+        exact = ids[np.argsort(-(matrix @ qvec), kind="stable")[:LIMIT]]
+        found += len({pk for pk, _ in got} & {int(pk) for pk in exact})
     return found / (LIMIT * len(questions))
+
+
+def _message_vectors(mem: Memory) -> tuple[np.ndarray, np.ndarray]:
+    """Every message vector of the heavy user, as stored: (message pks, matrix)."""
+    if mem.store.url.startswith("postgresql"):
+        import psycopg
+
+        with psycopg.connect(mem.settings.database_url) as c:
+            rows = c.execute(
+                "SELECT item_pk, vec::text FROM vectors WHERE project_id = 'default' AND "
+                "user_id = %s AND kind = 'message' AND embedder = %s",
+                (HEAVY, mem.embedder.id),
+            ).fetchall()
+        pks = np.array([r[0] for r in rows], dtype=np.int64)
+        matrix = np.array([np.fromstring(r[1][1:-1], sep=",") for r in rows], dtype=np.float32)
+        return pks, matrix
+    scope = mem.store.vectors.peek(("default", HEAVY, "message", mem.embedder.id))
+    if scope is None:
+        raise SystemExit("the heavy user's message vectors are not loaded")
+    return np.asarray(scope.ids[: scope.n], dtype=np.int64), scope.matrix[: scope.n]
+
+
+def _settle(mem: Memory) -> None:
+    """Wait for the store's background index builds that the first searches started (SQLite:
+    the user's HNSW graphs; PostgreSQL: a per-user index, if the user qualifies)."""
+    mem.search("what did we talk about", user_id=HEAVY, limit=LIMIT)
+    if mem.store.url.startswith("postgresql"):
+        deadline = time.monotonic() + 1800
+        while mem.store._user_index_thread is not None and time.monotonic() < deadline:
+            time.sleep(0.2)
+    else:
+        mem.store.vectors.wait_indexes()
 
 
 def _rss_mib() -> float:
@@ -187,67 +229,119 @@ def run_user(args: argparse.Namespace, sizes: list[int]) -> dict[str, Any]:
     beam = beam_dataset("all", None)
     questions = beam.users[0].questions
     docs = [d for s in beam.users[0].sessions for d in s.docs]
+    if args.reuse:
+        # A store kept by an earlier run (--keep-dir, --keep): measured again, not built, so
+        # that two commits can be timed in turn on the same data.
+        print(f"\n== one user's history: {args.reuse} (kept; load {loadavg()}) ==")
+        return {"reused": _measure(args.reuse, questions, docs, _heavy_messages(args.reuse))}
+    backends = ("sqlite", "postgres") if args.backend == "both" else (args.backend,)
     results: dict[str, Any] = {}
-    for n in sizes:
-        print(f"\n== one user's history, sqlite: {n:,} messages (load {loadavg()}) ==")
-        with _sqlite(args, n) as (url, path):
-            build = _build(url, beam, n, args.other_users)
-            with Memory(url, max_content_chars=MAX_CONTENT_CHARS) as mem:
-                mem.search("what did we talk about", user_id=HEAVY, limit=LIMIT)
-                mem.store.vectors.wait_indexes()
-                for q in questions[:3]:  # warm
-                    mem.search(q.text, user_id=HEAVY, limit=LIMIT, as_of=q.as_of)
-                r10, search_s = _evidence_recall(mem, HEAVY, questions, docs, "")
-                mem.search(questions[0].text, user_id=ALONE, limit=LIMIT)
-                alone_r10, _ = _evidence_recall(mem, ALONE, questions, docs, "alone-")
-                session = mem.sessions.get(f"h-{(build['heavy_messages'] - 1) // SESSION_SIZE}")
-                context_s = []
-                for q in questions:
-                    t0 = time.perf_counter()
-                    session.get_memory(q.text)
-                    context_s.append(time.perf_counter() - t0)
-                vector_recall = _vector_recall(mem, questions)
-                search, context = summarize(search_s), summarize(context_s)
-                row = {
-                    **build,
-                    "search": search.as_dict(),
-                    "get_memory": context.as_dict(),
-                    "evidence_r10": r10,
-                    "evidence_r10_alone": alone_r10,
-                    "vector_recall_at_10": vector_recall,
-                    "db_mib": sum(p.stat().st_size for p in path.parent.glob(path.name + "*"))
-                    / 2**20,
-                    "rss_mib": _rss_mib(),
-                    "max_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                    "load_after": loadavg(),
-                }
-            print(format_summary("mem.search, limit 10", search))
-            print(format_summary("get_memory", context))
+    for backend in backends:
+        for n in sizes:
+            print(f"\n== one user's history, {backend}: {n:,} messages (load {loadavg()}) ==")
+            with _store(args, backend, n) as (url, size_mib):
+                build = _build(url, beam, n, args.other_users)
+                if backend == "postgres":
+                    print(f"  {analyze_postgres(url)}")
+                measured = _measure(url, questions, docs, build["heavy_messages"])
+                row = {**build, **measured, "db_mib": size_mib()}
             print(
-                f"  BEAM chat 1 evidence R@10 {r10:.1f} (held alone: {alone_r10:.1f}); "
-                f"vectors recall@10 vs exact {vector_recall:.3f}; store {row['db_mib']:.0f} MiB, "
-                f"RSS {row['rss_mib']:.0f} MiB (peak {row['max_rss_mib']:.0f})"
+                f"  store {row['db_mib']:.0f} MiB, RSS {row['rss_mib']:.0f} MiB "
+                f"(peak {row['max_rss_mib']:.0f})"
             )
-        results[str(n)] = row
+            results[f"{backend}:{n}"] = row
     return results
 
 
-class _sqlite:
-    """A fresh SQLite store for one size, in ``--keep-dir`` (kept) or a temporary folder."""
+def _heavy_messages(url: str) -> int:
+    sql = f"SELECT count(*) FROM messages WHERE user_id = '{HEAVY}'"
+    if url.startswith("postgresql"):
+        import psycopg
 
-    def __init__(self, args: argparse.Namespace, n: int) -> None:
-        import tempfile
+        with psycopg.connect(url) as c:
+            row = c.execute(sql).fetchone()
+    else:
+        import sqlite3
 
-        self._tmp = None if args.keep_dir else tempfile.TemporaryDirectory()
-        folder = Path(args.keep_dir or self._tmp.name)  # type: ignore[union-attr]
-        folder.mkdir(parents=True, exist_ok=True)
-        self.path = folder / f"user-{n}.db"
-        for old in folder.glob(self.path.name + "*"):
+        from stratamem.store.sqlite import sqlite_path
+
+        with contextlib.closing(sqlite3.connect(sqlite_path(url))) as c:
+            row = c.execute(sql).fetchone()
+    if not row or not row[0]:
+        raise SystemExit(f"no messages of the user {HEAVY!r} in {url}")
+    return int(row[0])
+
+
+def _measure(
+    url: str, questions: list[Question], docs: list[Doc], heavy_messages: int
+) -> dict[str, Any]:
+    with Memory(url, max_content_chars=MAX_CONTENT_CHARS) as mem:
+        _settle(mem)
+        for q in questions[:3]:  # warm
+            mem.search(q.text, user_id=HEAVY, limit=LIMIT, as_of=q.as_of)
+        r10, search_s = _evidence_recall(mem, HEAVY, questions, docs, "")
+        mem.search(questions[0].text, user_id=ALONE, limit=LIMIT)
+        alone_r10, _ = _evidence_recall(mem, ALONE, questions, docs, "alone-")
+        session = mem.sessions.get(f"h-{(heavy_messages - 1) // SESSION_SIZE}")
+        context_s = []
+        for q in questions:
+            t0 = time.perf_counter()
+            session.get_memory(q.text)
+            context_s.append(time.perf_counter() - t0)
+        vector_recall = _vector_recall(mem, questions)
+    search, context = summarize(search_s), summarize(context_s)
+    print(format_summary("mem.search, limit 10", search))
+    print(format_summary("get_memory", context))
+    print(
+        f"  BEAM chat 1 evidence R@10 {r10:.1f} (held alone: {alone_r10:.1f}); "
+        f"vectors recall@10 vs exact {vector_recall:.3f}"
+    )
+    return {
+        "search": search.as_dict(),
+        "get_memory": context.as_dict(),
+        "evidence_r10": r10,
+        "evidence_r10_alone": alone_r10,
+        "vector_recall_at_10": vector_recall,
+        "rss_mib": _rss_mib(),
+        "max_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "load_after": loadavg(),
+    }
+
+
+@contextlib.contextmanager
+def _store(
+    args: argparse.Namespace, backend: str, n: int
+) -> Iterator[tuple[str, Callable[[], float]]]:
+    """A fresh store for one size: its URL and a function giving its size on disk in MiB.
+    SQLite: ``user-<n>.db`` in ``--keep-dir`` (kept) or a temporary folder; PostgreSQL: the
+    database ``stratamem_bench_user_<n>`` on ``--pg``'s server, kept with ``--keep``."""
+    if backend == "postgres":
+        name = f"stratamem_bench_user_{n}"
+        with postgres_database(postgres_admin_url(args.pg), name, keep=args.keep) as url:
+
+            def database_mib() -> float:
+                import psycopg
+
+                with psycopg.connect(url) as c:
+                    row = c.execute("SELECT pg_database_size(current_database())").fetchone()
+                return float(row[0]) / 2**20 if row else float("nan")
+
+            yield url, database_mib
+            if args.keep:
+                print(f"  kept: {url}")
+        return
+    with contextlib.ExitStack() as stack:
+        if args.keep_dir:
+            folder = Path(args.keep_dir)
+            folder.mkdir(parents=True, exist_ok=True)
+        else:
+            import tempfile
+
+            folder = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        path = folder / f"user-{n}.db"
+        for old in folder.glob(path.name + "*"):
             old.unlink()
-
-    def __enter__(self) -> tuple[str, Path]:
-        return f"sqlite:///{self.path}", self.path
-
-    def __exit__(self, *exc: object) -> None:
-        if self._tmp is not None:
-            self._tmp.cleanup()
+        yield (
+            f"sqlite:///{path}",
+            lambda: sum(f.stat().st_size for f in folder.glob(path.name + "*")) / 2**20,
+        )

@@ -34,7 +34,8 @@ the HNSW index both where the user's rows are half of it and where they are a tw
 One user's history (``--part user``)
 ------------------------------------
 One user with ``--user-messages`` messages (10,000; ``10000,100000`` for both) beside other
-users, on SQLite, all through the real engine offline: acceptance and processing rates,
+users, on SQLite and PostgreSQL (``--backend``), all through the real engine offline:
+acceptance and processing rates,
 ``mem.search`` and ``get_memory`` p50 / p95, a planted real chat's evidence recall beside the
 same chat held alone, vector recall@10 against exact, size on disk and memory
 (``bench/_user_history.py`` says how the history is made).
@@ -52,12 +53,14 @@ after every worker was up, divided by the time from then until none was left.
     python bench/scale.py --part search --backend postgres --facts 200000
     python bench/scale.py --part search --reuse postgresql://.../stratamem_bench_scale
     python bench/scale.py --part pipeline --embedder local --json
-    python bench/scale.py --part user --user-messages 10000,100000 --json
+    python bench/scale.py --part user --backend sqlite --user-messages 10000,100000 --json
+    python bench/scale.py --part user --backend postgres --user-messages 10000 --keep
 
 PostgreSQL: ``--pg`` is a superuser URL of the server (default $STRATAMEM_TEST_POSTGRES_URL,
 else postgresql://postgres@127.0.0.1:5432/postgres); the benchmark creates its own
 databases and drops them unless ``--keep``. ``--reuse URL`` searches a database kept by
-an earlier run (same --facts and --seed) instead of building one.
+an earlier run (same --facts and --seed) instead of building one; with ``--part user`` it
+measures a store kept by ``--keep-dir`` or ``--keep`` again (to time two commits in turn).
 """
 
 from __future__ import annotations
@@ -87,6 +90,8 @@ from _common import (
     locomo_questions,
     locomo_turns,
     machine_info,
+    postgres_admin_url,
+    postgres_database,
     stopwatch,
     summarize,
     verdict,
@@ -149,42 +154,11 @@ class CachedEmbedder:
         return np.vstack([self.cache[t] for t in texts]).astype(np.float32)
 
 
-def _admin_url(arg: str | None) -> str:
-    return (
-        arg
-        or os.environ.get("STRATAMEM_TEST_POSTGRES_URL")
-        or "postgresql://postgres@127.0.0.1:5432/postgres"
-    )
-
-
-def _with_database(url: str, name: str) -> str:
-    return urlunsplit(urlsplit(url)._replace(path=f"/{name}"))
-
-
 def _with_options(url: str, **settings: str) -> str:
     parts = urlsplit(url)
     options = " ".join(f"-c {k}={v}" for k, v in settings.items())
     query = urlencode({"options": options}, quote_via=quote)
     return urlunsplit(parts._replace(query=query))
-
-
-@contextmanager
-def _database(admin: str, name: str, *, keep: bool) -> Iterator[str]:
-    import psycopg
-
-    with psycopg.connect(admin, autocommit=True) as c:
-        c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        c.execute(f'CREATE DATABASE "{name}"')
-    url = _with_database(admin, name)
-    with psycopg.connect(url, autocommit=True) as c:
-        c.execute("CREATE EXTENSION IF NOT EXISTS vector")
-        c.execute("CREATE EXTENSION IF NOT EXISTS btree_gin")
-    try:
-        yield url
-    finally:
-        if not keep:
-            with psycopg.connect(admin, autocommit=True) as c:
-                c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def _owners(n: int) -> list[str]:
@@ -312,7 +286,7 @@ def _load_postgres(
     with psycopg.connect(url, autocommit=True) as c:
         c.execute("ANALYZE vectors")
         out["db_mib"] = (
-            c.execute("SELECT pg_database_size(current_database())").fetchone()[0] / 2**20
+            c.execute("SELECT pg_database_size(currentpostgres_database())").fetchone()[0] / 2**20
         )
         out["hnsw_mib"] = (
             c.execute(
@@ -562,7 +536,7 @@ def run_search(args: argparse.Namespace, pool: Pool, backend: str, n: int) -> di
             }
 
     if backend == "postgres":
-        admin = _admin_url(args.pg)
+        admin = postgres_admin_url(args.pg)
         if args.reuse:
             url = args.reuse
             print(f"  reusing {urlsplit(url).path[1:]} (no build)")
@@ -570,7 +544,7 @@ def run_search(args: argparse.Namespace, pool: Pool, backend: str, n: int) -> di
                 measure(mem)
             return result
         name = f"stratamem_bench_scale_{n}"
-        with _database(admin, name, keep=args.keep) as url:
+        with postgres_database(admin, name, keep=args.keep) as url:
             build = _load_postgres(url, embedder, texts, vecs)
             result["build"] = build
             print(
@@ -690,8 +664,8 @@ def run_pipeline(args: argparse.Namespace, backend: str, n: int) -> dict[str, An
     with tempfile.TemporaryDirectory() as tmp:
         for workers in WORKER_COUNTS:
             if backend == "postgres":
-                ctx: Any = _database(
-                    _admin_url(args.pg),
+                ctx: Any = postgres_database(
+                    postgres_admin_url(args.pg),
                     f"stratamem_bench_pipeline_{secrets.token_hex(3)}",
                     keep=False,
                 )
@@ -739,8 +713,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true", help="50,000 facts, 1,000 messages")
     p.add_argument("--pg", help="PostgreSQL superuser URL the benchmark makes databases with")
-    p.add_argument("--keep", action="store_true", help="keep the PostgreSQL search database")
-    p.add_argument("--reuse", help="search this already built PostgreSQL database")
+    p.add_argument("--keep", action="store_true", help="keep the PostgreSQL databases built")
+    p.add_argument(
+        "--reuse",
+        help="--part search: search this kept PostgreSQL database; --part user: measure this "
+        "kept store (sqlite:///.../user-N.db or a PostgreSQL URL) again",
+    )
     p.add_argument(
         "--user-messages", default="10000", help="--part user: the user's sizes, comma-separated"
     )
@@ -762,7 +740,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     with stopwatch() as t_all:
         if args.part == "user":
             sizes = [int(x) for x in args.user_messages.split(",")]
-            results["user_sqlite"] = run_user(args, sizes)
+            results["user"] = run_user(args, sizes)
         pool = Pool(args) if args.part in ("search", "all") else None
         for backend in backends:
             if pool is not None:
