@@ -472,6 +472,54 @@ def test_large_tables_keep_to_the_rank_cap_like_small_ones(
         assert len(large[1]) == min(cap, 6)  # "pizza": six of u1's messages
 
 
+def test_full_text_statements_ranking_many_rows_run_apart_with_the_same_results(
+    store: pg.PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A search's full-text statements that rank more rows than the rank cap run on
+    connections of their own, in parallel with the rest: the same results as all in one
+    pipeline; one that fails fails the search, hands its connection back, and the next
+    search works."""
+    texts = [f"pizza and sushi night {i}" for i in range(6)] + ["ramen", "ramen and pizza"]
+    add(store, texts)
+    process(store)
+    variants = [["pizza", "sushi"], ["ramen"], ["night", "pizza", "ramen"]]
+    # Every table counts as large (-2: a table never analysed estimates -1 rows), and the
+    # terms of two variants match more rows than the cap.
+    monkeypatch.setattr(pg_fts, "_LIVE_STATS_ROWS", -2)
+    store._size_estimates.clear()
+    store.RANK_CAP = 3  # type: ignore[misc]
+    apart: list[str] = []
+    run_apart = store._run_apart
+
+    def counted(st: Any) -> Any:
+        apart.append(st.sql)
+        return run_apart(st)
+
+    monkeypatch.setattr(store, "_run_apart", counted)
+
+    def search() -> list[dict[str, list[tuple[int, float]]]]:
+        return store.fulltext_layers(
+            P, "u1", variants, 20, messages=SearchFilters(), facts=None, summaries=None
+        )
+
+    store.FULLTEXT_APART = 0  # type: ignore[misc]
+    together = search()
+    assert apart == []
+    store.FULLTEXT_APART = 2  # type: ignore[misc]
+    assert search() == together
+    assert len(apart) == 2 and together[0]["message"] and together[2]["message"]
+
+    def broken(st: Any) -> Any:
+        return run_apart(st._replace(sql="SELECT pk, score FROM no_such_table"))
+
+    monkeypatch.setattr(store, "_run_apart", broken)
+    with pytest.raises(Exception, match="no_such_table"):
+        search()
+    monkeypatch.setattr(store, "_run_apart", run_apart)
+    assert search() == together
+    assert not store._lent  # every connection back in the pool
+
+
 def test_one_new_id_sent_for_two_users_at_once_is_stored_once(pg_url: str) -> None:
     stores = [pg.PostgresStore(pg_url) for _ in range(2)]
     sessions = []

@@ -26,7 +26,8 @@ import math
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, NamedTuple
 
 from .._core.dialect import Tx
 from .._core.filters import search_filter_sql
@@ -38,8 +39,19 @@ from ._user_indexes import PostgresUserIndexes, fulltext_target
 __all__ = ["PostgresFullText", "fts_body"]
 
 _TABLES = ("messages", "facts", "summaries")
-# A statement, its named parameters, and whether psycopg may prepare it.
-_Statement = tuple[str, dict[str, Any], bool]
+
+
+class _Statement(NamedTuple):
+    """A full-text statement of one layer and query variant."""
+
+    sql: str
+    args: dict[str, Any]
+    prepare: bool  # whether psycopg may prepare it
+    # It ranks more of the user's rows than the rank cap lets a statement take at once
+    # (its terms match more rows than RANK_CAP): it may run apart (see _fulltext_many).
+    ranks_many: bool = False
+
+
 log = logging.getLogger("stratamem.store")
 
 # PostgreSQL's tsvector holds at most 1 MB; a longer document is indexed by its start.
@@ -139,6 +151,10 @@ def _fresh(counted_at_rows: int, rows: int) -> bool:
     return rows <= counted_at_rows * 1.1 + 100
 
 
+def _ranked(rows: Sequence[Sequence[Any]]) -> list[tuple[int, float]]:
+    return [(int(pk), float(score)) for pk, score in rows]
+
+
 def _lexeme_query(lexemes: Sequence[Sequence[str]]) -> str:
     """A tsquery (text form) matching any of the terms; a term of several lexemes is a
     phrase. Lexemes are quoted, so nothing in them is tsquery syntax."""
@@ -164,6 +180,9 @@ class PostgresFullText(PostgresUserIndexes):
     # Like SQLiteStore.RANK_CAP: at most this many of a user's matches are ranked, taken
     # term by term, rarest first (tables above _LIVE_STATS_ROWS rows only).
     RANK_CAP = 1000
+    # Statements of a search that rank many rows run apart, each on a connection of its
+    # own, at most this many at once (see _fulltext_many).
+    FULLTEXT_APART = 2
 
     def _init_fulltext(self) -> None:
         self._lexemes: dict[str, tuple[str, ...]] = {}
@@ -175,6 +194,13 @@ class PostgresFullText(PostgresUserIndexes):
         self._vocabulary: dict[str, tuple[dict[str, int], int]] = {}
         self._reading_vocabulary: set[str] = set()
         self._size_estimates: dict[str, tuple[float, float]] = {}
+        self._apart: ThreadPoolExecutor | None = None
+
+    def _close_fulltext(self) -> None:
+        with self._lock:
+            apart, self._apart = self._apart, None
+        if apart is not None:
+            apart.shutdown(wait=False, cancel_futures=True)
 
     # -- writes (the core's hooks, see _core/layers.py and _core/removal.py) -------------
 
@@ -215,21 +241,49 @@ class PostgresFullText(PostgresUserIndexes):
     def _fulltext_many(self, asks: Sequence[FulltextAsk]) -> list[list[tuple[int, float]]]:
         # Every statement in one round trip (a pipeline): a search asks three layers for
         # each variant of its query. What a statement needs first (lexemes, counts) is
-        # read before, when not cached.
+        # read before, when not cached. The server runs a pipeline's statements one after
+        # the other, so those that rank many rows (a user with a long history: ~1,000
+        # rows each, tens of milliseconds) are sent on connections of their own, to run
+        # in parallel with the rest, which keep the one round trip.
+        apart: list[tuple[int, Future[list[tuple[int, float]]]]] = []
         with self._read() as c:
             statements = [self._fulltext_statement(c, ask) for ask in asks]
+            live = [(i, st) for i, st in enumerate(statements) if st is not None]
+            many = [(i, st) for i, st in live if st.ranks_many][: self.FULLTEXT_APART]
+            if len(many) == len(live):
+                many = many[1:]  # this connection runs one of them
+            for i, st in many:
+                apart.append((i, self._run_apart(st)))
+                statements[i] = None
             cursors: list[Any] = []
             with c.pipeline():
-                for st in statements:
-                    if st is None:
+                for here in statements:
+                    if here is None:
                         cursors.append(None)
                         continue
-                    sql, args, prepare = st
-                    cursors.append(c.execute(sql, args, prepare=None if prepare else False))
-            return [
-                [] if cur is None else [(int(pk), float(score)) for pk, score in cur.fetchall()]
-                for cur in cursors
-            ]
+                    prepare = None if here.prepare else False
+                    cursors.append(c.execute(here.sql, here.args, prepare=prepare))
+            found = [[] if cur is None else _ranked(cur.fetchall()) for cur in cursors]
+        # Waited for with this connection back in the pool: a thread running a statement
+        # apart may need it.
+        for i, future in apart:
+            found[i] = future.result()
+        return found
+
+    def _run_apart(self, st: _Statement) -> Future[list[tuple[int, float]]]:
+        with self._lock:
+            if self._apart is None:
+                self._apart = ThreadPoolExecutor(
+                    max_workers=self.FULLTEXT_APART, thread_name_prefix="stratamem-fulltext"
+                )
+            apart = self._apart
+
+        def run() -> list[tuple[int, float]]:
+            with self._read() as c:
+                cur = c.execute(st.sql, st.args, prepare=None if st.prepare else False)
+                return _ranked(cur.fetchall())
+
+        return apart.submit(run)
 
     def _fulltext_statement(self, c: Any, ask: FulltextAsk) -> _Statement | None:
         """The statement that ranks ``ask``'s rows (None: no word to look for)."""
@@ -263,7 +317,7 @@ class PostgresFullText(PostgresUserIndexes):
             self._consider_user_index(own)
             return found
         args.update(words=words, cap=self.RANK_CAP)
-        return _SMALL_FTS.format(t=checked(table), scope=scope), args, True
+        return _Statement(_SMALL_FTS.format(t=checked(table), scope=scope), args, True)
 
     def _large_fulltext(
         self,
@@ -323,7 +377,9 @@ class PostgresFullText(PostgresUserIndexes):
         # ~1.6 ms). The server still plans the first five runs with the values, and keeps
         # a generic plan only if it does not look costlier than those; the plan is the same
         # index scan whatever the terms, as the (user_id, fts) GIN index serves any of them.
-        return _LARGE_FTS.format(branches=branches), args, prepare
+        return _Statement(
+            _LARGE_FTS.format(branches=branches), args, prepare, ranks_many=len(parts) > 1
+        )
 
     def _term_lexemes(self, c: Any, words: Sequence[str]) -> list[tuple[str, ...]]:
         """The index's lexemes of each query word (stemmed), cached."""

@@ -132,8 +132,10 @@ class PostgresStore(PostgresFullText, PostgresVectors, PostgresJobs):
         register_vector_info(conn, self._vector_info)
 
     def close(self) -> None:
-        """Stop the per-user indexes' thread, then close the pool (see ``_close_pool``)."""
+        """Stop the per-user indexes' thread and the full-text statements run apart, then
+        close the pool (see ``_close_pool``)."""
         self._close_user_indexes()
+        self._close_fulltext()
         self._close_pool()
 
     # -- schema ----------------------------------------------------------------------
