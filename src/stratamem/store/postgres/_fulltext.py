@@ -26,9 +26,10 @@ import math
 import threading
 import time
 from collections.abc import Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from typing import Any, NamedTuple
 
+from ...errors import StoreError
 from .._core.dialect import Tx
 from .._core.filters import search_filter_sql
 from .._core.layers import FulltextAsk, FulltextColumns
@@ -195,10 +196,11 @@ class PostgresFullText(PostgresUserIndexes):
         self._reading_vocabulary: set[str] = set()
         self._size_estimates: dict[str, tuple[float, float]] = {}
         self._apart: ThreadPoolExecutor | None = None
+        self._apart_closed = False
 
     def _close_fulltext(self) -> None:
         with self._lock:
-            apart, self._apart = self._apart, None
+            apart, self._apart, self._apart_closed = self._apart, None, True
         if apart is not None:
             apart.shutdown(wait=False, cancel_futures=True)
 
@@ -267,11 +269,16 @@ class PostgresFullText(PostgresUserIndexes):
         # Waited for with this connection back in the pool: a thread running a statement
         # apart may need it.
         for i, future in apart:
-            found[i] = future.result()
+            try:
+                found[i] = future.result()
+            except CancelledError:  # the store closed before it ran
+                raise StoreError("the store is closed") from None
         return found
 
     def _run_apart(self, st: _Statement) -> Future[list[tuple[int, float]]]:
         with self._lock:
+            if self._apart_closed:
+                raise StoreError("the store is closed")
             if self._apart is None:
                 self._apart = ThreadPoolExecutor(
                     max_workers=self.FULLTEXT_APART, thread_name_prefix="stratamem-fulltext"
