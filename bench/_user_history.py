@@ -190,16 +190,17 @@ def _message_vectors(mem: Memory) -> tuple[np.ndarray, np.ndarray]:
     """Every message vector of the heavy user, as stored: (message pks, matrix)."""
     if mem.store.url.startswith("postgresql"):
         import psycopg
+        from pgvector.psycopg import register_vector
 
         with psycopg.connect(mem.settings.database_url) as c:
+            register_vector(c)
             rows = c.execute(
-                "SELECT item_pk, vec::text FROM vectors WHERE project_id = 'default' AND "
+                "SELECT item_pk, vec FROM vectors WHERE project_id = 'default' AND "
                 "user_id = %s AND kind = 'message' AND embedder = %s",
                 (HEAVY, mem.embedder.id),
             ).fetchall()
         pks = np.array([r[0] for r in rows], dtype=np.int64)
-        matrix = np.array([np.fromstring(r[1][1:-1], sep=",") for r in rows], dtype=np.float32)
-        return pks, matrix
+        return pks, np.array([r[1].to_numpy() for r in rows], dtype=np.float32)
     scope = mem.store.vectors.peek(("default", HEAVY, "message", mem.embedder.id))
     if scope is None:
         raise SystemExit("the heavy user's message vectors are not loaded")
