@@ -133,9 +133,10 @@ class Recaller:
         under metadata filters, which they are not checked against)."""
         if limit <= 0 or not query.strip():
             return []
+        options = options or SearchOptions()
         wants_standing = (
             standing
-            and "fact" in (options or SearchOptions()).layers
+            and "fact" in options.layers
             and not filters.metadata
             and not asks_for_record(query)  # the record asked for, not work to shape
         )
@@ -148,7 +149,7 @@ class Recaller:
                 project_id=project_id,
                 user_id=user_id,
                 filters=filters,
-                options=options or SearchOptions(),
+                options=options,
                 limit=limit,
                 speakers=self.store.speaker_names(project_id, user_id),
                 excluded=len(exclude),

@@ -161,8 +161,8 @@ def assemble(
     standing: Standing | None = None,
 ) -> MemoryContext:
     """``get_memory``'s context; ``search`` runs the search stages for the session's user,
-    ``standing`` finds their standing items that apply, ``texts`` are those the prompt
-    carries already."""
+    ``standing`` (None: none apply, as without a query or with long-term recall off) finds
+    their standing items that apply, ``texts`` are those the prompt carries already."""
     history_rows = (
         store.list_messages(
             project_id,
@@ -210,11 +210,9 @@ def assemble(
             )
             if r.id not in known
         ]
-    applicable = (
-        standing(query)
-        if standing is not None and query and query.strip() and config.enable_long_term_recall
-        else []
-    )
+    # The caller passes ``standing`` only where it applies (a query, long-term recall on): it
+    # has started reading the items by then.
+    applicable = standing(query) if standing is not None and query is not None else []
     lines = fit_instructions(
         [(a.fact.text, parse_iso(a.fact.observed_at or a.fact.created_at)) for a in applicable],
         int(config.token_budget * STANDING_TOKEN_SHARE),

@@ -152,6 +152,11 @@ def _fresh(counted_at_rows: int, rows: int) -> bool:
     return rows <= counted_at_rows * 1.1 + 100
 
 
+def _execute(c: Any, st: _Statement) -> Any:
+    """Send ``st`` on the connection ``c`` (prepared by psycopg once run often, if it may)."""
+    return c.execute(st.sql, st.args, prepare=None if st.prepare else False)
+
+
 def _ranked(rows: Sequence[Sequence[Any]]) -> list[tuple[int, float]]:
     return [(int(pk), float(score)) for pk, score in rows]
 
@@ -263,8 +268,7 @@ class PostgresFullText(PostgresUserIndexes):
                     if here is None:
                         cursors.append(None)
                         continue
-                    prepare = None if here.prepare else False
-                    cursors.append(c.execute(here.sql, here.args, prepare=prepare))
+                    cursors.append(_execute(c, here))
             found = [[] if cur is None else _ranked(cur.fetchall()) for cur in cursors]
         # Waited for with this connection back in the pool: a thread running a statement
         # apart may need it.
@@ -287,8 +291,7 @@ class PostgresFullText(PostgresUserIndexes):
 
         def run() -> list[tuple[int, float]]:
             with self._read() as c:
-                cur = c.execute(st.sql, st.args, prepare=None if st.prepare else False)
-                return _ranked(cur.fetchall())
+                return _ranked(_execute(c, st).fetchall())
 
         return apart.submit(run)
 
