@@ -6,6 +6,7 @@ import json
 import sqlite3
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -490,6 +491,55 @@ def test_a_large_users_matches_are_found_under_other_users_better_ones(make_memo
     by_pk = dict(store._conn().execute("SELECT pk, content FROM messages"))
     assert [by_pk[pk] for pk, _ in crowded] == ["rose", "a rose in the garden note"]
     assert head == crowded
+
+
+def test_full_text_statements_ranking_many_rows_run_apart_with_the_same_results(
+    make_memory: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A search's full-text statements that rank more than APART_ROWS rows run beside the
+    first of them, each on a connection of its own: the same results as one after the
+    other; one that fails fails the search, and the next search works; once the store is
+    closed their threads are gone and a search says the store is closed."""
+    mem = make_memory(workers=0)
+    s = mem.sessions.create(user_id="u1")
+    s.add_messages([{"role": "user", "content": f"pizza and sushi night {i}"} for i in range(6)])
+    s.add_messages([{"role": "user", "content": t} for t in ("ramen", "ramen and pizza")])
+    store = mem.store
+    variants = [["pizza", "sushi"], ["ramen"], ["night", "pizza", "ramen"]]
+    apart: list[str] = []
+    run_apart = store._run_apart
+
+    def counted(ask: Any, plan: Any) -> Any:
+        apart.append(threading.current_thread().name)
+        return run_apart(ask, plan)
+
+    monkeypatch.setattr(store, "_run_apart", counted)
+
+    def search() -> list[dict[str, list[tuple[int, float]]]]:
+        return store.fulltext_layers(
+            "default", "u1", variants, 20, messages=SearchFilters(), facts=None, summaries=None
+        )
+
+    together = search()  # no statement ranks more than APART_ROWS
+    assert apart == [] and together[0]["message"] and together[1]["message"]
+    store.APART_ROWS = 2  # the first and third variants' statements rank more
+    assert search() == together
+    assert len(apart) == 1  # the first of them runs on the caller's connection
+    threads = [t for t in threading.enumerate() if t.name.startswith("stratamem-fulltext")]
+    assert threads
+
+    def broken(ask: Any, plan: Any) -> Any:
+        return run_apart(ask._replace(table="no_such_table", filters=None), plan)
+
+    monkeypatch.setattr(store, "_run_apart", broken)
+    with pytest.raises(StoreError, match="no_such_table"):
+        search()
+    monkeypatch.setattr(store, "_run_apart", run_apart)
+    assert search() == together
+    mem.close()
+    assert not any(t.is_alive() for t in threads)
+    with pytest.raises(StoreError, match="closed"):
+        search()
 
 
 def test_fulltext_of_the_only_user_needs_no_scoping(make_memory: Any) -> None:

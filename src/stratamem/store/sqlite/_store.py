@@ -63,7 +63,9 @@ class SQLiteStore(SQLiteFullText, SQLiteVectors, SQLiteJobs):
         self._migrate(migrate_to)
 
     def close(self) -> None:
-        """Close the connections (see ``_close_connections``) and drop the vector cache."""
+        """Stop the full-text statements run apart, close the connections (see
+        ``_close_connections``) and drop the vector cache."""
+        self._close_fulltext()
         self._close_connections()
         self._clear_vector_caches()
 
