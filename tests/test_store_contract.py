@@ -1433,6 +1433,32 @@ def test_filters_narrow_both_full_text_and_vectors(
     assert {names[pk] for pk, _ in layers["message"]} == expected
 
 
+def test_a_filtered_vector_search_finds_the_nearest_passing_messages(store: Store) -> None:
+    """Whether most of the user's messages pass a filter or only a few do, a vector search
+    finds the nearest passing ones, as an exact search over those alone does."""
+    from datetime import datetime
+
+    s = session(store)
+    rows = [
+        message(f"m{i}", f"note {i}", ts=f"2026-03-01T10:{i:02d}:00.000000Z") for i in range(40)
+    ]
+    store.add_messages(P, s, rows)
+    while (batch := store.claim_batch("w", 30, 100)) is not None:
+        complete(store, batch)
+    by_pk = {r.pk: r for r in rows}
+    q = unit(seed=7)
+
+    def nearest(passing: set[int], k: int) -> list[int]:
+        # Each message's vector is unit(seed=pk) (``vectors_for``).
+        return sorted(passing, key=lambda pk: -float(unit(seed=pk) @ q))[:k]
+
+    for minute, k in ((38, 3), (38, 12), (3, 3), (5, 10)):
+        until = datetime.fromisoformat(f"2026-03-01T10:{minute:02d}:00+00:00")
+        passing = {pk for pk, r in by_pk.items() if int(r.ts[14:16]) < minute}
+        found = store.vector_messages(P, "u1", q, EMB, k, SearchFilters(until=until))
+        assert [pk for pk, _ in found] == nearest(passing, k), (minute, k)
+
+
 def test_listing_filters_match_source_messages_as_search_filters_do(store: Store) -> None:
     """The metadata conditions of a fact or summary listing keep the items whose source
     message passes them, with the search filters' semantics, on every store."""

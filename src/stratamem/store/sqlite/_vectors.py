@@ -92,21 +92,35 @@ class SQLiteVectors(SQLiteBase):
         project_id, user_id, limit, _ = search
         conn = self._conn()
         scope = self._vector_scope(project_id, user_id, "message", embedder, int(query.shape[0]))
-        allowed = None
-        if not filters.empty:
-            where, params = search_filter_sql(self.dialect, filters)
-            allowed = np.fromiter(
-                (
-                    r[0]
-                    for r in conn.execute(
-                        f"SELECT m.pk FROM messages m WHERE m.project_id = ? AND m.user_id = ?"
-                        f"{where}",
-                        (project_id, user_id, *params),
-                    )
-                ),
-                dtype=np.int64,
+        q = np.asarray(query, dtype=np.float32)
+        if filters.empty:
+            return scope.search(q, limit)
+        where, params = search_filter_sql(self.dialect, filters)
+        owned = "SELECT m.pk FROM messages m WHERE m.project_id = ? AND m.user_id = ?"
+        # Most messages usually pass a filter (a time bound: everything said before the
+        # question): the nearest, over-fetched, are checked first, and only when too few of
+        # them pass are all the user's passing messages read (a 10,000-message user's:
+        # ~3 ms a search, and a membership test). The passing ones among the nearest are
+        # the nearest passing ones.
+        found = scope.search(q, limit * 2 + 8)
+        if not found:
+            return []
+        marks = ",".join("?" * len(found))
+        passing = {
+            r[0]
+            for r in conn.execute(
+                f"{owned} AND m.pk IN ({marks}){where}",
+                (project_id, user_id, *(pk for pk, _ in found), *params),
             )
-        return scope.search(np.asarray(query, dtype=np.float32), limit, allowed)
+        }
+        kept = [(pk, sim) for pk, sim in found if pk in passing]
+        if len(kept) >= limit or len(found) < limit * 2 + 8:
+            return kept[:limit]
+        allowed = np.fromiter(
+            (r[0] for r in conn.execute(f"{owned}{where}", (project_id, user_id, *params))),
+            dtype=np.int64,
+        )
+        return scope.search(q, limit, allowed)
 
     def _vector_scope(
         self, project_id: str, user_id: str, kind: str, embedder: str, dim: int
