@@ -234,7 +234,8 @@ def run_user(args: argparse.Namespace, sizes: list[int]) -> dict[str, Any]:
         # A store kept by an earlier run (--keep-dir, --keep): measured again, not built, so
         # that two commits can be timed in turn on the same data.
         print(f"\n== one user's history: {args.reuse} (kept; load {loadavg()}) ==")
-        return {"reused": _measure(args.reuse, questions, docs, _heavy_messages(args.reuse))}
+        heavy = _heavy_messages(args.reuse)
+        return {"reused": _measure(args.reuse, questions, docs, heavy, args.search_rounds)}
     backends = ("sqlite", "postgres") if args.backend == "both" else (args.backend,)
     results: dict[str, Any] = {}
     for backend in backends:
@@ -244,7 +245,9 @@ def run_user(args: argparse.Namespace, sizes: list[int]) -> dict[str, Any]:
                 build = _build(url, beam, n, args.other_users)
                 if backend == "postgres":
                     print(f"  {analyze_postgres(url)}")
-                measured = _measure(url, questions, docs, build["heavy_messages"])
+                measured = _measure(
+                    url, questions, docs, build["heavy_messages"], args.search_rounds
+                )
                 row = {**build, **measured, "db_mib": size_mib()}
             print(
                 f"  store {row['db_mib']:.0f} MiB, RSS {row['rss_mib']:.0f} MiB "
@@ -274,13 +277,15 @@ def _heavy_messages(url: str) -> int:
 
 
 def _measure(
-    url: str, questions: list[Question], docs: list[Doc], heavy_messages: int
+    url: str, questions: list[Question], docs: list[Doc], heavy_messages: int, rounds: int = 1
 ) -> dict[str, Any]:
     with Memory(url, max_content_chars=MAX_CONTENT_CHARS) as mem:
         _settle(mem)
         for q in questions[:3]:  # warm
             mem.search(q.text, user_id=HEAVY, limit=LIMIT, as_of=q.as_of)
         r10, search_s = _evidence_recall(mem, HEAVY, questions, docs, "")
+        for _ in range(rounds - 1):  # the same searches again: only their times are new
+            search_s += _evidence_recall(mem, HEAVY, questions, docs, "")[1]
         mem.search(questions[0].text, user_id=ALONE, limit=LIMIT)
         alone_r10, _ = _evidence_recall(mem, ALONE, questions, docs, "alone-")
         session = mem.sessions.get(f"h-{(heavy_messages - 1) // SESSION_SIZE}")

@@ -60,7 +60,8 @@ PostgreSQL: ``--pg`` is a superuser URL of the server (default $STRATAMEM_TEST_P
 else postgresql://postgres@127.0.0.1:5432/postgres); the benchmark creates its own
 databases and drops them unless ``--keep``. ``--reuse URL`` searches a database kept by
 an earlier run (same --facts and --seed) instead of building one; with ``--part user`` it
-measures a store kept by ``--keep-dir`` or ``--keep`` again (to time two commits in turn).
+measures a store kept by ``--keep-dir`` or ``--keep`` again (to time two commits in turn;
+``--search-rounds N`` times the searches N times over).
 """
 
 from __future__ import annotations
@@ -724,8 +725,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     p.add_argument("--other-users", type=int, default=4, help="--part user: users beside it")
     p.add_argument("--keep-dir", help="--part user: keep the SQLite files in this folder")
+    p.add_argument(
+        "--search-rounds",
+        type=int,
+        default=1,
+        help="--part user: time the user's searches this many times over (more samples, "
+        "to time two commits in turn)",
+    )
     p.add_argument("--json", action="store_true", help="also print a JSON line of results")
     args = p.parse_args(argv)
+    if args.search_rounds < 1:
+        p.error("--search-rounds must be at least 1")
     if args.quick:
         args.facts = args.sqlite_facts = 50_000
         args.messages = 1000
