@@ -439,31 +439,6 @@ def test_fulltext_keeps_the_rarest_terms_within_a_match_budget(make_memory: Any)
     assert store._stems(["nights", "上海"]) == ["night", "上海"]
 
 
-def test_a_user_holding_most_of_a_table_keeps_terms_within_the_ranked_budget(
-    make_memory: Any,
-) -> None:
-    """Of the rows the kept terms match, about the user's share of the table are ranked:
-    a user holding most of it keeps only the terms whose rows stay within RANKED_BUDGET;
-    a user holding little of it keeps them all (MATCH_BUDGET alone bounds theirs)."""
-    mem = make_memory(workers=0)
-    store = mem.store
-    store.RANKED_BUDGET = 4  # instead of 2,000, to keep the test small
-    big = mem.sessions.create(user_id="big")
-    big.add_messages([{"role": "user", "content": f"pizza night {i}"} for i in range(4)])
-    big.add_messages([{"role": "user", "content": "sushi night"}])
-    small = mem.sessions.create(user_id="small")
-    small.add_messages([{"role": "user", "content": "pizza with sushi"}])
-    # "big" holds 5 of 6 rows: sushi (2 rows) and pizza (5) would rank ~6 of theirs.
-    assert store._plan_fulltext("messages", "default", "big", ["pizza", "sushi"]).kept == ["sushi"]
-    assert store._plan_fulltext("messages", "default", "small", ["pizza", "sushi"]).kept == [
-        "sushi",
-        "pizza",
-    ]
-    hits = store.fulltext_messages("default", "big", ["pizza", "sushi"], 10, SearchFilters())
-    by_pk = dict(store._conn().execute("SELECT pk, content FROM messages"))
-    assert [by_pk[pk] for pk, _ in hits] == ["sushi night"]
-
-
 def test_every_match_within_the_budget_is_ranked(make_memory: Any) -> None:
     """With the default settings, terms that match at most MATCH_BUDGET rows have all their
     rows ranked: the best match stored last is found among 1,200 (a cap of 1,000 ranked the

@@ -52,13 +52,6 @@ class SQLiteFullText(SQLiteBase):
     # (the rarest is always kept): common words rank by noise anyway, the rare ones carry
     # the query, and the vector side still sees the whole question.
     MATCH_BUDGET = 4000
-    # Of the rows the kept terms match, about the user's share of the table are theirs, and
-    # those are the ones ranked (~5 us each): terms are also kept only while that estimate
-    # stays within this many. Only a user holding more than half of a table reaches it
-    # before MATCH_BUDGET (a user with a long history: ranking 3,300 of a 10,000-message
-    # user's rows took ~12 ms a statement); in the development sets' stores no user holds
-    # more than a fifth of a table, and nothing changes there.
-    RANKED_BUDGET = 2000
     # Ranking reads every row it scores. When the kept terms still match more than this
     # many rows (only when the rarest alone does: MATCH_BUDGET keeps the rest within it),
     # at most this many of the user's are ranked: term by term, rarest first, each term's
@@ -195,18 +188,16 @@ class SQLiteFullText(SQLiteBase):
         scored = sorted(
             (max((df.get(t, 0) for t in stems[i].split()), default=0), i) for i in range(len(terms))
         )
-        owned = df.get(stems[-1], 0)
-        share = min(owned / total, 1.0) if total else 1.0
         kept: list[str] = []
         matched = 0
         for d, i in scored:
-            over = matched + d > self.MATCH_BUDGET or (matched + d) * share > self.RANKED_BUDGET
-            if kept and over:
+            if kept and matched + d > self.MATCH_BUDGET:
                 break
             kept.append(terms[i])
             matched += d
         # When this user owns most rows, intersecting with the scope token walks nearly every
         # row: check each match's owner instead (or nothing, when every row is theirs).
+        owned = df.get(stems[-1], 0)
         bound = min(matched, owned)
         if owned * 2 <= total:
             return _Plan(kept, "token", bound)
