@@ -398,7 +398,7 @@ def test_registering_waits_for_the_model_so_the_first_call_gets_its_memory(
     # A bound that a first recall fits in (~25 ms here) even on a loaded CI machine.
     mem = make_memory(db_url, embedder="local", capture_recall_timeout_ms=300)
     client = mem.llm.register(_client(server))
-    assert mem.embedder._query_session is not None  # loaded before register returned
+    assert mem.embedder._session is not None  # loaded before register returned
     with mem.scope(user_id="ana", session_id="chat"):
         client.chat.completions.create(
             model="m", messages=[{"role": "user", "content": "A snack with peanuts?"}]

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from stratamem import ConfigError, Memory
-from stratamem._priority import in_lowered_thread, lower_this_thread
+from stratamem._priority import lower_this_thread
 from stratamem.embed import make_embedder
 
 pytestmark = pytest.mark.skipif(
@@ -67,36 +67,20 @@ def test_a_thread_lowers_itself_by_the_steps_asked_and_no_further_than_19() -> N
     assert _nice() == base
 
 
-def test_in_lowered_thread_gives_its_priority_to_the_threads_it_starts() -> None:
+def test_a_new_thread_inherits_its_creators_priority_and_is_not_lowered_twice() -> None:
+    """A worker thread (lowered once) that starts the model's runner threads: they lower
+    themselves by the same steps from the main thread's priority, so not twice."""
     base = _nice()
 
-    def start_one() -> tuple[int, int]:
-        seen: list[int] = []
-        t = threading.Thread(target=lambda: seen.append(_nice()))
-        t.start()
-        t.join()
-        return _nice(), seen[0]
+    def worker() -> tuple[int, object]:
+        lower_this_thread(3)
+        return _nice(), _in_new_thread(lambda: (_nice(), lower_this_thread(3), _nice()))
 
-    assert in_lowered_thread(start_one, 4, "test") == (min(19, base + 4), min(19, base + 4))
-    assert _nice() == base  # the caller keeps its own
-
-
-def test_a_lowered_thread_starting_lowered_work_does_not_lower_it_twice() -> None:
-    base = _nice()
-
-    def nested() -> int:
-        lower_this_thread(3)  # a worker thread, lowered once
-        return in_lowered_thread(_nice, 3, "test")  # the model's batch session it loads
-
-    assert _in_new_thread(nested) == min(19, base + 3)
-
-
-def test_in_lowered_thread_raises_what_the_work_raised() -> None:
-    def fail() -> None:
-        raise KeyError("boom")
-
-    with pytest.raises(KeyError, match="boom"):
-        in_lowered_thread(fail, 4, "test")
+    assert _in_new_thread(worker) == (
+        min(19, base + 3),
+        (min(19, base + 3), True, min(19, base + 3)),
+    )
+    assert _nice() == base
 
 
 def _pipeline_niceness(
@@ -151,15 +135,14 @@ def test_the_local_models_batch_threads_are_lowered() -> None:
     from stratamem.embed.local import LocalEmbedder
 
     base = _nice()
-    before = set(_threads_nice())
     embedder = LocalEmbedder(batch_nice=6, threads=2)
     embedder.load()
+    before = set(_threads_nice())
+    texts = [f"batch text number {i} about gardens" for i in range(8)]
+    batch = embedder.embed(texts)  # on the runner threads, started now
     new = {tid: n for tid, n in _threads_nice().items() if tid not in before}
-    # onnxruntime's pool thread of the two-thread batch session, started while it loaded.
-    assert min(19, base + 6) in new.values()
+    assert new and set(new.values()) == {min(19, base + 6)}
     assert _nice() == base
-    texts = [f"batch text number {i} about gardens" for i in range(8)]  # > 4: batch session
-    batch = embedder.embed(texts)
     assert np.array_equal(batch[3], embedder.embed([texts[3]])[0])  # a query: same vector
 
 

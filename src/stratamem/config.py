@@ -79,7 +79,10 @@ class Settings(BaseSettings):
         "its sha256 is verified.",
     )
     embedder_threads: int | None = Field(
-        default=None, ge=1, le=64, description="onnxruntime threads of the local model."
+        default=None,
+        ge=1,
+        le=64,
+        description="Texts of a background batch the local model embeds at once (one core each).",
     )
     workers: int = Field(
         default=1,

@@ -19,13 +19,14 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from stratamem._priority import in_lowered_thread
+from stratamem._priority import lower_this_thread
 from stratamem.embed._int8 import signed_products, to_signed_weights
 from stratamem.errors import ConfigError, EmbeddingError
 
@@ -66,9 +67,6 @@ _MAX_YIELDS = 2
 # second time costs nothing. Bounded in entries and in the length of the texts kept.
 _RECENT_TEXTS = 1024
 _RECENT_MAX_CHARS = 4096
-# Background calls with at most this many texts to embed run on the query session; bulk
-# imports keep the batch session and its threads (two threads embedded ~8% more texts/s).
-_SMALL_BATCH = 4
 
 
 def _build_tokenizer() -> Tokenizer:
@@ -126,12 +124,15 @@ class LocalEmbedder:
     runs on its own: the model quantises its activations per call, so a text embedded in
     a batch would depend on its neighbours (and their padding); one at a time, a text
     always gets the same vector, as a document and as a query.
-    The ONNX session is created on the first :meth:`embed` (or :meth:`load`); ``threads``
-    bounds onnxruntime's intra-op threads of background batches (default ``min(2,
-    cpu_count)``); queries and small batches run on a one-thread session. The vectors of
+    The ONNX session is created on the first :meth:`embed` (or :meth:`load`); each run
+    is one text on one core (the caller's thread). A background batch's texts run
+    ``threads`` at a time (default ``min(2, cpu_count)``), each on a runner thread of its
+    own: a sentence of a few dozen tokens is too small a product to share between cores
+    (two intra-op threads on one text gave ~1.2x one thread's texts/s; two texts at once,
+    ~1.8x). The vectors of
     the last ``recent_texts`` texts (up to 4,096 characters each) are kept and reused: a
     captured call's user turn is embedded as the recall's query and again as a message.
-    ``batch_nice`` (Linux) lowers the CPU priority of the batch session's threads by that
+    ``batch_nice`` (Linux) lowers the CPU priority of the runner threads by that
     many steps, so that background batches yield the cores to the application's threads.
     ``signed_weights`` picks the weights' int8 encoding; the default (``None``) takes the
     one that is exact and fastest on this CPU (int8 where it has VNNI, see ``_int8.py``).
@@ -182,13 +183,11 @@ class LocalEmbedder:
         self.signed_weights = signed_products() if signed_weights is None else signed_weights
         self._threads = threads or min(2, os.cpu_count() or 1)
         self._batch_nice = batch_nice
+        # One session, one intra-op thread: every run is one text on its caller's core, so
+        # a query never queues behind a batch for a shared pool, runs at once, and finds
+        # the model's weights (22 MB) in the CPU cache that batches keep warm.
         self._session: onnxruntime.InferenceSession | None = None
-        # Queries (one text) get a one-thread session of their own: on the batch session
-        # they would queue behind a background batch for its intra-op threads, and a query
-        # is what a user (or an LLM call) is waiting for. Small background batches (a
-        # captured exchange) run on it too, so that the next query finds the model's
-        # weights (22 MB) in the CPU cache rather than those of the other session.
-        self._query_session: onnxruntime.InferenceSession | None = None
+        self._runners: ThreadPoolExecutor | None = None
         self._load_lock = threading.Lock()
         # Queries in flight, and the run options of the batches running now: a query stops
         # them (they run again after it) rather than sharing the cores with them.
@@ -212,29 +211,33 @@ class LocalEmbedder:
     def load(self) -> None:
         """Verify and load the model now (otherwise the first :meth:`embed` does it)."""
         self._get_session()
-        self._get_session(query=True)
 
-    def _get_session(self, *, query: bool = False) -> onnxruntime.InferenceSession:
-        query = query or self._threads == 1  # one thread: one session is enough
-        session = self._query_session if query else self._session
+    def _get_session(self) -> onnxruntime.InferenceSession:
+        session = self._session
         if session is not None:
             return session
         with self._load_lock:
-            if query:
-                if self._query_session is None:
-                    self._query_session = self._create_session(threads=1)
-                return self._query_session
             if self._session is None:
-                # onnxruntime starts the session's pool threads as it is created: made in
-                # a lowered thread, they inherit its priority.
-                self._session = in_lowered_thread(
-                    lambda: self._create_session(threads=self._threads),
-                    self._batch_nice,
-                    "stratamem-model-load",
-                )
+                self._session = self._create_session()
             return self._session
 
-    def _create_session(self, *, threads: int) -> onnxruntime.InferenceSession:
+    def _get_runners(self) -> ThreadPoolExecutor:
+        """The threads a background batch's texts run on, ``threads`` at a time, started
+        on first use and lowered by ``batch_nice`` (whoever asked for the batch)."""
+        runners = self._runners
+        if runners is not None:
+            return runners
+        with self._load_lock:
+            if self._runners is None:
+                self._runners = ThreadPoolExecutor(
+                    max_workers=self._threads,
+                    thread_name_prefix="stratamem-embed",
+                    initializer=lower_this_thread,
+                    initargs=(self._batch_nice,),
+                )
+            return self._runners
+
+    def _create_session(self) -> onnxruntime.InferenceSession:
         import onnxruntime
 
         # Hash the very bytes handed to onnxruntime, so the file cannot change in between.
@@ -252,12 +255,9 @@ class LocalEmbedder:
         if self.signed_weights:
             data = to_signed_weights(data)
         options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = threads
+        # A run computes on its caller's thread alone: no pool to share, none to spin.
+        options.intra_op_num_threads = 1
         options.inter_op_num_threads = 1
-        # Spinning workers would keep cores busy between calls; background jobs share the
-        # machine with the application, so idle threads must sleep.
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        options.add_session_config_entry("session.inter_op.allow_spinning", "0")
         options.log_severity_level = 3
         try:
             return onnxruntime.InferenceSession(
@@ -336,20 +336,32 @@ class LocalEmbedder:
         if not todo:
             return out
         encode = self._tokenizer.encode
+        session = self._get_session()
         if n == 1 or self._held.depth:
             # A query, or the texts of a recall (its query's variants): waited for, so run
             # now. Run as a batch, they would wait for the recall that asked for them.
             with self.foreground():
-                session = self._get_session(query=len(todo) <= _SMALL_BATCH)
                 for i in todo:
                     out[i] = self._embed_one(session, encode(texts[i]).ids)[0]
         else:
-            session = self._get_session(query=len(todo) <= _SMALL_BATCH)
             deadline = time.monotonic() + _YIELD_WAIT_SECONDS * math.ceil(
                 len(todo) / _WAIT_PER_TEXTS
             )
-            for i in todo:
+
+            def run(i: int) -> None:
                 out[i] = self._embed_one(session, encode(texts[i]).ids, deadline=deadline)[0]
+
+            if len(todo) == 1 or self._threads == 1:
+                for i in todo:
+                    run(i)
+            else:
+                runs = [self._get_runners().submit(run, i) for i in todo]
+                try:
+                    for done in runs:
+                        done.result()
+                finally:  # a failed text: the rest of the batch is not run for nobody
+                    for pending in runs:
+                        pending.cancel()
         if self._recent_max:
             with self._recent_lock:
                 for i in todo:
