@@ -383,6 +383,53 @@ def test_local_batches_run_their_texts_side_by_side(
     assert one._runners is None
 
 
+def test_local_texts_waited_for_are_shared_with_a_helper(
+    local: LocalEmbedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Several texts a caller waits for (a recall's query variants, a user's standing items
+    at their first search) run in the caller's thread and a helper thread, each taking the
+    next text: the same vectors, both threads at work."""
+    texts = [f"what did I say about topic number {i}?" for i in range(6)]
+    two = LocalEmbedder(model_path=local.model_path, threads=2, recent_texts=0)
+    alone = np.vstack([two.embed([text]) for text in texts])
+    caller = threading.current_thread().name
+    helped = threading.Event()
+    seen: list[str] = []
+    embed_one = LocalEmbedder._embed_one
+
+    def noting(self: LocalEmbedder, *args: Any, **kwargs: Any) -> np.ndarray:
+        name = threading.current_thread().name
+        seen.append(name)
+        if name != caller:
+            helped.set()
+        else:
+            helped.wait(10)  # the caller's texts wait until the helper has taken one
+        return embed_one(self, *args, **kwargs)
+
+    monkeypatch.setattr(LocalEmbedder, "_embed_one", noting)
+    with two.foreground():
+        np.testing.assert_array_equal(two.embed(texts), alone)
+    assert len(seen) == 6 and caller in seen
+    assert any(name.startswith("stratamem-embed-query") for name in seen)
+
+
+def test_local_a_busy_helper_is_not_waited_for(local: LocalEmbedder) -> None:
+    """The caller takes every text itself when the helper is busy elsewhere: it never waits
+    for a text no helper has started."""
+    two = LocalEmbedder(model_path=local.model_path, threads=2, recent_texts=0)
+    texts = ["the first text", "the second text", "the third text"]
+    alone = np.vstack([two.embed([text]) for text in texts])
+    release = threading.Event()
+    busy = two._get_helpers().submit(release.wait, 30)
+    try:
+        with two.foreground():
+            np.testing.assert_array_equal(two.embed(texts), alone)
+        assert not busy.done()  # done without it
+    finally:
+        release.set()
+    busy.result(10)
+
+
 def test_local_a_failing_text_fails_its_batch(
     local: LocalEmbedder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
