@@ -358,10 +358,11 @@ def test_local_reuses_the_vectors_of_recent_texts(local: LocalEmbedder) -> None:
 def test_local_batches_run_their_texts_side_by_side(
     local: LocalEmbedder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """One session, each run one text on one core: a query or a single text runs in the
-    caller's thread; a background batch's texts run ``threads`` at a time on runner
-    threads (two texts at once embed ~1.5x the texts/s of one text on two threads), and
-    every text gets the vector it gets alone."""
+    """Each run is one text on one core: a query, or a batch of up to four texts (a captured
+    exchange), runs in the caller's thread; a larger background batch's texts run
+    ``threads`` at a time on runner threads (two texts at once embed ~1.8x the texts/s of
+    one text on two threads); every text gets the vector it gets alone, on the query
+    session or the batch session."""
     seen: list[str] = []
     embed_one = LocalEmbedder._embed_one
 
@@ -373,7 +374,9 @@ def test_local_batches_run_their_texts_side_by_side(
     two = LocalEmbedder(model_path=local.model_path, threads=2, recent_texts=0)
     texts = [f"text number {i} about the garden" for i in range(8)]
     alone = np.vstack([two.embed([text]) for text in texts])
+    np.testing.assert_array_equal(two.embed(texts[:4]), alone[:4])
     assert two._runners is None and set(seen) == {threading.current_thread().name}
+    assert two._session is not None and two._session is not two._query_session
     seen.clear()
     np.testing.assert_array_equal(two.embed(texts), alone)
     assert two._runners is not None and two._runners._max_workers == 2

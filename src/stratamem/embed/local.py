@@ -67,6 +67,10 @@ _MAX_YIELDS = 2
 # second time costs nothing. Bounded in entries and in the length of the texts kept.
 _RECENT_TEXTS = 1024
 _RECENT_MAX_CHARS = 4096
+# Background calls with at most this many texts (a captured exchange) run in the caller's
+# thread: spread over the cores, they would take both from the application's threads for
+# little.
+_SMALL_BATCH = 4
 
 
 def _build_tokenizer() -> Tokenizer:
@@ -124,8 +128,9 @@ class LocalEmbedder:
     runs on its own: the model quantises its activations per call, so a text embedded in
     a batch would depend on its neighbours (and their padding); one at a time, a text
     always gets the same vector, as a document and as a query.
-    The ONNX session is created on the first :meth:`embed` (or :meth:`load`); each run
-    is one text on one core (the caller's thread). A background batch's texts run
+    The ONNX sessions (one for waited-for texts, one for background batches) are created
+    on the first :meth:`embed` (or :meth:`load`); each run is one text on one core (the
+    caller's thread). A background batch of more than four texts runs
     ``threads`` at a time (default ``min(2, cpu_count)``), each on a runner thread of its
     own: a sentence of a few dozen tokens is too small a product to share between cores
     (two intra-op threads on one text gave ~1.2x one thread's texts/s; two texts at once,
@@ -184,10 +189,12 @@ class LocalEmbedder:
         self.signed_weights = signed_products() if signed_weights is None else signed_weights
         self._threads = threads or min(2, os.cpu_count() or 1)
         self._batch_nice = batch_nice
-        # One session, one intra-op thread: every run is one text on its caller's core, so
-        # a query never queues behind a batch for a shared pool, runs at once, and finds
-        # the model's weights (22 MB) in the CPU cache that batches keep warm.
+        # Two sessions of one intra-op thread each (a run is one text on its caller's core):
+        # one for the texts a caller waits for, one for background batches. Sharing one
+        # session, queries lost to the batches beside them under load (64 proxied streams
+        # on 2 cores: 44-48% of requests with memory against 47-56% with two, in turn).
         self._session: onnxruntime.InferenceSession | None = None
+        self._query_session: onnxruntime.InferenceSession | None = None
         self._runners: ThreadPoolExecutor | None = None
         # A waited-for call of several texts (a recall's query variants, the standing items
         # a user's first search meets) shares them with ``threads - 1`` helpers, at the
@@ -216,12 +223,17 @@ class LocalEmbedder:
     def load(self) -> None:
         """Verify and load the model now (otherwise the first :meth:`embed` does it)."""
         self._get_session()
+        self._get_session(query=True)
 
-    def _get_session(self) -> onnxruntime.InferenceSession:
-        session = self._session
+    def _get_session(self, *, query: bool = False) -> onnxruntime.InferenceSession:
+        session = self._query_session if query else self._session
         if session is not None:
             return session
         with self._load_lock:
+            if query:
+                if self._query_session is None:
+                    self._query_session = self._create_session()
+                return self._query_session
             if self._session is None:
                 self._session = self._create_session()
             return self._session
@@ -384,13 +396,13 @@ class LocalEmbedder:
         if not todo:
             return out
         encode = self._tokenizer.encode
-        session = self._get_session()
         if n == 1 or self._held.depth:
             # A query, or the texts of a recall (its query's variants): waited for, so run
             # now. Run as a batch, they would wait for the recall that asked for them.
             with self.foreground():
-                self._run_waited_for(session, texts, todo, out)
+                self._run_waited_for(self._get_session(query=True), texts, todo, out)
         else:
+            session = self._get_session()
             deadline = time.monotonic() + _YIELD_WAIT_SECONDS * math.ceil(
                 len(todo) / _WAIT_PER_TEXTS
             )
@@ -398,7 +410,7 @@ class LocalEmbedder:
             def run(i: int) -> None:
                 out[i] = self._embed_one(session, encode(texts[i]).ids, deadline=deadline)[0]
 
-            if len(todo) == 1 or self._threads == 1:
+            if len(todo) <= _SMALL_BATCH or self._threads == 1:
                 for i in todo:
                     run(i)
             else:
