@@ -423,7 +423,7 @@ def test_local_a_busy_helper_is_not_waited_for(local: LocalEmbedder) -> None:
     texts = ["the first text", "the second text", "the third text"]
     alone = np.vstack([two.embed([text]) for text in texts])
     release = threading.Event()
-    busy = two._get_helpers().submit(release.wait, 30)
+    busy = two._pool(query=True).submit(release.wait, 30)
     try:
         with two.foreground():
             np.testing.assert_array_equal(two.embed(texts), alone)
@@ -447,10 +447,12 @@ def test_local_a_failing_text_fails_its_batch(
         return run(self, session, feed, *rest)
 
     monkeypatch.setattr(LocalEmbedder, "_run", failing)
-    texts = ["short one", "short two", "a much longer text that has many more tokens than twelve"]
+    texts = [f"short {i}" for i in range(5)]  # more than four: on the runners
+    texts.append("a much longer text that has many more tokens than twelve")
     with pytest.raises(EmbeddingError, match="out of memory"):
         two.embed(texts)
-    assert two.embed(texts[:2]).shape == (2, 384)
+    assert two._runners is not None
+    assert two.embed(texts[:5]).shape == (5, 384)
 
 
 @pytest.mark.skipif(not signed_products(), reason="this CPU has no VNNI (see embed/_int8.py)")

@@ -130,14 +130,15 @@ class LocalEmbedder:
     always gets the same vector, as a document and as a query.
     The ONNX sessions (one for waited-for texts, one for background batches) are created
     on the first :meth:`embed` (or :meth:`load`); each run is one text on one core (the
-    caller's thread). A background batch of more than four texts runs
-    ``threads`` at a time (default ``min(2, cpu_count)``), each on a runner thread of its
-    own: a sentence of a few dozen tokens is too small a product to share between cores
-    (two intra-op threads on one text gave ~1.2x one thread's texts/s; two texts at once,
-    ~1.8x). Several texts a caller waits for run in its thread and ``threads - 1`` helpers
-    (a BEAM user's first search, its standing items embedded: ~220 -> ~115 ms). The vectors of
-    the last ``recent_texts`` texts (up to 4,096 characters each) are kept and reused: a
-    captured call's user turn is embedded as the recall's query and again as a message.
+    caller's thread). A background batch of more than four texts runs ``threads`` at a
+    time (default ``min(2, cpu_count)``), each on a runner thread of its own: a sentence
+    of a few dozen tokens is too small a product to share between cores (600 LoCoMo texts
+    on a 2-core AVX2 EPYC: one text on two intra-op threads 110-126 texts/s, on one thread
+    105-115, two texts at once 206-222). Several texts a caller waits for run in its thread
+    and ``threads - 1`` helpers (a BEAM user's first search, its standing items embedded:
+    206-236 -> 107-125 ms). The vectors of the last ``recent_texts`` texts (up to 4,096
+    characters each) are kept and reused: a captured call's user turn is embedded as the
+    recall's query and again as a message.
     ``batch_nice`` (Linux) lowers the CPU priority of the runner threads by that
     many steps, so that background batches yield the cores to the application's threads.
     ``signed_weights`` picks the weights' int8 encoding; the default (``None``) takes the
@@ -238,44 +239,35 @@ class LocalEmbedder:
                 self._session = self._create_session()
             return self._session
 
-    def _get_runners(self) -> ThreadPoolExecutor:
-        """The threads a background batch's texts run on, ``threads`` at a time, started
-        on first use and lowered by ``batch_nice`` (whoever asked for the batch)."""
-        runners = self._runners
-        if runners is not None:
-            return runners
+    def _pool(self, *, query: bool) -> ThreadPoolExecutor:
+        """The threads that share a call's texts, started on first use: for texts a caller
+        waits for, ``threads - 1`` helpers (see ``__init__``); for background batches,
+        ``threads`` runners lowered by ``batch_nice`` (whoever asked for the batch)."""
+        pool = self._helpers if query else self._runners
+        if pool is not None:
+            return pool
         with self._load_lock:
+            if query:
+                if self._helpers is None:
+                    self._helpers = ThreadPoolExecutor(
+                        self._threads - 1, thread_name_prefix="stratamem-embed-query"
+                    )
+                return self._helpers
             if self._runners is None:
                 self._runners = ThreadPoolExecutor(
-                    max_workers=self._threads,
+                    self._threads,
                     thread_name_prefix="stratamem-embed",
                     initializer=lower_this_thread,
                     initargs=(self._batch_nice,),
                 )
             return self._runners
 
-    def _get_helpers(self) -> ThreadPoolExecutor:
-        helpers = self._helpers
-        if helpers is not None:
-            return helpers
-        with self._load_lock:
-            if self._helpers is None:
-                self._helpers = ThreadPoolExecutor(
-                    max_workers=self._threads - 1, thread_name_prefix="stratamem-embed-query"
-                )
-            return self._helpers
-
-    def _run_waited_for(
-        self,
-        session: onnxruntime.InferenceSession,
-        texts: Sequence[str],
-        todo: list[int],
-        out: np.ndarray,
-    ) -> None:
+    def _run_waited_for(self, texts: Sequence[str], todo: list[int], out: np.ndarray) -> None:
         """Texts a caller waits for, run now: in the caller's thread and, when there are
         several, in helper threads taking the next text from the same queue. The caller never
         waits for a text no helper has started (a helper busy elsewhere is not waited for):
         at worst it waits for the one text a helper is running."""
+        session = self._get_session(query=True)
         encode = self._tokenizer.encode
         pending = iter(todo)
         lock = threading.Lock()
@@ -289,7 +281,7 @@ class LocalEmbedder:
                 out[i] = self._embed_one(session, encode(texts[i]).ids)[0]
 
         helping = min(self._threads, len(todo)) - 1
-        helpers = [self._get_helpers().submit(work) for _ in range(helping)]
+        helpers = [self._pool(query=True).submit(work) for _ in range(helping)]
         try:
             work()
         finally:
@@ -400,7 +392,7 @@ class LocalEmbedder:
             # A query, or the texts of a recall (its query's variants): waited for, so run
             # now. Run as a batch, they would wait for the recall that asked for them.
             with self.foreground():
-                self._run_waited_for(self._get_session(query=True), texts, todo, out)
+                self._run_waited_for(texts, todo, out)
         else:
             session = self._get_session()
             deadline = time.monotonic() + _YIELD_WAIT_SECONDS * math.ceil(
@@ -414,7 +406,7 @@ class LocalEmbedder:
                 for i in todo:
                     run(i)
             else:
-                runs = [self._get_runners().submit(run, i) for i in todo]
+                runs = [self._pool(query=False).submit(run, i) for i in todo]
                 try:
                     for done in runs:
                         done.result()

@@ -174,7 +174,6 @@ class SQLiteVectors(SQLiteBase):
             )
             return np.fromiter((r[0] for r in rows), dtype=np.int64)
 
-        # Most items have a wanted status.
         return _nearest_passing(scope, q, limit, passing, allowed)
 
     def _statuses(self, table: str, pks: Sequence[int]) -> dict[int, str]:
