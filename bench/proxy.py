@@ -36,7 +36,8 @@ proxy's processes.
 
 * ``--seconds N`` (load mode, instead of the above): ``stratamem serve`` with the proxy
   mounted on its ``/v1`` (a subprocess, SQLite, ``--embedder``, the recall user's
-  ``--memories`` and a project key), ready when ``/healthz`` says so; ``--clients``
+  ``--memories`` and a project key; ``--processes`` server processes on its port), ready
+  when ``/healthz`` says so from each of them; ``--clients``
   clients each stream one call after another (``X-Stratamem-Api-Key``, the recall user,
   a session per client) for N seconds, after the same clients against the fake directly
   for N/4 s (at least 5). Reported: time to first chunk both ways and the added p50/p95
@@ -49,6 +50,7 @@ proxy's processes.
     python bench/proxy.py --quick      # 100 rounds, 200 memories, 16 x 6 rounds (~1 min)
     python bench/proxy.py --in-process --json
     python bench/proxy.py --clients 64 --seconds 60   # the load mode
+    python bench/proxy.py --clients 64 --seconds 60 --processes 2
 """
 
 from __future__ import annotations
@@ -623,28 +625,35 @@ def _load_memory(db: str, args: argparse.Namespace) -> str:
     return str(secret)
 
 
+_HEALTHZ_PID = re.compile(r'"path": "/healthz".*?"pid": (\d+)')
+
+
 @contextlib.contextmanager
-def _serve(db: str, embedder: str, upstream: str, log: Path) -> Iterator[tuple[str, int]]:
-    """``stratamem serve`` with the proxy mounted on its /v1; yields that URL and the pid.
-    Ready when ``/healthz`` answers 200 (as a load balancer would judge it)."""
+def _serve(
+    db: str, embedder: str, upstream: str, log: Path, processes: int
+) -> Iterator[tuple[str, list[int]]]:
+    """``stratamem serve`` with the proxy mounted on its /v1; yields that URL and the pids
+    of its processes. Ready when ``/healthz`` answers 200 (as a load balancer would judge
+    it) from each of its ``processes`` (the access log names the answering pid)."""
     port = _free_port()
     cmd = [sys.executable, "-m", "stratamem", "--db", db, "--embedder", embedder, "serve"]
-    cmd += ["--port", str(port), "--proxy-upstream", upstream]
+    cmd += ["--port", str(port), "--proxy-upstream", upstream, "--processes", str(processes)]
     with open(log, "ab") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=_env())
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 120
-        while True:
+        answered: set[int] = set()
+        while len(answered) < processes:
             if proc.poll() is not None:
                 raise SystemExit(f"stratamem serve exited: see {log}")
-            with contextlib.suppress(httpx.HTTPError):
+            with contextlib.suppress(httpx.HTTPError):  # a new connection: any process
                 if httpx.get(f"{url}/healthz", timeout=1.0).status_code == 200:
-                    break
+                    answered = {int(pid) for pid in _HEALTHZ_PID.findall(log.read_text())}
             if time.monotonic() > deadline:
                 raise SystemExit("stratamem serve did not become ready within 120 s")
             time.sleep(0.05)
-        yield f"{url}/v1", proc.pid
+        yield f"{url}/v1", sorted(answered | {proc.pid})
     finally:
         proc.terminate()  # the proxy stores what capture queued before the memory closes
         try:
@@ -704,9 +713,13 @@ def _load(args: argparse.Namespace, upstream: _Upstream, tmp: str) -> dict[str, 
     key = _load_memory(db, args)
     headers = {"X-Stratamem-User-Id": USER, "X-Stratamem-Api-Key": key}
     upstream.chunk_ms(args.chunk_ms)
-    result: dict[str, Any] = {"clients": args.clients, "seconds": args.seconds}
-    with _serve(db, args.embedder, upstream.origin, log) as (url, pid):
-        pids = [upstream.proc.pid, pid]
+    result: dict[str, Any] = {
+        "clients": args.clients,
+        "seconds": args.seconds,
+        "processes": args.processes,
+    }
+    with _serve(db, args.embedder, upstream.origin, log, args.processes) as (url, pids):
+        pids = [upstream.proc.pid, *pids]
         direct_seconds = max(5.0, args.seconds / 4)
         with other_load(pids) as load:
             direct = asyncio.run(_load_phase(f"{upstream.origin}/v1", None, args, direct_seconds))
@@ -743,7 +756,8 @@ def _load(args: argparse.Namespace, upstream: _Upstream, tmp: str) -> dict[str, 
     )
     print(
         f"\nload: {args.clients} streaming clients for {args.seconds:g} s through stratamem "
-        f"serve's /v1 ({args.embedder} embedder, a user with {args.memories} memories, "
+        f"serve's /v1 ({args.processes} process(es), {args.embedder} embedder, a user with "
+        f"{args.memories} memories, "
         f"{args.chunk_ms:g} ms between chunks; other load {load[0]:.0%})"
     )
     print(
@@ -808,6 +822,9 @@ def main(argv: list[str] | None = None) -> None:
         type=float,
         default=0.0,
         help="load mode: --clients streaming clients for this long through stratamem serve",
+    )
+    p.add_argument(
+        "--processes", type=int, default=1, help="load mode: stratamem serve --processes N"
     )
     p.add_argument("--json", action="store_true")
     p.add_argument("--fake-upstream", action="store_true", help=argparse.SUPPRESS)

@@ -21,8 +21,11 @@ metrics are collected (:func:`watch`). docs/observability.md lists every metric.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
+import os
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -44,6 +47,7 @@ __all__ = [
     "recall_log_dropped",
     "recall_log_written",
     "set_meter_provider",
+    "shared_between_processes",
     "unwatch",
     "watch",
     "webhook_delivery",
@@ -503,7 +507,36 @@ def prometheus_exposition() -> tuple[bytes, str]:
     enable_prometheus()
     assert _prometheus is not None
     pc = _prometheus.pc
-    return pc.generate_latest(_prometheus.registry), pc.CONTENT_TYPE_LATEST
+    registry = _prometheus.registry
+    if os.environ.get(_SHARED_DIR):
+        # Several processes (see shared_between_processes): a scrape reaches one of them
+        # and answers for all, from the files each keeps its counts in.
+        from prometheus_client import multiprocess
+
+        registry = pc.CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+        registry.register(_StateCollector())
+    return pc.generate_latest(registry), pc.CONTENT_TYPE_LATEST
+
+
+_SHARED_DIR = "PROMETHEUS_MULTIPROC_DIR"  # prometheus-client's name for it
+
+
+@contextlib.contextmanager
+def shared_between_processes() -> Iterator[None]:
+    """Counts of the server processes started inside this block summed at each one's
+    ``/metrics``: prometheus-client's multiprocess mode, each process's counts in a file of
+    a directory made for the block (or the one ``PROMETHEUS_MULTIPROC_DIR`` names, kept).
+    The mode is chosen when a process imports prometheus-client: for spawned processes."""
+    if os.environ.get(_SHARED_DIR):
+        yield
+        return
+    with tempfile.TemporaryDirectory(prefix="stratamem-metrics-") as directory:
+        os.environ[_SHARED_DIR] = directory
+        try:
+            yield
+        finally:
+            del os.environ[_SHARED_DIR]
 
 
 def set_meter_provider(provider: Any) -> None:

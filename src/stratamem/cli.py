@@ -4,6 +4,8 @@ retry-failed."""
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import hashlib
 import importlib.util
 import json
@@ -15,7 +17,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from importlib import resources
 from typing import Any, BinaryIO
 
@@ -560,14 +562,21 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         proxy_upstream=args.proxy_upstream,
         proxy_anthropic_upstream=args.proxy_anthropic_upstream,
     )
-    mem = _memory(args, existing=False, workers=0 if args.no_worker else None)
+    if args.processes is not None:
+        settings = settings.model_copy(update={"processes": args.processes})
+    processes = settings.processes
+    workers = 0 if args.no_worker else None
+    # With several processes this one only supervises: each of them opens its own Memory
+    # (and pipeline workers); this one opens it to make the first key and print the banner.
+    mem = _memory(args, existing=False, workers=0 if processes > 1 else workers)
     try:
         key = _bootstrap_key(mem)
-        app = create_app(mem, settings)
         url = f"http://{settings.host}:{settings.port}"
-        workers = "no worker (API only)" if args.no_worker else f"{mem.settings.workers} worker(s)"
+        each = "no worker (API only)" if args.no_worker else f"{mem.settings.workers} worker(s)"
+        if processes > 1:
+            each = f"{processes} processes, each with {each}"
         print(f"stratamem serving {url}", flush=True)
-        print(f"  store {mem.store.url}; embedder {mem.embedder.name}; {workers}", flush=True)
+        print(f"  store {mem.store.url}; embedder {mem.embedder.name}; {each}", flush=True)
         print(f"  llm: {mem.mode}", flush=True)
         if settings.ui:
             print(f"  dashboard: {url}/ui (sign in with an API key)", flush=True)
@@ -590,8 +599,12 @@ def _cmd_serve(args: argparse.Namespace) -> int:
                 f"   (projects: {projects})",
                 flush=True,
             )
-        _access_logging()
-        _run(uvicorn, app, settings)
+        if processes > 1:
+            mem.close()
+            _run_processes(uvicorn, _ProcessApp("serve", args, settings, workers), settings)
+        else:
+            _access_logging()
+            _run(uvicorn, create_app(mem, settings), settings)
     finally:
         mem.close()
     return 0
@@ -614,7 +627,87 @@ def _needs_server_extra(what: str, exc: ModuleNotFoundError) -> StratamemError:
 def _run(uvicorn: Any, app: Any, settings: Any) -> None:
     # Recall runs in threads beside the event loop; see ServerSettings.switch_interval_ms.
     sys.setswitchinterval(settings.switch_interval_ms / 1000)
-    config = uvicorn.Config(
+    config = _uvicorn_config(uvicorn, app, settings)
+    # uvicorn stops gracefully on SIGTERM, then raises the signal again for the handler it
+    # found when it started. With Python's default one the process would die there, before
+    # the command closes its Memory (which lets the workers finish the work in hand): this
+    # handler ends the command normally instead, its `finally` included.
+    previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    try:
+        uvicorn.Server(config).run()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _run_processes(uvicorn: Any, app: _ProcessApp, settings: Any) -> None:
+    """``settings.processes`` server processes accepting on one socket this one binds.
+
+    One process relays every stream and runs every recall under one GIL: under load its
+    event loop holds it most of the time and recalls miss their bound while a core idles
+    (docs/proxy.md#under-load). uvicorn's supervisor starts the processes (spawned: each
+    imports and opens everything itself), starts a new one when one dies, replaces them one
+    by one on SIGHUP and stops them all on SIGTERM or SIGINT; each stops as a single
+    process does, its Memory closed after its server (see _ProcessApp)."""
+    from uvicorn.supervisors import Multiprocess
+
+    from . import _metrics
+
+    config = _uvicorn_config(uvicorn, app, settings, factory=True, workers=settings.processes)
+    sock = config.bind_socket()
+    try:
+        with _metrics.shared_between_processes():
+            Multiprocess(config, sockets=[sock]).run()
+    finally:
+        sock.close()
+
+
+class _ProcessApp:
+    """Builds one server process's app in that process: its own Memory on the store, closed
+    when the server stops. Picklable (uvicorn sends it to each process it spawns)."""
+
+    def __init__(
+        self, kind: str, args: argparse.Namespace, settings: Any, workers: int | None
+    ) -> None:
+        self.kind, self.args, self.settings, self.workers = kind, args, settings, workers
+
+    def __call__(self) -> Any:
+        _logging(self.args.verbose)
+        _access_logging()
+        sys.setswitchinterval(self.settings.switch_interval_ms / 1000)
+        build: Callable[[Any, Any], Any]
+        if self.kind == "serve":
+            from .server import create_app
+
+            build = create_app
+            mem = _memory(self.args, existing=False, workers=self.workers)
+        else:
+            from .proxy import create_proxy_app
+
+            build = create_proxy_app
+            mem = _memory(self.args, existing=False, remote=True)
+        try:
+            app = build(mem, self.settings)
+        except BaseException:
+            mem.close()
+            raise
+        served = app.router.lifespan_context
+
+        @contextlib.asynccontextmanager
+        async def lifespan(app: Any) -> AsyncIterator[Any]:
+            try:
+                async with served(app) as state:
+                    yield state
+            finally:
+                # As the single process's command does once its server has stopped: the
+                # workers finish the work in hand (off the loop: it waits for them).
+                await asyncio.to_thread(mem.close)
+
+        app.router.lifespan_context = lifespan
+        return app
+
+
+def _uvicorn_config(uvicorn: Any, app: Any, settings: Any, **more: Any) -> Any:
+    return uvicorn.Config(
         app,
         host=settings.host,
         port=settings.port,
@@ -627,16 +720,8 @@ def _run(uvicorn: Any, app: Any, settings: Any) -> None:
         # default would trust them from any local process.
         proxy_headers=settings.forwarded_allow_ips is not None,
         forwarded_allow_ips=settings.forwarded_allow_ips or "",
+        **more,
     )
-    # uvicorn stops gracefully on SIGTERM, then raises the signal again for the handler it
-    # found when it started. With Python's default one the process would die there, before
-    # the command closes its Memory (which lets the workers finish the work in hand): this
-    # handler ends the command normally instead, its `finally` included.
-    previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
-    try:
-        uvicorn.Server(config).run()
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def _exit_on_sigterm(signum: int, frame: Any) -> None:
@@ -679,16 +764,22 @@ def _cmd_proxy(args: argparse.Namespace) -> int:
         )
     from .memory import Memory
 
-    mem = _memory(args, existing=False, remote=True)
+    if args.processes is not None:
+        settings = settings.model_copy(update={"processes": args.processes})
+    mem = _memory(args, existing=False, remote=True, workers=0 if settings.processes > 1 else None)
     try:
-        app = create_proxy_app(mem, settings)
         url = f"http://{settings.host}:{settings.port}"
         # Memory(url) is a RemoteMemory for an http(s) URL.
         where = mem.store.url if isinstance(mem, Memory) else f"the server at {mem.base_url}"
-        print(f"stratamem proxy on {url}; memory: {where}", flush=True)
+        each = f" ({settings.processes} processes)" if settings.processes > 1 else ""
+        print(f"stratamem proxy on {url}{each}; memory: {where}", flush=True)
         _print_proxy(settings, url)
-        _access_logging()
-        _run(uvicorn, app, settings)
+        if settings.processes > 1:
+            mem.close()
+            _run_processes(uvicorn, _ProcessApp("proxy", args, settings, None), settings)
+        else:
+            _access_logging()
+            _run(uvicorn, create_proxy_app(mem, settings), settings)
     finally:
         mem.close()
     return 0
@@ -822,6 +913,7 @@ def _number(kind: type[int] | type[float], low: float, high: float | None = None
 
 
 _PORT = _number(int, 1, 65535)
+_PROCESSES = _number(int, 1, 64)
 
 
 def _global_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
@@ -896,6 +988,12 @@ def _parser() -> argparse.ArgumentParser:
         help="API only: queued messages are processed by a separate `stratamem worker`",
     )
     s.add_argument(
+        "--processes",
+        type=_PROCESSES,
+        help="server processes on the one port, each with its own workers (default: "
+        "$STRATAMEM_PROCESSES or 1); see docs/server.md#processes",
+    )
+    s.add_argument(
         "--proxy-upstream",
         help="mount the memory proxy on /v1, forwarding to this OpenAI-compatible URL "
         "(default: $STRATAMEM_PROXY_UPSTREAM)",
@@ -925,6 +1023,12 @@ def _parser() -> argparse.ArgumentParser:
         "--port",
         type=_PORT,
         help="TCP port (default: $STRATAMEM_PROXY_PORT or 8001; serve's is 8000)",
+    )
+    s.add_argument(
+        "--processes",
+        type=_PROCESSES,
+        help="proxy processes on the one port (default: $STRATAMEM_PROCESSES or 1); see "
+        "docs/proxy.md#under-load",
     )
     s.add_argument(
         "--allow-no-user",
@@ -1057,14 +1161,18 @@ def _one_line(exc: BaseException) -> str:
     return f"{head} {'; '.join(rest)}" if rest else head
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+def _logging(verbose: bool) -> None:
     logging.basicConfig(
-        level=logging.INFO if args.verbose else logging.WARNING,
+        level=logging.INFO if verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     # procrastinate (the job queue on PostgreSQL) logs two INFO lines per batch.
     logging.getLogger("procrastinate").setLevel(logging.WARNING)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    _logging(args.verbose)
     try:
         return int(args.func(args) or 0)
     except StratamemError as exc:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import time
 import uuid
@@ -118,6 +119,7 @@ class RequestContext:
                 "status": status,
                 "duration_ms": round((time.perf_counter() - started) * 1000, 2),
                 "project_id": state.get("project_id"),
+                "pid": os.getpid(),  # which process answered, with --processes above 1
             }
             trace_id = _tracing.current_trace_id()
             if trace_id is not None:  # the request's trace: from a log line to its spans

@@ -115,6 +115,15 @@ class ServerSettings(BaseSettings):
         "first: at uvicorn's 5 s both ends timed out together and a request sent on a "
         "connection the server was closing failed (ReadError).",
     )
+    processes: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="Server processes of `stratamem serve` or `stratamem proxy`, accepting on "
+        "the one port; each opens its own Memory, with its own pipeline workers. One "
+        "process relays and recalls under one GIL: under many concurrent streams a second "
+        "process keeps recall within its bound.",
+    )
     switch_interval_ms: float = Field(
         default=0.2,
         gt=0,
