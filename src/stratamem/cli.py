@@ -4,8 +4,6 @@ retry-failed."""
 from __future__ import annotations
 
 import argparse
-import asyncio
-import contextlib
 import hashlib
 import importlib.util
 import json
@@ -17,7 +15,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from importlib import resources
 from typing import Any, BinaryIO
 
@@ -601,7 +599,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
             )
         if processes > 1:
             mem.close()
-            _run_processes(uvicorn, _ProcessApp("serve", args, settings, workers), settings)
+            server = _ServerProcess("serve", args, settings, workers)
+            _run_processes(server, mem.settings.close_timeout_seconds + 10)
         else:
             _access_logging()
             _run(uvicorn, create_app(mem, settings), settings)
@@ -624,7 +623,7 @@ def _needs_server_extra(what: str, exc: ModuleNotFoundError) -> StratamemError:
     return StratamemError(f"{what} needs {package}: pip install 'stratamem[server]'")
 
 
-def _run(uvicorn: Any, app: Any, settings: Any) -> None:
+def _run(uvicorn: Any, app: Any, settings: Any, sockets: list[Any] | None = None) -> None:
     # Recall runs in threads beside the event loop; see ServerSettings.switch_interval_ms.
     sys.setswitchinterval(settings.switch_interval_ms / 1000)
     config = _uvicorn_config(uvicorn, app, settings)
@@ -634,79 +633,74 @@ def _run(uvicorn: Any, app: Any, settings: Any) -> None:
     # handler ends the command normally instead, its `finally` included.
     previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
-        uvicorn.Server(config).run()
+        uvicorn.Server(config).run(sockets)
     finally:
         signal.signal(signal.SIGTERM, previous)
 
 
-def _run_processes(uvicorn: Any, app: _ProcessApp, settings: Any) -> None:
-    """``settings.processes`` server processes accepting on one socket this one binds.
-
-    One process relays every stream and runs every recall under one GIL: under load its
-    event loop holds it most of the time and recalls miss their bound while a core idles
-    (docs/proxy.md#under-load). uvicorn's supervisor starts the processes (spawned: each
-    imports and opens everything itself), starts a new one when one dies, replaces them one
-    by one on SIGHUP and stops them all on SIGTERM or SIGINT; each stops as a single
-    process does, its Memory closed after its server (see _ProcessApp)."""
-    from uvicorn.supervisors import Multiprocess
-
+def _run_processes(server: _ServerProcess, stop_timeout: float) -> None:
+    """``--processes`` above 1: this process supervises (server._processes), each server
+    process runs ``server``; /metrics counts them all."""
     from . import _metrics
+    from .server._processes import serve_processes
 
-    config = _uvicorn_config(uvicorn, app, settings, factory=True, workers=settings.processes)
-    sock = config.bind_socket()
-    try:
-        with _metrics.shared_between_processes():
-            Multiprocess(config, sockets=[sock]).run()
-    finally:
-        sock.close()
+    settings = server.settings
+    with _metrics.shared_between_processes():
+        serve_processes(
+            server,
+            count=settings.processes,
+            host=settings.host,
+            port=settings.port,
+            stop_timeout=stop_timeout,
+        )
 
 
-class _ProcessApp:
-    """Builds one server process's app in that process: its own Memory on the store, closed
-    when the server stops. Picklable (uvicorn sends it to each process it spawns)."""
+class _ServerProcess:
+    """One server process of ``--processes``: opens its own Memory on the store, serves on
+    the socket it is given, and closes the Memory once its server stops, as the single
+    process's command does. Picklable: each spawned process gets it."""
 
     def __init__(
         self, kind: str, args: argparse.Namespace, settings: Any, workers: int | None
     ) -> None:
         self.kind, self.args, self.settings, self.workers = kind, args, settings, workers
 
-    def __call__(self) -> Any:
-        _logging(self.args.verbose)
-        _access_logging()
-        sys.setswitchinterval(self.settings.switch_interval_ms / 1000)
-        build: Callable[[Any, Any], Any]
-        if self.kind == "serve":
-            from .server import create_app
+    def __call__(self, sock: Any) -> None:
+        from .server._processes import STARTUP_FAILURE
 
-            build = create_app
-            mem = _memory(self.args, existing=False, workers=self.workers)
-        else:
+        _logging(self.args.verbose)
+        uvicorn = _uvicorn("the server")
+        try:
+            mem, app = self._open()
+        except Exception as exc:  # the supervisor stops: every process would fail alike
+            log = logging.getLogger("stratamem")
+            log.error("stratamem: a server process could not start: %s", _one_line(exc))
+            sys.exit(STARTUP_FAILURE)
+        try:
+            _access_logging()
+            _run(uvicorn, app, self.settings, [sock])
+        finally:
+            mem.close()
+
+    def _open(self) -> tuple[Any, Any]:
+        if self.kind == "proxy":
             from .proxy import create_proxy_app
 
-            build = create_proxy_app
             mem = _memory(self.args, existing=False, remote=True)
+            build: Callable[[Any, Any], Any] = create_proxy_app
+        else:
+            from .server import create_app
+
+            mem = _memory(self.args, existing=False, workers=self.workers)
+            build = create_app
         try:
-            app = build(mem, self.settings)
+            return mem, build(mem, self.settings)
         except BaseException:
             mem.close()
             raise
-        served = app.router.lifespan_context
-
-        @contextlib.asynccontextmanager
-        async def lifespan(app: Any) -> AsyncIterator[Any]:
-            try:
-                async with served(app) as state:
-                    yield state
-            finally:
-                # As the single process's command does once its server has stopped: the
-                # workers finish the work in hand (off the loop: it waits for them).
-                await asyncio.to_thread(mem.close)
-
-        app.router.lifespan_context = lifespan
-        return app
 
 
-def _uvicorn_config(uvicorn: Any, app: Any, settings: Any, **more: Any) -> Any:
+def _uvicorn_config(uvicorn: Any, app: Any, settings: Any) -> Any:
     return uvicorn.Config(
         app,
         host=settings.host,
@@ -720,7 +714,6 @@ def _uvicorn_config(uvicorn: Any, app: Any, settings: Any, **more: Any) -> Any:
         # default would trust them from any local process.
         proxy_headers=settings.forwarded_allow_ips is not None,
         forwarded_allow_ips=settings.forwarded_allow_ips or "",
-        **more,
     )
 
 
@@ -776,7 +769,8 @@ def _cmd_proxy(args: argparse.Namespace) -> int:
         _print_proxy(settings, url)
         if settings.processes > 1:
             mem.close()
-            _run_processes(uvicorn, _ProcessApp("proxy", args, settings, None), settings)
+            server = _ServerProcess("proxy", args, settings, None)
+            _run_processes(server, mem.settings.close_timeout_seconds + 10)
         else:
             _access_logging()
             _run(uvicorn, create_proxy_app(mem, settings), settings)
