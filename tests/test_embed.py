@@ -22,6 +22,7 @@ import pytest
 
 import stratamem.embed
 from fakes import FakeOpenAIServer, fake_vector
+from stratamem import Memory
 from stratamem.embed import Embedder, local_embedder_available, make_embedder
 from stratamem.embed._int8 import has_vnni, signed_products, to_signed_weights
 from stratamem.embed.hashing import HashingEmbedder
@@ -828,3 +829,23 @@ def test_auto_falls_back_to_hash_with_a_warning(
     assert "onnxruntime" in record.getMessage() and "pip install" in record.getMessage()
     with pytest.raises(ConfigError, match="onnxruntime"):
         make_embedder("local")
+
+
+def test_warm_up_false_loads_the_model_on_first_use(tmp_path: Path, local: LocalEmbedder) -> None:
+    """``warm_up=False`` (the CLI's commands that never embed, a supervising process):
+    opening the Memory loads no model; the first search loads it and finds as usual."""
+    url = f"sqlite:///{tmp_path / 'm.db'}"
+    warm = LocalEmbedder(model_path=local.model_path)
+    with Memory(url, embedder=warm, workers=0) as mem:  # the default: loaded in the background
+        mem._engine.await_warm_up(30)
+        assert warm._session is not None and warm._query_session is not None
+    cold = LocalEmbedder(model_path=local.model_path)
+    with Memory(url, embedder=cold, workers=0, warm_up=False) as mem:
+        time.sleep(0.3)  # a warm-up thread, had one started, would be loading by now
+        assert mem._engine._warmup is None
+        assert cold._session is None and cold._query_session is None
+        s = mem.sessions.create(user_id="ana")
+        s.add_messages([{"role": "user", "content": "My sister lives in Porto."}], sync=True)
+        hits = mem.search("where does my sister live", user_id="ana", limit=3)
+    assert hits and "Porto" in hits[0].text
+    assert cold._query_session is not None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -23,6 +24,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from fakes.openai_server import FakeOpenAIServer
 from server_proc import ServerProcess, client, free_port
 from stratamem import Memory
+from stratamem.errors import StratamemError
+from stratamem.server._processes import STARTUP_FAILURE, serve_processes
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -84,7 +87,7 @@ def test_serve_processes_share_the_port_the_store_and_the_metrics(tmp_path: Path
     srv.start("--processes", "2")
     try:
         assert srv.proc is not None
-        assert "2 processes, each with" in srv.stdout()
+        assert "2 processes, each with 1 worker(s)" in srv.stdout()
         key = srv.bootstrap_key()
         _wait_for("two server processes", lambda: len(_children(srv.proc.pid)) == 2)
         first = _children(srv.proc.pid)
@@ -189,3 +192,30 @@ def test_proxy_processes_give_memory_and_store_each_exchange(tmp_path: Path) -> 
     assert sorted(m.content for m in messages if m.role == "assistant") == sorted(
         f"Noted {n}." for n in range(len(states))
     )
+
+
+def _cannot_start(sock: socket.socket) -> None:
+    """A server process whose start fails, as one whose store cannot be opened does."""
+    sys.exit(STARTUP_FAILURE)
+
+
+def test_a_process_that_cannot_start_stops_them_all() -> None:
+    """Not a loop of restarts: the next process would fail the same way."""
+    started = time.monotonic()
+    with pytest.raises(StratamemError, match="could not start"):
+        serve_processes(_cannot_start, count=2, host="127.0.0.1", port=0, stop_timeout=5)
+    assert time.monotonic() - started < 30
+
+
+def test_a_port_in_use_is_a_clear_error(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        cmd = [sys.executable, "-m", "stratamem", "--embedder", "hash", "serve"]
+        cmd += ["--port", str(port), "--db", f"sqlite:///{tmp_path / 'm.db'}", "--processes", "2"]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("STRATAMEM_")}
+        done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert f"cannot listen on 127.0.0.1:{port}" in done.stderr
+    assert "Traceback" not in done.stderr

@@ -157,7 +157,8 @@ class Engine:
         self.queue.start()
         self.webhook_engine.start()
         _metrics.watch(self.store.url, self._queue_state)
-        self._warm_up()
+        if settings.warm_up:
+            self._warm_up()
 
     @property
     def mode(self) -> str:

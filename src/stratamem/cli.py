@@ -373,7 +373,7 @@ def _cmd_search(args: argparse.Namespace) -> int:
 
 
 def _cmd_stats(args: argparse.Namespace) -> int:
-    with _memory(args, existing=True, workers=0) as mem:
+    with _memory(args, existing=True, workers=0, warm_up=False) as mem:
         _check_project(mem)
         stats = mem.stats()
         usage = mem.usage(days=_USAGE_DAYS)
@@ -483,7 +483,7 @@ def _cmd_retry(args: argparse.Namespace) -> int:
 def _cmd_projects(args: argparse.Namespace) -> int:
     from .errors import NotFoundError
 
-    with _memory(args, existing=args.action == "list", workers=0) as mem:
+    with _memory(args, existing=args.action == "list", workers=0, warm_up=False) as mem:
         if args.action == "create":
             if args.id is not None:
                 try:
@@ -504,7 +504,7 @@ def _cmd_projects(args: argparse.Namespace) -> int:
 
 
 def _cmd_keys(args: argparse.Namespace) -> int:
-    with _memory(args, existing=True, workers=0) as mem:
+    with _memory(args, existing=True, workers=0, warm_up=False) as mem:
         if args.action == "create":
             record, secret = mem.keys.create(args.project_id, name=args.name)
             print(f"API key {record.id} for project {record.project_id!r} (shown once):")
@@ -551,6 +551,7 @@ def _access_logging() -> None:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
+    from .config import load_settings
     from .server import create_app, load_server_settings
 
     uvicorn = _uvicorn("the server")
@@ -565,14 +566,21 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     processes = settings.processes
     workers = 0 if args.no_worker else None
     # With several processes this one only supervises: each of them opens its own Memory
-    # (and pipeline workers); this one opens it to make the first key and print the banner.
-    mem = _memory(args, existing=False, workers=0 if processes > 1 else workers)
+    # (and pipeline workers); this one opens it to make the first key and print the banner,
+    # without the model (it would keep ~250 MB for nothing).
+    if processes > 1:
+        mem = _memory(args, existing=False, workers=0, warm_up=False)
+    else:
+        mem = _memory(args, existing=False, workers=workers)
     try:
         key = _bootstrap_key(mem)
         url = f"http://{settings.host}:{settings.port}"
-        each = "no worker (API only)" if args.no_worker else f"{mem.settings.workers} worker(s)"
-        if processes > 1:
-            each = f"{processes} processes, each with {each}"
+        if args.no_worker:
+            each = "no worker (API only)"
+        elif processes > 1:  # this process's Memory has none: the server processes' count
+            each = f"{processes} processes, each with {load_settings().workers} worker(s)"
+        else:
+            each = f"{mem.settings.workers} worker(s)"
         print(f"stratamem serving {url}", flush=True)
         print(f"  store {mem.store.url}; embedder {mem.embedder.name}; {each}", flush=True)
         print(f"  llm: {mem.mode}", flush=True)
@@ -759,7 +767,10 @@ def _cmd_proxy(args: argparse.Namespace) -> int:
 
     if args.processes is not None:
         settings = settings.model_copy(update={"processes": args.processes})
-    mem = _memory(args, existing=False, remote=True, workers=0 if settings.processes > 1 else None)
+    if settings.processes > 1:  # this one supervises (see _cmd_serve)
+        mem = _memory(args, existing=False, remote=True, workers=0, warm_up=False)
+    else:
+        mem = _memory(args, existing=False, remote=True)
     try:
         url = f"http://{settings.host}:{settings.port}"
         # Memory(url) is a RemoteMemory for an http(s) URL.

@@ -134,6 +134,12 @@ class Settings(BaseSettings):
     sync_timeout_seconds: float = Field(
         default=120.0, gt=0, description="How long add_messages(sync=True) waits for processing."
     )
+    warm_up: bool = Field(
+        default=True,
+        description="Load the local embedding model in the background as the Memory opens, "
+        "so that the first search does not wait for it (~0.5 s, ~250 MB); false loads it "
+        "on first use (commands that never embed, a supervising process).",
+    )
     close_timeout_seconds: float = Field(
         default=30.0,
         ge=0,
