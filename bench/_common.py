@@ -129,6 +129,22 @@ def _process_cpu_seconds(pid: int) -> float:
 
 
 @contextmanager
+def cores_used(groups: dict[str, Sequence[int]]) -> Iterator[dict[str, float]]:
+    """Cores each group of processes used while the block ran (CPU seconds over wall
+    seconds, from ``/proc``): where a saturated machine's time went."""
+    box: dict[str, float] = {}
+    before = {name: sum(_process_cpu_seconds(p) for p in pids) for name, pids in groups.items()}
+    wall0 = time.perf_counter()
+    try:
+        yield box
+    finally:
+        wall = time.perf_counter() - wall0
+        for name, pids in groups.items():
+            used = sum(_process_cpu_seconds(p) for p in pids) - before[name]
+            box[name] = used / wall if wall > 0 else float("nan")
+
+
+@contextmanager
 def other_load(own_pids: Sequence[int] = ()) -> Iterator[list[float]]:
     """Share of the machine's CPU used by OTHER processes while the block ran (0..1).
 

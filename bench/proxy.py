@@ -43,8 +43,8 @@ proxy's processes.
   for N/4 s (at least 5). Reported: time to first chunk both ways and the added p50/p95
   (target p95 <= 50 ms); the share of requests that got their memory (``X-Stratamem-Memory``
   ``injected`` or ``none``, not ``skipped``; target >= 95 %); answered exchanges stored vs
-  answered, once serve has stopped; and serve's log lines of recall timeouts and failed
-  key checks.
+  answered, once serve has stopped; serve's log lines of recall timeouts and failed key
+  checks; and the cores serve's processes, the clients and the fake used meanwhile.
 
     python bench/proxy.py              # 300 rounds per figure, 400 memories, 16 x 20 rounds
     python bench/proxy.py --quick      # 100 rounds, 200 memories, 16 x 6 rounds (~1 min)
@@ -80,6 +80,7 @@ import httpx
 import openai
 
 from _common import (
+    cores_used,
     emit_json,
     engine_version,
     format_summary,
@@ -718,12 +719,15 @@ def _load(args: argparse.Namespace, upstream: _Upstream, tmp: str) -> dict[str, 
         "seconds": args.seconds,
         "processes": args.processes,
     }
-    with _serve(db, args.embedder, upstream.origin, log, args.processes) as (url, pids):
-        pids = [upstream.proc.pid, *pids]
+    with _serve(db, args.embedder, upstream.origin, log, args.processes) as (url, serve_pids):
+        pids = [upstream.proc.pid, *serve_pids]
         direct_seconds = max(5.0, args.seconds / 4)
         with other_load(pids) as load:
             direct = asyncio.run(_load_phase(f"{upstream.origin}/v1", None, args, direct_seconds))
-            proxied = asyncio.run(_load_phase(url, headers, args, args.seconds))
+            groups = {"serve": serve_pids, "clients": [os.getpid()], "fake": [upstream.proc.pid]}
+            groups |= {f"serve {pid}": [pid] for pid in serve_pids}
+            with cores_used(groups) as cores:
+                proxied = asyncio.run(_load_phase(url, headers, args, args.seconds))
     upstream.chunk_ms(0)
     states = Counter(proxied["states"])
     answered = len(proxied["complete"])
@@ -733,6 +737,7 @@ def _load(args: argparse.Namespace, upstream: _Upstream, tmp: str) -> dict[str, 
     remembered = states.get("injected", 0) + states.get("none", 0)
     result.update(
         other_load=load[0],
+        cores_while_proxied=cores,
         direct_first_chunk=d,
         proxied_first_chunk=p,
         added_first_chunk_ms={"p50": p.p50 - d.p50, "p95": p.p95 - d.p95},
@@ -763,6 +768,11 @@ def _load(args: argparse.Namespace, upstream: _Upstream, tmp: str) -> dict[str, 
     print(
         f"  streams answered per second: direct {result['direct_per_second']:.1f}, "
         f"proxied {result['proxied_per_second']:.1f}"
+    )
+    each = ", ".join(f"{v:.2f}" for k, v in cores.items() if k.startswith("serve "))
+    print(
+        f"  cores used while proxied (of {os.cpu_count()}): serve {cores['serve']:.2f} "
+        f"({each}), the clients {cores['clients']:.2f}, the fake upstream {cores['fake']:.2f}"
     )
     print(format_summary("direct: time to first chunk", d))
     print(format_summary("proxied: time to first chunk", p))
