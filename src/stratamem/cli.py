@@ -552,7 +552,7 @@ def _access_logging() -> None:
 
 def _cmd_serve(args: argparse.Namespace) -> int:
     from .config import load_settings
-    from .server import create_app, load_server_settings
+    from .server import load_server_settings
 
     uvicorn = _uvicorn("the server")
     settings = load_server_settings(
@@ -605,13 +605,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
                 f"   (projects: {projects})",
                 flush=True,
             )
-        if processes > 1:
-            mem.close()
-            server = _ServerProcess("serve", args, settings, workers)
-            _run_processes(server, mem.settings.close_timeout_seconds + 10)
-        else:
-            _access_logging()
-            _run(uvicorn, create_app(mem, settings), settings)
+        _listen(uvicorn, mem, _ServerProcess("serve", args, settings, workers))
     finally:
         mem.close()
     return 0
@@ -646,20 +640,26 @@ def _run(uvicorn: Any, app: Any, settings: Any, sockets: list[Any] | None = None
         signal.signal(signal.SIGTERM, previous)
 
 
-def _run_processes(server: _ServerProcess, stop_timeout: float) -> None:
-    """``--processes`` above 1: this process supervises (server._processes), each server
-    process runs ``server``; /metrics counts them all."""
+def _listen(uvicorn: Any, mem: Any, server: _ServerProcess) -> None:
+    """Serve ``server``'s app on ``mem`` in this process or, with ``--processes`` above 1,
+    in server processes of their own that this one supervises (server._processes); their
+    /metrics count them all. The caller closes ``mem``."""
     from . import _metrics
     from .server._processes import serve_processes
 
     settings = server.settings
+    if settings.processes == 1:
+        _access_logging()
+        _run(uvicorn, server.build(mem), settings)
+        return
+    mem.close()  # this process only supervises: each server process opens its own
     with _metrics.shared_between_processes():
         serve_processes(
             server,
             count=settings.processes,
             host=settings.host,
             port=settings.port,
-            stop_timeout=stop_timeout,
+            stop_timeout=mem.settings.close_timeout_seconds + 10,
         )
 
 
@@ -690,19 +690,23 @@ class _ServerProcess:
         finally:
             mem.close()
 
-    def _open(self) -> tuple[Any, Any]:
+    def build(self, mem: Any) -> Any:
+        """The app on ``mem``: the REST server's, or the proxy's alone."""
         if self.kind == "proxy":
             from .proxy import create_proxy_app
 
-            mem = _memory(self.args, existing=False, remote=True)
-            build: Callable[[Any, Any], Any] = create_proxy_app
-        else:
-            from .server import create_app
+            return create_proxy_app(mem, self.settings)
+        from .server import create_app
 
+        return create_app(mem, self.settings)
+
+    def _open(self) -> tuple[Any, Any]:
+        if self.kind == "proxy":
+            mem = _memory(self.args, existing=False, remote=True)
+        else:
             mem = _memory(self.args, existing=False, workers=self.workers)
-            build = create_app
         try:
-            return mem, build(mem, self.settings)
+            return mem, self.build(mem)
         except BaseException:
             mem.close()
             raise
@@ -745,7 +749,7 @@ def _print_proxy(settings: Any, url: str) -> None:
 
 def _cmd_proxy(args: argparse.Namespace) -> int:
     try:
-        from .proxy import create_proxy_app  # Starlette's routes
+        from .proxy import create_proxy_app  # noqa: F401  (Starlette's: the extra is there)
     except ModuleNotFoundError as exc:
         raise _needs_server_extra("the proxy", exc) from None
     from .server import load_server_settings
@@ -778,13 +782,7 @@ def _cmd_proxy(args: argparse.Namespace) -> int:
         each = f" ({settings.processes} processes)" if settings.processes > 1 else ""
         print(f"stratamem proxy on {url}{each}; memory: {where}", flush=True)
         _print_proxy(settings, url)
-        if settings.processes > 1:
-            mem.close()
-            server = _ServerProcess("proxy", args, settings, None)
-            _run_processes(server, mem.settings.close_timeout_seconds + 10)
-        else:
-            _access_logging()
-            _run(uvicorn, create_proxy_app(mem, settings), settings)
+        _listen(uvicorn, mem, _ServerProcess("proxy", args, settings, None))
     finally:
         mem.close()
     return 0
