@@ -644,14 +644,14 @@ def _listen(uvicorn: Any, mem: Any, server: _ServerProcess) -> None:
     """Serve ``server``'s app on ``mem`` in this process or, with ``--processes`` above 1,
     in server processes of their own that this one supervises (server._processes); their
     /metrics count them all. The caller closes ``mem``."""
-    from . import _metrics
-    from .server._processes import serve_processes
-
     settings = server.settings
     if settings.processes == 1:
         _access_logging()
         _run(uvicorn, server.build(mem), settings)
         return
+    from . import _metrics
+    from .server._processes import serve_processes
+
     mem.close()  # this process only supervises: each server process opens its own
     with _metrics.shared_between_processes():
         serve_processes(
