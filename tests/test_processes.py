@@ -82,8 +82,10 @@ def _requests_counted(url: str) -> float:
     )
 
 
-def test_serve_processes_share_the_port_the_store_and_the_metrics(tmp_path: Path) -> None:
-    srv = ServerProcess(tmp_path, env={"STRATAMEM_METRICS": "true"})
+def test_serve_processes_share_the_port_the_store_and_the_metrics(
+    tmp_path: Path, db_url: str
+) -> None:
+    srv = ServerProcess(tmp_path, env={"STRATAMEM_METRICS": "true"}, db_url=db_url)
     srv.start("--processes", "2")
     try:
         assert srv.proc is not None
