@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -34,7 +35,7 @@ CHAT = "/v1/chat/completions"
 
 
 def _children(pid: int) -> list[int]:
-    """The server processes uvicorn's supervisor spawned (``multiprocessing.spawn``)."""
+    """The server processes the supervisor ``pid`` spawned (``multiprocessing.spawn``)."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -50,9 +51,9 @@ def _children(pid: int) -> list[int]:
     return sorted(found)
 
 
-def _wait_for(what: str, check: object, timeout: float = 60.0) -> None:
+def _wait_for(what: str, check: Callable[[], bool], timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
-    while not check():  # type: ignore[operator]
+    while not check():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.1)
 
@@ -138,7 +139,7 @@ def test_serve_processes_share_the_port_the_store_and_the_metrics(
     with Memory(srv.db_url, embedder="hash", workers=1) as mem:
         session = mem.sessions.get("s1")
         assert len(session.messages(limit=1000)) == sent
-        mem.wait(60)  # and every one of them is processed (raises if not)
+        mem.wait(60)  # and what the stopped processes left queued is processed (raises if not)
 
 
 def test_proxy_processes_give_memory_and_store_each_exchange(tmp_path: Path) -> None:

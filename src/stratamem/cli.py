@@ -628,7 +628,20 @@ def _needs_server_extra(what: str, exc: ModuleNotFoundError) -> StratamemError:
 def _run(uvicorn: Any, app: Any, settings: Any, sockets: list[Any] | None = None) -> None:
     # Recall runs in threads beside the event loop; see ServerSettings.switch_interval_ms.
     sys.setswitchinterval(settings.switch_interval_ms / 1000)
-    config = _uvicorn_config(uvicorn, app, settings)
+    config = uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_config=None,
+        access_log=False,  # ours is structured, with request ids
+        server_header=False,
+        timeout_keep_alive=settings.keep_alive_s,
+        # The client's address (the limiter of wrong credentials counts by it) and scheme
+        # come from X-Forwarded-* only behind the proxies the settings name: uvicorn's
+        # default would trust them from any local process.
+        proxy_headers=settings.forwarded_allow_ips is not None,
+        forwarded_allow_ips=settings.forwarded_allow_ips or "",
+    )
     # uvicorn stops gracefully on SIGTERM, then raises the signal again for the handler it
     # found when it started. With Python's default one the process would die there, before
     # the command closes its Memory (which lets the workers finish the work in hand): this
@@ -710,23 +723,6 @@ class _ServerProcess:
         except BaseException:
             mem.close()
             raise
-
-
-def _uvicorn_config(uvicorn: Any, app: Any, settings: Any) -> Any:
-    return uvicorn.Config(
-        app,
-        host=settings.host,
-        port=settings.port,
-        log_config=None,
-        access_log=False,  # ours is structured, with request ids
-        server_header=False,
-        timeout_keep_alive=settings.keep_alive_s,
-        # The client's address (the limiter of wrong credentials counts by it) and scheme
-        # come from X-Forwarded-* only behind the proxies the settings name: uvicorn's
-        # default would trust them from any local process.
-        proxy_headers=settings.forwarded_allow_ips is not None,
-        forwarded_allow_ips=settings.forwarded_allow_ips or "",
-    )
 
 
 def _exit_on_sigterm(signum: int, frame: Any) -> None:
