@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from stratamem import EmbedderMismatchError, Memory, StoreError
+from stratamem import ConfigError, EmbedderMismatchError, Memory, StoreError
 from stratamem._products import similarities
 from stratamem.store import SearchFilters, parse_metadata_filters
 from stratamem.store._text import fts_document, fts_query_terms
@@ -90,6 +90,41 @@ def test_a_file_from_a_newer_stratamem_is_refused(db_url: str) -> None:
 def test_missing_directory_is_a_clear_error(tmp_path: Any) -> None:
     with pytest.raises(StoreError, match="does not exist"):
         SQLiteStore(f"sqlite:///{tmp_path}/no/such/dir/x.db")
+
+
+def test_connections_read_through_the_configured_memory_map(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every connection (one a thread) maps the file up to ``sqlite_mmap_bytes`` (1 GiB
+    by default; 0 maps nothing), set from the setting or its variable; a size that is not
+    bytes is refused before the file is opened."""
+
+    def mapped(store: SQLiteStore) -> list[int]:
+        sizes = [store._conn().execute("PRAGMA mmap_size").fetchone()[0]]
+        other = threading.Thread(
+            target=lambda: sizes.append(store._conn().execute("PRAGMA mmap_size").fetchone()[0])
+        )
+        other.start()
+        other.join()
+        return sizes
+
+    url = f"sqlite:///{tmp_path}/m.db"
+    with Memory(url, embedder="hash", workers=0) as mem:
+        assert mapped(mem.store) == [1 << 30, 1 << 30]
+    with Memory(url, embedder="hash", workers=0, sqlite_mmap_bytes=0) as mem:
+        mem.sessions.create(user_id="u").add_messages([{"role": "user", "content": "kiwi"}])
+        assert mapped(mem.store) == [0, 0]
+        assert [h.text for h in mem.search("kiwi", user_id="u")] == ["kiwi"]
+    monkeypatch.setenv("STRATAMEM_SQLITE_MMAP_BYTES", "65536")
+    with Memory(url, embedder="hash", workers=0) as mem:
+        assert mapped(mem.store) == [65536, 65536]
+        assert [h.text for h in mem.search("kiwi", user_id="u")] == ["kiwi"]
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ConfigError, match="mmap size"):
+            SQLiteStore(f"sqlite:///{tmp_path}/bad.db", mmap_bytes=bad)
+    with pytest.raises(ConfigError, match="sqlite_mmap_bytes"):
+        Memory(url, embedder="hash", workers=0, sqlite_mmap_bytes=-1)
+    assert not (tmp_path / "bad.db").exists()
 
 
 @pytest.mark.parametrize(

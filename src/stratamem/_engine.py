@@ -67,6 +67,7 @@ class Engine:
         self.store: Store = open_store(
             settings.database_url,
             busy_timeout_ms=settings.sqlite_busy_timeout_ms,
+            mmap_bytes=settings.sqlite_mmap_bytes,
             vector_index_threshold=settings.vector_index_threshold,
             pool_size=settings.postgres_pool_size,
             ef_search=settings.postgres_ef_search,

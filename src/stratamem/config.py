@@ -159,6 +159,12 @@ class Settings(BaseSettings):
         description="Default token budget of formatted_context (recall_config.token_budget wins).",
     )
     sqlite_busy_timeout_ms: int = Field(default=30_000, ge=0)
+    sqlite_mmap_bytes: int = Field(
+        default=1 << 30,
+        ge=0,
+        description="SQLite: read the database file through a memory map of up to this many "
+        "bytes (0: no map, every connection copies pages into its own 2 MB cache).",
+    )
     postgres_pool_size: int = Field(
         default=10,
         ge=1,

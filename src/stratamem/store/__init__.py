@@ -46,7 +46,9 @@ __all__ += _briefs.__all__
 
 
 # Options each adapter understands; the facade passes all of them, whatever the URL.
-_SQLITE_OPTIONS = frozenset({"busy_timeout_ms", "synchronous", "vector_index_threshold"})
+_SQLITE_OPTIONS = frozenset(
+    {"busy_timeout_ms", "synchronous", "vector_index_threshold", "mmap_bytes"}
+)
 _POSTGRES_OPTIONS = frozenset({"pool_size", "vector_index_threshold", "ef_search"})
 
 

@@ -55,9 +55,10 @@ class SQLiteStore(SQLiteFullText, SQLiteVectors, SQLiteJobs):
         busy_timeout_ms: int = 30_000,
         synchronous: str = "NORMAL",
         vector_index_threshold: int = 20_000,
+        mmap_bytes: int = 1 << 30,
         migrate_to: int | None = None,
     ) -> None:
-        self._open(url, busy_timeout_ms, synchronous)
+        self._open(url, busy_timeout_ms, synchronous, mmap_bytes)
         self._init_vectors(vector_index_threshold)
         self._init_fulltext()
         self._migrate(migrate_to)
