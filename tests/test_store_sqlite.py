@@ -95,9 +95,9 @@ def test_missing_directory_is_a_clear_error(tmp_path: Any) -> None:
 def test_connections_read_through_the_configured_memory_map(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Every connection (one a thread) maps the file up to ``sqlite_mmap_bytes`` (1 GiB
-    by default; 0 maps nothing), set from the setting or its variable; a size that is not
-    bytes is refused before the file is opened."""
+    """Every connection (one a thread) maps the file up to ``sqlite_mmap_bytes`` (0, no
+    map, by default), set from the setting or its variable; a size that is not bytes is
+    refused before the file is opened."""
 
     def mapped(store: SQLiteStore) -> list[int]:
         sizes = [store._conn().execute("PRAGMA mmap_size").fetchone()[0]]
@@ -110,10 +110,10 @@ def test_connections_read_through_the_configured_memory_map(
 
     url = f"sqlite:///{tmp_path}/m.db"
     with Memory(url, embedder="hash", workers=0) as mem:
-        assert mapped(mem.store) == [1 << 30, 1 << 30]
-    with Memory(url, embedder="hash", workers=0, sqlite_mmap_bytes=0) as mem:
         mem.sessions.create(user_id="u").add_messages([{"role": "user", "content": "kiwi"}])
         assert mapped(mem.store) == [0, 0]
+    with Memory(url, embedder="hash", workers=0, sqlite_mmap_bytes=1 << 30) as mem:
+        assert mapped(mem.store) == [1 << 30, 1 << 30]
         assert [h.text for h in mem.search("kiwi", user_id="u")] == ["kiwi"]
     monkeypatch.setenv("STRATAMEM_SQLITE_MMAP_BYTES", "65536")
     with Memory(url, embedder="hash", workers=0) as mem:

@@ -160,10 +160,10 @@ class Settings(BaseSettings):
     )
     sqlite_busy_timeout_ms: int = Field(default=30_000, ge=0)
     sqlite_mmap_bytes: int = Field(
-        default=1 << 30,
+        default=0,
         ge=0,
         description="SQLite: read the database file through a memory map of up to this many "
-        "bytes (0: no map, every connection copies pages into its own 2 MB cache).",
+        "bytes (0, the default: every connection copies pages into its own 2 MB cache).",
     )
     postgres_pool_size: int = Field(
         default=10,

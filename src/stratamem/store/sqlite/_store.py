@@ -55,7 +55,7 @@ class SQLiteStore(SQLiteFullText, SQLiteVectors, SQLiteJobs):
         busy_timeout_ms: int = 30_000,
         synchronous: str = "NORMAL",
         vector_index_threshold: int = 20_000,
-        mmap_bytes: int = 1 << 30,
+        mmap_bytes: int = 0,
         migrate_to: int | None = None,
     ) -> None:
         self._open(url, busy_timeout_ms, synchronous, mmap_bytes)
