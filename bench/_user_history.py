@@ -219,9 +219,12 @@ def _settle(mem: Memory) -> None:
         mem.store.vectors.wait_indexes()
 
 
-def _rss_mib() -> float:
+def _rss_mib(field: str = "VmRSS") -> float:
+    """The process's resident memory (``RssAnon``: its own, without the pages of files it
+    maps, which RSS counts once per mapping: the model, and the database with
+    ``sqlite_mmap_bytes``)."""
     for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(f"{field}:"):
             return int(line.split()[1]) / 1024
     return float("nan")
 
@@ -235,7 +238,12 @@ def run_user(args: argparse.Namespace, sizes: list[int]) -> dict[str, Any]:
         # that two commits can be timed in turn on the same data.
         print(f"\n== one user's history: {args.reuse} (kept; load {loadavg()}) ==")
         heavy = _heavy_messages(args.reuse)
-        return {"reused": _measure(args.reuse, questions, docs, heavy, args.search_rounds)}
+        row = _measure(args.reuse, questions, docs, heavy, args.search_rounds)
+        print(
+            f"  RSS {row['rss_mib']:.0f} MiB (anonymous {row['anon_mib']:.0f}, "
+            f"peak {row['max_rss_mib']:.0f})"
+        )
+        return {"reused": row}
     backends = ("sqlite", "postgres") if args.backend == "both" else (args.backend,)
     results: dict[str, Any] = {}
     for backend in backends:
@@ -251,7 +259,7 @@ def run_user(args: argparse.Namespace, sizes: list[int]) -> dict[str, Any]:
                 row = {**build, **measured, "db_mib": size_mib()}
             print(
                 f"  store {row['db_mib']:.0f} MiB, RSS {row['rss_mib']:.0f} MiB "
-                f"(peak {row['max_rss_mib']:.0f})"
+                f"(anonymous {row['anon_mib']:.0f}, peak {row['max_rss_mib']:.0f})"
             )
             results[f"{backend}:{n}"] = row
     return results
@@ -309,6 +317,7 @@ def _measure(
         "evidence_r10_alone": alone_r10,
         "vector_recall_at_10": vector_recall,
         "rss_mib": _rss_mib(),
+        "anon_mib": _rss_mib("RssAnon"),
         "max_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "load_after": loadavg(),
     }
