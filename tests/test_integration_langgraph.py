@@ -458,25 +458,27 @@ def _chat_model(server: FakeOpenAIServer) -> Any:
     return ChatOpenAI(model="gpt-4o-mini", base_url=server.base_url, api_key="x", max_retries=0)
 
 
-def test_langmem_tools_in_a_react_agent(semantic: Memory, chat_server: FakeOpenAIServer) -> None:
+def test_langmem_tools_in_an_agent(semantic: Memory, chat_server: FakeOpenAIServer) -> None:
+    from langchain.agents import create_agent
+    from langchain.agents.middleware import ModelRequest, dynamic_prompt
     from langgraph.config import get_config, get_store
-    from langgraph.prebuilt import create_react_agent
     from langmem import create_manage_memory_tool, create_search_memory_tool
 
     store = StratamemStore(semantic, user_index=1, sync=True)
     namespace = ("memories", "{langgraph_user_id}")
 
-    def prompt(state: dict[str, Any]) -> list[Any]:
+    @dynamic_prompt
+    def prompt(request: ModelRequest) -> str:
         user = get_config()["configurable"]["langgraph_user_id"]
-        question = state["messages"][-1].content
+        question = request.state["messages"][-1].content
         found = get_store().search(("memories", user), query=question)
         memories = "\n".join(f"- {i.value['content']}" for i in found)
-        return [{"role": "system", "content": f"Memories:\n{memories}"}, *state["messages"]]
+        return f"Memories:\n{memories}"
 
-    agent = create_react_agent(
+    agent = create_agent(
         _chat_model(chat_server),
         tools=[create_manage_memory_tool(namespace), create_search_memory_tool(namespace)],
-        prompt=prompt,
+        middleware=[prompt],
         store=store,
     )
 
