@@ -220,9 +220,9 @@ def _settle(mem: Memory) -> None:
 
 
 def _rss_mib(field: str = "VmRSS") -> float:
-    """The process's resident memory (``RssAnon``: its own, without the pages of files it
-    maps, which RSS counts once per mapping: the model, and the database with
-    ``sqlite_mmap_bytes``)."""
+    """A memory figure of this process from /proc/self/status: ``VmRSS``, its resident set,
+    or ``RssAnon``, its own memory without the pages of the files it maps (RSS counts
+    those once per mapping: the model, and the database with ``sqlite_mmap_bytes``)."""
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith(f"{field}:"):
             return int(line.split()[1]) / 1024
