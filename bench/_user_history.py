@@ -229,6 +229,13 @@ def _rss_mib(field: str = "VmRSS") -> float:
     return float("nan")
 
 
+def _memory_line(row: dict[str, Any]) -> str:
+    return (
+        f"RSS {row['rss_mib']:.0f} MiB (anonymous {row['anon_mib']:.0f}, "
+        f"peak {row['max_rss_mib']:.0f})"
+    )
+
+
 def run_user(args: argparse.Namespace, sizes: list[int]) -> dict[str, Any]:
     beam = beam_dataset("all", None)
     questions = beam.users[0].questions
@@ -239,10 +246,7 @@ def run_user(args: argparse.Namespace, sizes: list[int]) -> dict[str, Any]:
         print(f"\n== one user's history: {args.reuse} (kept; load {loadavg()}) ==")
         heavy = _heavy_messages(args.reuse)
         row = _measure(args.reuse, questions, docs, heavy, args.search_rounds)
-        print(
-            f"  RSS {row['rss_mib']:.0f} MiB (anonymous {row['anon_mib']:.0f}, "
-            f"peak {row['max_rss_mib']:.0f})"
-        )
+        print(f"  {_memory_line(row)}")
         return {"reused": row}
     backends = ("sqlite", "postgres") if args.backend == "both" else (args.backend,)
     results: dict[str, Any] = {}
@@ -257,10 +261,7 @@ def run_user(args: argparse.Namespace, sizes: list[int]) -> dict[str, Any]:
                     url, questions, docs, build["heavy_messages"], args.search_rounds
                 )
                 row = {**build, **measured, "db_mib": size_mib()}
-            print(
-                f"  store {row['db_mib']:.0f} MiB, RSS {row['rss_mib']:.0f} MiB "
-                f"(anonymous {row['anon_mib']:.0f}, peak {row['max_rss_mib']:.0f})"
-            )
+            print(f"  store {row['db_mib']:.0f} MiB, {_memory_line(row)}")
             results[f"{backend}:{n}"] = row
     return results
 
