@@ -277,8 +277,11 @@ def test_questions_asking_for_a_thread(question: str, thread: bool, subject: str
     plan = _plan_of(question)
     assert _plan.asks_for_thread(question) is thread and plan.thread is thread
     assert _plan.thread_subject(question) == subject if thread else True
-    # The subject is searched beside the question: it is what the thread is about.
+    # The subject is searched beside the question: it is what the thread is about. By its
+    # vector only: its words are among the question's, whose full text matches them.
     assert plan.variants == ((question, subject) if thread else (question,))
+    assert len(plan.terms) == len(plan.variants) and plan.terms[0]
+    assert plan.terms[1:] == (((),) if thread else ())
 
 
 def test_a_thread_question_draws_its_head_from_every_session_earliest_first(

@@ -101,7 +101,7 @@ class QueryPlan:
     # What is embedded for each variant: the variant, except that a hypothetical question
     # about a named speaker is embedded without the name (``_embedded``).
     embedded: tuple[str, ...]
-    terms: tuple[tuple[str, ...], ...]  # full-text terms of each variant
+    terms: tuple[tuple[str, ...], ...]  # full-text terms of each variant (none: vector only)
     speakers: tuple[str, ...]  # the speakers of this user's memory
     named: frozenset[str]  # those the query names
     layers: tuple[str, ...]  # layers searched
@@ -368,6 +368,13 @@ def plan_query(
     if options.include_superseded:
         summary_statuses, fact_statuses = (*CURRENT_SUMMARY, "superseded"), ("active", "superseded")
     named = mentioned_names(query, speakers)
+    terms = [_terms(v, speakers) for v in variants]
+    if subject is not None:
+        # The subject's words are the question's own, and the question's full text matches
+        # each of them already: the subject is searched by its vector alone. Its own
+        # statements doubled a thread question's full text, the slowest part of a search
+        # in a long history (docs/recall.md, questions about a whole thread).
+        terms[1] = ()
     return QueryPlan(
         project_id=project_id,
         user_id=user_id,
@@ -379,7 +386,7 @@ def plan_query(
         window=window,
         variants=tuple(variants),
         embedded=(_embedded(query, named), *variants[1:]),
-        terms=tuple(_terms(v, speakers) for v in variants),
+        terms=tuple(terms),
         speakers=tuple(speakers),
         named=named,
         layers=_layers(options, filters),
