@@ -816,6 +816,41 @@ def test_a_caller_that_leaves_mid_stream_stops_the_upstream_and_is_captured_part
     assert LONG_ANSWER.startswith(partial.content) and len(partial.content) < len(LONG_ANSWER)
 
 
+@pytest.mark.parametrize("way", ["chat-stream", "responses-stream", "messages-stream"])
+def test_a_caller_that_leaves_after_the_last_event_is_captured_whole(
+    mem: Memory, proxy: Proxy, way: str
+) -> None:
+    """OpenAI's SDK closes a chat stream once it reads ``[DONE]``, before the body's end:
+    the proxy sees a disconnect, yet the answer was whole (this once stored it as partial
+    whenever the upstream's end came after the caller had left)."""
+    upstream = upstream_of(proxy, way)
+    upstream.end_delay = 5.0  # the body ends long after the last event
+    upstream.chat_replies.append("The whole answer.")
+    stream: Any
+    if api_of(way) == "chat":
+        stream = proxy.openai().chat.completions.create(
+            model="gpt-fake", messages=[{"role": "user", "content": "Hi?"}], stream=True
+        )
+    elif api_of(way) == "responses":
+        stream = proxy.openai().responses.create(model="gpt-fake", input="Hi?", stream=True)
+    else:
+        stream = proxy.anthropic().messages.create(
+            model="claude-fake",
+            max_tokens=64,
+            messages=[{"role": "user", "content": "Hi?"}],
+            stream=True,
+        )
+    for event in stream:  # the chat SDK stops at [DONE]; the others would read on
+        if getattr(event, "type", None) in ("message_stop", "response.completed"):
+            break
+    stream.close()
+
+    (asked, answer) = stored(mem, "llm-ana", 2)
+    assert not upstream.wait_idle(0)  # stored while the upstream's body has not ended
+    assert asked.content == "Hi?" and answer.content == "The whole answer."
+    assert "partial" not in answer.metadata["capture"]
+
+
 @store_free
 def test_a_caller_that_gives_up_on_a_plain_call_stops_it_and_nothing_is_stored(
     mem: Memory, proxy: Proxy

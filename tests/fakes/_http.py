@@ -144,9 +144,10 @@ def assistant_turn(reply: str | ToolCallsReply | dict[str, Any]) -> AssistantTur
 @dataclass
 class EventStream:
     """A streamed answer: Server-Sent Events frames written one by one (HTTP chunked
-    encoding, as the real APIs do), ``chunk_delay`` apart. ``fail_after`` (set by the
-    server from :meth:`FakeHTTPServer.fail_stream_after`) cuts the connection after that
-    many frames, before the end of the body."""
+    encoding, as the real APIs do), ``chunk_delay`` apart, the body's end ``end_delay``
+    after the last. ``fail_after`` (set by the server from
+    :meth:`FakeHTTPServer.fail_stream_after`) cuts the connection after that many frames,
+    before the end of the body."""
 
     frames: list[bytes]
     fail_after: int | None = field(default=None, compare=False)
@@ -279,6 +280,8 @@ class _RequestHandler(BaseHTTPRequestHandler):
                 fake.answers[slot] = b"".join(written)
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(frame), frame))
             if not broken:
+                if fake.end_delay > 0:
+                    fake._closing.wait(fake.end_delay)
                 self.wfile.write(b"0\r\n\r\n")  # the chunked body's terminator
                 return
         except OSError:  # the client went away mid-stream (closed the stream early)
@@ -366,6 +369,9 @@ class FakeHTTPServer:
         self.chat_script: ChatScript = _default_chat_script
         #: Seconds between two frames of a streamed answer (0: as fast as possible).
         self.chunk_delay = 0.0
+        #: Seconds between a streamed answer's last frame and the end of its body (a
+        #: client may leave once it has the last event, before the body ends).
+        self.end_delay = 0.0
         self._waiting = 0
         self._lock = threading.Lock()
         self._active = 0
