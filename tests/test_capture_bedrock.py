@@ -219,6 +219,32 @@ def test_converse_stream_closed_early_is_captured_partial(
     assert _capture(mem)["partial"] is True
 
 
+def test_streams_left_at_their_stop_event_are_captured_whole(
+    mem: Memory, server: FakeBedrockServer
+) -> None:
+    """messageStop (message_stop in an Anthropic body stream) ends the answer; only the
+    usage may follow it."""
+    client = mem.llm.register(bedrock=bedrock_client(server))
+    with mem.scope(user_id="ana", session_id="chat"):
+        stream = client.converse_stream(modelId=MODEL, messages=_converse_messages())["stream"]
+        for event in stream:
+            if "messageStop" in event:
+                break
+        stream.close()
+    assert _stored(mem)[-1] == ("assistant", ANSWER)
+    assert "partial" not in _capture(mem)
+    with mem.scope(user_id="ana", session_id="chat"):
+        body = client.invoke_model_with_response_stream(
+            modelId=MODEL, body=json.dumps(_anthropic_body())
+        )["body"]
+        for event in body:
+            if json.loads(event["chunk"]["bytes"])["type"] == "message_stop":
+                break
+        body.close()
+    assert _stored(mem)[-1] == ("assistant", ANSWER)
+    assert "partial" not in _capture(mem)
+
+
 def test_converse_stream_broken_midway_is_captured_with_the_error(
     mem: Memory, server: FakeBedrockServer
 ) -> None:

@@ -402,6 +402,21 @@ def test_a_stream_left_early_is_captured_as_partial(
     assert capture["partial"] is True and "error" not in capture
 
 
+def test_a_stream_left_at_its_finish_reason_is_captured_whole(
+    mem: Memory, server: FakeGeminiServer
+) -> None:
+    server.chat_script = lambda body: "one two three"
+    client = mem.llm.register(_client(server))
+    with mem.scope(user_id="ana", session_id="whole"):
+        stream = client.models.generate_content_stream(model="gemini-test", contents="Count")
+        for chunk in stream:
+            if chunk.candidates and chunk.candidates[0].finish_reason is not None:
+                break
+        stream.close()
+    assert _stored(mem, "whole") == [("user", "Count"), ("assistant", "one two three")]
+    assert "partial" not in _capture(mem, "whole")
+
+
 def test_a_stream_broken_mid_way_raises_to_the_caller_and_is_captured(
     mem: Memory, server: FakeGeminiServer
 ) -> None:

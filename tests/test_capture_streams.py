@@ -110,6 +110,36 @@ def test_openai_stream_closed_early_is_captured_as_partial(
     assert ANSWER.startswith(last.content) and last.content != ANSWER
 
 
+def test_a_stream_left_once_its_answer_finished_is_captured_whole(
+    mem: Memory, oai: FakeOpenAIServer, ant: FakeAnthropicServer
+) -> None:
+    """A caller that stops reading once the answer has its finish_reason (before the usage
+    chunk and [DONE]), or an Anthropic stream its message_stop (before the body's end),
+    left nothing of the answer unread: it is whole, not partial."""
+    client = mem.llm.register(openai.OpenAI(base_url=oai.base_url, api_key="k", max_retries=0))
+    with (
+        mem.scope(user_id="ana", session_id="chat"),
+        client.chat.completions.create(
+            model="m", messages=ASK, stream=True, stream_options={"include_usage": True}
+        ) as stream,
+    ):
+        for chunk in stream:
+            if chunk.choices and chunk.choices[0].finish_reason is not None:
+                break
+    last = _last(mem)
+    assert last.content == ANSWER and "partial" not in last.metadata["capture"]
+
+    claude = mem.llm.register(_anthropic(ant))
+    with mem.scope(user_id="ana", session_id="chat"):
+        events = claude.messages.create(model="m", max_tokens=50, messages=ASK, stream=True)
+        for event in events:
+            if event.type == "message_stop":
+                break
+        events.close()
+    last = _last(mem)
+    assert last.content == ANSWER and "partial" not in last.metadata["capture"]
+
+
 def test_openai_stream_failing_midway_raises_to_the_caller_and_is_captured(
     mem: Memory, oai: FakeOpenAIServer
 ) -> None:

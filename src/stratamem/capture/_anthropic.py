@@ -96,10 +96,14 @@ class _Events:
         self.tools: dict[int, dict[str, Any]] = {}
         self.model: str | None = None
         self.usage: dict[str, Any] = {}
+        # message_stop arrived: the answer is whole, even if the caller then leaves.
+        self.stopped = False
 
     def add(self, event: Any) -> None:
         kind = getattr(event, "type", None)
-        if kind == "message_start":
+        if kind == "message_stop":
+            self.stopped = True
+        elif kind == "message_start":
             self.model = event.message.model
             self.usage.update(usage_dict(event.message.usage) or {})
         elif kind == "content_block_start" and getattr(event.content_block, "type", "") in (
@@ -134,7 +138,7 @@ class _Events:
             tool_calls=[self.tools[i] for i in sorted(self.tools)],
             usage=self.usage or None,
             latency_ms=latency_ms,
-            partial=partial,
+            partial=partial and not self.stopped,
             error=error,
         )
 

@@ -187,9 +187,14 @@ class _ConverseEvents:
         self.text: list[str] = []
         self.tools: dict[int, dict[str, Any]] = {}
         self.usage: dict[str, Any] | None = None
+        # messageStop arrived: the answer is whole, even if the caller leaves before the
+        # metadata event that follows it.
+        self.stopped = False
 
     def add(self, event: Any) -> None:
-        if "contentBlockStart" in event:
+        if "messageStop" in event:
+            self.stopped = True
+        elif "contentBlockStart" in event:
             start = event["contentBlockStart"]
             use = (start.get("start") or {}).get("toolUse")
             if use is not None:
@@ -226,7 +231,7 @@ class _ConverseEvents:
             calls,
             self.usage,
             latency_ms,
-            partial=partial,
+            partial=partial and not self.stopped,
             error=error,
         )
 
@@ -320,6 +325,7 @@ class _AnthropicChunks:
         self.tools: dict[int, dict[str, Any]] = {}
         self.model: str | None = None
         self.usage: dict[str, Any] = {}
+        self.stopped = False  # message_stop arrived: the answer is whole
 
     def add(self, event: Any) -> None:
         raw = (event.get("chunk") or {}).get("bytes")
@@ -327,7 +333,9 @@ class _AnthropicChunks:
             return
         data = json.loads(raw)
         kind = data.get("type")
-        if kind == "message_start":
+        if kind == "message_stop":
+            self.stopped = True
+        elif kind == "message_start":
             message = data.get("message") or {}
             self.model = message.get("model")
             self.usage.update(message.get("usage") or {})
@@ -364,7 +372,7 @@ class _AnthropicChunks:
             self.model,
             self.usage or None,
             latency_ms,
-            partial=partial,
+            partial=partial and not self.stopped,
             error=error,
         )
 

@@ -267,9 +267,15 @@ class _Accumulator:
         self.calls: list[dict[str, Any]] = []
         self.usage: dict[str, Any] | None = None
         self.model: str | None = None
+        # A candidate had its finish_reason: the answer is whole, even if the caller then
+        # stops reading.
+        self.finished = False
 
     def add(self, response: Any) -> None:
         self.model = getattr(response, "model_version", None) or self.model
+        candidates = getattr(response, "candidates", None) or []
+        if candidates and getattr(candidates[0], "finish_reason", None) is not None:
+            self.finished = True
         usage = getattr(response, "usage_metadata", None)
         if usage is not None:  # every chunk carries it; the last one is the total
             self.usage = usage_dict(usage)
@@ -300,7 +306,7 @@ class _Accumulator:
             tool_calls=self.calls,
             usage=self.usage,
             latency_ms=latency_ms,
-            partial=partial,
+            partial=partial and not self.finished,
             error=error,
         )
 

@@ -115,12 +115,19 @@ class _ChatChunks:
         self.tools: dict[int, dict[str, Any]] = {}
         self.usage: dict[str, Any] | None = None
         self.model: str | None = None
+        # Whether each choice seen has its finish_reason: the answer is then whole, even if
+        # the caller stops reading before the usage chunk or [DONE] (OpenAI's SDK closes
+        # the stream at [DONE], before the body's end).
+        self.finished: dict[int, bool] = {}
 
     def add(self, chunk: Any) -> None:
         self.model = getattr(chunk, "model", None) or self.model
         if getattr(chunk, "usage", None) is not None:
             self.usage = usage_dict(chunk.usage)
         for choice in getattr(chunk, "choices", None) or []:
+            index = getattr(choice, "index", None) or 0
+            done = getattr(choice, "finish_reason", None) is not None
+            self.finished[index] = self.finished.get(index, False) or done
             delta = getattr(choice, "delta", None)
             if delta is None:
                 continue
@@ -151,7 +158,7 @@ class _ChatChunks:
             tool_calls=[self.tools[i] for i in sorted(self.tools)],
             usage=self.usage,
             latency_ms=latency_ms,
-            partial=partial,
+            partial=partial and not (self.finished and all(self.finished.values())),
             error=error,
         )
 

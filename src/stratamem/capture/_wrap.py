@@ -40,7 +40,10 @@ log = logging.getLogger("stratamem.capture")
 
 
 class Accumulator(Protocol):
-    """Rebuilds an answer from stream chunks."""
+    """Rebuilds an answer from stream chunks. ``exchange``'s ``partial`` says the caller
+    stopped reading early; an accumulator that saw the answer finish (its finish reason or
+    stop event) reports it whole all the same: what followed was usage, or the stream's end.
+    Both faces rely on it: ``mem.llm``'s stream proxies and the memory proxy's relay."""
 
     def add(self, chunk: Any, /) -> None: ...
 

@@ -432,13 +432,6 @@ class _Relay:
             log.exception("stratamem: capturing a proxied stream failed")
 
 
-# The events that end a stream's answer (OpenAI's chat streams end with ``[DONE]``, which
-# the decoder notes itself).
-_END_EVENTS = frozenset(
-    {"message_stop", "response.completed", "response.incomplete", "response.failed"}
-)
-
-
 def _tap(
     call: _Call, decode: Callable[[bytes], bytes]
 ) -> tuple[Callable[[bytes], None], Callable[[bool, BaseException | None], None]]:
@@ -446,22 +439,16 @@ def _tap(
     accumulator, and the exchange when the stream ends. ``decode`` undoes a compression
     the upstream applied although asked not to (the caller gets the bytes as sent). An
     event past the decoder's bound stops the reading (the rest is relayed only) and the
-    exchange is counted as unstored: what was read of it is not the answer.
-
-    An answer whose end event arrived is whole even if the caller then leaves before the
-    upstream's body ends: OpenAI's SDK closes a chat stream as soon as it reads ``[DONE]``,
-    which the relay sees as a disconnect."""
+    exchange is counted as unstored: what was read of it is not the answer."""
     add, finish = stream_parts(call.endpoint, call.capture, call.recalled, call.body, call.start)
     decoder: EventDecoder | None = EventDecoder()
-    ended = False
 
     def on_chunk(chunk: bytes) -> None:
-        nonlocal decoder, ended
+        nonlocal decoder
         if decoder is None:
             return
         try:
             for event in decoder.feed(decode(chunk)):
-                ended = ended or getattr(event, "type", None) in _END_EVENTS
                 add(event)
         except EventTooLarge as exc:
             decoder = None
@@ -471,7 +458,7 @@ def _tap(
 
     def finished(partial: bool, error: BaseException | None) -> None:
         if decoder is not None:
-            finish(partial and not (ended or decoder.done), error)
+            finish(partial, error)
 
     return on_chunk, finished
 

@@ -3,8 +3,7 @@
 The proxy relays an upstream's stream byte for byte; this decoder reads a copy of the same
 bytes to rebuild the answer for capture. Only ``data:`` lines matter here (OpenAI and
 Anthropic put the event's type inside its JSON), parsed into objects capture reads by
-attribute; data that is not JSON is skipped, and ``[DONE]`` (OpenAI's end of a chat
-stream) is noted in :attr:`EventDecoder.done` rather than returned.
+attribute; ``[DONE]`` and data that is not JSON are skipped.
 
 It runs on the event loop, chunk by chunk, so its work is linear in the bytes fed (an
 unfinished line is kept as a list of pieces and joined once, when its newline comes) and
@@ -37,7 +36,6 @@ class EventDecoder:
         self._data: list[bytes] = []  # the data lines of the unfinished event
         self._data_bytes = 0
         self.joined = 0  # bytes copied to join a line's pieces: at most the stream's length
-        self.done = False  # a ``[DONE]`` event arrived: the upstream's answer is whole
 
     @property
     def buffered(self) -> int:
@@ -78,10 +76,7 @@ class EventDecoder:
 
     def _dispatch(self) -> Any:
         data, self._data, self._data_bytes = b"\n".join(self._data), [], 0
-        if data == b"[DONE]":
-            self.done = True
-            return None
-        if not data:
+        if not data or data == b"[DONE]":
             return None
         try:
             return loads(data)
