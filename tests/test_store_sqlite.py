@@ -20,6 +20,7 @@ from stratamem.store._text import fts_document, fts_query_terms
 from stratamem.store._vector_cache import VectorScope
 from stratamem.store.sqlite import SQLiteStore, latest_schema_version, sqlite_path
 from stratamem.store.sqlite._dialect import SQLiteDialect
+from test_store_contract import LayerWrite, P, add, open_store, process, summary, unit
 
 # About the SQLite store itself (files, FTS5 plans, the in-process vector index);
 # what every store must do is in test_store_contract.py.
@@ -526,6 +527,71 @@ def test_a_large_users_matches_are_found_under_other_users_better_ones(make_memo
     by_pk = dict(store._conn().execute("SELECT pk, content FROM messages"))
     assert [by_pk[pk] for pk, _ in crowded] == ["rose", "a rose in the garden note"]
     assert head == crowded
+
+
+def test_a_large_users_layer_matches_are_found_under_rows_that_rank_higher(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A user who owns most of a layer's rows has their best matches in the statuses asked
+    taken from the head of the whole table's ranking, no row read per match; when other
+    users' rows or rows in another status fill that head, each match is checked instead.
+    Either way the user gets their own rows in those statuses, best first."""
+    store = open_store(db_url)
+    try:
+        m = add(store, ["notes"], user="big")[0].id
+        mine = [(f"garden-{i}", f"garden note {i}") for i in range(20)]
+        mine += [("rose", "rose"), ("rose-garden", "a rose in the garden note")]
+        mine += [(f"old-{i}", "rose rose rose") for i in range(4)]  # archived below
+        process(
+            store,
+            LayerWrite(
+                summaries=[
+                    summary(sid, text, message_ids=[m], vec=unit(seed=i))
+                    for i, (sid, text) in enumerate(mine)
+                ]
+            ),
+        )
+        for i in range(4):
+            store.set_summary_status(P, f"old-{i}", "archived", "old", "tester")
+        o = add(store, ["notes"], user="other", sid="s2")[0].id
+        process(
+            store,
+            LayerWrite(
+                summaries=[
+                    summary(f"o{i}", "rose rose rose", message_ids=[o], vec=unit(seed=50 + i))
+                    for i in range(3)
+                ]
+            ),
+        )
+        assert store._plan_fulltext("summaries", P, "big", ["rose"])[1] == "owner"  # type: ignore[attr-defined]
+        joined: list[bool] = []
+        rank = store._rank_fulltext  # type: ignore[attr-defined]
+
+        def spied(table: str, kept: Any, matched: int, token: Any, join: str, *rest: Any) -> Any:
+            joined.append(bool(join))
+            return rank(table, kept, matched, token, join, *rest)
+
+        monkeypatch.setattr(store, "_rank_fulltext", spied)
+
+        def found() -> list[str]:
+            hits = store.fulltext_items("summary", P, "big", ["rose"], 2)
+            return [store.summaries_by_pk([pk])[pk].id for pk, _ in hits]
+
+        store.OWNED_HEAD = 2  # type: ignore[attr-defined]  # the table's 4 best: none "big"'s active
+        crowded = found()
+        assert joined == [False, True]  # the head, then every match checked
+        joined.clear()
+        store.OWNED_HEAD = 100  # type: ignore[attr-defined]  # the head reaches them
+        head = found()
+        assert joined == [False]
+        assert crowded == head == ["rose", "rose-garden"]
+        # The archived ones when they are asked for, from the head as well.
+        joined.clear()
+        archived = store.fulltext_items("summary", P, "big", ["rose"], 2, statuses=("archived",))
+        assert joined == [False] and len(archived) == 2
+        assert all(store.summaries_by_pk([pk])[pk].status == "archived" for pk, _ in archived)
+    finally:
+        store.close()
 
 
 def test_full_text_statements_ranking_many_rows_run_apart_with_the_same_results(
