@@ -307,7 +307,7 @@ class SQLiteFullText(SQLiteBase):
         kept, scoping, matched = plan
         where, params = search_filter_sql(self.dialect, filters)
         if scoping == "owner" and not where and matched <= self.RANK_CAP:
-            found = self._owned_of_head("messages", search, kept, "")
+            found = self._owned_of_head("messages", search, kept)
             if found is not None:
                 return found
         owner = ""
@@ -335,18 +335,18 @@ class SQLiteFullText(SQLiteBase):
         )
 
     def _owned_of_head(
-        self, table: str, search: LayerSearch, kept: Sequence[str], passes: str
+        self, table: str, search: LayerSearch, kept: Sequence[str]
     ) -> list[tuple[int, float]] | None:
-        """The user's ``limit`` best rows of ``table`` that pass ``passes`` (a condition on
-        the row's ``status``, bound to ``search``'s statuses), taken from the head of the
-        whole table's ranking, for a user who owns most rows; None when other users' rows
-        (or rows in another status) crowd the head: then the ranking checks each match.
-        BM25 reads the table's statistics whoever owns a row, so the user's rows keep their
-        scores and order. Checking the owner of every match cost 40% of the statement for a
-        10,000-message user (reading each fact's row for its status about half of the
-        facts' statement at 100,000); checking ``OWNED_HEAD`` x ``limit`` rows costs a
-        tenth of a millisecond."""
+        """The user's ``limit`` best rows of ``table`` (in ``search``'s statuses, if it
+        names any: messages have none), taken from the head of the whole table's ranking,
+        for a user who owns most rows; None when other users' rows (or rows in another
+        status) crowd the head: then the ranking checks each match. BM25 reads the table's
+        statistics whoever owns a row, so the user's rows keep their scores and order.
+        Checking the owner of every match cost 40% of the statement for a 10,000-message
+        user, reading each fact's row for its status half of the facts' statement at
+        100,000; checking ``OWNED_HEAD`` x ``limit`` rows costs a tenth of a millisecond."""
         project_id, user_id, limit, statuses = search
+        status = f" AND status IN ({','.join('?' * len(statuses))})" if statuses else ""
         depth = limit * self.OWNED_HEAD
         ranked = self._rank_fulltext(table, kept, 0, None, "", "", [], depth)
         if not ranked:
@@ -355,8 +355,8 @@ class SQLiteFullText(SQLiteBase):
         mine = {
             pk
             for (pk,) in self._conn().execute(
-                f"SELECT pk FROM {table} WHERE project_id = ? AND user_id = ?{passes} AND {pks}",
-                [project_id, user_id, *(statuses if passes else ()), *args],
+                f"SELECT pk FROM {table} WHERE project_id = ? AND user_id = ?{status} AND {pks}",
+                [project_id, user_id, *statuses, *args],
             )
         }
         owned = [hit for hit in ranked if hit[0] in mine]
@@ -369,14 +369,14 @@ class SQLiteFullText(SQLiteBase):
     ) -> list[tuple[int, float]]:
         project_id, user_id, limit, statuses = search
         kept, scoping, matched = plan
-        marks = ",".join("?" * len(statuses))
         if scoping != "token" and matched <= self.RANK_CAP:
-            found = self._owned_of_head(table, search, kept, f" AND status IN ({marks})")
+            found = self._owned_of_head(table, search, kept)
             if found is not None:
                 return found
         token = scope_token(project_id, user_id) if scoping == "token" else None
         # Each match's row is read for its status anyway: its owner costs nothing more.
         owner = "" if token else " AND s.project_id = ? AND s.user_id = ?"
+        marks = ",".join("?" * len(statuses))
         return self._rank_fulltext(
             table,
             kept,
