@@ -117,9 +117,10 @@ class Dialect(ABC):
         return None
 
     @abstractmethod
-    def indexed_by(self, index: str) -> str:
-        """A hint to read the table just named through ``index`` (SQLite's ``INDEXED BY``;
-        empty where the backend has no hints)."""
+    def indexed_by(self, index: str | None) -> str:
+        """A hint to read the table just named through ``index``, or with None by its
+        primary key alone (SQLite's ``INDEXED BY`` and ``NOT INDEXED``; empty where the
+        backend has no hints)."""
 
     @abstractmethod
     def greatest(self, *exprs: str) -> str:

@@ -91,16 +91,17 @@ def _summary_read(d: Dialect, pks: list[int]) -> tuple[str, str, list[Any]]:
     the topics of all of them are one grouped join: a subquery per row made PostgreSQL hash
     a small topics table once per summary (2.3 against 1.0 ms for 50 LoCoMo summaries)."""
     where, params = d.in_("m.pk", pks)
+    by_pk = d.indexed_by(None)  # see brief_reads
     agg = d.ordered_array_agg("t.id", "t.pk")
     if agg is None:
         topics = d.array_of(
             "SELECT t.id AS value FROM topic_summaries ts JOIN topics t ON t.pk = ts.topic_pk "
             "WHERE ts.summary_pk = m.pk AND t.status = 'active' ORDER BY t.pk"
         )
-        return f"{_SUMMARY_COLUMNS}, {topics}", f"FROM summaries m WHERE {where}", params
+        return f"{_SUMMARY_COLUMNS}, {topics}", f"FROM summaries m{by_pk} WHERE {where}", params
     grouped, grouped_params = d.in_("ts.summary_pk", pks)
     source = (
-        f"FROM summaries m LEFT JOIN (SELECT ts.summary_pk, {agg} AS topics "
+        f"FROM summaries m{by_pk} LEFT JOIN (SELECT ts.summary_pk, {agg} AS topics "
         "FROM topic_summaries ts JOIN topics t ON t.pk = ts.topic_pk "
         f"WHERE {grouped} AND t.status = 'active' GROUP BY ts.summary_pk) x "
         f"ON x.summary_pk = m.pk WHERE {where}"
@@ -116,7 +117,10 @@ def brief_reads(
     neighbours: bool,
 ) -> list[BriefRead]:
     """The reads of the (messages, facts, summaries) ``pks`` of one user: one per layer
-    asked about; another user's items are not read."""
+    asked about; another user's items are not read. Each row is found by its pk: with
+    the user named beside the pks, SQLite's planner walked the user's index instead (for
+    a user of 100,000 messages, 109 summaries took 1.8 ms against 0.05, 351 messages 1.9
+    against 0.2)."""
     layers = (
         ("message", "messages", _message_columns(d, neighbours)),
         ("fact", "facts", _FACT_COLUMNS),
@@ -130,7 +134,7 @@ def brief_reads(
             columns, source, params = _summary_read(d, list(wanted))
         else:
             where, params = d.in_("m.pk", list(wanted))
-            source = f"FROM {table} m WHERE {where}"
+            source = f"FROM {table} m{d.indexed_by(None)} WHERE {where}"
         owner = f"{source} AND m.project_id = ? AND m.user_id = ?"
         reads.append(BriefRead(kind, columns, owner, [*params, project_id, user_id]))
     return reads

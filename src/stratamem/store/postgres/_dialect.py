@@ -95,7 +95,7 @@ class PostgresDialect(Dialect):
     def ordered_array_agg(self, expr: str, order: str) -> str | None:
         return f"array_agg({expr} ORDER BY {order})"
 
-    def indexed_by(self, index: str) -> str:
+    def indexed_by(self, index: str | None) -> str:
         return ""
 
     def greatest(self, *exprs: str) -> str:

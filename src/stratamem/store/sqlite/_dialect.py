@@ -172,8 +172,8 @@ class SQLiteDialect(Dialect):
     def array_of(self, select: str) -> str:
         return f"(SELECT json_group_array(value) FROM ({select}))"
 
-    def indexed_by(self, index: str) -> str:
-        return f" INDEXED BY {index}"
+    def indexed_by(self, index: str | None) -> str:
+        return " NOT INDEXED" if index is None else f" INDEXED BY {index}"
 
     def greatest(self, *exprs: str) -> str:
         return f"max({', '.join(exprs)})"
