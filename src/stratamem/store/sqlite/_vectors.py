@@ -119,15 +119,18 @@ class SQLiteVectors(SQLiteBase):
         if filters.empty:
             return scope.search(q, limit)
         where, params = search_filter_sql(self.dialect, filters)
-        owned = "SELECT m.pk FROM messages m WHERE m.project_id = ? AND m.user_id = ?"
+        owned = "m.project_id = ? AND m.user_id = ?"
 
         def passing(pks: list[int]) -> set[int]:
+            # Found by pk (NOT INDEXED): with the user named, the planner walked their index.
             marks = ",".join("?" * len(pks))
-            sql = f"{owned} AND m.pk IN ({marks}){where}"
-            return {r[0] for r in conn.execute(sql, (project_id, user_id, *pks, *params))}
+            sql = f"SELECT m.pk FROM messages m NOT INDEXED WHERE {owned} AND m.pk IN ({marks})"
+            rows = conn.execute(f"{sql}{where}", (project_id, user_id, *pks, *params))
+            return {r[0] for r in rows}
 
         def allowed() -> np.ndarray:
-            rows = conn.execute(f"{owned}{where}", (project_id, user_id, *params))
+            sql = f"SELECT m.pk FROM messages m WHERE {owned}{where}"
+            rows = conn.execute(sql, (project_id, user_id, *params))
             return np.fromiter((r[0] for r in rows), dtype=np.int64)
 
         # Most messages usually pass a filter (a time bound: everything said before the
