@@ -618,12 +618,8 @@ def test_reading_a_few_items_of_a_long_history_does_not_walk_it(db_url: str) -> 
         conn = store._conn()  # type: ignore[attr-defined]
 
         def steps(user: str) -> int:
-            (pks,) = zip(
-                *conn.execute(
-                    "SELECT pk FROM summaries WHERE user_id = ? ORDER BY pk LIMIT 20", (user,)
-                ),
-                strict=True,
-            )
+            sql = "SELECT pk FROM summaries WHERE user_id = ? ORDER BY pk LIMIT 20"
+            pks = [pk for (pk,) in conn.execute(sql, (user,))]
             count = [0]
 
             def step() -> int:
@@ -632,7 +628,7 @@ def test_reading_a_few_items_of_a_long_history_does_not_walk_it(db_url: str) -> 
 
             conn.set_progress_handler(step, 1)
             try:
-                briefs = store.recall_briefs(P, user, summaries=list(pks))[2]
+                briefs = store.recall_briefs(P, user, summaries=pks)[2]
             finally:
                 conn.set_progress_handler(None, 1)
             assert sorted(briefs) == sorted(pks)
