@@ -299,6 +299,21 @@ def _unit_rows(n: int, dim: int, seed: int) -> np.ndarray:
     return vecs / np.linalg.norm(vecs, axis=1, keepdims=True)
 
 
+def test_the_same_vectors_build_the_same_index() -> None:
+    """Scopes of the same vectors (two processes, or two starts of one) answer every query
+    alike: a graph built by several threads at once depended on how they interleaved."""
+    vecs = _unit_rows(10_000, 32, seed=5)
+    ids = np.arange(1, 10_001, dtype=np.int64)
+    queries = _unit_rows(300, 32, seed=6)
+    answers = []
+    for _ in range(3):
+        scope = VectorScope(dim=32, index_threshold=1000)
+        scope.add(ids, ids, vecs)
+        assert scope.wait_index(60) and scope.hnsw_n == 10_000
+        answers.append([scope.search(q, 10) for q in queries])
+    assert answers[0] == answers[1] == answers[2]
+
+
 def test_an_item_embedded_again_is_rewritten_in_place_with_or_without_an_index() -> None:
     """A new row for an item the scope holds (a reworded summary) replaces its vector:
     exact search, the HNSW index and the vectors handed to recall all see the new one."""

@@ -169,12 +169,17 @@ class VectorScope:
             expansion_add=64,
             expansion_search=200,
         )
-        # In slices, so that closing the store does not wait for a whole build.
+        # In slices, so that closing the store does not wait for a whole build. One thread:
+        # a graph built by several depends on how they interleave, so two processes (or two
+        # starts of one) answered the same question differently (29 of 34 searches alike
+        # for a 100,000-message user); one thread builds the same graph from the same
+        # vectors, in twice the time (100,000 vectors: 8 -> 16 s), leaving the other core to
+        # the searches meanwhile (exact until the graph is ready).
         for start in range(0, n, 4096):
             if self._cancel.is_set():
                 return
             stop = min(n, start + 4096)
-            index.add(np.arange(start, stop, dtype=np.uint64), matrix[start:stop], threads=2)
+            index.add(np.arange(start, stop, dtype=np.uint64), matrix[start:stop], threads=1)
         with self.lock:
             for pos in sorted(p for p in self._dirty if p < n):
                 index.remove(pos)
@@ -186,7 +191,7 @@ class VectorScope:
     def _catch_up(self) -> None:
         if self.hnsw is not None and self.hnsw_n < self.n:
             keys = np.arange(self.hnsw_n, self.n, dtype=np.uint64)
-            self.hnsw.add(keys, self.matrix[self.hnsw_n : self.n], threads=2)
+            self.hnsw.add(keys, self.matrix[self.hnsw_n : self.n], threads=1)  # see _build
             self.hnsw_n = self.n
 
     def wait_index(self, timeout: float | None = None) -> bool:
