@@ -14,8 +14,15 @@ Everything goes through the real engine (``max_content_chars`` raised as in
 running (the acceptance rate), then the workers of a default ``Memory`` process the backlog
 offline with the bundled embedder (heuristic facts, summaries, topics, vectors: the
 processing rate).
-Nothing is bulk-built, so a size costs its processing time (~100 messages/s on 2 cores: 100,000
-messages take about 20 minutes).
+Nothing is bulk-built by default, so a size costs its processing time (~100 messages/s on 2
+cores: 100,000 messages take about 20 minutes; 1,000,000 would take hours). ``--bulk`` takes
+one shortcut, for sizes the model cannot embed in a session: the older history's messages
+are not embedded by the workers. The real texts are embedded beforehand, once, in batches; a
+synthetic message's vector is derived from its source text's (plus noise, and half of a
+blended text's vector: ``search._corpus``, as ``--part search`` builds its facts). Messages
+are ~85% of the model's work on this history (they are long, facts short). Everything else still goes through the
+workers and the model: every fact, summary and topic, full text, the planted chat. The
+processing rate of a ``--bulk`` build is not the pipeline's.
 
 Then, for the heavy user, after the background HNSW builds are done: ``mem.search`` (limit
 10) and ``get_memory`` p50 / p95 over the BEAM chat's questions; the chat's evidence turns in
@@ -30,10 +37,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import resource
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -59,7 +67,9 @@ from retrieval import (
     beam_dataset,
     score,
 )
+from search import _corpus, _embed_all
 from stratamem import Memory
+from stratamem.embed import Embedder, make_embedder
 from stratamem.store import SearchFilters
 
 HEAVY = "heavy"
@@ -69,11 +79,16 @@ OTHER_MESSAGES = 500
 LIMIT = 10
 
 
+def _real_texts(beam: Dataset) -> list[str]:
+    """The real texts the older history is made of (and rewritten from, past their number)."""
+    real = [d.content for u in beam.users[1:] for s in u.sessions for d in s.docs]
+    return real + [t.text for t in locomo_turns()]
+
+
 def _history(beam: Dataset, n: int) -> list[dict[str, Any]]:
     """The heavy user's messages, oldest first, ending with BEAM's first chat as it is."""
     planted = [d for s in beam.users[0].sessions for d in s.docs]
-    real = [d.content for u in beam.users[1:] for s in u.sessions for d in s.docs]
-    real += [t.text for t in locomo_turns()]
+    real = _real_texts(beam)
     before = max(0, n - len(planted))
     texts = real[:before]
     if len(texts) < before:
@@ -103,7 +118,58 @@ def _accept(mem: Memory, user: str, messages: list[dict[str, Any]], prefix: str)
         session.add_messages(messages[i : i + SESSION_SIZE], sync=False)
 
 
-def _build(url: str, beam: Dataset, n: int, others: int) -> dict[str, Any]:
+class _DerivedVectors:
+    """The bundled model, except for the texts whose vectors were made beforehand
+    (``--bulk``): those are answered from the table. Same ``id``: the store cannot tell."""
+
+    def __init__(self, inner: Embedder, texts: list[str], matrix: np.ndarray) -> None:
+        self.inner = inner
+        self.rows = {t: i for i, t in enumerate(texts)}
+        self.matrix = matrix
+        self.answered = 0
+
+    @property
+    def id(self) -> str:
+        return self.inner.id
+
+    @property
+    def name(self) -> str:
+        return f"{self.inner.name} (synthetic messages derived)"
+
+    @property
+    def dim(self) -> int:
+        return self.inner.dim
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        rows = [self.rows.get(t) for t in texts]
+        missing = [t for t, r in zip(texts, rows, strict=True) if r is None]
+        computed = iter(self.inner.embed(missing)) if missing else iter(())
+        self.answered += len(texts) - len(missing)
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for i, r in enumerate(rows):
+            out[i] = self.matrix[r] if r is not None else next(computed)
+        return out
+
+
+def _derived_vectors(beam: Dataset, n: int, noise: float) -> _DerivedVectors:
+    """The model, answering the older history's messages from a table (``--bulk``): the
+    real texts embedded beforehand in batches, the synthetic ones derived from them
+    (``search._corpus``)."""
+    planted = sum(len(s.docs) for s in beam.users[0].sessions)
+    real = _real_texts(beam)
+    model = make_embedder("local")
+    t0 = time.perf_counter()
+    texts, matrix = _corpus(real, _embed_all(model, real), max(0, n - planted), seed=1, noise=noise)
+    print(
+        f"  --bulk: {len(real):,} real texts embedded in {time.perf_counter() - t0:.0f} s, "
+        f"{max(0, len(texts) - len(real)):,} synthetic messages' vectors derived from them"
+    )
+    return _DerivedVectors(model, texts, matrix)
+
+
+def _build(
+    url: str, beam: Dataset, n: int, others: int, embedder: _DerivedVectors | None = None
+) -> dict[str, Any]:
     history = _history(beam, n)
     other = [t.text for t in locomo_turns()]
     planted = [_message(d) for s in beam.users[0].sessions for d in s.docs]
@@ -127,7 +193,7 @@ def _build(url: str, beam: Dataset, n: int, others: int) -> dict[str, Any]:
         _accept(mem, ALONE, alone, "a")
         accept_s = time.perf_counter() - t0
     print(f"  accepted {total:,} messages in {accept_s:.1f} s ({total / accept_s:,.0f}/s)")
-    with Memory(url, max_content_chars=MAX_CONTENT_CHARS) as mem:
+    with Memory(url, embedder=embedder, max_content_chars=MAX_CONTENT_CHARS) as mem:
         t0 = time.perf_counter()
         last = -1
         while True:
@@ -142,8 +208,10 @@ def _build(url: str, beam: Dataset, n: int, others: int) -> dict[str, Any]:
         mem.wait()
         process_s = time.perf_counter() - t0
         stats = mem.stats()
-    print(f"  processed in {process_s:.0f} s ({total / process_s:,.0f}/s)")
+    bulk = f" (--bulk: {embedder.answered:,} vectors from the table)" if embedder else ""
+    print(f"  processed in {process_s:.0f} s ({total / process_s:,.0f}/s){bulk}")
     return {
+        "bulk": embedder is not None,
         "messages": total,
         "heavy_messages": len(history),
         "accept_per_s": total / accept_s,
@@ -254,7 +322,10 @@ def run_user(args: argparse.Namespace, sizes: list[int]) -> dict[str, Any]:
         for n in sizes:
             print(f"\n== one user's history, {backend}: {n:,} messages (load {loadavg()}) ==")
             with _store(args, backend, n) as (url, size_mib):
-                build = _build(url, beam, n, args.other_users)
+                derived = _derived_vectors(beam, n, args.noise) if args.bulk else None
+                build = _build(url, beam, n, args.other_users, derived)
+                del derived  # its table is not the measured process's memory
+                gc.collect()
                 if backend == "postgres":
                     print(f"  {analyze_postgres(url)}")
                 measured = _measure(

@@ -55,6 +55,7 @@ after every worker was up, divided by the time from then until none was left.
     python bench/scale.py --part pipeline --embedder local --json
     python bench/scale.py --part user --backend sqlite --user-messages 10000,100000 --json
     python bench/scale.py --part user --backend postgres --user-messages 10000 --keep
+    python bench/scale.py --part user --backend sqlite --user-messages 1000000 --bulk
 
 PostgreSQL: ``--pg`` is a superuser URL of the server (default $STRATAMEM_TEST_POSTGRES_URL,
 else postgresql://postgres@127.0.0.1:5432/postgres); the benchmark creates its own
@@ -725,6 +726,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     p.add_argument("--other-users", type=int, default=4, help="--part user: users beside it")
     p.add_argument("--keep-dir", help="--part user: keep the SQLite files in this folder")
+    p.add_argument(
+        "--bulk",
+        action="store_true",
+        help="--part user: derive the synthetic messages' vectors from their source texts' "
+        "(--noise) instead of the model computing them; the rest through the workers",
+    )
     p.add_argument(
         "--search-rounds",
         type=int,
