@@ -423,6 +423,37 @@ def test_import_again_or_resumed_stores_nothing_twice(tmp_path: Path, db_url: st
     assert "running the import again" in " ".join(run("import", "--help").stdout.split())
 
 
+def test_the_import_progress_counts_its_own_messages_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The bar counted every processed message of the project: importing 10 messages into
+    # one that held 60 showed 60 of 10 done before the first was processed.
+    import tqdm
+
+    from stratamem import Memory, cli
+
+    shown: list[float] = []
+    update = tqdm.tqdm.update
+
+    def seen(bar: Any, n: float = 1) -> Any:
+        out = update(bar, n)
+        shown.append(bar.n)
+        return out
+
+    monkeypatch.setattr(tqdm.tqdm, "update", seen)
+    monkeypatch.setattr(cli, "PROGRESS_EVERY", 0.05, raising=False)
+    with Memory(f"sqlite:///{tmp_path / 'm.db'}", embedder="hash", workers=0) as mem:
+        earlier = [{"role": "user", "content": f"note {i}"} for i in range(60)]
+        mem.sessions.create(user_id="u", session_id="old").add_messages(earlier, sync=True)
+        # The import's batch takes a while, so that the bar counts while it runs.
+        mem.hooks.register("fact", "before_add", lambda payload: time.sleep(0.6))
+        new = [{"role": "user", "content": f"I moved to city number {i}"} for i in range(10)]
+        mem.sessions.create(user_id="u", session_id="new").add_messages(new, sync=False)
+        cli._wait_processed(mem, 10, progress=True)
+        assert mem.stats()["messages"]["processed"] == 70
+    assert shown and max(shown) <= 10
+
+
 # -- search output -----------------------------------------------------------------------------
 
 

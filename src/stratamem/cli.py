@@ -283,6 +283,10 @@ class _Batches:
 
 
 _MESSAGE_INDEX = re.compile(r"^messages\[(\d+)\]\.?")
+# The import's progress bar counts the processed messages this often, or, in a store where
+# counting takes long, at most a tenth of the time.
+PROGRESS_EVERY = 0.25
+PROGRESS_COST_RATIO = 10
 
 
 def _wait_processed(mem: Any, accepted: int, progress: bool) -> None:
@@ -290,24 +294,34 @@ def _wait_processed(mem: Any, accepted: int, progress: bool) -> None:
     from tqdm import tqdm
 
     store = mem.store
-    remaining = store.unfinished_jobs()
+    watching = progress and store.unfinished_jobs() > 0
+
+    def finished() -> int:
+        counts = store.stats(mem.project_id)["messages"]
+        return int(counts["processed"] + counts["failed"])
+
+    # The project's messages processed before: the bar counts the import's from there.
+    base = finished() if watching else 0
     done_bar = tqdm(total=accepted, unit="msg", desc="processed", disable=not progress)
     stop = threading.Event()
 
     def watch() -> None:
-        last: float = 0
-        while not stop.wait(0.25):
-            stats = store.stats(mem.project_id)["messages"]
-            done = stats["processed"] + stats["failed"]
-            done_bar.update(max(0, done - last - done_bar.n + last))
-            last = done_bar.n
+        pause = PROGRESS_EVERY
+        while not stop.wait(pause):
+            started = time.perf_counter()
+            done = min(accepted, finished() - base)
+            done_bar.update(max(0, done - done_bar.n))
+            # stats() counts every row of the project: in a store of a million messages
+            # that takes a good part of a second, which asked four times a second took a
+            # core from the workers doing the import.
+            pause = max(PROGRESS_EVERY, PROGRESS_COST_RATIO * (time.perf_counter() - started))
 
     watcher = threading.Thread(target=watch, daemon=True)
-    if remaining:
+    if watching:
         watcher.start()
     mem.wait()
     stop.set()
-    if remaining:
+    if watching:
         watcher.join()
     done_bar.n = accepted
     done_bar.refresh()
