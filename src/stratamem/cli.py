@@ -311,9 +311,9 @@ def _wait_processed(mem: Any, accepted: int, progress: bool) -> None:
             started = time.perf_counter()
             done = min(accepted, finished() - base)
             done_bar.update(max(0, done - done_bar.n))
-            # stats() counts every row of the project: in a store of a million messages
-            # that takes a good part of a second, which asked four times a second took a
-            # core from the workers doing the import.
+            # stats() counts every row of the project: about two seconds in a store of a
+            # million messages (SQLite), which asked four times a second took a core from
+            # the workers doing the import.
             pause = max(PROGRESS_EVERY, PROGRESS_COST_RATIO * (time.perf_counter() - started))
 
     watcher = threading.Thread(target=watch, daemon=True)
