@@ -20,7 +20,7 @@ from stratamem.store._text import fts_document, fts_query_terms
 from stratamem.store._vector_cache import VectorScope
 from stratamem.store.sqlite import SQLiteStore, latest_schema_version, sqlite_path
 from stratamem.store.sqlite._dialect import SQLiteDialect
-from test_store_contract import LayerWrite, P, add, open_store, process, summary, unit
+from test_store_contract import LayerWrite, P, add, fact, open_store, process, summary, unit
 
 # About the SQLite store itself (files, FTS5 plans, the in-process vector index);
 # what every store must do is in test_store_contract.py.
@@ -650,6 +650,110 @@ def test_reading_a_few_items_of_a_long_history_does_not_walk_it(db_url: str) -> 
             return count[0]
 
         assert steps("long") < 2 * steps("short")
+    finally:
+        store.close()
+
+
+def _summary_facts(store: Any) -> set[tuple[str, int]]:
+    """(fact id, summary pk) pairs: as the triggers keep them, and as fact_ids say."""
+    conn = store._conn()
+    kept = set(conn.execute("SELECT fact_id, summary_pk FROM summary_facts"))
+    listed = set(conn.execute("SELECT j.value, s.pk FROM summaries s, json_each(s.fact_ids) j"))
+    assert kept == listed
+    return kept
+
+
+def test_which_summaries_hold_a_fact_is_kept_beside_them(db_url: str) -> None:
+    """summary_facts, the reverse of summaries.fact_ids, follows every write: filled for a
+    file migrated from before it, and kept by adding, strengthening, superseding and erasing."""
+    SQLiteStore(db_url, migrate_to=17).close()
+    store = open_store(db_url)  # migrated in place: the existing summaries are indexed
+    try:
+        m = add(store, ["I live in Berlin and like ramen"])[0].id
+        vec = unit(seed=1)
+        process(
+            store,
+            LayerWrite(
+                facts=[fact("f1", "User lives in Berlin", [m], vec), fact("f2", "ramen", [m], vec)],
+                summaries=[summary("s1", "User lives in Berlin", fact_ids=["f1"], message_ids=[m])],
+            ),
+        )
+        assert _summary_facts(store) == {("f1", store.get_summaries(P, ["s1"])[0].pk)}
+        add(store, ["and ramen"], prefix="2")
+        process(
+            store,
+            LayerWrite(
+                summaries=[summary("s1", "Berlin, ramen", action="strengthen", fact_ids=["f2"])]
+            ),
+        )
+        pk1 = store.get_summaries(P, ["s1"])[0].pk
+        assert _summary_facts(store) == {("f1", pk1), ("f2", pk1)}
+        add(store, ["I moved to Lisbon"], prefix="3")
+        process(
+            store,
+            LayerWrite(
+                summaries=[
+                    summary(
+                        "s2",
+                        "User lives in Lisbon",
+                        action="supersede",
+                        supersedes="s1",
+                        fact_ids=["f2"],
+                    )
+                ]
+            ),
+        )
+        pk2 = store.get_summaries(P, ["s2"])[0].pk
+        assert _summary_facts(store) == {("f1", pk1), ("f2", pk1), ("f2", pk2)}
+        # f1 is held by no current summary any more; f2 is, by s2.
+        assert [f.status for f in store.get_facts(P, ["f1", "f2"])] == ["superseded", "active"]
+        store.erase_user(P, "u1", actor="test", reason=None)
+        assert _summary_facts(store) == set()
+    finally:
+        store.close()
+
+
+def test_retiring_a_summarys_facts_does_not_read_every_summary_of_the_user(db_url: str) -> None:
+    """Superseding a summary asks which current summaries still hold its facts: it asked
+    every summary of the user (parsing its fact_ids) inside the write transaction, which at
+    a million messages outlasted other writers' 30 s wait for the lock."""
+    store = open_store(db_url)
+    try:
+        conn = store._conn()  # type: ignore[attr-defined]
+
+        def steps(user: str, others: int) -> int:
+            m = add(store, ["notes"], user=user, sid=f"{user}-s")[0].id
+            process(
+                store,
+                LayerWrite(
+                    facts=[
+                        fact(f"{user}-f{i}", f"note {i}", [m], unit(seed=i)) for i in range(others)
+                    ],
+                    summaries=[
+                        summary(
+                            f"{user}-s{i}", f"note {i}", fact_ids=[f"{user}-f{i}"], message_ids=[m]
+                        )
+                        for i in range(others)
+                    ],
+                ),
+            )
+            count = [0]
+
+            def step() -> int:
+                count[0] += 1
+                return 0
+
+            write = summary(f"{user}-new", "changed", action="supersede", supersedes=f"{user}-s0")
+            add(store, ["a change"], user=user, sid=f"{user}-s", prefix="2")
+            conn.set_progress_handler(step, 1)
+            try:
+                process(store, LayerWrite(summaries=[write]))
+            finally:
+                conn.set_progress_handler(None, 1)
+            assert store.get_facts(P, [f"{user}-f0"])[0].status == "superseded"
+            return count[0]
+
+        assert steps("long", 1500) < 2 * steps("short", 20)
     finally:
         store.close()
 

@@ -106,6 +106,12 @@ class Dialect(ABC):
         ``subquery`` returns (the subquery uncorrelated: it is evaluated once)."""
 
     @abstractmethod
+    def summaries_holding(self, project_sql: str, fact_ids: str) -> str:
+        """A one-column subquery: the pks of the project's summaries whose ``fact_ids`` hold
+        any of the fact ids the one-column subquery ``fact_ids`` returns, found through an
+        index (not by reading every summary of a long history)."""
+
+    @abstractmethod
     def array_of(self, select: str) -> str:
         """SQL for the array of what the subquery ``select`` returns, in its order: one
         column named ``value`` (read back with ``load_array``)."""

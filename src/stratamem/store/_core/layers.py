@@ -376,12 +376,24 @@ def retire_facts(tx: Tx, project: str, user: str, fact_ids: Sequence[str], succe
         return
     d = tx.dialect
     listed, args = d.in_("id", list(fact_ids))
+    # The summaries holding them, through an index: asking every current summary of the
+    # user whether it holds each fact made a write transaction as long as the history.
+    held: set[str] = set()
+    for (ids,) in tx.all(
+        "SELECT fact_ids FROM summaries WHERE pk IN "
+        f"({d.summaries_holding('?', f'SELECT id FROM facts WHERE project_id = ? AND {listed}')})"
+        " AND status IN ('active', 'deprioritized')",
+        [project, project, *args],
+    ):
+        held.update(d.load_array(ids))
+    retired = [f for f in fact_ids if f not in held]
+    if not retired:
+        return
+    listed, args = d.in_("id", retired)
     tx.execute(
         "UPDATE facts SET status = 'superseded', superseded_by = ? "
-        f"WHERE project_id = ? AND user_id = ? AND {listed} AND status = 'active' "
-        "AND NOT EXISTS (SELECT 1 FROM summaries s WHERE s.project_id = ? AND s.user_id = ? "
-        f"AND s.status IN ('active', 'deprioritized') AND {d.has('s.fact_ids', 'facts.id')})",
-        [successor, project, user, *args, project, user],
+        f"WHERE project_id = ? AND user_id = ? AND {listed} AND status = 'active'",
+        [successor, project, user, *args],
     )
 
 

@@ -265,10 +265,10 @@ def speaker_names(tx: Tx, project_id: str, user_id: str) -> list[str]:
 def standing_facts(tx: Tx, project_id: str, user_id: str, limit: int) -> list[StandingFact]:
     """The user's active standing facts, newest first, at most ``limit``, each with the
     newest current summary holding it. A fact whose every holding summary was retired (an
-    operator archived or deleted it) is left out: it is no longer the user's memory. Both
-    reads go through partial indexes (``facts_standing``, ``summaries_standing``) and are
-    sent together; the second reads only the summaries holding one of the facts read, not
-    every standing summary of a long history."""
+    operator archived or deleted it) is left out: it is no longer the user's memory. The
+    two reads are sent together: the facts through their partial index (``facts_standing``),
+    then only the summaries holding one of them (``Dialect.summaries_holding``), not every
+    standing summary of a long history."""
     d = tx.dialect
     read = (
         "SELECT {} FROM facts WHERE project_id = ? AND user_id = ? "
@@ -278,9 +278,10 @@ def standing_facts(tx: Tx, project_id: str, user_id: str, limit: int) -> list[St
     with tx.together():
         facts_read = tx.execute(read.format(FACT_COLUMNS), args)
         holders_read = tx.execute(
-            "SELECT id, status, fact_ids FROM summaries WHERE project_id = ? AND user_id = ? "
-            f"AND standing = ? AND {d.overlaps('fact_ids', read.format('id'))} ORDER BY pk DESC",
-            (project_id, user_id, True, *args),
+            "SELECT id, status, fact_ids FROM summaries WHERE pk IN "
+            f"({d.summaries_holding('?', read.format('id'))}) AND standing = ? "
+            "ORDER BY pk DESC",
+            (project_id, *args, True),
         )
     facts = [fact_row(r, d) for r in facts_read.fetchall()]
     held_by = holders_read.fetchall()

@@ -89,6 +89,13 @@ class PostgresDialect(Dialect):
         # && over text[] is what the GIN index on facts.message_ids serves.
         return f"{array_column} && ARRAY({subquery})"
 
+    def summaries_holding(self, project_sql: str, fact_ids: str) -> str:
+        # && over text[] is what the GIN index on summaries.fact_ids serves.
+        return (
+            f"SELECT pk FROM summaries WHERE project_id = {project_sql} "
+            f"AND fact_ids && ARRAY({fact_ids})"
+        )
+
     def array_of(self, select: str) -> str:
         return f"ARRAY({select})"
 

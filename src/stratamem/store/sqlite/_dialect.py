@@ -169,6 +169,13 @@ class SQLiteDialect(Dialect):
             f"WHERE overlap.value IN ({subquery}))"
         )
 
+    def summaries_holding(self, project_sql: str, fact_ids: str) -> str:
+        # summary_facts: the reverse of summaries.fact_ids, kept by triggers (migration 18).
+        return (
+            f"SELECT summary_pk FROM summary_facts WHERE project_id = {project_sql} "
+            f"AND fact_id IN ({fact_ids})"
+        )
+
     def array_of(self, select: str) -> str:
         return f"(SELECT json_group_array(value) FROM ({select}))"
 
