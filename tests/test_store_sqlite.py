@@ -7,6 +7,7 @@ import sqlite3
 import subprocess
 import sys
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,18 @@ from stratamem.store._text import fts_document, fts_query_terms
 from stratamem.store._vector_cache import VectorScope
 from stratamem.store.sqlite import SQLiteStore, latest_schema_version, sqlite_path
 from stratamem.store.sqlite._dialect import SQLiteDialect
-from test_store_contract import LayerWrite, P, add, fact, open_store, process, summary, unit
+from test_store_contract import (
+    DIM,
+    EMB,
+    LayerWrite,
+    P,
+    add,
+    fact,
+    open_store,
+    process,
+    summary,
+    unit,
+)
 
 # About the SQLite store itself (files, FTS5 plans, the in-process vector index);
 # what every store must do is in test_store_contract.py.
@@ -345,7 +357,187 @@ def test_a_rewrite_during_the_index_build_reaches_the_index() -> None:
         assert scope._dirty == {0}  # to be redone once the build is done
     assert scope.wait_index(60) and scope.hnsw is not None and not scope._dirty
     matches = scope.hnsw.search(new, 1)
-    assert int(matches.keys[0]) == 0 and float(matches.distances[0]) == pytest.approx(0, abs=1e-5)
+    assert int(matches.keys[0]) == 1 and float(matches.distances[0]) == pytest.approx(0, abs=1e-5)
+
+
+# -- HNSW index files kept beside the database -------------------------------------------
+
+
+def _indexed_store(url: str, users: Sequence[str] = ("u1",), n: int = 1500) -> SQLiteStore:
+    """A store whose users hold ``n`` message vectors each, over its HNSW threshold."""
+    store = SQLiteStore(url, vector_index_threshold=1000)
+    for user in users:
+        add(store, [f"note {i}" for i in range(n)], user=user, sid=f"s-{user}")
+        store.put_message_vectors(EMB, _rows(store, user), _user_rows(user, n))
+    return store
+
+
+def _rows(store: SQLiteStore, user: str = "u1") -> list[Any]:
+    return sorted(store.list_messages(P, user_id=user, limit=100_000), key=lambda m: m.pk)
+
+
+def _user_rows(user: str, n: int = 1500) -> np.ndarray:
+    return _unit_rows(n, DIM, seed=int(user[1:]))
+
+
+def _search(store: SQLiteStore, q: np.ndarray, user: str = "u1") -> list[tuple[int, float]]:
+    return store.vector_messages(P, user, q, EMB, 10, SearchFilters())
+
+
+def _built(store: SQLiteStore, user: str = "u1") -> Any:
+    """The user's message scope once its index is ready (searched first to load it)."""
+    _search(store, unit(seed=0), user)
+    scope = store.vectors.peek((P, user, "message", EMB))
+    assert scope is not None and scope.wait_index(60) and scope.hnsw is not None
+    return scope
+
+
+def _index_file(store: SQLiteStore, user: str = "u1") -> Path:
+    return Path(store._index_files.path((P, user, "message", EMB)))
+
+
+def test_a_built_index_is_kept_and_the_next_process_restores_it(db_url: str) -> None:
+    first = _indexed_store(db_url)
+    queries = _unit_rows(40, DIM, seed=9)
+    try:
+        _built(first)
+        path = _index_file(first)
+        assert path.exists() and path.parent.name.endswith(".db-hnsw")
+        assert str(("u1",)) not in path.name and "u1" not in path.name  # names are hashes
+        answers = [_search(first, q) for q in queries]
+    finally:
+        first.close()
+    kept = path.stat()
+    second = SQLiteStore(db_url, vector_index_threshold=1000)
+    try:
+        scope = _built(second)
+        # Restored as it was (every vector checked against the table's), not written again.
+        assert (path.stat().st_ino, path.stat().st_mtime_ns) == (kept.st_ino, kept.st_mtime_ns)
+        assert scope.saved and scope.hnsw_n == 1500
+        assert [_search(second, q) for q in queries] == answers  # the same graph
+    finally:
+        second.close()
+
+
+def test_a_restored_index_takes_in_what_changed_since_it_was_kept(db_url: str) -> None:
+    store = _indexed_store(db_url)
+    store.close()
+    store = SQLiteStore(db_url, vector_index_threshold=1000)
+    try:
+        # Written while no process held the index: an item embedded again, new items.
+        rows = _rows(store)
+        moved = -_user_rows("u1")[7]
+        store.put_message_vectors(EMB, [rows[7]], moved[None, :])
+        add(store, [f"later {i}" for i in range(50)], sid="s-later")
+        more = _rows(store)[1500:]
+        fresh = _unit_rows(50, DIM, seed=77)
+        store.put_message_vectors(EMB, more, fresh)
+        scope = _built(store)
+        assert scope.hnsw_n == 1550 and len(scope.hnsw) == 1550
+        assert scope.hnsw.search(moved, 1).keys[0] == rows[7].pk
+        assert int(scope.hnsw.search(fresh[3], 1).keys[0]) == more[3].pk
+        assert np.array_equal(scope.hnsw.get(rows[7].pk), moved)
+        assert _search(store, moved)[0] == (rows[7].pk, pytest.approx(1.0, abs=1e-5))
+    finally:
+        store.close()
+    # The repaired index was kept: a third process finds nothing to repair.
+    third = SQLiteStore(db_url, vector_index_threshold=1000)
+    try:
+        assert _built(third).saved
+    finally:
+        third.close()
+
+
+def test_an_index_file_of_other_vectors_or_none_at_all_is_built_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A file is only a cache: one of another database (the file replaced, a copied
+    directory) or an unreadable one is rebuilt from the table, never answers."""
+    ours = _indexed_store(f"sqlite:///{tmp_path / 'ours.db'}")
+    other = _indexed_store(f"sqlite:///{tmp_path / 'other.db'}", users=("u9",))
+    try:
+        _built(other, "u9")
+        ours_path, theirs = _index_file(ours), _index_file(other, "u9")
+        ours_path.parent.mkdir()
+        ours_path.write_bytes(theirs.read_bytes())  # u9's vectors, under u1's name
+        scope = _built(ours)
+        assert scope.hnsw_n == 1500 and not scope._dirty
+        found = [int(scope.hnsw.search(v, 1).keys[0]) for v in _user_rows("u1")[:50]]
+        assert found == [r.pk for r in _rows(ours)[:50]]
+        assert ours_path.read_bytes() != theirs.read_bytes()  # kept again, rebuilt
+    finally:
+        ours.close()
+    ours_path.write_bytes(b"not an index")
+    ours = SQLiteStore(f"sqlite:///{tmp_path / 'ours.db'}", vector_index_threshold=1000)
+    try:
+        with caplog.at_level("WARNING", logger="stratamem.store"):
+            scope = _built(ours)
+        assert "unreadable, building again" in caplog.text and scope.hnsw_n == 1500
+        assert ours_path.stat().st_size > 100_000
+    finally:
+        ours.close()
+        other.close()
+
+
+def test_removing_memory_deletes_the_users_index_files(db_url: str) -> None:
+    store = _indexed_store(db_url, users=("u1", "u2"))
+    try:
+        for user in ("u1", "u2"):
+            _built(store, user)
+        u1, u2 = _index_file(store, "u1"), _index_file(store, "u2")
+        assert u1.exists() and u2.exists()
+        assert store.forget(P, "u1", message_ids=["u1-s-u1-3"], actor="t", reason=None)
+        assert not u1.exists() and u2.exists()  # the forgotten message's vector was in it
+        _built(store, "u1")
+        assert u1.exists()
+        store.erase_user(P, "u1", actor="t", reason=None)
+        assert not u1.exists() and u2.exists()
+    finally:
+        store.close()
+    assert not u1.exists()  # closing kept no index of the erased user
+
+
+def test_a_save_that_raced_a_removal_deletes_its_own_file(db_url: str) -> None:
+    store = _indexed_store(db_url)
+    try:
+        scope = _built(store)
+        path = _index_file(store)
+        store.erase_user(P, "u1", actor="t", reason=None)
+        # A build from before the erasure finishing after it (here: this process's index,
+        # of the generation it was loaded at).
+        assert not store._index_files.save(scope.key, scope.hnsw, scope.generation)
+        assert not path.exists() and not list(path.parent.iterdir())
+    finally:
+        store.close()
+
+
+def test_switching_the_embedder_deletes_the_other_embedders_files(db_url: str) -> None:
+    store = _indexed_store(db_url)
+    try:
+        _built(store)
+        path = _index_file(store)
+        keep = Path(store._index_files.path((P, "u1", "message", "next:v1:8")))
+        keep.write_bytes(b"x")
+        store.drop_vectors_except("next:v1:8")
+        assert not path.exists() and keep.exists()
+    finally:
+        store.close()
+
+
+def test_index_files_that_cannot_be_written_cost_nothing_but_the_warning(
+    db_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    Path(sqlite_path(db_url) + "-hnsw").write_text("a file where the directory goes")
+    store = _indexed_store(db_url, users=("u1", "u2"))
+    try:
+        with caplog.at_level("WARNING", logger="stratamem.store"):
+            scopes = [_built(store, user) for user in ("u1", "u2")]
+        assert all(not s.saved and s.hnsw_n == 1500 for s in scopes)
+        assert caplog.text.count("cannot keep HNSW index files") == 1
+        v = _user_rows("u2")[5]
+        assert _search(store, v, "u2")[0][1] == pytest.approx(1.0, abs=1e-5)
+    finally:
+        store.close()
 
 
 def test_item_lookup_works_for_ids_in_any_order() -> None:

@@ -778,6 +778,7 @@ class SQLStore(ABC):
             counts = removal.forget(self, tx, project_id, user_id, scope, actor, reason)
         if counts is not None:
             self._seal(project_id, user_id, erased=False)
+            self._memory_removed(project_id, user_id, erased=False)
         return counts
 
     def erase_user(
@@ -786,7 +787,7 @@ class SQLStore(ABC):
         with self._transaction() as tx:
             counts = removal.erase_user(self, tx, project_id, user_id, actor=actor, reason=reason)
         self._seal(project_id, user_id, erased=True)
-        self._user_erased(project_id, user_id)
+        self._memory_removed(project_id, user_id, erased=True)
         return counts
 
     def _seal(self, project_id: str, user_id: str, *, erased: bool) -> None:
@@ -817,9 +818,9 @@ class SQLStore(ABC):
         read them again."""
 
     @abstractmethod
-    def _user_erased(self, project_id: str, user_id: str) -> None:
-        """After ``erase_user`` committed (even for an unknown user): drop what the backend
-        keeps for the user outside the tables."""
+    def _memory_removed(self, project_id: str, user_id: str, *, erased: bool) -> None:
+        """After ``forget`` or ``erase_user`` (``erased``; even of an unknown user)
+        committed: drop what the backend keeps for the user outside the tables."""
 
     # -- webhooks (see webhooks.py) ---------------------------------------------------------
     # Webhook records, the delivery log and the async outbox.

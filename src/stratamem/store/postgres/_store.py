@@ -224,9 +224,11 @@ class PostgresStore(PostgresFullText, PostgresVectors, PostgresJobs):
 
     # -- governance: what erasure does here (see _core/removal.py) ------------------------
 
-    def _user_erased(self, project_id: str, user_id: str) -> None:
+    def _memory_removed(self, project_id: str, user_id: str, *, erased: bool) -> None:
         # After the erasure's commit: DROP INDEX CONCURRENTLY cannot run in a transaction.
-        self._drop_user_indexes(project_id, user_id, vectors_only=False)
+        # (A forget leaves the user's indexes: the rows they held are gone with the rows.)
+        if erased:
+            self._drop_user_indexes(project_id, user_id, vectors_only=False)
 
     # -- stats -------------------------------------------------------------------------
 

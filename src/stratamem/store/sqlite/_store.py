@@ -65,9 +65,11 @@ class SQLiteStore(SQLiteFullText, SQLiteVectors, SQLiteJobs):
 
     def close(self) -> None:
         """Stop the full-text statements run apart, close the connections (see
-        ``_close_connections``) and drop the vector cache."""
+        ``_close_connections``), keep the HNSW indexes that changed since they were last
+        kept (``_index_files.py``) and drop the vector cache."""
         self._close_fulltext()
         self._close_connections()
+        self.vectors.save()
         self._clear_vector_caches()
 
     # -- schema ----------------------------------------------------------------------
@@ -107,8 +109,10 @@ class SQLiteStore(SQLiteFullText, SQLiteVectors, SQLiteJobs):
 
     # -- governance: what erasure does here (see _core/removal.py) ------------------------
 
-    def _user_erased(self, project_id: str, user_id: str) -> None:
-        pass  # nothing kept per user outside the tables (the vector cache: by generation)
+    def _memory_removed(self, project_id: str, user_id: str, *, erased: bool) -> None:
+        # The user's HNSW index files hold vectors of what was removed (loaded vector
+        # scopes are reloaded by generation).
+        self._index_files.remove_user(project_id, user_id)
 
     # -- stats -------------------------------------------------------------------------
 

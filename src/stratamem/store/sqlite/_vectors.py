@@ -2,7 +2,8 @@
 
 SQLite has no vector index, so ``SQLiteVectors`` (the store's part) searches through
 ``VectorCache`` (``store/_vector_cache.py``: a matrix per user and kind, kept current
-incrementally, with an HNSW index beside a large one). Recall's briefs read their vectors
+incrementally, with an HNSW index beside a large one, kept in files beside the database
+between processes: ``_index_files.py``). Recall's briefs read their vectors
 from the cache too (``_read_briefs``). PostgreSQL searches small scopes through the same
 cache and large ones with pgvector (``postgres/_vectors.py``).
 """
@@ -21,6 +22,7 @@ from .._core.layers import LayerSearch, VectorRow
 from .._core.recall import BriefRead
 from .._vector_cache import VectorCache, VectorScope
 from ._connection import SQLiteBase
+from ._index_files import SQLiteIndexFiles
 
 __all__ = ["SQLiteVectors"]
 
@@ -55,7 +57,8 @@ class SQLiteVectors(SQLiteBase):
     in-process ``VectorCache`` (``vectors``)."""
 
     def _init_vectors(self, index_threshold: int) -> None:
-        self.vectors = VectorCache(index_threshold=index_threshold)
+        self._index_files = SQLiteIndexFiles(self.path)
+        self.vectors = VectorCache(index_threshold=index_threshold, files=self._index_files)
 
     # -- writes and bookkeeping (the core's hooks, see _core/layers.py) ------------------
 
@@ -84,6 +87,11 @@ class SQLiteVectors(SQLiteBase):
 
     def _clear_vector_caches(self) -> None:
         self.vectors.clear()
+
+    def drop_vectors_except(self, embedder: str) -> int:
+        dropped = super().drop_vectors_except(embedder)
+        self._index_files.remove_other_embedders(embedder)
+        return dropped
 
     def _vectors_removed(self, tx: Tx, project_id: str, user_id: str) -> None:
         # Loaded vector scopes (in this process and any other) reload from the table.
