@@ -846,6 +846,33 @@ def test_reading_a_few_items_of_a_long_history_does_not_walk_it(db_url: str) -> 
         store.close()
 
 
+def test_counting_messages_by_status_reads_an_index_not_the_rows(db_url: str) -> None:
+    """``stats()`` (the dashboard's overview, ``stratamem stats``) counts messages by status:
+    reading the rows read every long message's overflow pages too (the status comes after
+    the content), 1.6 s of a 2.1 s ``stats()`` at a million messages."""
+    store = open_store(db_url)
+    try:
+        add(store, [f"{i} " + "long content " * 2000 for i in range(30)])
+        process(store)
+        add(store, ["one more"], sid="s2")
+        conn = store._conn()  # type: ignore[attr-defined]
+        statements: list[str] = []
+        conn.set_trace_callback(statements.append)
+        try:
+            counts = [store.stats(P), store.stats()]
+        finally:
+            conn.set_trace_callback(None)
+        assert all(c["messages"] == {"pending": 1, "processed": 30, "failed": 0} for c in counts)
+        reads = [sql for sql in statements if " FROM messages " in f"{sql} "]
+        assert len(reads) == 2
+        for sql in reads:
+            plan = [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}")]
+            table = [step for step in plan if " messages " in f"{step} "]
+            assert len(table) == 1 and "COVERING INDEX messages_by_status" in table[0], plan
+    finally:
+        store.close()
+
+
 def _summary_facts(store: Any) -> set[tuple[str, int]]:
     """(fact id, summary pk) pairs: as the triggers keep them, and as fact_ids say."""
     conn = store._conn()
