@@ -23,6 +23,8 @@ import logging
 import os
 import sqlite3
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +35,7 @@ __all__ = ["SQLiteIndexFiles"]
 log = logging.getLogger("stratamem.store")
 
 _SUFFIX = ".usearch"
+_ABANDONED_SECONDS = 3600
 
 
 def _digest(*parts: str) -> str:
@@ -69,6 +72,7 @@ class SQLiteIndexFiles:
         temporary = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
         try:
             os.makedirs(self.directory, mode=0o700, exist_ok=True)
+            self._remove_abandoned(path)
             index.save(temporary)
             os.replace(temporary, path)
         except Exception as exc:  # a cache that cannot be kept is rebuilt
@@ -84,6 +88,13 @@ class SQLiteIndexFiles:
                 os.unlink(path)
             return False
         return True
+
+    def _remove_abandoned(self, path: str) -> None:
+        # What a process killed while saving left (a save takes seconds, not an hour).
+        for temporary in glob.glob(glob.escape(path) + ".*.tmp"):
+            with contextlib.suppress(OSError):
+                if time.time() - os.path.getmtime(temporary) > _ABANDONED_SECONDS:
+                    os.unlink(temporary)
 
     def _generation(self, key: ScopeKey) -> int | None:
         # Its own short connection: saves run on build threads, which the store's
@@ -106,17 +117,16 @@ class SQLiteIndexFiles:
 
     def remove_user(self, project_id: str, user_id: str) -> None:
         """Delete the files of every scope of a user (temporary ones included)."""
-        self._remove(f"{_digest(project_id, user_id)}-*")
+        user = f"{_digest(project_id, user_id)}-"
+        self._remove(lambda name: name.startswith(user))
 
     def remove_other_embedders(self, embedder: str) -> None:
         """Delete the files of every scope not embedded by ``embedder``."""
         mine = f"-{_digest(embedder)[:16]}{_SUFFIX}"
+        self._remove(lambda name: mine not in name)
+
+    def _remove(self, doomed: Callable[[str], bool]) -> None:
         for path in glob.glob(os.path.join(glob.escape(self.directory), "*")):
-            if mine not in os.path.basename(path):
+            if doomed(os.path.basename(path)):
                 with contextlib.suppress(OSError):
                     os.unlink(path)
-
-    def _remove(self, pattern: str) -> None:
-        for path in glob.glob(os.path.join(glob.escape(self.directory), pattern)):
-            with contextlib.suppress(OSError):
-                os.unlink(path)
