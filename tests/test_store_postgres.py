@@ -751,20 +751,27 @@ def test_user_indexes_can_be_turned_off(pg_url: str) -> None:
         assert _user_index_rows(pg_url) == []
 
 
-def test_full_text_indexes_keep_their_pending_lists_small(store: pg.PostgresStore) -> None:
-    """Every search scans a GIN index's pending list (up to 4 MB by default, merged only by
-    vacuum): the full-text indexes merge theirs past 128 kB."""
+def test_every_gin_index_keeps_its_pending_list_small(store: pg.PostgresStore) -> None:
+    """Every search of a GIN index scans its pending list (up to 4 MB by default, merged
+    only by vacuum): the full-text and the array indexes merge theirs past 128 kB (a
+    100,000-message user's standing read: 25 ms with the fact_ids index's 66 pages
+    pending, 6 once merged)."""
     options = dict(
         dbsql.rows(
             store._conninfo,
             "SELECT c.relname, array_to_string(c.reloptions, ',') FROM pg_class c "
-            "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = current_schema() "
-            "AND c.relname LIKE '%_fts_by_user'",
+            "JOIN pg_namespace n ON n.oid = c.relnamespace JOIN pg_am a ON a.oid = c.relam "
+            "WHERE n.nspname = current_schema() AND a.amname = 'gin'",
         )
     )
-    assert options == {
-        f"{t}_fts_by_user": "gin_pending_list_limit=128" for t in ("messages", "facts", "summaries")
+    assert set(options) >= {
+        *(f"{t}_fts_by_user" for t in ("messages", "facts", "summaries")),
+        "facts_by_message_ids",
+        "summaries_by_fact_ids",
+        "summaries_by_message_ids",
+        "summary_history_by_fact_ids",
     }
+    assert set(options.values()) == {"gin_pending_list_limit=128"}
 
 
 def test_a_user_with_many_rows_gets_a_full_text_index_of_their_own(
