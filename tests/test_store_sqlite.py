@@ -407,6 +407,8 @@ def test_a_built_index_is_kept_and_the_next_process_restores_it(db_url: str) -> 
         assert path.exists() and path.parent.name.endswith(".db-hnsw")
         assert "u1" not in path.name  # names are hashes (a user id may be an address)
         answers = [_search(first, q) for q in queries]
+        database = Path(sqlite_path(db_url)).stat().st_size
+        assert first.stats()["size_bytes"] >= database + path.stat().st_size  # counted in
     finally:
         first.close()
     kept = path.stat()

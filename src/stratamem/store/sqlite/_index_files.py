@@ -115,6 +115,10 @@ class SQLiteIndexFiles:
             return None
         return 0 if row is None else int(row[0])
 
+    def files(self) -> list[str]:
+        """Every file in the directory (saves under way included)."""
+        return glob.glob(os.path.join(glob.escape(self.directory), "*"))
+
     def remove_user(self, project_id: str, user_id: str) -> None:
         """Delete the files of every scope of a user (temporary ones included)."""
         user = f"{_digest(project_id, user_id)}-"
@@ -126,7 +130,7 @@ class SQLiteIndexFiles:
         self._remove(lambda name: mine not in name)
 
     def _remove(self, doomed: Callable[[str], bool]) -> None:
-        for path in glob.glob(os.path.join(glob.escape(self.directory), "*")):
+        for path in self.files():
             if doomed(os.path.basename(path)):
                 with contextlib.suppress(OSError):
                     os.unlink(path)

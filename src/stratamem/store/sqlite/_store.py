@@ -8,6 +8,7 @@ construction, closing, the schema's migrations and the store's facts.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 from typing import Any
@@ -117,12 +118,17 @@ class SQLiteStore(SQLiteFullText, SQLiteVectors, SQLiteJobs):
     # -- stats -------------------------------------------------------------------------
 
     def _store_facts(self) -> dict[str, Any]:
-        files = (self.path, self.path + "-wal")
+        # The HNSW files count as PostgreSQL's indexes do in its size.
+        files = (self.path, self.path + "-wal", *self._index_files.files())
+        sizes = []
+        for path in files:
+            with contextlib.suppress(OSError):  # a file removed meanwhile
+                sizes.append(os.path.getsize(path))
         return {
             "store": "sqlite",
             "path": os.path.abspath(self.path),
             "schema_version": self.schema_version(),
-            "size_bytes": sum(os.path.getsize(p) for p in files if os.path.exists(p)),
+            "size_bytes": sum(sizes),
         }
 
 
