@@ -419,9 +419,9 @@ def _index_files_mib(url: str) -> float:
     if url.startswith("postgresql"):
         return 0.0
     from stratamem.store.sqlite import sqlite_path
+    from stratamem.store.sqlite._index_files import SQLiteIndexFiles
 
-    folder = Path(sqlite_path(url) + "-hnsw")
-    return sum(f.stat().st_size for f in folder.glob("*") if f.is_file()) / 2**20
+    return sum(Path(f).stat().st_size for f in SQLiteIndexFiles(sqlite_path(url)).files()) / 2**20
 
 
 @contextlib.contextmanager

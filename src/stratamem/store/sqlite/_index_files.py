@@ -30,12 +30,23 @@ from typing import Any
 
 from .._vector_cache import ScopeKey, _usearch_index
 
-__all__ = ["SQLiteIndexFiles"]
+__all__ = ["SQLiteIndexFiles", "vector_generation"]
 
 log = logging.getLogger("stratamem.store")
 
 _SUFFIX = ".usearch"
 _ABANDONED_SECONDS = 3600
+
+
+def vector_generation(conn: sqlite3.Connection, project_id: str, user_id: str, kind: str) -> int:
+    """The generation of a user's vectors of ``kind``: bumped whenever some are deleted, so
+    that what was loaded (or saved) from the earlier rows is known to be stale."""
+    row = conn.execute(
+        "SELECT generation FROM vector_generations WHERE project_id = ? AND user_id = ? "
+        "AND kind = ?",
+        (project_id, user_id, kind),
+    ).fetchone()
+    return 0 if row is None else int(row[0])
 
 
 def _digest(*parts: str) -> str:
@@ -99,21 +110,15 @@ class SQLiteIndexFiles:
     def _generation(self, key: ScopeKey) -> int | None:
         # Its own short connection: saves run on build threads, which the store's
         # per-thread connections would outlive.
-        project_id, user_id, kind, _ = key
         try:
             uri = Path(self.database).absolute().as_uri() + "?mode=ro"  # never creates it
             conn = sqlite3.connect(uri, uri=True, timeout=5)
             try:
-                row = conn.execute(
-                    "SELECT generation FROM vector_generations WHERE project_id = ? "
-                    "AND user_id = ? AND kind = ?",
-                    (project_id, user_id, kind),
-                ).fetchone()
+                return vector_generation(conn, *key[:3])
             finally:
                 conn.close()
         except sqlite3.Error:
             return None
-        return 0 if row is None else int(row[0])
 
     def files(self) -> list[str]:
         """Every file in the directory (saves under way included)."""

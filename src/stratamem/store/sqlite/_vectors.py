@@ -22,7 +22,7 @@ from .._core.layers import LayerSearch, VectorRow
 from .._core.recall import BriefRead
 from .._vector_cache import VectorCache, VectorScope
 from ._connection import SQLiteBase
-from ._index_files import SQLiteIndexFiles
+from ._index_files import SQLiteIndexFiles, vector_generation
 
 __all__ = ["SQLiteVectors"]
 
@@ -105,18 +105,6 @@ class SQLiteVectors(SQLiteBase):
 
     # -- search --------------------------------------------------------------------------
 
-    def _generation(self, project_id: str, user_id: str, kind: str) -> int:
-        row = (
-            self._conn()
-            .execute(
-                "SELECT generation FROM vector_generations WHERE project_id = ? AND user_id = ? "
-                "AND kind = ?",
-                (project_id, user_id, kind),
-            )
-            .fetchone()
-        )
-        return 0 if row is None else int(row[0])
-
     def _vector_messages(
         self, search: LayerSearch, query: np.ndarray, embedder: str, filters: SearchFilters
     ) -> list[tuple[int, float]]:
@@ -161,7 +149,7 @@ class SQLiteVectors(SQLiteBase):
         return self.vectors.scope(
             (project_id, user_id, kind, embedder),
             dim=dim,
-            generation=self._generation(project_id, user_id, kind),
+            generation=vector_generation(conn, project_id, user_id, kind),
             load=load,
         )
 
