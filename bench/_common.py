@@ -33,6 +33,7 @@ __all__ = [
     "emit_json",
     "engine_version",
     "format_ab",
+    "format_stages",
     "format_summary",
     "load_locomo",
     "loadavg",
@@ -42,6 +43,7 @@ __all__ = [
     "other_load",
     "postgres_admin_url",
     "postgres_database",
+    "stage_medians",
     "stopwatch",
     "summarize",
     "synthetic_texts",
@@ -578,3 +580,42 @@ def format_ab(label: str, p50s: dict[str, list[float]]) -> str:
         lines.append(f"    tracing {mode:<6} {median:8.3f} ms{added}")
         previous = median
     return "\n".join(lines)
+
+
+def stage_medians(run: Callable[[], None]) -> dict[str, float]:
+    """Where ``run``'s recalls spend their time, read from the spans stratamem makes of them
+    (docs/observability.md): the median duration in ms of each span name (``search_memory``
+    the whole search; its stages ``stratamem.recall.*`` and the query's ``embeddings``). Run
+    apart from the timed loops: tracing costs a few percent (``tracing_ab``). Full text runs
+    beside the embedding and the vectors, so the stages do not add up to the whole."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from stratamem import _tracing
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    _tracing.set_tracer_provider(provider)
+    try:
+        run()
+    finally:
+        _tracing.set_tracer_provider(None)
+        provider.shutdown()
+    durations: dict[str, list[float]] = {}
+    for span in exporter.get_finished_spans():
+        if span.start_time is not None and span.end_time is not None:
+            name = span.name.split(" ")[0]  # "embeddings <model>"
+            durations.setdefault(name, []).append((span.end_time - span.start_time) / 1e6)
+    if not durations:
+        raise RuntimeError("no span was recorded: is opentelemetry-sdk installed?")
+    return {name: float(np.median(ms)) for name, ms in sorted(durations.items())}
+
+
+def format_stages(stages: dict[str, float]) -> str:
+    """``stage_medians`` as one line, the whole search first."""
+    names = sorted(stages, key=lambda n: (n != "search_memory", n))
+    return "  stages (median ms): " + ", ".join(
+        f"{n.removeprefix('stratamem.recall.')} {stages[n]:.1f}" for n in names
+    )
