@@ -195,6 +195,8 @@ def test_search_embeds_the_planned_text(make_memory: Any) -> None:
         ("Where has Melanie camped?", True),
         ("Who have I met at the climbing gym?", True),
         ("Who is Caroline?", False),
+        ("What do Jon and Gina both have in common?", True),
+        ("In what ways is Caroline participating in the LGBTQ community?", True),
         ("What is the order of the six museums I visited from earliest to latest?", True),
         ("How many weeks in total did I spend reading?", True),
         ("When did Caroline go to the support group?", False),

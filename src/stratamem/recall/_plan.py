@@ -176,15 +176,19 @@ _COUNTED = re.compile(
     re.IGNORECASE,
 )
 
+# "What do Jon and Gina both have in common?", "In what ways is Caroline participating ...?":
+# what two people share, or the several ways something was done, was said at several times.
+_SHARED = re.compile(r"\bboth\b|\bin common\b|\bwhat ways\b", re.IGNORECASE)
+
 
 def asks_for_many(query: str) -> bool:
     """Whether the question asks for several things (English question shapes only).
 
-    On the development sets this picks half of LoCoMo's multi-hop questions (94 of 172) and
-    8% of its single-hop ones (40 of 480), and half of LongMemEval-S's multi-session (13 of
+    On the development sets this picks half of LoCoMo's multi-hop questions (101 of 172) and
+    8% of its single-hop ones (41 of 480), and half of LongMemEval-S's multi-session (13 of
     23) and temporal-reasoning (11 of 22) ones."""
     text = query.strip()
-    return any(p.search(text) for p in (_PERFECT, _PLURAL_WH, _COUNTED))
+    return any(p.search(text) for p in (_PERFECT, _PLURAL_WH, _COUNTED, _SHARED))
 
 
 # "Where did I live before?", "What did I use to drive?", "How many times did I move?",
