@@ -582,7 +582,7 @@ def format_ab(label: str, p50s: dict[str, list[float]]) -> str:
     return "\n".join(lines)
 
 
-def stage_medians(run: Callable[[], None]) -> dict[str, float]:
+def stage_medians(run: Callable[[], object]) -> dict[str, float]:
     """Where ``run``'s recalls spend their time, read from the spans stratamem makes of them
     (docs/observability.md): the median duration in ms of each span name (``search_memory``
     the whole search; its stages ``stratamem.recall.*`` and the query's ``embeddings``). Run

@@ -404,13 +404,8 @@ def _measure(
             session.get_memory(q.text)
             context_s.append(time.perf_counter() - t0)
         vector_recall, similarity_kept = _vector_recall(mem, questions)
-
-        def searches() -> None:
-            for q in questions:
-                mem.search(q.text, user_id=HEAVY, limit=LIMIT, as_of=q.as_of)
-
         _forget_queries(mem)
-        stages = stage_medians(searches)
+        stages = stage_medians(lambda: _evidence_recall(mem, HEAVY, questions, docs, ""))
     search, context = summarize(search_s), summarize(context_s)
     index_mib = _index_files_mib(url)
     print(f"  ready to search in {ready_s:.1f} s after opening; HNSW files {index_mib:.0f} MiB")
