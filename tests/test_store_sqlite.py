@@ -1206,3 +1206,25 @@ def test_arrays_read_back_as_json_loads_reads_them(text: str) -> None:
 def test_an_array_that_is_not_json_fails_as_json_loads_fails(text: str) -> None:
     with pytest.raises(json.JSONDecodeError):
         SQLiteDialect().load_array(text)
+
+
+def test_bound_lists_take_a_few_widths_and_select_what_they_list() -> None:
+    """Each length of a bound IN list used to be an SQL text of its own, so a search's brief
+    reads (a different number of candidates each time) missed the connection's statement
+    cache and were parsed again; a few widths, the last value repeated, select the same rows
+    with IN and with NOT IN."""
+    d = SQLiteDialect()
+    texts = {d.in_("x", list(range(1, n + 1)))[0] for n in range(1, 501)}
+    assert len(texts) <= 10
+    conn = sqlite3.connect(":memory:")
+    conn.execute("CREATE TABLE t (x INTEGER)")
+    conn.executemany("INSERT INTO t VALUES (?)", [(i,) for i in range(1, 700)])
+    for n in (1, 7, 8, 9, 44, 129, 257, 500, 501):
+        wanted = list(range(3, 3 + 2 * n, 2))
+        sql, args = d.in_("x", wanted)
+        assert sql.count("?") == len(args) and (len(args) >= n or n > 500)  # then JSON
+        found = [r[0] for r in conn.execute(f"SELECT x FROM t WHERE {sql} ORDER BY x", args)]
+        assert found == [w for w in wanted if w < 700]
+        (left,) = conn.execute(f"SELECT count(*) FROM t WHERE NOT {sql}", args).fetchone()
+        assert left == 699 - len(found)
+    assert d.in_("x", []) == ("x IN ()", [])

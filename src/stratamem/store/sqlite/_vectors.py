@@ -119,9 +119,9 @@ class SQLiteVectors(SQLiteBase):
 
         def passing(pks: list[int]) -> set[int]:
             # Found by pk (NOT INDEXED): with the user named, the planner walked their index.
-            marks = ",".join("?" * len(pks))
-            sql = f"SELECT m.pk FROM messages m NOT INDEXED WHERE {owned} AND m.pk IN ({marks})"
-            rows = conn.execute(f"{sql}{where}", (project_id, user_id, *pks, *params))
+            among, args = self.dialect.in_("m.pk", pks)
+            sql = f"SELECT m.pk FROM messages m NOT INDEXED WHERE {owned} AND {among}"
+            rows = conn.execute(f"{sql}{where}", (project_id, user_id, *args, *params))
             return {r[0] for r in rows}
 
         def allowed() -> np.ndarray:
@@ -178,10 +178,8 @@ class SQLiteVectors(SQLiteBase):
     def _statuses(self, table: str, pks: Sequence[int]) -> dict[int, str]:
         if not pks:
             return {}
-        marks = ",".join("?" * len(pks))
-        return dict(
-            self._conn().execute(f"SELECT pk, status FROM {table} WHERE pk IN ({marks})", list(pks))
-        )
+        among, args = self.dialect.in_("pk", pks)
+        return dict(self._conn().execute(f"SELECT pk, status FROM {table} WHERE {among}", args))
 
     # -- recall --------------------------------------------------------------------------
 
