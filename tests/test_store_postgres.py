@@ -806,3 +806,42 @@ def test_a_user_with_many_rows_gets_a_full_text_index_of_their_own(
         assert dbsql.rows(pg_url, "SELECT to_regclass(?)::text", name) == [(None,)]
     finally:
         store.close()
+
+
+def test_the_standing_read_is_planned_once_a_connection(pg_url: str) -> None:
+    """The user's standing items are read through partial indexes (``WHERE standing``).
+    Bound as a parameter, the flag kept the server from using them in a prepared
+    statement's generic plan, so it planned the read again on every search; as a literal
+    the generic plan serves it once psycopg has prepared it."""
+    s = pg.PostgresStore(pg_url, pool_size=1)  # one connection: its prepared statements
+    try:
+        [row] = add(s, ["Always give me a code example."])
+        # Many other facts and summaries, so that a plan without the indexes costs more.
+        others = [fact(f"o{i}", f"note {i}", [row.id], unit(i + 2)) for i in range(3000)]
+        process(
+            s,
+            LayerWrite(
+                facts=[
+                    fact("f1", "Always give a code example", [row.id], unit(1), standing=True),
+                    *others,
+                ],
+                summaries=[
+                    summary("s1", "Give code examples", fact_ids=["f1"], standing=True),
+                    *(summary(f"t{i}", f"note {i}", fact_ids=[f"o{i}"]) for i in range(3000)),
+                ],
+            ),
+        )
+        with s._read() as c:
+            c.execute("ANALYZE facts, summaries")
+        for _ in range(15):
+            [item] = s.standing_facts(P, "u1", limit=10)
+            assert (item.fact.id, item.summary_id) == ("f1", "s1")
+        with s._read() as c:
+            plans = c.execute(
+                "SELECT generic_plans, custom_plans FROM pg_prepared_statements "
+                "WHERE statement LIKE 'SELECT %standing = %'"
+            ).fetchall()
+        assert len(plans) == 2
+        assert all(generic > 0 and custom <= 5 for generic, custom in plans)
+    finally:
+        s.close()

@@ -43,6 +43,10 @@ class Dialect(ABC):
     #: Whether a row-value comparison ``(a, b) < (x, y)`` is one seek of an index on
     #: ``(..., a, b)`` (PostgreSQL); SQLite walks every row with ``a = x`` instead.
     row_value_seek: bool = False
+    #: A true boolean as a literal. A partial index's predicate (``WHERE standing``) is met
+    #: by a literal only: against a parameter PostgreSQL planned a prepared statement for
+    #: each call (its generic plan, unable to use the index, cost more), ~0.5 ms a search.
+    true: str
     #: The store's clock, epoch seconds as a float: every process on one store reads the
     #: same one (SQLite: the machine's; PostgreSQL: the server's, whatever its clients').
     clock: str

@@ -272,16 +272,16 @@ def standing_facts(tx: Tx, project_id: str, user_id: str, limit: int) -> list[St
     d = tx.dialect
     read = (
         "SELECT {} FROM facts WHERE project_id = ? AND user_id = ? "
-        "AND standing = ? AND status = 'active' ORDER BY pk DESC LIMIT ?"
+        f"AND standing = {d.true} AND status = 'active' ORDER BY pk DESC LIMIT ?"
     )
-    args = (project_id, user_id, True, limit)
+    args = (project_id, user_id, limit)
     with tx.together():
         facts_read = tx.execute(read.format(FACT_COLUMNS), args)
         holders_read = tx.execute(
             "SELECT id, status, fact_ids FROM summaries WHERE pk IN "
-            f"({d.summaries_holding('?', read.format('id'))}) AND standing = ? "
+            f"({d.summaries_holding('?', read.format('id'))}) AND standing = {d.true} "
             "ORDER BY pk DESC",
-            (project_id, *args, True),
+            (project_id, *args),
         )
     facts = [fact_row(r, d) for r in facts_read.fetchall()]
     held_by = holders_read.fetchall()

@@ -31,6 +31,7 @@ def _placeholders(sql: str) -> str:
 
 class PostgresDialect(Dialect):
     name = "postgresql"
+    true = "TRUE"
     for_update = " FOR UPDATE"
     for_key_share = " FOR KEY SHARE"
     skip_locked = " FOR UPDATE SKIP LOCKED"

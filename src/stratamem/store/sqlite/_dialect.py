@@ -113,6 +113,7 @@ def _padded(values: Sequence[Any]) -> list[Any]:
 
 class SQLiteDialect(Dialect):
     name = "sqlite"
+    true = "1"
     for_update = ""
     for_key_share = ""
     skip_locked = ""
