@@ -19,13 +19,6 @@ __all__ = ["NUMBER_CMP", "SQLiteDialect", "number_cmp"]
 # Up to this many values are bound one by one (the planner sees a literal list); more go
 # as one JSON array (SQLite binds at most 32,766 parameters, and a long list is slower).
 _BOUND_VALUES = 500
-# A bound list of more than one value is as long as the next power of two (at most
-# _BOUND_VALUES), the last value repeated to fill it: each width is one SQL text, so one
-# statement in the connection's statement cache (128 by default). With one text per length,
-# a search's brief reads (a different number of candidates each time) missed the cache
-# about three times a search and were parsed and planned again, ~0.2 ms for the messages'
-# read, as long as running it. A repeated value changes neither IN nor NOT IN; the planner
-# reckons with up to twice the lookups, and a single value stays an equality.
 # json.dumps builds an encoder per call when given options: one, made once, is ~a third
 # faster (arrays are bound for every fact and summary a batch writes).
 _encode = json.JSONEncoder(ensure_ascii=False).encode
@@ -102,8 +95,15 @@ def _equals_sql(column: str, path: tuple[str, ...], values: Sequence[Any]) -> tu
 
 
 def _padded(values: Sequence[Any]) -> list[Any]:
-    """``values`` for a bound IN list: the last one repeated up to the list's width (see
-    ``_BOUND_VALUES``)."""
+    """``values`` for a bound IN list: more than one is as long as the next power of two
+    (at most ``_BOUND_VALUES``), the last value repeated to fill it.
+
+    Each width is one SQL text, so one statement in the connection's statement cache (128
+    by default). With one text per length, a search's brief reads (a different number of
+    candidates each time) missed the cache about three times a search and were parsed and
+    planned again, ~0.2 ms for the messages' read, as long as running it. A repeated value
+    changes neither IN nor NOT IN; the planner reckons with up to twice the lookups, and a
+    single value stays an equality (eight of the same made it choose worse)."""
     n = len(values)
     if n <= 1:
         return list(values)
