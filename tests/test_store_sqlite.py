@@ -1208,7 +1208,9 @@ def test_an_array_that_is_not_json_fails_as_json_loads_fails(text: str) -> None:
         SQLiteDialect().load_array(text)
 
 
-def test_bound_lists_take_a_few_widths_and_select_what_they_list() -> None:
+def test_bound_lists_take_a_few_widths_and_select_what_they_list(
+    request: pytest.FixtureRequest,
+) -> None:
     """Each length of a bound IN list used to be an SQL text of its own, so a search's brief
     reads (a different number of candidates each time) missed the connection's statement
     cache and were parsed again; a few widths, the last value repeated, select the same rows
@@ -1217,6 +1219,7 @@ def test_bound_lists_take_a_few_widths_and_select_what_they_list() -> None:
     texts = {d.in_("x", list(range(1, n + 1)))[0] for n in range(1, 501)}
     assert len(texts) <= 10
     conn = sqlite3.connect(":memory:")
+    request.addfinalizer(conn.close)
     conn.execute("CREATE TABLE t (x INTEGER)")
     conn.executemany("INSERT INTO t VALUES (?)", [(i,) for i in range(1, 700)])
     for n in (1, 7, 8, 9, 44, 129, 257, 500, 501):

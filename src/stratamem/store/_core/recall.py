@@ -63,8 +63,8 @@ def _message_columns(d: Dialect, neighbours: bool) -> str:
         around = "CAST(NULL AS BIGINT), CAST(NULL AS BIGINT)"
     # What became of each fact drawn from the message, in pk order: NULL while it holds,
     # what replaced it ('' when nothing is named) once superseded. The message is superseded
-    # when every one of them is (``briefs``). One subquery a row: two, one for each, read
-    # the same facts twice (the costliest part of the read on PostgreSQL).
+    # when every one of them is (``briefs``). One subquery a row gives both: two read the
+    # same facts twice (the costliest part of the read on PostgreSQL).
     fates = d.array_of(
         "SELECT CASE WHEN f.status = 'superseded' THEN COALESCE(f.superseded_by, '') END "
         "AS value FROM fact_sources fs JOIN facts f ON f.pk = fs.fact_pk "
