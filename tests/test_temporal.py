@@ -349,6 +349,116 @@ def test_the_day_before_yesterday_is_not_a_relation() -> None:
     assert intent.relation is None and intent.window == (d(2023, 8, 13), d(2023, 8, 14))
 
 
+@pytest.mark.parametrize(
+    ("query", "start", "end", "cleaned"),
+    [
+        # the span before or after a named day, with that day (where it is told)
+        (
+            "Where was I the week before 16 November 2022?",
+            d(2022, 11, 9),
+            d(2022, 11, 17),
+            "Where was I?",
+        ),
+        (
+            "Where was I in the week before 16 November 2022?",
+            d(2022, 11, 9),
+            d(2022, 11, 17),
+            "Where was I?",
+        ),
+        (
+            "What did I get two weeks before August 11, 2023?",
+            d(2023, 7, 28),
+            d(2023, 8, 12),
+            "What did I get?",
+        ),
+        ("What did I do a day after 3 June 2023?", d(2023, 6, 3), d(2023, 6, 5), "What did I do?"),
+        (
+            "What did I do the month before June 2023?",
+            d(2023, 5, 1),
+            d(2023, 7, 1),
+            "What did I do?",
+        ),
+        # weekdays and weekends: the nearest one strictly before / after the day
+        (
+            "What did we do on the Monday before July 24, 2023?",
+            d(2023, 7, 17),
+            d(2023, 7, 25),
+            "What did we do?",
+        ),
+        (
+            "What did we plan for the Saturday after October 28, 2023?",
+            d(2023, 10, 28),
+            d(2023, 11, 5),
+            "What did we plan for?",
+        ),
+        (
+            "What did we do over the weekend before 4 October 2023?",
+            d(2023, 9, 30),
+            d(2023, 10, 5),
+            "What did we do?",
+        ),
+        (
+            "What did we do last weekend before April 10, 2023?",
+            d(2023, 4, 8),
+            d(2023, 4, 11),
+            "What did we do?",
+        ),
+        # the day named is a Sunday: the weekend before it is the one before its own
+        (
+            "What did we do the weekend before 13 August 2023?",
+            d(2023, 8, 5),
+            d(2023, 8, 14),
+            "What did we do?",
+        ),
+    ],
+)
+def test_a_span_beside_a_named_day(
+    query: str, start: datetime, end: datetime, cleaned: str
+) -> None:
+    intent = parse_time_intent(query, NOW)
+    assert intent.window == (start, end)
+    assert intent.relation is None and intent.anchor is None
+    assert intent.cleaned == cleaned
+
+
+@pytest.mark.parametrize(
+    ("query", "start", "end"),
+    [
+        # "as of" asks for the state at the end of the period: everything up to it
+        ("How many pets did I have, as of September 2022?", EPOCH, d(2022, 10, 1)),
+        ("Where did I live as of 3 June 2023?", EPOCH, d(2023, 6, 4)),
+        # a query naming a calendar date is told from it: "recently", "last week" are
+        # relative to that date, not to now
+        ("What did I start recently, as mentioned on 3 June, 2023?", d(2023, 5, 4), d(2023, 6, 4)),
+        (
+            "What was my issue last week, as mentioned on November 6, 2022?",  # a Sunday
+            d(2022, 10, 24),
+            d(2022, 11, 7),
+        ),
+        ("What did I recently watch on February 7, 2022?", d(2022, 1, 8), d(2022, 2, 8)),
+        # "as of" moves where the query stands too
+        (
+            "What had I read lately, as of March 2022?",
+            d(2022, 3, 1),  # the 30 days up to the end of March
+            d(2022, 4, 1),
+        ),
+    ],
+)
+def test_a_named_date_is_where_the_query_stands(query: str, start: datetime, end: datetime) -> None:
+    assert window_of(query) == (start, end)
+
+
+def test_what_is_relative_stays_relative_to_now_without_a_named_date() -> None:
+    # the date is the object of "since": it bounds the answer, the query stands at now
+    assert window_of("What did I do since 2022 recently?") == (d(2023, 7, 16), NOW)
+    # a date after now moves nothing
+    assert window_of("What did I plan recently in 2024?") == (d(2023, 7, 16), d(2025, 1, 1))
+    # "as of" with no period after it is no time expression
+    intent = parse_time_intent("As of now, where do I live?", NOW)
+    assert intent.window is None and intent.relation is None
+    assert intent.cleaned == "As of now, where do I live?"
+
+
 # --------------------------------------------------------------------------- cleaned
 
 

@@ -39,6 +39,14 @@ Conventions (``now`` is when the question is asked; a naive datetime is taken as
   being empty. Not relations: a pronoun or idiom as X ("after that", "after all"), a causal
   since ("since I'm vegan"), and a since-clause in a question that asks when ("how long has it
   been since I moved?" asks about the move itself).
+- A span before / after a time expression ("the week before 16 November", "two days after
+  3 June", "the weekend before 4 October", "the Monday before July 24") is that span next to
+  it, with the named period itself: a message is timed by when it was said, and what happened
+  the week before a day is most often told on that day. "as of X" = [1970-01-01, end of X).
+- A query that names a calendar date, month, season or year (not as the object of before /
+  after / since / until; "as of X" counts, at X's end) is told from the end of it when that is
+  before now: its relative expressions are resolved there ("recently, as mentioned on 3 June
+  2023" = the 30 days to 3 June; "last week, on 6 November" = the week before 6 November).
 - Several expressions in one query give the smallest window covering them all ("between May
   and July 2023"); a relation window narrows that (intersection) unless the two do not
   overlap. Contradicting relation windows ("after 2023 and before 2022") are dropped.
@@ -53,7 +61,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import date, datetime, timedelta, timezone
 from typing import Literal
 
@@ -65,6 +73,7 @@ _UTC = timezone.utc
 # Open ends of relation windows: concrete datetimes keep every window comparable and sortable.
 _EPOCH = datetime(1970, 1, 1, tzinfo=_UTC)
 _FAR_FUTURE = datetime(9999, 1, 1, tzinfo=_UTC)
+_TICK = timedelta(microseconds=1)
 
 _Window = tuple[datetime, datetime]
 
@@ -92,6 +101,7 @@ class _Period:
     core: int  # where the time expression proper begins
     end: int
     window: _Window
+    absolute: bool  # a calendar date, month, season or year: the same whenever asked
 
 
 # --------------------------------------------------------------------------- vocabulary
@@ -363,6 +373,10 @@ def _h_weekday(m: re.Match[str], ref: _Ref) -> _Window | None:
     return _one_day(today - timedelta(days=(today.weekday() - wd - 1) % 7 + 1))
 
 
+_ABSOLUTE = frozenset(
+    {_h_iso, _h_iso_month, _h_month_year, _h_season_year, _h_year_part, _h_year_in}
+)
+
 _I = re.IGNORECASE
 # Most specific first: a later rule never matches inside an earlier rule's match. A group "x"
 # marks where the expression proper begins when the rule needs a preposition before it.
@@ -430,7 +444,14 @@ _RULES: tuple[tuple[re.Pattern[str], _Handler], ...] = (
 )
 
 _RELATION = re.compile(
-    r"\b(?P<kw>ever\s+since|since|prior\s+to|up\s+until|until|till|before|after)\b", _I
+    r"\b(?P<kw>ever\s+since|since|prior\s+to|up\s+until|until|till|before|after|as\s+of)\b", _I
+)
+# A span right before a relation's time expression ("the week before 16 November", "two days
+# after my birthday", "the weekend before 4 October", "the Monday before July 24").
+_SPAN_BEFORE_RELATION = re.compile(
+    rf"\b(?:{_NUM}\s+{_UNIT}|(?:the|last|that)\s+(?P<one>day|week|fortnight|month|year|weekend)"
+    rf"|(?:the|that)\s+{_WD})\s*$",
+    _I,
 )
 # Where a relation's event text ends.
 _ANCHOR_STOP = re.compile(
@@ -498,16 +519,46 @@ def _find_periods(text: str, ref: _Ref) -> list[_Period]:
             if window is None:
                 continue
             core = m.start("x") if "x" in pattern.groupindex else m.start()
-            found.append(_Period(m.start(), core, m.end(), window))
+            absolute = handler in _ABSOLUTE or (handler is _h_date and bool(_g(m, "year")))
+            found.append(_Period(m.start(), core, m.end(), window, absolute))
     return sorted(found, key=lambda p: p.start)
 
 
 def _relation_window(keyword: str, window: _Window, now: datetime) -> _Window:
     start, end = window
+    if keyword == "as of":  # the state at the end of the period: everything up to it
+        return _EPOCH, end
     if keyword.endswith(("before", "to", "until", "till")):
         return _EPOCH, start
     begin = start if keyword.endswith("since") else end
     return begin, now if begin < now else _FAR_FUTURE
+
+
+def _beside(span: re.Match[str], keyword: str, window: _Window) -> _Window:
+    """The span of ``span`` ("the week", "two days", "the weekend", "the Monday") right
+    before or after the named period, with that period itself: a message is timed by when
+    it was said, and what happened the week before a day is most often told on that day
+    ("last week I was in Paris"), what is planned for the Saturday after it on that day too."""
+    first, after = window[0].date(), window[1].date()
+    before = keyword != "after"
+    day = first if before else after - timedelta(days=1)
+    if span["wd"] or _g(span, "one") == "weekend":
+        target = _WEEKDAYS.index(_g(span, "wd")) if span["wd"] else 5  # the weekend: Saturday
+        gap = ((day.weekday() - target) if before else (target - day.weekday())) % 7 or 7
+        if not span["wd"] and before and gap < 2:
+            gap += 7  # a Saturday or Sunday: the weekend before the one it is in
+        edge = day - timedelta(days=gap) if before else day + timedelta(days=gap)
+        length = 1 if span["wd"] else 2
+        return (
+            (_midnight(edge), window[1])
+            if before
+            else (window[0], _midnight(edge + timedelta(days=length)))
+        )
+    n = _count(_g(span, "n"))[1] if span["n"] else 1
+    unit = _g(span, "unit") or _g(span, "one")
+    if before:
+        return _midnight(_unit_back(first, n, unit)), window[1]
+    return window[0], _midnight(_unit_back(after, -n, unit))
 
 
 def _anchor_end(text: str, begin: int, periods: list[_Period]) -> int:
@@ -558,6 +609,7 @@ def parse_time_intent(query: str, now: datetime) -> TimeIntent:
     periods = _find_periods(query, ref)
 
     consumed: set[int] = set()  # periods that became the object of a relation
+    as_of: datetime | None = None  # the end of an "as of" period
     relation_windows: list[_Window] = []
     relation: Literal["before", "after"] | None = None
     anchor: str | None = None
@@ -574,10 +626,22 @@ def parse_time_intent(query: str, now: datetime) -> TimeIntent:
         )
         if target is not None and not _POSSESSIVE.match(query, periods[target].end):
             consumed.add(target)
-            relation_windows.append(_relation_window(keyword, periods[target].window, now))
-            cuts.append((m.start(), periods[target].end))
+            span = _SPAN_BEFORE_RELATION.search(query, 0, m.start())
+            if span is not None and keyword in ("before", "after", "prior to"):
+                relation_windows.append(_beside(span, keyword, periods[target].window))
+                # "last weekend before April 10": the span's own words are no period of now
+                consumed.update(
+                    i for i, p in enumerate(periods) if span.start() <= p.start < m.start()
+                )
+                lead = _LEAD_PREP.search(query, 0, span.start())
+                cuts.append((span.start() if lead is None else lead.start(), periods[target].end))
+            else:
+                relation_windows.append(_relation_window(keyword, periods[target].window, now))
+                cuts.append((m.start(), periods[target].end))
+            if keyword == "as of":
+                as_of = periods[target].window[1]
             continue
-        if relation is not None:
+        if relation is not None or keyword == "as of":
             continue  # one event per query: later relations stay in the text
         if keyword.endswith("since") and (asks_when or _CAUSAL_SINCE.match(query, begin)):
             continue
@@ -590,6 +654,21 @@ def parse_time_intent(query: str, now: datetime) -> TimeIntent:
         cuts.append((m.start(), end))  # with a trailing "and", which would dangle otherwise
         # A period inside the anchor dates the event, not the answer ("last summer's trip").
         consumed.update(i for i, p in enumerate(periods) if begin <= p.start < end)
+
+    # A query naming a calendar date tells its story from that date: "recently, as mentioned
+    # on 3 June 2023" and "last week, on November 6" are relative to it, not to now.
+    told = [p.window[1] for i, p in enumerate(periods) if p.absolute and i not in consumed]
+    told += [as_of] if as_of is not None else []
+    if told and max(told) < now and any(not p.absolute for p in periods):
+        then = max(told)
+        again = {
+            (p.start, p.end): p.window
+            for p in _find_periods(query, _Ref(then, (then - _TICK).date()))
+        }
+        periods = [
+            p if p.absolute else replace(p, window=again.get((p.start, p.end), p.window))
+            for p in periods
+        ]
 
     named: list[_Window] = []
     for i, p in enumerate(periods):
