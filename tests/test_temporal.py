@@ -448,6 +448,20 @@ def test_a_named_date_is_where_the_query_stands(query: str, start: datetime, end
     assert window_of(query) == (start, end)
 
 
+@pytest.mark.parametrize(
+    "query",
+    [
+        "How many weeks between the bake sale and the time I was in the Spring Fling Market?",
+        "What did the kids do last Summer Camp?",
+    ],
+)
+def test_a_season_in_a_name_is_no_period(query: str) -> None:
+    intent = parse_time_intent(query, NOW)
+    assert intent.window is None and intent.cleaned == query
+    # the same words as a season are one
+    assert window_of(query.replace("Spring Fling", "spring").replace("Summer Camp", "summer"))
+
+
 def test_what_is_relative_stays_relative_to_now_without_a_named_date() -> None:
     # the date is the object of "since": it bounds the answer, the query stands at now
     assert window_of("What did I do since 2022 recently?") == (d(2023, 7, 16), NOW)

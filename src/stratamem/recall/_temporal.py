@@ -332,13 +332,26 @@ def _h_period(m: re.Match[str], ref: _Ref) -> _Window | None:
     return _year(today.year + step)
 
 
+# A capitalised word after a capitalised season makes it a name: "the Spring Fling Market",
+# "Summer Camp" (not "In Summer I ...").
+_NAME_GOES_ON = re.compile(r"\s+(?!I\b)[A-Z]")
+
+
+def _a_name(m: re.Match[str]) -> bool:
+    return m["season"][0].isupper() and bool(_NAME_GOES_ON.match(m.string, m.end()))
+
+
 def _h_season_q(m: re.Match[str], ref: _Ref) -> _Window | None:
+    if _a_name(m):
+        return None
     q = _g(m, "q")
     mode = q if q in ("this", "next") else "last"  # last, past, previous, this past
     return _pick_season(ref.today, _g(m, "season"), mode)
 
 
 def _h_season_in(m: re.Match[str], ref: _Ref) -> _Window | None:
+    if _a_name(m):
+        return None
     return _pick_season(ref.today, _g(m, "season"), "began")
 
 
