@@ -467,6 +467,11 @@ def test_what_is_relative_stays_relative_to_now_without_a_named_date() -> None:
     assert window_of("What did I do since 2022 recently?") == (d(2023, 7, 16), NOW)
     # a date after now moves nothing
     assert window_of("What did I plan recently in 2024?") == (d(2023, 7, 16), d(2025, 1, 1))
+    # a date that names a thing ("the May 2023 release") is not when the question stands
+    assert window_of("What did I decide yesterday about the May 2023 release?") == (
+        d(2023, 5, 1),
+        d(2023, 8, 15),
+    )
     # "as of" with no period after it is no time expression
     intent = parse_time_intent("As of now, where do I live?", NOW)
     assert intent.window is None and intent.relation is None

@@ -43,10 +43,12 @@ Conventions (``now`` is when the question is asked; a naive datetime is taken as
   3 June", "the weekend before 4 October", "the Monday before July 24") is that span next to
   it, with the named period itself: a message is timed by when it was said, and what happened
   the week before a day is most often told on that day. "as of X" = [1970-01-01, end of X).
-- A query that names a calendar date, month, season or year (not as the object of before /
-  after / since / until; "as of X" counts, at X's end) is told from the end of it when that is
-  before now: its relative expressions are resolved there ("recently, as mentioned on 3 June
-  2023" = the 30 days to 3 June; "last week, on 6 November" = the week before 6 November).
+- A query that dates what it asks about with a calendar date, month, season or year ("on 3
+  June 2023", "in May 2022"; not as the object of before / after / since / until, nor a date
+  naming a thing, "the May 2025 release"; "as of X" counts, at X's end) is told from the end
+  of it when that is before now: its relative expressions are resolved there ("recently,
+  as mentioned on 3 June 2023" = the 30 days to 3 June; "last week, on 6 November" = the
+  week before 6 November).
 - Several expressions in one query give the smallest window covering them all ("between May
   and July 2023"); a relation window narrows that (intersection) unless the two do not
   overlap. Contradicting relation windows ("after 2023 and before 2022") are dropped.
@@ -508,6 +510,8 @@ _LEAD_PREP = re.compile(
     _I,
 )
 _POSSESSIVE = re.compile(r"['’]s\b")
+# A preposition that makes the date after it the time of what is asked ("on 3 June").
+_WHEN = re.compile(r"\b(?:on|in|during|around)\s+$", _I)
 # What is left between two removed expressions of a range ("between May and July").
 _RANGE_JOIN = re.compile(r"\s*(?:and|or|to|through|-|–)\s*", _I)
 
@@ -668,9 +672,17 @@ def parse_time_intent(query: str, now: datetime) -> TimeIntent:
         # A period inside the anchor dates the event, not the answer ("last summer's trip").
         consumed.update(i for i, p in enumerate(periods) if begin <= p.start < end)
 
-    # A query naming a calendar date tells its story from that date: "recently, as mentioned
-    # on 3 June 2023" and "last week, on November 6" are relative to it, not to now.
-    told = [p.window[1] for i, p in enumerate(periods) if p.absolute and i not in consumed]
+    # A query that dates what it asks about tells its story from that date: "recently, as
+    # mentioned on 3 June 2023" and "last week, on November 6" are relative to it, not to
+    # now. Only a date said as when ("on 3 June", "in May 2022"): one that names a thing
+    # ("yesterday, about the May 2025 release") leaves the query where it is.
+    told = [
+        p.window[1]
+        for i, p in enumerate(periods)
+        if p.absolute
+        and i not in consumed
+        and (p.core > p.start or _WHEN.search(query, 0, p.start))
+    ]
     told += [as_of] if as_of is not None else []
     if told and max(told) < now and any(not p.absolute for p in periods):
         then = max(told)
