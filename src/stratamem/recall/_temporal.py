@@ -462,7 +462,7 @@ _RELATION = re.compile(
     r"\b(?P<kw>ever\s+since|since|prior\s+to|up\s+until|until|till|before|after|as\s+of)\b", _I
 )
 # A span right before a relation's time expression ("the week before 16 November", "two days
-# after my birthday", "the weekend before 4 October", "the Monday before July 24").
+# after 3 June", "the weekend before 4 October", "the Monday before July 24").
 _SPAN_BEFORE_RELATION = re.compile(
     rf"\b(?:{_NUM}\s+{_UNIT}|(?:the|last|that)\s+(?P<one>day|week|fortnight|month|year|weekend)"
     rf"|(?:the|that)\s+{_WD})\s*$",
@@ -552,10 +552,11 @@ def _relation_window(keyword: str, window: _Window, now: datetime) -> _Window:
 
 
 def _beside(span: re.Match[str], keyword: str, window: _Window) -> _Window:
-    """The span of ``span`` ("the week", "two days", "the weekend", "the Monday") right
-    before or after the named period, with that period itself: a message is timed by when
-    it was said, and what happened the week before a day is most often told on that day
-    ("last week I was in Paris"), what is planned for the Saturday after it on that day too."""
+    """The window of ``span`` ("the week", "two days", "the weekend", "the Monday") right
+    before or after the named period ``window``, with that period itself: a message is
+    timed by when it was said, and what happened the week before a day is most often told
+    on that day ("last week I was in Paris"), what is planned for the Saturday after it on
+    that day too."""
     first, after = window[0].date(), window[1].date()
     before = keyword != "after"
     day = first if before else after - timedelta(days=1)
