@@ -341,6 +341,9 @@ _STACKED_CELLS = """share => [...document.querySelectorAll("main table:not(.comp
 def _fits(page: Page, name: str, *, phone: bool) -> None:
     """The page does not scroll sideways (with everything folded in <details> open), breaks
     no single word over lines and, at phone width, squeezes no table column."""
+    # A page reached by a form (the sign-in) shows its heading before its stylesheet is in:
+    # measured then, on a loaded machine, the phone layout's stacked rows were still a table.
+    page.wait_for_load_state("load")
     page.locator("details").evaluate_all("all => all.forEach(d => { d.open = true; })")
     width = page.evaluate("document.documentElement.scrollWidth")
     assert width <= page.viewport_size["width"], (name, width)  # type: ignore[index]
