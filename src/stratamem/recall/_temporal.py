@@ -685,7 +685,8 @@ def parse_time_intent(query: str, now: datetime) -> TimeIntent:
         and (p.core > p.start or _WHEN.search(query, 0, p.start))
     ]
     told += [as_of] if as_of is not None else []
-    if told and max(told) < now and any(not p.absolute for p in periods):
+    relative = any(not p.absolute and i not in consumed for i, p in enumerate(periods))
+    if told and max(told) < now and relative:  # else nothing to resolve again
         then = max(told)
         again = {
             (p.start, p.end): p.window
