@@ -13,7 +13,7 @@ from typing import Any, cast
 from .._core.dialect import Dialect
 from .._filters import MetadataCondition
 
-__all__ = ["PostgresDialect", "user_lock_sql"]
+__all__ = ["PostgresDialect", "int_array", "user_lock_sql"]
 
 # One transaction-scoped advisory lock per (schema, project, user): taken by everything that
 # writes a user's messages or memory, so writes of one user are serialised (job ids are
@@ -27,6 +27,13 @@ def _placeholders(sql: str) -> str:
     # The core's SQL holds no literal "?" (no jsonb ? operator) and, once bound, psycopg
     # reads "%" as the start of a placeholder: double it.
     return sql.replace("%", "%%").replace("?", "%s")
+
+
+def int_array(values: Iterable[int]) -> str:
+    """Integers (pks) as one array literal, to be cast to ``bigint[]``: psycopg types a
+    list by scanning it and dumps each element (a 60-pk list ~19 µs a statement, the
+    literal ~5; a search sends about ten)."""
+    return "{" + ",".join(map(str, values)) + "}"
 
 
 class PostgresDialect(Dialect):
@@ -81,6 +88,8 @@ class PostgresDialect(Dialect):
         return value  # psycopg decodes jsonb
 
     def in_(self, column: str, values: Sequence[Any]) -> tuple[str, list[Any]]:
+        if values and all(type(v) is int for v in values):
+            return f"{column} = ANY(?::bigint[])", [int_array(values)]
         return f"{column} = ANY(?)", [list(values)]
 
     def has(self, array_column: str, value_sql: str) -> str:

@@ -38,6 +38,7 @@ from .._core.layers import LayerSearch, VectorRow
 from .._core.recall import BriefRead
 from .._vector_cache import VectorCache, VectorScope
 from ._connection import checked
+from ._dialect import int_array
 from ._user_indexes import PostgresUserIndexes, vector_target
 
 __all__ = ["PostgresVectors"]
@@ -437,10 +438,10 @@ class PostgresVectors(PostgresUserIndexes):
             return dict
         cur = c.execute(
             " UNION ALL ".join(
-                f"SELECT {i}, pk, status FROM {_KINDS[k]} WHERE pk = ANY(%s)"
+                f"SELECT {i}, pk, status FROM {_KINDS[k]} WHERE pk = ANY(%s::bigint[])"
                 for i, k in enumerate(kinds)
             ),
-            [sorted({pk for hits in found[k] for pk, _ in hits}) for k in kinds],
+            [int_array(sorted({pk for hits in found[k] for pk, _ in hits})) for k in kinds],
         )
 
         def read() -> dict[str, dict[int, str]]:
@@ -647,8 +648,8 @@ class PostgresVectors(PostgresUserIndexes):
                     with c.cursor(binary=True) as more:
                         more.execute(
                             "SELECT item_pk, vec FROM vectors WHERE kind = %s AND embedder = %s "
-                            "AND item_pk = ANY(%s)",
-                            (read.kind, embedder, missing),
+                            "AND item_pk = ANY(%s::bigint[])",
+                            (read.kind, embedder, int_array(missing)),
                         )
                         vectors.update((pk, vec.to_numpy().tobytes()) for pk, vec in more)
                 out.append([(*row[:-1], vectors.get(row[0])) for row in rows])
