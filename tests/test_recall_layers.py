@@ -248,6 +248,30 @@ def test_the_anchor_search_keeps_the_recalls_candidate_pool(
     assert "Dinner at the old flat." in ctx.formatted_context
 
 
+def test_the_anchor_is_located_from_its_ranking_alone(
+    mem: Memory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The anchor's search reads the user's speakers with the recall, once, and reads no row
+    for its best message: its time is the candidate's own. It is the time the first hit of
+    a search for the anchor carries."""
+    _dinners_around_a_move(mem)
+    calls: list[str] = []
+    for name in ("speaker_names", "items_by_pk"):
+        method = getattr(mem.store, name)
+
+        def counted(*args: Any, _name: str = name, _method: Any = method, **kw: Any) -> Any:
+            calls.append(_name)
+            return _method(*args, **kw)
+
+        monkeypatch.setattr(mem.store, name, counted)
+    hits = mem.search("Where did we have dinner before the move to Porto?", user_id="u")
+    dinners = [h.text for h in hits if "Dinner" in h.text]
+    assert dinners[0] == "Dinner at the old flat."
+    assert calls == ["speaker_names", "items_by_pk"]  # the recall's, not the anchor's too
+    anchor = mem.search("the move to Porto", user_id="u", layers=["message"], limit=1)
+    assert anchor[0].timestamp == datetime(2024, 3, 1, 9, 0, tzinfo=timezone.utc)
+
+
 def test_speaker_names_steer_recall_to_the_speaker(make_memory: Any, local_embedder: Any) -> None:
     mem = make_memory(embedder=local_embedder)
     s = mem.sessions.create(user_id="conv")

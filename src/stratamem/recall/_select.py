@@ -23,7 +23,7 @@ from ._rerank import rerank
 from ._retrieve import RecallStore, StoredRow, fill_rows
 from ._scoring import Key, Scored
 
-__all__ = ["SESSION_SPREAD", "THREAD_DEPTH", "THREAD_FLOOR", "carried", "select"]
+__all__ = ["SESSION_SPREAD", "THREAD_DEPTH", "THREAD_FLOOR", "carried", "ordered", "select"]
 
 # For a question that asks for several things (``QueryPlan.asks_for_many``), each earlier
 # hit from the same session lowers a message's score by this much while the head of the
@@ -167,6 +167,28 @@ def _stated_by_summaries(scored: dict[Key, Scored]) -> set[str]:
     return stated
 
 
+def ordered(
+    store: RecallStore,
+    plan: QueryPlan,
+    scored: dict[Key, Scored],
+    *,
+    limit: int,
+    chat: ChatModel | None = None,
+) -> list[tuple[Key, Scored]]:
+    """The ranking the first ``limit`` hits are taken from: by score, the head reranked
+    when asked, then spread over sessions or in the thread's order."""
+    ranked = sorted(scored.items(), key=lambda kv: (-kv[1].score, kv[0]))
+    if plan.options.rerank:
+        depth = max(limit * 2, 20)
+        fill_rows(store, ranked[:depth])
+        ranked = rerank(ranked, plan.query, chat=chat, depth=depth)
+    if plan.thread:
+        return _thread(ranked, max(limit, THREAD_DEPTH))
+    if plan.asks_for_many:
+        return _spread(ranked, max(limit, 20))
+    return ranked
+
+
 def select(
     store: RecallStore,
     plan: QueryPlan,
@@ -181,15 +203,7 @@ def select(
     """The first ``limit`` hits. ``rows``, when given, receives each hit's stored row."""
     skip = set(exclude)
     restated = _stated_by_summaries(scored)
-    ranked = sorted(scored.items(), key=lambda kv: (-kv[1].score, kv[0]))
-    if plan.options.rerank:
-        depth = max(limit * 2, 20)
-        fill_rows(store, ranked[:depth])
-        ranked = rerank(ranked, plan.query, chat=chat, depth=depth)
-    if plan.thread:
-        ranked = _thread(ranked, max(limit, THREAD_DEPTH))
-    elif plan.asks_for_many:
-        ranked = _spread(ranked, max(limit, 20))
+    ranked = ordered(store, plan, scored, limit=limit, chat=chat)
     message_score = {x.id: x.score for (lay, _), x in scored.items() if lay == "message"}
     hits: list[Hit] = []
     pos = 0
