@@ -464,6 +464,32 @@ def test_a_topic_named_like_the_standing_section_cannot_pose_as_it() -> None:
     assert STANDING_HEADER not in text.splitlines()
 
 
+def test_a_recall_embeds_its_question_once(make_memory: Callable[..., Memory]) -> None:
+    """The question's vector serves retrieval and the standing items' check: a remote
+    embedder is sent it once a recall (it was sent twice: one request more for every
+    recall of a user with a standing item)."""
+    from stratamem.embed.openai import OpenAIEmbedder
+
+    with FakeOpenAIServer(dim=8) as server:
+        embedder = OpenAIEmbedder("test-embed", base_url=server.base_url, dimensions=8)
+        mem = make_memory(embedder=embedder)
+        session = mem.sessions.create(user_id="ana")
+        session.add_messages([{"role": "user", "content": ASYNC}], sync=True)
+
+        def sent_for(recall: Callable[[], object]) -> list[list[str]]:
+            before = len(server.embedding_requests())
+            recall()
+            return [r["input"] for r in server.embedding_requests()[before:]]
+
+        # The first recall embeds the standing item's text and scope too, once.
+        first = sent_for(lambda: mem.search(ASYNC_REQUEST, user_id="ana"))
+        assert first[0] == [ASYNC_REQUEST] and len(first) == 2
+        assert "async error handling" in first[1]
+        question = "How do I deal with errors in async code?"
+        assert sent_for(lambda: mem.search(question, user_id="ana")) == [[question]]
+        assert sent_for(lambda: session.get_memory(query=question)) == [[question]]
+
+
 # -- the LLM path ---------------------------------------------------------------------------
 
 

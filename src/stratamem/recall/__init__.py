@@ -40,6 +40,7 @@ from ..types import Hit, MemoryContext, RecallConfig
 from ._chain import chain
 from ._context import assemble, carried_texts
 from ._plan import QueryPlan, SearchOptions, asks_for_record, plan_query, search_options
+from ._recall_embedder import RecallEmbedder
 from ._retrieve import RecallStore, StoredRow, retrieve
 from ._rows import message_from_row
 from ._scoring import DEFAULT_WEIGHTS, Key, Scored, ScorerWeights, rank
@@ -124,13 +125,16 @@ class Recaller:
         rows: dict[str, StoredRow] | None = None,
         carried: frozenset[str] = frozenset(),
         standing: bool = False,
+        embedder: RecallEmbedder | None = None,
     ) -> list[Hit]:
         """Ranked hits of every layer asked for, each with its provenance message ids.
         ``rows``, when given, receives the stored row of each hit by id. Messages whose id
         is in ``exclude``, or whose stripped content is in ``carried``, are passed over:
         the next-ranked items take their places. With ``standing``, the user's standing
         instructions and preferences whose scope the query is in come first (facts; not
-        under metadata filters, which they are not checked against)."""
+        under metadata filters, which they are not checked against). ``embedder``: the
+        recall's when this search is part of one (``context``), so that a text is embedded
+        once in it."""
         if limit <= 0 or not query.strip():
             return []
         options = options or SearchOptions()
@@ -140,6 +144,7 @@ class Recaller:
             and not filters.metadata
             and not asks_for_record(query)  # the record asked for, not work to shape
         )
+        vectors = embedder or RecallEmbedder(self.embedder)
         with self._foreground():
             _abandon.check()  # the foreground gate may have been waited for
             # Read beside the search (it needs nothing the search finds): off its path.
@@ -155,13 +160,15 @@ class Recaller:
                 speakers=speakers,
                 excluded=len(exclude),
                 carried=len(carried),
-                locate=lambda event, opts: self._locate(project_id, user_id, event, opts, speakers),
+                locate=lambda event, opts: self._locate(
+                    project_id, user_id, event, opts, speakers, vectors
+                ),
             )
-            scored = self._rank(plan)
+            scored = self._rank(plan, vectors)
             _abandon.check()
             if plan.options.router == "multi_hop_chain":
                 with _tracing.span("stratamem.recall.chain", child=True):
-                    scored = chain(self.store, plan, scored, self._rank)
+                    scored = chain(self.store, plan, scored, partial(self._rank, embedder=vectors))
                 _abandon.check()
             hits = select(
                 self.store,
@@ -182,6 +189,7 @@ class Recaller:
                 as_of=plan.options.as_of,
                 general=False,
                 minimum=SEARCH_MIN_SIMILARITY,
+                embedder=vectors,
             )
             return with_standing(hits, items, limit)
 
@@ -193,10 +201,10 @@ class Recaller:
         )
         return pending.result
 
-    def _rank(self, plan: QueryPlan) -> dict[Key, Scored]:
+    def _rank(self, plan: QueryPlan, embedder: Embedder) -> dict[Key, Scored]:
         """Retrieve and score: what one plan finds, ranked."""
         with _tracing.span("stratamem.recall.retrieve", child=True) as span:
-            found = retrieve(self.store, self.embedder, self._executor(), plan)
+            found = retrieve(self.store, embedder, self._executor(), plan)
             span.set_attribute("stratamem.recall.candidates", len(found.cands))
         with _tracing.span("stratamem.recall.score", child=True):
             return rank(found, plan, self.weights)
@@ -208,6 +216,7 @@ class Recaller:
         event: str,
         options: SearchOptions,
         speakers: Sequence[str],
+        embedder: RecallEmbedder,
     ) -> datetime | None:
         """When ``event`` was talked about ("before the move": the move): the time of the
         best message for it, as a search for it with limit 1 would return it. It takes no
@@ -225,9 +234,10 @@ class Recaller:
             ),
             limit=1,
             speakers=speakers,
-            locate=lambda e, opts: self._locate(project_id, user_id, e, opts, speakers),
+            locate=lambda e, opts: self._locate(project_id, user_id, e, opts, speakers, embedder),
         )
-        for _, best in ordered(self.store, plan, self._rank(plan), limit=1, chat=self.chat):
+        ranked = ordered(self.store, plan, self._rank(plan, embedder), limit=1, chat=self.chat)
+        for _, best in ranked:
             return best.cand.ts
         return None
 
@@ -247,17 +257,25 @@ class Recaller:
         ``exclude_texts`` (stripped) is in the prompt already: it is left out of the history,
         the matches (the next-ranked take its slot) and the quotes (the next source message
         takes its place), before anything is formatted."""
+        vectors = RecallEmbedder(self.embedder)  # the search's and the standing items'
         standing = (
             None
             if filters.metadata
             or not (query and query.strip())
             or not config.enable_long_term_recall
-            else partial(applicable, self._standing_read(project_id, session.user_id), self.vectors)
+            else partial(
+                applicable,
+                self._standing_read(project_id, session.user_id),
+                self.vectors,
+                embedder=vectors,
+            )
         )
         with self._foreground(), _tracing.span("stratamem.recall.assemble", child=True):
             return assemble(
                 self.store,
-                partial(self.search, project_id, session.user_id, filters=filters),
+                partial(
+                    self.search, project_id, session.user_id, filters=filters, embedder=vectors
+                ),
                 project_id=project_id,
                 session=session,
                 query=query,

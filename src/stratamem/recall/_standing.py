@@ -84,9 +84,13 @@ class TextVectors:
         self._known: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()
         self._lock = threading.Lock()
 
-    def embed(self, query: str, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    def embed(
+        self, query: str, texts: Sequence[str], *, embedder: Embedder | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
         """The vector of ``query`` (not remembered) and those of ``texts``, in one call to
-        the embedder for the query and every text not remembered."""
+        the embedder for the query and every text not remembered. ``embedder``: the
+        recall's (``RecallEmbedder``), which has the query's vector already; by default
+        this one's own."""
         key = self.embedder.id
         with self._lock:
             known = {}
@@ -95,7 +99,7 @@ class TextVectors:
                     self._known.move_to_end((key, text))
                     known[text] = self._known[(key, text)]
         missing = [t for t in dict.fromkeys(texts) if t not in known]
-        vectors = self.embedder.embed([query, *missing])
+        vectors = (embedder or self.embedder).embed([query, *missing])
         known.update(zip(missing, vectors[1:], strict=True))
         with self._lock:
             for text in missing:
@@ -128,16 +132,18 @@ def applicable(
     as_of: datetime | None = None,
     general: bool = True,
     minimum: float = SCOPE_MIN_SIMILARITY,
+    embedder: Embedder | None = None,
 ) -> list[Applicable]:
     """The user's standing items (``read()``, see ``read_standing``) that apply to
     ``query``: the scoped ones at least ``minimum`` close first (closest first), then, if
-    ``general``, the general ones (see the module docstring)."""
+    ``general``, the general ones (see the module docstring). ``embedder``: the recall's,
+    which has embedded ``query`` already (``TextVectors.embed``)."""
     items = [s for s in read() if _said_by(s, as_of) and (general or s.fact.scope)]
     if not items or not query.strip():
         return []
     texts = [s.fact.text for s in items]
     scopes = [s.fact.scope for s in items if s.fact.scope]
-    q, rows = vectors.embed(query, [*texts, *scopes])
+    q, rows = vectors.embed(query, [*texts, *scopes], embedder=embedder)
     similarity = rows[: len(texts)] @ q
     # A scoped item is as close as its scope or its text, whichever is closer: the scope
     # alone ("performance metrics") misses requests its whole text is near, and the other
