@@ -144,7 +144,7 @@ class Recaller:
             and not filters.metadata
             and not asks_for_record(query)  # the record asked for, not work to shape
         )
-        vectors = embedder or RecallEmbedder(self.embedder)
+        once = embedder or RecallEmbedder(self.embedder)
         with self._foreground():
             _abandon.check()  # the foreground gate may have been waited for
             # Read beside the search (it needs nothing the search finds): off its path.
@@ -161,14 +161,14 @@ class Recaller:
                 excluded=len(exclude),
                 carried=len(carried),
                 locate=lambda event, opts: self._locate(
-                    project_id, user_id, event, opts, speakers, vectors
+                    project_id, user_id, event, opts, speakers, once
                 ),
             )
-            scored = self._rank(plan, vectors)
+            scored = self._rank(plan, once)
             _abandon.check()
             if plan.options.router == "multi_hop_chain":
                 with _tracing.span("stratamem.recall.chain", child=True):
-                    scored = chain(self.store, plan, scored, partial(self._rank, embedder=vectors))
+                    scored = chain(self.store, plan, scored, partial(self._rank, embedder=once))
                 _abandon.check()
             hits = select(
                 self.store,
@@ -189,7 +189,7 @@ class Recaller:
                 as_of=plan.options.as_of,
                 general=False,
                 minimum=SEARCH_MIN_SIMILARITY,
-                embedder=vectors,
+                embedder=once,
             )
             return with_standing(hits, items, limit)
 
@@ -257,7 +257,7 @@ class Recaller:
         ``exclude_texts`` (stripped) is in the prompt already: it is left out of the history,
         the matches (the next-ranked take its slot) and the quotes (the next source message
         takes its place), before anything is formatted."""
-        vectors = RecallEmbedder(self.embedder)  # the search's and the standing items'
+        once = RecallEmbedder(self.embedder)  # the search's and the standing items'
         standing = (
             None
             if filters.metadata
@@ -267,15 +267,13 @@ class Recaller:
                 applicable,
                 self._standing_read(project_id, session.user_id),
                 self.vectors,
-                embedder=vectors,
+                embedder=once,
             )
         )
         with self._foreground(), _tracing.span("stratamem.recall.assemble", child=True):
             return assemble(
                 self.store,
-                partial(
-                    self.search, project_id, session.user_id, filters=filters, embedder=vectors
-                ),
+                partial(self.search, project_id, session.user_id, filters=filters, embedder=once),
                 project_id=project_id,
                 session=session,
                 query=query,
