@@ -488,6 +488,10 @@ def test_a_recall_embeds_its_question_once(make_memory: Callable[..., Memory]) -
         question = "How do I deal with errors in async code?"
         assert sent_for(lambda: mem.search(question, user_id="ana")) == [[question]]
         assert sent_for(lambda: session.get_memory(query=question)) == [[question]]
+        # A question relative to an event: the event and the question in one request.
+        located = "What did I ask before the move to Lisbon?"
+        sent = sent_for(lambda: mem.search(located, user_id="ana"))
+        assert sent == [["the move to Lisbon", located]]
 
 
 # -- the LLM path ---------------------------------------------------------------------------

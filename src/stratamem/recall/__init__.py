@@ -161,7 +161,7 @@ class Recaller:
                 excluded=len(exclude),
                 carried=len(carried),
                 locate=lambda event, opts: self._locate(
-                    project_id, user_id, event, opts, speakers, once
+                    project_id, user_id, event, opts, speakers, once, beside=query
                 ),
             )
             scored = self._rank(plan, once)
@@ -217,13 +217,20 @@ class Recaller:
         options: SearchOptions,
         speakers: Sequence[str],
         embedder: RecallEmbedder,
+        *,
+        beside: str | None = None,
     ) -> datetime | None:
         """When ``event`` was talked about ("before the move": the move): the time of the
         best message for it, as a search for it with limit 1 would return it. It takes no
         more candidates than the recall it serves (a capture recall's are few), and the
         recall's speakers; the time is the candidate's own, so no row is read for a hit
         (on PostgreSQL two round trips fewer: most of the slowest LoCoMo recalls are the
-        few that locate an event)."""
+        few that locate an event). ``beside``: the question, which the recall embeds next;
+        a remote embedder (one without ``foreground``: it does not compute on this
+        machine's cores) is sent both in one request, a round trip fewer. The bundled
+        model embeds them one after the other: side by side they were slower."""
+        if beside is not None and getattr(self.embedder, "foreground", None) is None:
+            embedder.embed([event, beside])
         plan = plan_query(
             event,
             project_id=project_id,
